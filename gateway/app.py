@@ -1,0 +1,44 @@
+"""create_app(config): wiring only."""
+
+from __future__ import annotations
+
+from collections.abc import AsyncIterator
+
+import aiohttp
+from aiohttp import web
+
+from gateway.config import GatewayConfig
+from gateway.context import GATEWAY, Gateway
+from gateway.conversations.service import Conversations
+from gateway.conversations.sqlite import SQLiteStore
+from gateway.http.middleware import add_request_id, errors_and_ids
+from gateway.http.routes import add_routes
+from gateway.routing import Router
+
+
+def create_app(config: GatewayConfig) -> web.Application:
+    store = SQLiteStore(config.store.sqlite_path)
+    gateway = Gateway(config=config, store=store, conversations=Conversations(store))
+    app = web.Application(
+        middlewares=[errors_and_ids],
+        client_max_size=int(config.server.max_body_mb * 1024 * 1024),
+    )
+    app[GATEWAY] = gateway
+    app.cleanup_ctx.append(_resources)
+    app.on_response_prepare.append(add_request_id)
+    add_routes(app)
+    return app
+
+
+async def _resources(app: web.Application) -> AsyncIterator[None]:
+    gateway = app[GATEWAY]
+    await gateway.store.start()
+    # One client session for every upstream: connection pooling, no per-request TLS handshakes.
+    gateway.session = aiohttp.ClientSession(
+        connector=aiohttp.TCPConnector(limit=0, limit_per_host=0, ttl_dns_cache=300),
+        auto_decompress=True,
+    )
+    gateway.router = Router(gateway.config, gateway.session)
+    yield
+    await gateway.session.close()
+    await gateway.store.close()

@@ -1,0 +1,195 @@
+"""Configuration: YAML file -> pydantic models that forbid unknown fields.
+
+`${VAR}` anywhere in a string pulls the value from the environment (`${VAR:-default}` gives a
+default). A bad file fails at start with the file, the field path and the reason
+(`ConfigError`). Secrets stay references in the file; the loaded value lives only in memory.
+"""
+
+from __future__ import annotations
+
+import os
+import re
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import Any, Literal
+
+import yaml
+from pydantic import BaseModel, ConfigDict, Field, ValidationError, field_validator, model_validator
+
+DEFAULT_CONFIG_PATH = Path("config/gateway.yaml")
+
+_ENV_REF = re.compile(r"\$\{([A-Za-z_][A-Za-z0-9_]*)(?::-([^}]*))?\}")
+
+
+class ConfigError(Exception):
+    """A config file that cannot be used; the message names the file, field and reason."""
+
+
+class _Model(BaseModel):
+    model_config = ConfigDict(extra="forbid", frozen=True)
+
+
+class ServerConfig(_Model):
+    host: str = Field("127.0.0.1", description="Address to listen on.")
+    port: int = Field(4000, ge=0, le=65535, description="TCP port to listen on (0 picks one).")
+    max_body_mb: float = Field(
+        16, gt=0, description="Largest accepted request body, in MiB; larger gets 413."
+    )
+    shutdown_grace_s: float = Field(
+        10, ge=0, description="How long in-flight streams may finish after SIGTERM."
+    )
+
+
+class StoreConfig(_Model):
+    url: str = Field(
+        "sqlite:///data/gateway.db",
+        description="Conversation store. `sqlite:///relative/path.db` or `sqlite:////abs.db`.",
+    )
+
+    @field_validator("url")
+    @classmethod
+    def _known_scheme(cls, value: str) -> str:
+        if not value.startswith("sqlite:///"):
+            raise ValueError("only sqlite:///PATH is supported by this version")
+        return value
+
+    @property
+    def sqlite_path(self) -> Path:
+        return Path(self.url.removeprefix("sqlite:///"))
+
+
+class TimeoutsConfig(_Model):
+    connect_s: float = Field(10, gt=0, description="Opening the TCP/TLS connection.")
+    first_token_s: float = Field(
+        120, gt=0, description="From sending the request to the response headers."
+    )
+    idle_s: float = Field(120, gt=0, description="Longest gap between two upstream chunks.")
+    total_s: float = Field(900, gt=0, description="Whole upstream request, streaming included.")
+
+
+class DeploymentConfig(_Model):
+    provider: Literal["openai", "demo"] = Field(
+        description="`openai`: any OpenAI-compatible endpoint; `demo`: built-in, no key needed."
+    )
+    model: str | None = Field(None, description="The upstream's model id (defaults to the alias).")
+    api_base: str | None = Field(None, description="Base URL, e.g. https://api.openai.com/v1.")
+    api_key: str | None = Field(None, description="Upstream key; write it as ${ENV_VAR}.")
+    name: str | None = Field(None, description="Deployment name in records and headers.")
+    timeouts: TimeoutsConfig = Field(default_factory=TimeoutsConfig)  # type: ignore[arg-type]
+    chunk_delay_ms: float = Field(
+        50, ge=0, description="`demo` only: pause between streamed chunks (about 20 a second)."
+    )
+    extra_headers: dict[str, str] = Field(
+        default_factory=dict, description="Headers added to every upstream request."
+    )
+
+    @model_validator(mode="after")
+    def _needs_api_base(self) -> DeploymentConfig:
+        if self.provider == "openai":
+            if not self.api_base:
+                raise ValueError("provider 'openai' needs api_base")
+            if not re.match(r"^https?://", self.api_base):
+                raise ValueError(f"api_base must start with http:// or https:// (got {self.api_base!r})")
+        return self
+
+
+class ModelConfig(_Model):
+    name: str = Field(min_length=1, description="The alias clients send as `model`.")
+    deployments: list[DeploymentConfig] = Field(min_length=1)
+
+
+class GatewayConfig(_Model):
+    server: ServerConfig = Field(default_factory=ServerConfig)  # type: ignore[arg-type]
+    store: StoreConfig = Field(default_factory=StoreConfig)  # type: ignore[arg-type]
+    models: list[ModelConfig] = Field(default_factory=list)
+
+    @model_validator(mode="after")
+    def _unique_aliases(self) -> GatewayConfig:
+        seen: set[str] = set()
+        for model in self.models:
+            if model.name in seen:
+                raise ValueError(f"model alias {model.name!r} is defined twice")
+            seen.add(model.name)
+        return self
+
+
+@dataclass(frozen=True)
+class LoadedConfig:
+    """The validated config plus what loading noticed (unset env vars, open mode, ...)."""
+
+    config: GatewayConfig
+    path: Path | None
+    warnings: list[str] = field(default_factory=list)
+
+
+def _interpolate(node: Any, where: str, missing: list[str]) -> Any:
+    if isinstance(node, str):
+
+        def replace(match: re.Match[str]) -> str:
+            name, default = match.group(1), match.group(2)
+            value = os.environ.get(name)
+            if value is None or (value == "" and default is not None):
+                if default is None:
+                    missing.append(f"{where}: environment variable {name} is not set")
+                    return ""
+                return default
+            return value
+
+        return _ENV_REF.sub(replace, node)
+    if isinstance(node, dict):
+        return {k: _interpolate(v, f"{where}.{k}" if where else str(k), missing) for k, v in node.items()}
+    if isinstance(node, list):
+        return [_interpolate(v, f"{where}[{i}]", missing) for i, v in enumerate(node)]
+    return node
+
+
+def _field_path(loc: tuple[int | str, ...]) -> str:
+    out = ""
+    for part in loc:
+        if isinstance(part, int):
+            out += f"[{part}]"
+        else:
+            out += f".{part}" if out else str(part)
+    return out or "(top level)"
+
+
+def parse_config(raw: Any, source: str = "<config>") -> LoadedConfig:
+    if raw is None:
+        raw = {}
+    if not isinstance(raw, dict):
+        raise ConfigError(f"{source}: the top level must be a mapping, got {type(raw).__name__}")
+    missing: list[str] = []
+    data = _interpolate(raw, "", missing)
+    try:
+        config = GatewayConfig.model_validate(data)
+    except ValidationError as exc:
+        lines = []
+        for err in exc.errors():
+            loc = _field_path(tuple(err["loc"]))
+            msg = err["msg"]
+            if err["type"] == "extra_forbidden":
+                msg = "unknown field"
+            lines.append(f"{source}: {loc}: {msg}")
+        raise ConfigError("\n".join(lines)) from None
+    # An empty secret is only worth a warning: the upstream will answer 401 and say so.
+    warnings = [f"{source}: {m}" for m in missing]
+    return LoadedConfig(config=config, path=None, warnings=warnings)
+
+
+def load_config(path: Path | str | None = None) -> LoadedConfig:
+    path = Path(path or os.environ.get("GATEWAY_CONFIG") or DEFAULT_CONFIG_PATH)
+    try:
+        text = path.read_text(encoding="utf-8")
+    except FileNotFoundError:
+        raise ConfigError(f"{path}: file not found") from None
+    except OSError as exc:
+        raise ConfigError(f"{path}: cannot read: {exc.strerror}") from None
+    try:
+        raw = yaml.safe_load(text)
+    except yaml.YAMLError as exc:
+        mark = getattr(exc, "problem_mark", None)
+        where = f"line {mark.line + 1}, column {mark.column + 1}: " if mark else ""
+        problem = getattr(exc, "problem", None) or str(exc)
+        raise ConfigError(f"{path}: {where}invalid YAML: {problem}") from None
+    loaded = parse_config(raw, str(path))
+    return LoadedConfig(config=loaded.config, path=path, warnings=loaded.warnings)

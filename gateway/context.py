@@ -1,0 +1,36 @@
+"""The per-app state handlers reach through `request.app[GATEWAY]`."""
+
+from __future__ import annotations
+
+from dataclasses import dataclass, field
+
+import aiohttp
+from aiohttp import web
+
+from gateway.config import GatewayConfig
+from gateway.conversations.service import Conversations
+from gateway.conversations.store import Store
+from gateway.routing import Router
+
+
+@dataclass
+class Gateway:
+    """Everything a handler needs, built once per app."""
+
+    config: GatewayConfig
+    store: Store
+    conversations: Conversations
+    router: Router | None = None
+    session: aiohttp.ClientSession | None = None
+    state: dict[str, bool] = field(default_factory=lambda: {"shutting_down": False})
+
+    @property
+    def routes(self) -> Router:
+        assert self.router is not None, "the app has not started"
+        return self.router
+
+    def cancel_reason(self) -> str:
+        return "shutdown" if self.state["shutting_down"] else "client_disconnect"
+
+
+GATEWAY = web.AppKey("gateway", Gateway)

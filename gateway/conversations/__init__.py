@@ -1,0 +1,1 @@
+"""The conversation store: event types, the store protocol and backends, derive, recording."""

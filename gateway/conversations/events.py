@@ -1,0 +1,70 @@
+"""Event log records (contract section 3)."""
+
+from __future__ import annotations
+
+import time
+import uuid
+from dataclasses import dataclass, field
+from typing import Any
+
+USER_MESSAGE = "user/message"
+TOOL_RESULT = "tool/result"
+ASSISTANT_MESSAGE = "assistant/message"
+ASSISTANT_ATTEMPT = "assistant/attempt"
+REQUEST_ERROR = "request/error"
+TURN_END = "turn/end"
+
+# Only these make up model history.
+SURFACE_TYPES = frozenset({USER_MESSAGE, TOOL_RESULT, ASSISTANT_MESSAGE})
+
+
+def new_id(prefix: str) -> str:
+    return f"{prefix}_{uuid.uuid4().hex}"
+
+
+@dataclass(slots=True, frozen=True)
+class Event:
+    conversation_id: str
+    seq: int
+    turn_id: str
+    type: str
+    created_at: float
+    payload: dict[str, Any]
+
+    def to_api(self) -> dict[str, Any]:
+        return {
+            "conversation_id": self.conversation_id,
+            "seq": self.seq,
+            "turn_id": self.turn_id,
+            "type": self.type,
+            "created_at": self.created_at,
+            "payload": self.payload,
+        }
+
+
+@dataclass(slots=True, frozen=True)
+class NewEvent:
+    """An event before the store gives it its `seq`."""
+
+    conversation_id: str
+    turn_id: str
+    type: str
+    payload: dict[str, Any]
+    created_at: float = field(default_factory=time.time)
+
+
+@dataclass(slots=True, frozen=True)
+class Conversation:
+    id: str
+    created_at: float
+    # A branch: its history is the parent's events up to parent_seq, then its own.
+    parent_id: str | None = None
+    parent_seq: int | None = None
+
+
+@dataclass(slots=True, frozen=True)
+class TurnStart:
+    id: str
+    conversation_id: str
+    started_at: float
+    request: dict[str, Any]

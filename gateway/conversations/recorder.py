@@ -1,0 +1,247 @@
+"""Recording a turn: new input, attempts, and the finalisation rules of contract section 3.
+
+Order inside a turn, always:
+- success: input events, `assistant/message`, `turn/end(completed)`;
+- the client left with a non-empty delivered prefix: `assistant/message(interrupted)` holding
+  only the delivered blocks, then `turn/end(aborted)`;
+- the client left with nothing delivered: `assistant/attempt(empty_prefix)`, `turn/end(aborted)`;
+- a provider fault: `assistant/attempt(provider_error | aborted_finish)` holding what was
+  received, `request/error`, then the next attempt or `turn/end(error)`.
+
+Every method here only queues events: finalising never awaits, so it also runs safely inside a
+handler that is being cancelled because its client went away.
+"""
+
+from __future__ import annotations
+
+import time
+from dataclasses import dataclass, field
+from typing import Any
+
+from gateway.conversations.events import (
+    ASSISTANT_ATTEMPT,
+    ASSISTANT_MESSAGE,
+    REQUEST_ERROR,
+    TOOL_RESULT,
+    TURN_END,
+    USER_MESSAGE,
+    Conversation,
+    NewEvent,
+    TurnStart,
+)
+from gateway.conversations.store import Store
+from gateway.errors import GatewayError, UpstreamError
+from gateway.stream.assembler import BlockAssembler
+from gateway.stream.compact import Timed, compact
+from gateway.stream.events import Finish, StreamEvent
+
+
+@dataclass
+class Attempt:
+    """One upstream request: its route and the timed events received from it."""
+
+    number: int
+    route: dict[str, Any]
+    started: float = field(default_factory=time.monotonic)
+    events: list[Timed] = field(default_factory=list)
+    # For each frame written to the client: how many events had been received by its end.
+    frame_marks: list[int] = field(default_factory=list)
+    first_token_ms: float | None = None
+
+    def add(self, events: list[StreamEvent]) -> None:
+        if not events:
+            return
+        t = (time.monotonic() - self.started) * 1000.0
+        if self.first_token_ms is None:
+            self.first_token_ms = t
+        self.events.extend((t, e) for e in events)
+
+    def frame_written(self) -> None:
+        self.frame_marks.append(len(self.events))
+
+    def delivered_events(self, frames: int) -> list[Timed]:
+        return self.events[: self.frame_marks[frames - 1]] if frames else []
+
+    @property
+    def usage(self) -> dict[str, Any] | None:
+        return BlockAssembler.of(e for _, e in self.events).usage
+
+
+def _input_event(message: dict[str, Any]) -> tuple[str, dict[str, Any]]:
+    role = message.get("role")
+    if role == "user":
+        payload: dict[str, Any] = {"content": message.get("content")}
+        if message.get("name"):
+            payload["name"] = message["name"]
+        return USER_MESSAGE, payload
+    if role == "tool":
+        return TOOL_RESULT, {
+            "tool_call_id": message.get("tool_call_id"),
+            "content": message.get("content"),
+            "synthetic": False,
+        }
+    # An assistant message the client supplied (its own history, few-shot examples).
+    blocks: list[dict[str, Any]] = []
+    if message.get("reasoning_content"):
+        blocks.append({"type": "reasoning", "text": message["reasoning_content"]})
+    content = message.get("content")
+    if isinstance(content, list):
+        content = "".join(p.get("text", "") for p in content if isinstance(p, dict))
+    if content:
+        blocks.append({"type": "text", "text": content})
+    for call in message.get("tool_calls") or ():
+        function = call.get("function") or {}
+        blocks.append(
+            {
+                "type": "tool_call",
+                "id": call.get("id"),
+                "name": function.get("name"),
+                "arguments": function.get("arguments", ""),
+            }
+        )
+    return ASSISTANT_MESSAGE, {
+        "content": blocks,
+        "interrupted": False,
+        "surface_op": "append",
+        "source": "client",
+    }
+
+
+def _sum_usage(usages: list[dict[str, Any]]) -> dict[str, int]:
+    total = {"prompt_tokens": 0, "completion_tokens": 0, "total_tokens": 0}
+    for usage in usages:
+        for key in total:
+            value = usage.get(key)
+            if isinstance(value, int):
+                total[key] += value
+    return total
+
+
+class TurnRecorder:
+    def __init__(self, store: Store, conversation_id: str, turn_id: str) -> None:
+        self.store = store
+        self.conversation_id = conversation_id
+        self.turn_id = turn_id
+        self.attempts: list[Attempt] = []
+        self.ended = False
+        self._started = time.monotonic()
+
+    def begin(
+        self,
+        *,
+        new_conversation: Conversation | None,
+        new_messages: list[dict[str, Any]],
+        request: dict[str, Any],
+    ) -> None:
+        if new_conversation is not None:
+            self.store.create_conversation(new_conversation)
+        self.store.start_turn(TurnStart(self.turn_id, self.conversation_id, time.time(), request))
+        for message in new_messages:
+            kind, payload = _input_event(message)
+            self._append(kind, payload)
+
+    def new_attempt(self, route: dict[str, Any]) -> Attempt:
+        attempt = Attempt(len(self.attempts) + 1, route)
+        self.attempts.append(attempt)
+        return attempt
+
+    # -- finalisation --------------------------------------------------------------------
+
+    def completed(self, attempt: Attempt) -> None:
+        events = [e for _, e in attempt.events]
+        assembler = BlockAssembler.of(events)
+        self._append(
+            ASSISTANT_MESSAGE,
+            self._message_payload(attempt, assembler, attempt.events, interrupted=False),
+        )
+        self._end("completed", None)
+
+    def interrupted(self, attempt: Attempt | None, delivered: int, level: str, reason: str) -> None:
+        """The client went away (or cancelled) after `delivered` frames reached it."""
+        if attempt is None:
+            self._end("aborted", reason)
+            return
+        timed = attempt.delivered_events(delivered)
+        assembler = BlockAssembler.of(e for _, e in timed)
+        if any(isinstance(e, Finish) for _, e in timed):
+            # The client saw the whole answer, finish included: nothing was cut.
+            self._append(
+                ASSISTANT_MESSAGE, self._message_payload(attempt, assembler, attempt.events, interrupted=False)
+            )
+            self._end("completed", None)
+            return
+        blocks = assembler.interrupted_blocks()
+        if blocks:
+            payload = self._message_payload(attempt, assembler, timed, interrupted=True)
+            payload["content"] = [b.to_content() for b in blocks]
+            payload["delivery"] = level
+            self._append(ASSISTANT_MESSAGE, payload)
+        else:
+            self._append(ASSISTANT_ATTEMPT, self._attempt_payload(attempt, "empty_prefix"))
+        self._end("aborted", reason)
+
+    def attempt_failed(self, attempt: Attempt, error: GatewayError, *, aborted_finish: bool = False) -> None:
+        reason = "aborted_finish" if aborted_finish else "provider_error"
+        self._append(ASSISTANT_ATTEMPT, self._attempt_payload(attempt, reason))
+        self._append(
+            REQUEST_ERROR,
+            {
+                "attempt": attempt.number,
+                "route": attempt.route,
+                "status": error.status,
+                "code": error.code,
+                "type": error.type,
+                "message": error.message,
+                "retryable": error.retryable,
+            },
+        )
+
+    def failed(self, error: GatewayError) -> None:
+        reason = "provider_error" if isinstance(error, UpstreamError) else error.code
+        if getattr(error, "phase", None):
+            reason = "timeout"
+        self._end("error", reason)
+
+    # -- helpers -------------------------------------------------------------------------
+
+    def _message_payload(
+        self, attempt: Attempt, assembler: BlockAssembler, timed: list[Timed], *, interrupted: bool
+    ) -> dict[str, Any]:
+        return {
+            "content": [b.to_content() for b in assembler.blocks()],
+            "interrupted": interrupted,
+            "surface_op": "append",
+            "stream": compact(timed),
+            "route": attempt.route,
+            "attempt": attempt.number,
+            "finish_reason": assembler.finish_reason,
+            "usage": assembler.usage,
+        }
+
+    def _attempt_payload(self, attempt: Attempt, reason: str) -> dict[str, Any]:
+        return {
+            "reason": reason,
+            "attempt": attempt.number,
+            "stream": compact(attempt.events),
+            "route": attempt.route,
+            "usage": attempt.usage,
+        }
+
+    def _end(self, status: str, reason: str | None) -> None:
+        if self.ended:
+            return
+        self.ended = True
+        usages = [u for a in self.attempts if (u := a.usage)]
+        self._append(
+            TURN_END,
+            {
+                "status": status,
+                "reason": reason,
+                "attempts": len(self.attempts),
+                "duration_ms": round((time.monotonic() - self._started) * 1000.0, 1),
+                "usage": _sum_usage(usages),
+            },
+        )
+
+    def _append(self, kind: str, payload: dict[str, Any]) -> None:
+        self.store.append(NewEvent(self.conversation_id, self.turn_id, kind, payload))

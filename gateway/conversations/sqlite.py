@@ -1,0 +1,261 @@
+"""SQLite backend: one file in WAL mode, one worker thread that owns the connection.
+
+Every operation goes through one queue to that thread, so the event loop never blocks on the
+disk, writes keep their submission order, and a read sees every write submitted before it.
+The thread applies whatever has queued up in one transaction (group commit), which keeps the
+per-request cost to a queue put however many events a turn records.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import logging
+import queue
+import sqlite3
+import threading
+from collections import OrderedDict
+from collections.abc import Callable
+from pathlib import Path
+from typing import Any, TypeVar
+
+import orjson
+
+from gateway.conversations.events import TURN_END, Conversation, Event, NewEvent, TurnStart
+
+log = logging.getLogger(__name__)
+
+T = TypeVar("T")
+_Op = Callable[[sqlite3.Connection], Any]
+
+SCHEMA = """
+CREATE TABLE IF NOT EXISTS conversations (
+    id TEXT PRIMARY KEY,
+    created_at REAL NOT NULL,
+    parent_id TEXT,
+    parent_seq INTEGER
+);
+CREATE TABLE IF NOT EXISTS turns (
+    id TEXT PRIMARY KEY,
+    conversation_id TEXT NOT NULL,
+    started_at REAL NOT NULL,
+    ended_at REAL,
+    status TEXT,
+    request TEXT NOT NULL
+);
+CREATE INDEX IF NOT EXISTS turns_by_conversation ON turns (conversation_id, started_at);
+CREATE TABLE IF NOT EXISTS events (
+    conversation_id TEXT NOT NULL,
+    seq INTEGER NOT NULL,
+    turn_id TEXT NOT NULL,
+    type TEXT NOT NULL,
+    created_at REAL NOT NULL,
+    payload TEXT NOT NULL,
+    PRIMARY KEY (conversation_id, seq)
+) WITHOUT ROWID;
+"""
+
+_BATCH = 512
+_SEQ_CACHE = 4096
+
+
+class SQLiteStore:
+    def __init__(self, path: Path | str) -> None:
+        self.path = Path(path)
+        self._queue: queue.SimpleQueue[tuple[_Op, asyncio.Future[Any] | None] | None] = (
+            queue.SimpleQueue()
+        )
+        self._thread: threading.Thread | None = None
+        self._loop: asyncio.AbstractEventLoop | None = None
+        self._next_seq: OrderedDict[str, int] = OrderedDict()  # owned by the worker thread
+
+    # -- lifecycle -------------------------------------------------------------------------
+
+    async def start(self) -> None:
+        self._loop = asyncio.get_running_loop()
+        if str(self.path) != ":memory:":
+            self.path.parent.mkdir(parents=True, exist_ok=True)
+        ready: asyncio.Future[None] = self._loop.create_future()
+        self._thread = threading.Thread(target=self._run, args=(ready,), name="sqlite-store", daemon=True)
+        self._thread.start()
+        await ready
+
+    async def close(self) -> None:
+        if self._thread is None:
+            return
+        self._queue.put(None)
+        await asyncio.to_thread(self._thread.join)
+        self._thread = None
+
+    # -- writes (queued) -------------------------------------------------------------------
+
+    def create_conversation(self, conversation: Conversation) -> None:
+        row = (conversation.id, conversation.created_at, conversation.parent_id, conversation.parent_seq)
+        self._submit(
+            lambda db: db.execute(
+                "INSERT OR IGNORE INTO conversations (id, created_at, parent_id, parent_seq)"
+                " VALUES (?, ?, ?, ?)",
+                row,
+            )
+        )
+
+    def start_turn(self, turn: TurnStart) -> None:
+        row = (turn.id, turn.conversation_id, turn.started_at, orjson.dumps(turn.request).decode())
+        self._submit(
+            lambda db: db.execute(
+                "INSERT INTO turns (id, conversation_id, started_at, request) VALUES (?, ?, ?, ?)", row
+            )
+        )
+
+    def append(self, event: NewEvent) -> None:
+        self._submit(lambda db: self._insert_event(db, event))
+
+    # -- reads (ordered after earlier writes) ----------------------------------------------
+
+    async def flush(self) -> None:
+        await self._call(lambda db: None)
+
+    async def ping(self) -> None:
+        if self._thread is None or not self._thread.is_alive():
+            raise RuntimeError("the SQLite store is not running")
+        await self._call(lambda db: db.execute("SELECT 1").fetchone())
+
+    async def get_conversation(self, conversation_id: str) -> Conversation | None:
+        def read(db: sqlite3.Connection) -> Conversation | None:
+            row = db.execute(
+                "SELECT id, created_at, parent_id, parent_seq FROM conversations WHERE id = ?",
+                (conversation_id,),
+            ).fetchone()
+            return Conversation(*row) if row else None
+
+        return await self._call(read)
+
+    async def events(self, conversation_id: str, up_to_seq: int | None = None) -> list[Event]:
+        limit = up_to_seq if up_to_seq is not None else 2**62
+
+        def read(db: sqlite3.Connection) -> list[Event]:
+            rows = db.execute(
+                "SELECT seq, turn_id, type, created_at, payload FROM events"
+                " WHERE conversation_id = ? AND seq <= ? ORDER BY seq",
+                (conversation_id, limit),
+            ).fetchall()
+            return [Event(conversation_id, s, t, ty, c, orjson.loads(p)) for s, t, ty, c, p in rows]
+
+        return await self._call(read)
+
+    async def turn_ended(self, turn_id: str) -> bool:
+        def read(db: sqlite3.Connection) -> bool:
+            row = db.execute("SELECT ended_at FROM turns WHERE id = ?", (turn_id,)).fetchone()
+            return row is not None and row[0] is not None
+
+        return await self._call(read)
+
+    # -- the worker ------------------------------------------------------------------------
+
+    def _submit(self, op: _Op) -> None:
+        self._queue.put((op, None))
+
+    async def _call(self, op: Callable[[sqlite3.Connection], T]) -> T:
+        assert self._loop is not None, "store not started"
+        future: asyncio.Future[T] = self._loop.create_future()
+        self._queue.put((op, future))
+        return await future
+
+    def _insert_event(self, db: sqlite3.Connection, event: NewEvent) -> None:
+        cid = event.conversation_id
+        seq = self._next_seq.pop(cid, None)
+        if seq is None:
+            row = db.execute(
+                "SELECT max(seq) FROM events WHERE conversation_id = ?", (cid,)
+            ).fetchone()
+            if row[0] is not None:
+                seq = row[0] + 1
+            else:
+                parent = db.execute(
+                    "SELECT parent_seq FROM conversations WHERE id = ?", (cid,)
+                ).fetchone()
+                seq = (parent[0] or 0) + 1 if parent else 1
+        db.execute(
+            "INSERT INTO events (conversation_id, seq, turn_id, type, created_at, payload)"
+            " VALUES (?, ?, ?, ?, ?, ?)",
+            (cid, seq, event.turn_id, event.type, event.created_at, orjson.dumps(event.payload).decode()),
+        )
+        self._next_seq[cid] = seq + 1
+        if len(self._next_seq) > _SEQ_CACHE:
+            self._next_seq.popitem(last=False)
+        if event.type == TURN_END:
+            db.execute(
+                "UPDATE turns SET ended_at = ?, status = ? WHERE id = ?",
+                (event.created_at, event.payload.get("status"), event.turn_id),
+            )
+
+    def _run(self, ready: asyncio.Future[None]) -> None:
+        loop = self._loop
+        assert loop is not None
+        try:
+            db = sqlite3.connect(self.path, isolation_level=None, check_same_thread=False)
+            db.execute("PRAGMA journal_mode=WAL")
+            db.execute("PRAGMA synchronous=NORMAL")
+            db.execute("PRAGMA busy_timeout=5000")
+            db.executescript(SCHEMA)
+        except Exception as exc:  # noqa: BLE001 - handed to the starting coroutine
+            loop.call_soon_threadsafe(_settle, ready, None, exc)
+            return
+        loop.call_soon_threadsafe(_settle, ready, None, None)
+        stopping = False
+        while not stopping:
+            item = self._queue.get()
+            batch = []
+            while item is not None:
+                batch.append(item)
+                if len(batch) >= _BATCH:
+                    break
+                try:
+                    item = self._queue.get_nowait()
+                except queue.Empty:
+                    break
+            else:
+                stopping = True
+            if batch:
+                self._apply(db, batch)
+        db.close()
+
+    def _apply(self, db: sqlite3.Connection, batch: list[tuple[_Op, asyncio.Future[Any] | None]]) -> None:
+        results: list[tuple[asyncio.Future[Any] | None, Any, BaseException | None]] = []
+        try:
+            db.execute("BEGIN IMMEDIATE")
+            for op, future in batch:
+                results.append((future, op(db), None))
+            db.execute("COMMIT")
+        except Exception:
+            # One bad operation must not sink the others: roll back, then apply one by one.
+            log.exception("store batch failed; retrying its %d operations one at a time", len(batch))
+            if db.in_transaction:
+                db.execute("ROLLBACK")
+            self._next_seq.clear()
+            results = []
+            for op, future in batch:
+                try:
+                    db.execute("BEGIN IMMEDIATE")
+                    value = op(db)
+                    db.execute("COMMIT")
+                    results.append((future, value, None))
+                except Exception as exc:  # noqa: BLE001 - reported to the waiting caller
+                    if db.in_transaction:
+                        db.execute("ROLLBACK")
+                    self._next_seq.clear()
+                    log.exception("store operation failed")
+                    results.append((future, None, exc))
+        loop = self._loop
+        assert loop is not None
+        for future, value, exc in results:
+            if future is not None:
+                loop.call_soon_threadsafe(_settle, future, value, exc)
+
+
+def _settle(future: asyncio.Future[Any], value: Any, exc: BaseException | None) -> None:
+    if future.done():
+        return
+    if exc is not None:
+        future.set_exception(exc)
+    else:
+        future.set_result(value)

@@ -1,0 +1,1 @@
+"""Client-facing wire formats: request parsing and response shapes, pure."""

@@ -1,0 +1,209 @@
+"""The gateway's one error tree.
+
+    GatewayError                      500 server_error
+    ├── InvalidRequest                400 invalid_request_error (names the offending `param`)
+    │   └── PayloadTooLarge           413
+    ├── NotFound                      404 (unknown conversation, route, ...)
+    │   └── ModelNotFound             404 model_not_found
+    ├── Conflict                      409
+    ├── ServiceUnavailable            503 (the store is not ready, shutting down)
+    └── UpstreamError                 502 a provider fault; `retryable` says if another try may help
+        ├── UpstreamHTTPError         the provider's own status (429, 500, 400, ...)
+        ├── UpstreamConnectError      502 connection refused, DNS, TLS
+        ├── UpstreamTimeout           504
+        ├── UpstreamStreamError       an in-band error event in an otherwise 200 stream
+        └── UpstreamProtocolError     502 malformed SSE, invalid JSON, a reset mid-stream
+            └── UpstreamIncompleteStream  a clean end without finish_reason
+
+Each class knows its HTTP status, its OpenAI error `type` and `code`, whether a retry may help,
+and a low-cardinality `label` for metrics. `to_openai()` is the only place the error body is
+shaped; `gateway.http.middleware` is the only place it becomes an HTTP response.
+"""
+
+from __future__ import annotations
+
+from typing import Any
+
+
+class GatewayError(Exception):
+    status: int = 500
+    type: str = "server_error"
+    code: str = "internal_error"
+    retryable: bool = False
+
+    def __init__(self, message: str, *, param: str | None = None, code: str | None = None):
+        super().__init__(message)
+        self.message = message
+        self.param = param
+        if code is not None:
+            self.code = code
+        # Response headers the error should still carry (X-Conversation-Id, ...).
+        self.headers: dict[str, str] = {}
+
+    @property
+    def label(self) -> str:
+        return self.code
+
+    def to_openai(self) -> dict[str, Any]:
+        return {
+            "error": {
+                "message": self.message,
+                "type": self.type,
+                "code": self.code,
+                "param": self.param,
+            }
+        }
+
+
+class InvalidRequest(GatewayError):
+    status = 400
+    type = "invalid_request_error"
+    code = "invalid_request"
+
+
+class PayloadTooLarge(InvalidRequest):
+    status = 413
+    code = "payload_too_large"
+
+
+class NotFound(GatewayError):
+    status = 404
+    type = "invalid_request_error"
+    code = "not_found"
+
+
+class ModelNotFound(NotFound):
+    code = "model_not_found"
+
+
+class Conflict(GatewayError):
+    status = 409
+    type = "invalid_request_error"
+    code = "conflict"
+
+
+class ServiceUnavailable(GatewayError):
+    status = 503
+    type = "server_error"
+    code = "service_unavailable"
+
+
+class UpstreamError(GatewayError):
+    """A provider fault. Recorded as an attempt; never a crash."""
+
+    status = 502
+    type = "upstream_error"
+    code = "upstream_error"
+    retryable = True
+
+
+_RETRYABLE_STATUSES = frozenset({408, 429, 500, 502, 503, 504, 529})
+
+
+class UpstreamHTTPError(UpstreamError):
+    """The provider answered with an HTTP error before streaming began."""
+
+    def __init__(
+        self,
+        status: int,
+        message: str,
+        *,
+        body: dict[str, Any] | None = None,
+        retry_after: float | None = None,
+    ):
+        super().__init__(message)
+        self.status = status
+        self.retryable = status in _RETRYABLE_STATUSES
+        self.retry_after = retry_after
+        # The provider's own error object, passed through to the client when it has one.
+        self.body = body
+        error = (body or {}).get("error")
+        if isinstance(error, dict):
+            self.type = str(error.get("type") or _type_for(status))
+            code = error.get("code")
+            self.code = str(code) if code is not None else _code_for(status)
+            self.param = error.get("param") if isinstance(error.get("param"), str) else None
+        else:
+            self.type = _type_for(status)
+            self.code = _code_for(status)
+
+    @property
+    def label(self) -> str:
+        return f"http_{self.status}"
+
+    def to_openai(self) -> dict[str, Any]:
+        if self.body is not None and isinstance(self.body.get("error"), dict):
+            return self.body
+        return super().to_openai()
+
+
+class UpstreamConnectError(UpstreamError):
+    code = "upstream_connect_error"
+
+
+class UpstreamTimeout(UpstreamError):
+    status = 504
+    code = "upstream_timeout"
+
+    def __init__(self, message: str, *, phase: str):
+        super().__init__(message)
+        # connect | first_token | idle | total: each is a distinct recorded error.
+        self.phase = phase
+        self.code = f"upstream_timeout_{phase}"
+
+
+class UpstreamStreamError(UpstreamError):
+    """An error event inside a 200 stream (OpenRouter's error chunk, Groq's `event: error`)."""
+
+    code = "upstream_stream_error"
+
+    def __init__(self, message: str, *, upstream: dict[str, Any] | None = None):
+        super().__init__(message)
+        upstream = upstream or {}
+        code = upstream.get("code")
+        if code is not None:
+            self.code = str(code)
+        status = upstream.get("status_code")
+        if isinstance(code, int) and 400 <= code < 600:
+            status = code
+        self.upstream_status = status if isinstance(status, int) else None
+        self.retryable = self.upstream_status is None or self.upstream_status in _RETRYABLE_STATUSES
+        if isinstance(upstream.get("type"), str):
+            self.type = upstream["type"]
+
+
+class UpstreamProtocolError(UpstreamError):
+    code = "upstream_protocol_error"
+
+
+class UpstreamIncompleteStream(UpstreamProtocolError):
+    """The stream ended cleanly but without its terminal event (no finish_reason)."""
+
+    code = "upstream_incomplete_stream"
+
+
+def _type_for(status: int) -> str:
+    if status == 401:
+        return "authentication_error"
+    if status == 403:
+        return "permission_error"
+    if status == 404:
+        return "not_found_error"
+    if status == 429:
+        return "rate_limit_error"
+    if 400 <= status < 500:
+        return "invalid_request_error"
+    return "upstream_error"
+
+
+def _code_for(status: int) -> str:
+    return {
+        400: "bad_request",
+        401: "invalid_api_key",
+        403: "permission_denied",
+        404: "not_found",
+        408: "request_timeout",
+        422: "unprocessable_entity",
+        429: "rate_limit_exceeded",
+        529: "overloaded",
+    }.get(status, "upstream_error")

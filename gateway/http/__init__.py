@@ -1,0 +1,1 @@
+"""HTTP surface: the route table, thin handlers, middleware."""

@@ -1,0 +1,44 @@
+"""POST /v1/chat/completions: parse the OpenAI dialect, join the conversation, run the pipeline."""
+
+from __future__ import annotations
+
+from aiohttp import web
+
+from gateway.context import GATEWAY
+from gateway.conversations.events import new_id
+from gateway.conversations.recorder import TurnRecorder
+from gateway.dialects.openai_chat import parse_chat_request
+from gateway.http.middleware import REQUEST_ID
+from gateway.pipeline import ChatCall, run_chat
+
+
+async def chat_completions(request: web.Request) -> web.StreamResponse:
+    gateway = request.app[GATEWAY]
+    body, parsed = parse_chat_request(await request.read())
+    deployments = gateway.routes.plan(parsed.model)
+    joined = await gateway.conversations.join(
+        request.headers.get("X-Conversation-Id"), body["messages"]
+    )
+    turn = TurnRecorder(gateway.store, joined.conversation_id, new_id("turn"))
+    turn.begin(
+        new_conversation=joined.create,
+        new_messages=joined.new_messages,
+        request={
+            "endpoint": "chat.completions",
+            "request_id": request[REQUEST_ID],
+            "model": parsed.model,
+            "stream": bool(parsed.stream),
+            "instructions": [m for m in body["messages"] if m.get("role") in ("system", "developer")],
+            "params": {k: v for k, v in body.items() if k != "messages"},
+        },
+    )
+    call = ChatCall(
+        request=request,
+        body=body,
+        stream=bool(parsed.stream),
+        deployments=deployments,
+        turn=turn,
+        headers={"X-Conversation-Id": joined.conversation_id},
+        cancel_reason=gateway.cancel_reason,
+    )
+    return await run_chat(call)

@@ -1,0 +1,73 @@
+"""Request ids, and the one place errors become HTTP responses."""
+
+from __future__ import annotations
+
+import logging
+import re
+import uuid
+
+import orjson
+from aiohttp import web
+from aiohttp.typedefs import Handler
+
+from gateway import metrics
+from gateway.errors import GatewayError, InvalidRequest, NotFound, PayloadTooLarge
+
+log = logging.getLogger(__name__)
+
+REQUEST_ID = web.RequestKey("request_id", str)
+_SAFE_ID = re.compile(r"^[A-Za-z0-9._:-]{1,128}$")
+
+
+def error_response(error: GatewayError) -> web.Response:
+    return web.Response(
+        status=error.status,
+        body=orjson.dumps(error.to_openai()),
+        content_type="application/json",
+        headers=error.headers,
+    )
+
+
+def _from_http_exception(exc: web.HTTPException) -> GatewayError:
+    if isinstance(exc, web.HTTPRequestEntityTooLarge):
+        return PayloadTooLarge(f"The request body is too large: {exc.text or ''}".strip())
+    if exc.status == 404:
+        return NotFound("Unknown endpoint.")
+    if exc.status == 405:
+        error = InvalidRequest(f"Method not allowed: {exc.reason}.", code="method_not_allowed")
+        error.status = 405
+        return error
+    error = GatewayError(exc.reason or "HTTP error", code=f"http_{exc.status}")
+    error.status = exc.status
+    error.type = "invalid_request_error" if exc.status < 500 else "server_error"
+    return error
+
+
+@web.middleware
+async def errors_and_ids(request: web.Request, handler: Handler) -> web.StreamResponse:
+    incoming = request.headers.get("X-Request-Id", "")
+    request[REQUEST_ID] = incoming if _SAFE_ID.match(incoming) else uuid.uuid4().hex
+    route = request.match_info.route.resource.canonical if request.match_info.route.resource else "unmatched"
+    metrics.IN_FLIGHT.inc()
+    try:
+        response = await handler(request)
+    except GatewayError as error:
+        response = error_response(error)
+    except web.HTTPException as exc:
+        if exc.status < 400:
+            raise
+        response = error_response(_from_http_exception(exc))
+    except Exception:
+        log.exception("unhandled error on %s %s", request.method, request.path)
+        response = error_response(GatewayError("The gateway failed to handle the request."))
+    finally:
+        metrics.IN_FLIGHT.dec()
+    metrics.REQUESTS.labels(route, str(response.status)).inc()
+    return response
+
+
+async def add_request_id(request: web.Request, response: web.StreamResponse) -> None:
+    """on_response_prepare: every response, streamed or not, carries X-Request-Id."""
+    request_id = request.get(REQUEST_ID)
+    if request_id:
+        response.headers["X-Request-Id"] = request_id

@@ -1,0 +1,18 @@
+"""The route table: paths only."""
+
+from __future__ import annotations
+
+from aiohttp import web
+
+from gateway.http import chat, conversations, system
+
+
+def add_routes(app: web.Application) -> None:
+    app.router.add_post("/v1/chat/completions", chat.chat_completions)
+    app.router.add_get("/v1/models", system.models)
+    app.router.add_get("/v1/conversations/{id}/events", conversations.events)
+    app.router.add_get("/v1/conversations/{id}/messages", conversations.messages)
+    app.router.add_post("/v1/conversations/{id}/branches", conversations.branch)
+    app.router.add_get("/health/live", system.live)
+    app.router.add_get("/health/ready", system.ready)
+    app.router.add_get("/metrics", system.metrics)

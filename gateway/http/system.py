@@ -1,0 +1,43 @@
+"""Health, model list, metrics."""
+
+from __future__ import annotations
+
+import asyncio
+import time
+
+from aiohttp import web
+from prometheus_client import CONTENT_TYPE_LATEST
+
+from gateway import metrics as gateway_metrics
+from gateway.context import GATEWAY
+from gateway.errors import ServiceUnavailable
+
+_STARTED = int(time.time())
+
+
+async def live(request: web.Request) -> web.Response:
+    return web.json_response({"status": "ok"})
+
+
+async def ready(request: web.Request) -> web.Response:
+    gateway = request.app[GATEWAY]
+    if gateway.state["shutting_down"]:
+        raise ServiceUnavailable("The gateway is shutting down.")
+    try:
+        async with asyncio.timeout(2):
+            await gateway.store.ping()
+    except Exception as exc:
+        raise ServiceUnavailable(f"The conversation store is not ready: {exc}") from None
+    return web.json_response({"status": "ok", "store": "ok"})
+
+
+async def models(request: web.Request) -> web.Response:
+    aliases = request.app[GATEWAY].routes.aliases
+    data = [{"id": a, "object": "model", "created": _STARTED, "owned_by": "gateway"} for a in aliases]
+    return web.json_response({"object": "list", "data": data})
+
+
+async def metrics(request: web.Request) -> web.Response:
+    response = web.Response(body=gateway_metrics.render())
+    response.headers["Content-Type"] = CONTENT_TYPE_LATEST
+    return response

@@ -1,0 +1,40 @@
+"""Every Prometheus metric the gateway exports, in one registry."""
+
+from __future__ import annotations
+
+from prometheus_client import CollectorRegistry, Counter, Gauge, Histogram, generate_latest
+
+REGISTRY = CollectorRegistry(auto_describe=True)
+
+REQUESTS = Counter(
+    "gateway_requests_total",
+    "HTTP requests answered, by route and status code.",
+    ["route", "status"],
+    registry=REGISTRY,
+)
+IN_FLIGHT = Gauge(
+    "gateway_requests_in_flight", "HTTP requests being handled right now.", registry=REGISTRY
+)
+TURNS = Counter(
+    "gateway_turns_total",
+    "Conversation turns recorded, by final status and reason.",
+    ["status", "reason"],
+    registry=REGISTRY,
+)
+ATTEMPTS = Counter(
+    "gateway_upstream_attempts_total",
+    "Upstream attempts, by deployment and outcome (ok or an error label).",
+    ["deployment", "outcome"],
+    registry=REGISTRY,
+)
+FIRST_TOKEN = Histogram(
+    "gateway_time_to_first_token_seconds",
+    "From sending the upstream request to its first content event.",
+    ["deployment"],
+    buckets=(0.05, 0.1, 0.25, 0.5, 1, 2, 5, 10, 30, 60),
+    registry=REGISTRY,
+)
+
+
+def render() -> bytes:
+    return generate_latest(REGISTRY)

@@ -1,0 +1,1 @@
+"""Upstream providers: wire formats (pure) and the adapters that speak them."""

@@ -1,0 +1,28 @@
+"""What the pipeline needs from a provider adapter."""
+
+from __future__ import annotations
+
+from typing import Any, Protocol
+
+
+class UpstreamResponse(Protocol):
+    """An upstream answer whose status was a success; its body is read in pieces."""
+
+    # True when the gateway added `stream_options.include_usage` itself, so the usage-only
+    # chunk it brings is for the gateway's metering and not forwarded to the client.
+    usage_injected: bool
+
+    async def read(self) -> bytes:
+        """The next piece of the body; b"" at the end. Raises `UpstreamError` on a fault."""
+        ...
+
+    def close(self) -> None:
+        """Drop the upstream connection now (the upstream sees its client go away)."""
+        ...
+
+
+class Provider(Protocol):
+    async def chat(self, body: dict[str, Any], *, stream: bool) -> UpstreamResponse:
+        """Send an OpenAI chat completions body. Raises `UpstreamError` for an HTTP error
+        status, a connection failure or a timeout before the response headers."""
+        ...

@@ -1,0 +1,136 @@
+"""The built-in `demo` provider: a deterministic multi-paragraph answer, no key, no network.
+
+It speaks the OpenAI chat wire format byte for byte, so a request to it takes exactly the path a
+real upstream's does (SSE decoding, assembly, delivery tracking, recording). The default pace,
+about 20 chunks a second, is slow enough to cancel by hand.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import re
+import time
+import uuid
+from typing import Any
+
+import orjson
+
+from gateway.config import DeploymentConfig
+
+_ANSWER = (
+    "Thanks for trying the gateway. You asked: \u201c{question}\u201d\n\n"
+    "This answer comes from the built-in demo provider, which streams the same words every time "
+    "at a steady pace, so you can watch a stream arrive and cut it off halfway. Every request is "
+    "recorded as a turn in the conversation store, with the timing of each chunk.\n\n"
+    "If you cancel now, the gateway records exactly the part of this answer that reached you, "
+    "marked as interrupted. Ask a follow-up in the same conversation and the model's history "
+    "holds precisely what you read, not a word more.\n\n"
+    "Point a real model alias at an OpenAI-compatible endpoint in config/gateway.yaml to talk "
+    "to a real model; nothing else in your application has to change."
+)
+
+
+def _question(body: dict[str, Any]) -> str:
+    for message in reversed(body.get("messages") or []):
+        if isinstance(message, dict) and message.get("role") == "user":
+            content = message.get("content")
+            if isinstance(content, list):
+                content = " ".join(p.get("text", "") for p in content if isinstance(p, dict))
+            text = " ".join(str(content or "").split())
+            return text[:200] + ("\u2026" if len(text) > 200 else "")
+    return ""
+
+
+def demo_answer(body: dict[str, Any]) -> str:
+    return _ANSWER.format(question=_question(body))
+
+
+def _pieces(text: str) -> list[str]:
+    return re.findall(r"\S+\s*|\s+", text)
+
+
+class DemoResponse:
+    def __init__(self, body: dict[str, Any], model: str, stream: bool, delay_s: float) -> None:
+        self._delay = delay_s
+        self._closed = False
+        answer = demo_answer(body)
+        prompt_tokens = max(1, len(orjson.dumps(body.get("messages", []))) // 4)
+        completion_tokens = max(1, len(answer) // 4)
+        usage = {
+            "prompt_tokens": prompt_tokens,
+            "completion_tokens": completion_tokens,
+            "total_tokens": prompt_tokens + completion_tokens,
+        }
+        ident = f"chatcmpl-demo-{uuid.uuid4().hex[:24]}"
+        created = int(time.time())
+        if stream:
+            self._chunks = _stream(ident, created, model, answer, usage)
+        else:
+            self._chunks = [_completion(ident, created, model, answer, usage)]
+        self._first = True
+        options = body.get("stream_options")
+        # Like the OpenAI adapter: usage always comes, and is the gateway's unless asked for.
+        self.usage_injected = not (isinstance(options, dict) and options.get("include_usage"))
+
+    async def read(self) -> bytes:
+        if self._closed or not self._chunks:
+            return b""
+        if not self._first and self._delay:
+            await asyncio.sleep(self._delay)
+        self._first = False
+        return self._chunks.pop(0)
+
+    def close(self) -> None:
+        self._closed = True
+
+
+def _sse(obj: dict[str, Any]) -> bytes:
+    return b"data: " + orjson.dumps(obj) + b"\n\n"
+
+
+def _stream(ident: str, created: int, model: str, answer: str, usage: dict[str, Any]) -> list[bytes]:
+    def chunk(delta: dict[str, Any], finish: str | None = None) -> dict[str, Any]:
+        return {
+            "id": ident,
+            "object": "chat.completion.chunk",
+            "created": created,
+            "model": model,
+            "choices": [{"index": 0, "delta": delta, "logprobs": None, "finish_reason": finish}],
+        }
+
+    out = [_sse(chunk({"role": "assistant", "content": ""}))]
+    out += [_sse(chunk({"content": piece})) for piece in _pieces(answer)]
+    out.append(_sse(chunk({}, "stop")))
+    usage_chunk = {"id": ident, "object": "chat.completion.chunk", "created": created, "model": model}
+    out.append(_sse({**usage_chunk, "choices": [], "usage": usage}))
+    out.append(b"data: [DONE]\n\n")
+    return out
+
+
+def _completion(ident: str, created: int, model: str, answer: str, usage: dict[str, Any]) -> bytes:
+    return orjson.dumps(
+        {
+            "id": ident,
+            "object": "chat.completion",
+            "created": created,
+            "model": model,
+            "choices": [
+                {
+                    "index": 0,
+                    "message": {"role": "assistant", "content": answer, "refusal": None},
+                    "logprobs": None,
+                    "finish_reason": "stop",
+                }
+            ],
+            "usage": usage,
+        }
+    )
+
+
+class DemoProvider:
+    def __init__(self, config: DeploymentConfig, model: str) -> None:
+        self._model = model
+        self._delay = config.chunk_delay_ms / 1000.0
+
+    async def chat(self, body: dict[str, Any], *, stream: bool) -> DemoResponse:
+        return DemoResponse(body, self._model, stream, self._delay)

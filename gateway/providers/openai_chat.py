@@ -1,0 +1,178 @@
+"""The OpenAI Chat Completions wire format (OpenAI, DeepSeek, OpenRouter, Groq, vLLM, ...).
+
+Pure: SSE frames or a completion object in, the gateway's stream events out. Chat chunks carry no
+block boundaries, so this parser draws them: a block closes when a block of another channel
+starts (text, reasoning, or tool calls) or at `finish_reason`. Parallel tool calls stay open
+side by side until text, reasoning or the finish arrives.
+"""
+
+from __future__ import annotations
+
+from typing import Any, Literal
+
+import orjson
+
+from gateway.errors import UpstreamProtocolError
+from gateway.stream.events import (
+    REASONING,
+    TEXT,
+    TOOL_CALL,
+    BlockDelta,
+    BlockEnd,
+    BlockStart,
+    Finish,
+    StreamEvent,
+    StreamFailure,
+    Usage,
+)
+from gateway.stream.sse import SSEFrame
+
+FrameKind = Literal["data", "done", "comment", "usage_only", "error"]
+
+
+def _error_message(error: Any) -> str:
+    if isinstance(error, dict):
+        message = error.get("message")
+        if isinstance(message, str) and message:
+            return message
+    if isinstance(error, str) and error:
+        return error
+    return "the provider reported an error in the stream"
+
+
+class ChatStreamParser:
+    def __init__(self) -> None:
+        self._next_index = 0
+        self._open: dict[str | int, int] = {}  # channel key -> block index; int keys = tool index
+        self.done = False  # saw `data: [DONE]`
+        self.finished = False  # saw a finish_reason
+
+    def feed(self, frame: SSEFrame) -> tuple[list[StreamEvent], FrameKind]:
+        data = frame.data
+        if data is None:
+            return [], "comment"
+        if data.strip() == "[DONE]":
+            self.done = True
+            return [], "done"
+        try:
+            obj = orjson.loads(data)
+        except orjson.JSONDecodeError:
+            raise UpstreamProtocolError(f"invalid JSON in a stream chunk: {data[:200]!r}") from None
+        if not isinstance(obj, dict):
+            raise UpstreamProtocolError(f"a stream chunk is not a JSON object: {data[:200]!r}")
+        if frame.event == "error" or obj.get("error"):
+            error = obj.get("error", obj)
+            upstream = error if isinstance(error, dict) else {"message": str(error)}
+            return [StreamFailure(_error_message(error), upstream)], "error"
+        events = self.chunk(obj)
+        choices = obj.get("choices")
+        if not choices and obj.get("usage"):
+            return events, "usage_only"
+        return events, "data"
+
+    def chunk(self, obj: dict[str, Any]) -> list[StreamEvent]:
+        out: list[StreamEvent] = []
+        choices = obj.get("choices") or ()
+        for choice in choices:
+            if not isinstance(choice, dict) or choice.get("index", 0) != 0:
+                continue  # n > 1: only the first choice is assembled
+            delta = choice.get("delta")
+            if isinstance(delta, dict):
+                reasoning = delta.get("reasoning_content")
+                if reasoning is None:
+                    reasoning = delta.get("reasoning")
+                if isinstance(reasoning, str):
+                    self._delta(out, REASONING, REASONING, reasoning)
+                content = delta.get("content")
+                if isinstance(content, str):
+                    self._delta(out, TEXT, TEXT, content)
+                for call in delta.get("tool_calls") or ():
+                    self._tool(out, call)
+            reason = choice.get("finish_reason")
+            if reason:
+                for index in self._open.values():
+                    out.append(BlockEnd(index))
+                self._open.clear()
+                self.finished = True
+                out.append(Finish(str(reason)))
+        usage = obj.get("usage")
+        if isinstance(usage, dict):
+            out.append(Usage(usage))
+        return out
+
+    def _delta(
+        self,
+        out: list[StreamEvent],
+        key: str | int,
+        kind: str,
+        text: str | None,
+        id: str | None = None,
+        name: str | None = None,
+    ) -> None:
+        index = self._open.get(key)
+        if index is None:
+            is_tool = isinstance(key, int)
+            for other, other_index in list(self._open.items()):
+                if not (is_tool and isinstance(other, int)):
+                    out.append(BlockEnd(other_index))
+                    del self._open[other]
+            index = self._open[key] = self._next_index
+            self._next_index += 1
+            out.append(BlockStart(index, kind, id, name))
+        if text is not None:
+            out.append(BlockDelta(index, text))
+
+    def _tool(self, out: list[StreamEvent], call: Any) -> None:
+        if not isinstance(call, dict):
+            return
+        position = call.get("index", 0)
+        if not isinstance(position, int):
+            position = 0
+        function = call.get("function") or {}
+        arguments = function.get("arguments") if isinstance(function, dict) else None
+        self._delta(
+            out,
+            position,
+            TOOL_CALL,
+            arguments if isinstance(arguments, str) else None,
+            id=call.get("id"),
+            name=function.get("name") if isinstance(function, dict) else None,
+        )
+
+
+def parse_completion(obj: dict[str, Any]) -> list[StreamEvent]:
+    """A non-streaming chat completion as the same events a stream would give."""
+    if obj.get("error"):
+        error = obj["error"]
+        upstream = error if isinstance(error, dict) else {"message": str(error)}
+        return [StreamFailure(_error_message(error), upstream)]
+    parser = ChatStreamParser()
+    out: list[StreamEvent] = []
+    for choice in obj.get("choices") or ():
+        if not isinstance(choice, dict) or choice.get("index", 0) != 0:
+            continue
+        message = choice.get("message") or {}
+        delta = {
+            "reasoning_content": message.get("reasoning_content"),
+            "reasoning": message.get("reasoning"),
+            "content": message.get("content"),
+            "tool_calls": [
+                {**call, "index": i} for i, call in enumerate(message.get("tool_calls") or ())
+            ],
+        }
+        out += parser.chunk({"choices": [{"index": 0, "delta": delta}]})
+        out += parser.chunk(
+            {"choices": [{"index": 0, "delta": {}, "finish_reason": choice.get("finish_reason")}]}
+        )
+    if isinstance(obj.get("usage"), dict):
+        out.append(Usage(obj["usage"]))
+    return out
+
+
+def completion_text_and_status(obj: dict[str, Any]) -> bool:
+    """True when a non-streaming completion body is a real answer (has choices)."""
+    return isinstance(obj.get("choices"), list) and bool(obj["choices"])
+
+
+def dumps(obj: Any) -> bytes:
+    return orjson.dumps(obj)

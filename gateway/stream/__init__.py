@@ -1,0 +1,1 @@
+"""Stream assembly: SSE decoding, the gateway's stream events, blocks, timing, delivery."""

@@ -1,0 +1,130 @@
+"""Delivery tracking: which written frames the client's side actually received.
+
+Writing is not delivering: a client that stops reading leaves megabytes in the kernel's send
+queue while `write()` keeps returning. "Delivered" (contract section 2) is what the peer
+acknowledged: Linux's `tcp_info.tcpi_bytes_acked` has passed the frame's last byte. The socket
+is duplicated when the response starts because asyncio closes its own socket object as soon as
+the connection is lost; the duplicate still answers `TCP_INFO` with the final count, even after a
+reset. Where TCP_INFO cannot be read (another OS, a Unix socket), the weaker "sent" level is
+used: bytes handed to the kernel with nothing left in the process's buffer.
+
+Offsets are in the payload writer's `output_size` coordinates (status line and headers
+included), relative to the connection's byte count when this response began, so keep-alive
+connections work.
+"""
+
+from __future__ import annotations
+
+import bisect
+import fcntl
+import os
+import socket
+import struct
+import sys
+import termios
+from typing import Literal
+
+from aiohttp import web
+
+DeliveryLevel = Literal["acked", "sent"]
+
+_TCP_INFO_LEN = 136
+_BYTES_ACKED = struct.Struct("=Q")  # tcpi_bytes_acked at offset 120
+_BYTES_ACKED_OFFSET = 120
+
+
+def tcp_bytes_acked(fd: int) -> int | None:
+    try:
+        sock = socket.socket(fileno=fd)
+    except OSError:
+        return None
+    try:
+        info = sock.getsockopt(socket.IPPROTO_TCP, socket.TCP_INFO, _TCP_INFO_LEN)
+    except OSError:
+        return None
+    finally:
+        sock.detach()
+    if len(info) < _BYTES_ACKED_OFFSET + 8:
+        return None
+    return int(_BYTES_ACKED.unpack_from(info, _BYTES_ACKED_OFFSET)[0])
+
+
+def _unacked_in_kernel(fd: int) -> int:
+    buf = fcntl.ioctl(fd, termios.TIOCOUTQ, b"\0\0\0\0")
+    return int(struct.unpack("i", buf)[0])
+
+
+class DeliveryTracker:
+    """Maps the frames a response wrote to the bytes its peer acknowledged."""
+
+    def __init__(self, request: web.BaseRequest) -> None:
+        self._transport = request.transport
+        self._fd: int | None = None
+        self.level: DeliveryLevel = "sent"
+        self._base = 0
+        self._ends: list[int] = []  # end offset of each written frame
+        self._pending: tuple[list[int], int, int] | None = None
+        self._handed = 0  # "sent" level: bytes known to be out of the process
+        # Chunked transfer encoding puts a 2-byte CRLF after each written chunk.
+        self.chunked = True
+        sock = self._transport.get_extra_info("socket") if self._transport else None
+        if sock is not None and sys.platform == "linux" and sock.family in (
+            socket.AF_INET,
+            socket.AF_INET6,
+        ):
+            try:
+                self._fd = os.dup(sock.fileno())
+            except OSError:
+                self._fd = None
+            if self._fd is not None and tcp_bytes_acked(self._fd) is not None:
+                self.level = "acked"
+
+    def begin(self) -> None:
+        """Call right before the response's first byte: fixes the connection's base offset."""
+        if self._fd is None or self.level != "acked":
+            return
+        acked = tcp_bytes_acked(self._fd) or 0
+        try:
+            queued = _unacked_in_kernel(self._fd)
+        except OSError:
+            queued = 0
+        buffered = self._transport.get_write_buffer_size() if self._transport else 0
+        self._base = acked + queued + buffered
+
+    def before_write(self, frame_lengths: list[int], output_size: int) -> None:
+        """Frames about to be written in one `write()`; settled by `after_write`."""
+        self._pending = (frame_lengths, sum(frame_lengths), output_size)
+
+    def after_write(self, output_size: int) -> None:
+        pending = self._pending
+        if pending is None:
+            return
+        lengths, total, before = pending
+        self._pending = None
+        if output_size == before:
+            return  # nothing reached the transport
+        end = output_size - (2 if self.chunked else 0) - total
+        for length in lengths:
+            end += length
+            self._ends.append(end)
+        transport = self._transport
+        buffered = transport.get_write_buffer_size() if transport and not transport.is_closing() else 0
+        self._handed = output_size - buffered
+
+    @property
+    def frames_written(self) -> int:
+        return len(self._ends)
+
+    def delivered_frames(self, output_size: int) -> int:
+        """How many written frames the client's side has, counted from the first."""
+        self.after_write(output_size)  # a write interrupted in drain still reached the kernel
+        if self.level == "acked" and self._fd is not None:
+            acked = tcp_bytes_acked(self._fd)
+            if acked is not None:
+                return bisect.bisect_right(self._ends, acked - self._base)
+        return bisect.bisect_right(self._ends, self._handed)
+
+    def close(self) -> None:
+        if self._fd is not None:
+            os.close(self._fd)
+            self._fd = None
