@@ -115,6 +115,8 @@ class UpstreamHTTPError(UpstreamError):
         self.status = status
         self.retryable = status in _RETRYABLE_STATUSES
         self.retry_after = retry_after
+        if retry_after is not None:
+            self.headers["Retry-After"] = f"{retry_after:g}"
         # The provider's own error object, passed through to the client when it has one.
         self.body = body
         error = (body or {}).get("error")

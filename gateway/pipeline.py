@@ -105,9 +105,9 @@ class _Relay:
                     self.turn.failed(error)
                     await self._write_error_frame(error)
                     return self.response
+                log.warning("deployment %s failed: %s (%s)", deployment.name, error.message, error.label)
                 if not error.retryable:
                     break
-                log.warning("deployment %s failed (%s); trying the next", deployment.name, error.label)
         assert last_error is not None
         self.turn.failed(last_error)
         raise last_error

@@ -1,0 +1,107 @@
+"""Shared fixtures: a fake upstream and a gateway, both real servers on loopback."""
+
+from __future__ import annotations
+
+import asyncio
+import sqlite3
+from collections.abc import AsyncIterator, Awaitable, Callable
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import Any
+
+import openai
+import pytest
+from aiohttp import web
+from aiohttp.test_utils import TestServer
+
+from gateway.app import create_app
+from gateway.config import parse_config
+from gateway.context import GATEWAY, Gateway
+from tests.fakes import FakeUpstream
+
+
+@dataclass
+class GatewayUnderTest:
+    server: TestServer
+    app: web.Application
+    db_path: Path
+    clients: list[openai.AsyncOpenAI] = field(default_factory=list)
+
+    @property
+    def url(self) -> str:
+        return str(self.server.make_url("")).rstrip("/")
+
+    @property
+    def gateway(self) -> Gateway:
+        return self.app[GATEWAY]
+
+    def client(self, **kwargs: Any) -> openai.AsyncOpenAI:
+        client = openai.AsyncOpenAI(base_url=self.url + "/v1", api_key="test-key", max_retries=0, **kwargs)
+        self.clients.append(client)
+        return client
+
+    async def flush(self) -> None:
+        await self.gateway.store.flush()
+
+    async def wait_turn_end(self, conversation_id: str, count: int = 1, timeout: float = 10) -> list[dict[str, Any]]:
+        """Wait until the conversation has `count` turn/end events; return its own events."""
+        async with asyncio.timeout(timeout):
+            while True:
+                await self.flush()
+                events = await self.gateway.store.events(conversation_id)
+                if sum(e.type == "turn/end" for e in events) >= count:
+                    return [e.to_api() for e in events]
+                await asyncio.sleep(0.01)
+
+    def query(self, sql: str, *args: Any) -> list[tuple[Any, ...]]:
+        """Read the real SQLite file directly, as an operator would."""
+        with sqlite3.connect(self.db_path) as db:
+            return db.execute(sql, args).fetchall()
+
+
+@pytest.fixture
+async def upstream(aiohttp_server: Callable[..., Awaitable[TestServer]]) -> FakeUpstream:
+    fake = FakeUpstream()
+    server = await aiohttp_server(fake.app)
+    fake.url = str(server.make_url("/v1"))
+    return fake
+
+
+MakeGateway = Callable[..., Awaitable[GatewayUnderTest]]
+
+
+@pytest.fixture
+async def make_gateway(
+    aiohttp_server: Callable[..., Awaitable[TestServer]], tmp_path: Path
+) -> AsyncIterator[MakeGateway]:
+    made: list[GatewayUnderTest] = []
+
+    async def make(models: list[dict[str, Any]] | None = None, upstream: FakeUpstream | None = None) -> GatewayUnderTest:
+        if models is None:
+            models = [{"name": "demo", "deployments": [{"provider": "demo", "chunk_delay_ms": 0}]}]
+            if upstream is not None:
+                models.append(
+                    {
+                        "name": "fake",
+                        "deployments": [
+                            {"provider": "openai", "model": "fake-model", "api_base": upstream.url, "api_key": "sk-up"}
+                        ],
+                    }
+                )
+        db_path = tmp_path / "gateway.db"
+        config = parse_config({"store": {"url": f"sqlite:///{db_path}"}, "models": models}).config
+        app = create_app(config)
+        # aiohttp's test server runs with handler_cancellation=True, as `gateway serve` does.
+        server = await aiohttp_server(app)
+        made.append(GatewayUnderTest(server, app, db_path))
+        return made[-1]
+
+    yield make
+    for gateway in made:
+        for client in gateway.clients:
+            await client.close()
+
+
+@pytest.fixture
+async def gw(make_gateway: MakeGateway, upstream: FakeUpstream) -> GatewayUnderTest:
+    return await make_gateway(upstream=upstream)

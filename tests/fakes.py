@@ -1,0 +1,183 @@
+"""A fake OpenAI-compatible upstream: a real aiohttp server speaking the exact SSE wire format.
+
+Each request runs the next queued script (or replays a real captured stream by default). The
+server records every request body, and sets `disconnected` when its client (the gateway)
+drops the connection, so tests can prove the gateway closed the upstream request.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import json
+from collections.abc import Awaitable, Callable
+from pathlib import Path
+from typing import Any
+
+from aiohttp import web
+
+FIXTURES = Path(__file__).parent / "fixtures" / "real-streams"
+
+Script = Callable[[web.Request], Awaitable[web.StreamResponse]]
+
+
+def fixture_bytes(name: str) -> bytes:
+    return (FIXTURES / name).read_bytes()
+
+
+def expected(name: str) -> dict[str, Any]:
+    data: dict[str, Any] = json.loads((FIXTURES / "expected.json").read_text())
+    return data[name]
+
+
+def chunk(
+    content: str | None = None,
+    *,
+    reasoning: str | None = None,
+    reasoning_field: str = "reasoning_content",
+    tool: dict[str, Any] | None = None,
+    finish: str | None = None,
+    usage: dict[str, Any] | None = None,
+    no_choices: bool = False,
+) -> bytes:
+    """One OpenAI chat completion chunk as an SSE frame."""
+    delta: dict[str, Any] = {}
+    if reasoning is not None:
+        delta[reasoning_field] = reasoning
+    if content is not None:
+        delta["content"] = content
+    if tool is not None:
+        delta["tool_calls"] = [tool]
+    obj: dict[str, Any] = {
+        "id": "chatcmpl-fake",
+        "object": "chat.completion.chunk",
+        "created": 1,
+        "model": "fake-model",
+        "choices": []
+        if no_choices
+        else [{"index": 0, "delta": delta, "logprobs": None, "finish_reason": finish}],
+    }
+    if usage is not None:
+        obj["usage"] = usage
+    return b"data: " + json.dumps(obj, ensure_ascii=False).encode() + b"\n\n"
+
+
+DONE = b"data: [DONE]\n\n"
+USAGE = {"prompt_tokens": 5, "completion_tokens": 7, "total_tokens": 12}
+
+
+class FakeUpstream:
+    def __init__(self) -> None:
+        self.app = web.Application()
+        self.app.router.add_post("/v1/chat/completions", self._handle)
+        self.scripts: list[Script] = []
+        self.requests: list[dict[str, Any]] = []
+        self.received = asyncio.Event()
+        self.disconnected = asyncio.Event()
+        self.stalled = asyncio.Event()  # a script reached its stall point
+        self.bytes_sent = 0
+        self.url = ""
+        self.app[FAKE] = self
+
+    def push(self, *scripts: Script) -> None:
+        self.scripts.extend(scripts)
+
+    async def _handle(self, request: web.Request) -> web.StreamResponse:
+        self.requests.append(await request.json())
+        self.received.set()
+        script = self.scripts.pop(0) if self.scripts else replay("openai-chat-text-usage.sse")
+        try:
+            return await script(request)
+        except (asyncio.CancelledError, ConnectionResetError):
+            self.disconnected.set()
+            raise
+
+    # -- script helpers ------------------------------------------------------------------------
+
+    async def start_sse(self, request: web.Request) -> web.StreamResponse:
+        response = web.StreamResponse(headers={"Content-Type": "text/event-stream"})
+        await response.prepare(request)
+        return response
+
+    async def write(self, response: web.StreamResponse, data: bytes) -> None:
+        await response.write(data)
+        self.bytes_sent += len(data)
+
+    async def stall(self) -> None:
+        self.stalled.set()
+        await asyncio.Event().wait()  # until the gateway goes away
+
+
+FAKE = web.AppKey("fake", FakeUpstream)
+
+
+def replay(name: str, piece: int = 0) -> Script:
+    """Replay a captured stream byte for byte (in `piece`-byte writes when given)."""
+
+    async def script(request: web.Request) -> web.StreamResponse:
+        fake: FakeUpstream = request.app[FAKE]
+        response = await fake.start_sse(request)
+        body = fixture_bytes(name)
+        step = piece or len(body)
+        for i in range(0, len(body), step):
+            await fake.write(response, body[i : i + step])
+        await response.write_eof()
+        return response
+
+    return script
+
+
+def frames(*items: bytes, then: str = "end") -> Script:
+    """Send these SSE frames, then `end` the body, `stall` forever, or `reset` the connection."""
+
+    async def script(request: web.Request) -> web.StreamResponse:
+        fake: FakeUpstream = request.app[FAKE]
+        response = await fake.start_sse(request)
+        for item in items:
+            await fake.write(response, item)
+        if then == "stall":
+            await fake.stall()
+        elif then == "reset":
+            assert request.transport is not None
+            request.transport.abort()
+            await asyncio.Event().wait()
+        else:
+            await response.write_eof()
+        return response
+
+    return script
+
+
+def status(code: int, body: dict[str, Any] | str, headers: dict[str, str] | None = None) -> Script:
+    async def script(request: web.Request) -> web.StreamResponse:
+        if isinstance(body, str):
+            return web.Response(status=code, text=body, content_type="text/html", headers=headers)
+        return web.json_response(body, status=code, headers=headers)
+
+    return script
+
+
+def hang_before_headers() -> Script:
+    async def script(request: web.Request) -> web.StreamResponse:
+        fake: FakeUpstream = request.app[FAKE]
+        await fake.stall()
+        raise AssertionError("unreachable")
+
+    return script
+
+
+def completion(content: str, *, finish: str = "stop") -> Script:
+    async def script(request: web.Request) -> web.StreamResponse:
+        return web.json_response(
+            {
+                "id": "chatcmpl-fake",
+                "object": "chat.completion",
+                "created": 1,
+                "model": "fake-model",
+                "choices": [
+                    {"index": 0, "message": {"role": "assistant", "content": content}, "finish_reason": finish}
+                ],
+                "usage": USAGE,
+            }
+        )
+
+    return script

@@ -1,0 +1,120 @@
+"""What a user saw is what the model remembers: cancels record exactly the delivered prefix."""
+
+from __future__ import annotations
+
+import asyncio
+from typing import Any
+
+from tests.conftest import GatewayUnderTest
+from tests.fakes import FakeUpstream, chunk, frames, hang_before_headers
+from gateway.stream.compact import expand
+from gateway.stream.events import BlockDelta
+
+QUESTION = [{"role": "user", "content": "List three things."}]
+
+
+async def _read_then_close(gw: GatewayUnderTest, k: int) -> tuple[str, list[Any]]:
+    """The real SDK reads exactly k chunks, then closes the stream; returns the conversation id."""
+    client = gw.client()
+    response = await client.chat.completions.with_raw_response.create(model="fake", messages=QUESTION, stream=True)
+    stream = response.parse()
+    got = []
+    async for part in stream:
+        got.append(part)
+        if len(got) == k:
+            break
+    await stream.close()
+    return response.headers["X-Conversation-Id"], got
+
+
+async def test_cancel_mid_text_records_exactly_the_chunks_read(gw: GatewayUnderTest, upstream: FakeUpstream) -> None:
+    pieces = ["1. Apples", " are red.\n", "2. Pears", " are green.\n", "3. Plums"]
+    upstream.push(frames(*(chunk(p) for p in pieces[:3]), then="stall"))
+    conversation_id, got = await _read_then_close(gw, 3)
+    assert "".join(p.choices[0].delta.content for p in got) == "".join(pieces[:3])
+
+    await asyncio.wait_for(upstream.disconnected.wait(), 5)  # the upstream saw its client go
+    events = await gw.wait_turn_end(conversation_id)
+    assert [e["type"] for e in events] == ["user/message", "assistant/message", "turn/end"]
+    message = events[1]["payload"]
+    assert message["interrupted"] is True
+    assert message["surface_op"] == "append"
+    assert message["delivery"] == "acked"
+    assert message["content"] == [{"type": "text", "text": "".join(pieces[:3])}]
+    deltas = [e.text for _, e in expand(message["stream"]) if isinstance(e, BlockDelta)]
+    assert deltas == pieces[:3]
+    end = events[2]["payload"]
+    assert end["status"] == "aborted"
+    assert end["reason"] == "client_disconnect"
+
+
+async def test_reasoning_only_cancel_keeps_the_reasoning(gw: GatewayUnderTest, upstream: FakeUpstream) -> None:
+    upstream.push(frames(chunk(reasoning="Let me think"), chunk(reasoning=" about fruit."), then="stall"))
+    conversation_id, _ = await _read_then_close(gw, 2)
+    events = await gw.wait_turn_end(conversation_id)
+    assert [e["type"] for e in events] == ["user/message", "assistant/message", "turn/end"]
+    assert events[1]["payload"]["content"] == [{"type": "reasoning", "text": "Let me think about fruit."}]
+    messages = await _messages(gw, conversation_id)
+    assert messages[-1] == {"role": "assistant", "content": "", "reasoning_content": "Let me think about fruit."}
+
+
+async def test_text_then_half_a_tool_call_keeps_the_text_and_drops_the_call(
+    gw: GatewayUnderTest, upstream: FakeUpstream
+) -> None:
+    call = {"index": 0, "id": "call_1", "type": "function", "function": {"name": "lookup", "arguments": ""}}
+    upstream.push(
+        frames(
+            chunk("Let me check."),
+            chunk(tool=call),
+            chunk(tool={"index": 0, "function": {"arguments": '{"q": "fr'}}),
+            then="stall",
+        )
+    )
+    conversation_id, _ = await _read_then_close(gw, 3)
+    events = await gw.wait_turn_end(conversation_id)
+    assert events[1]["type"] == "assistant/message"
+    assert events[1]["payload"]["content"] == [{"type": "text", "text": "Let me check."}]
+    # The delivered timed stream keeps the call's fragments for audit; history does not.
+    kinds = [r["type"] for r in events[1]["payload"]["stream"]]
+    assert kinds == ["text", "end", "tool_call"]
+    messages = await _messages(gw, conversation_id)
+    assert messages[-1] == {"role": "assistant", "content": "Let me check."}
+
+
+async def test_whitespace_only_output_is_an_empty_prefix_attempt(gw: GatewayUnderTest, upstream: FakeUpstream) -> None:
+    upstream.push(frames(chunk("\n\n"), chunk("  "), then="stall"))
+    conversation_id, _ = await _read_then_close(gw, 2)
+    events = await gw.wait_turn_end(conversation_id)
+    assert [e["type"] for e in events] == ["user/message", "assistant/attempt", "turn/end"]
+    assert events[1]["payload"]["reason"] == "empty_prefix"
+    assert events[2]["payload"]["status"] == "aborted"
+    assert await _messages(gw, conversation_id) == QUESTION
+
+
+async def test_cancel_before_the_upstream_answers(gw: GatewayUnderTest, upstream: FakeUpstream) -> None:
+    upstream.push(hang_before_headers())
+    client = gw.client()
+    task = asyncio.create_task(client.chat.completions.create(model="fake", messages=QUESTION, stream=True))
+    await asyncio.wait_for(upstream.stalled.wait(), 5)
+    task.cancel()
+    await asyncio.wait_for(upstream.disconnected.wait(), 5)
+    conversation_id = gw.query("SELECT conversation_id FROM turns")[0][0]
+    events = await gw.wait_turn_end(conversation_id)
+    assert [e["type"] for e in events] == ["user/message", "assistant/attempt", "turn/end"]
+    assert events[1]["payload"]["reason"] == "empty_prefix"
+    assert events[2]["payload"] | {"duration_ms": 0} == {
+        "status": "aborted",
+        "reason": "client_disconnect",
+        "attempts": 1,
+        "duration_ms": 0,
+        "usage": {"prompt_tokens": 0, "completion_tokens": 0, "total_tokens": 0},
+    }
+
+
+async def _messages(gw: GatewayUnderTest, conversation_id: str) -> list[dict[str, Any]]:
+    import aiohttp
+
+    async with aiohttp.ClientSession() as session:
+        async with session.get(f"{gw.url}/v1/conversations/{conversation_id}/messages") as response:
+            assert response.status == 200
+            return (await response.json())["data"]  # type: ignore[no-any-return]

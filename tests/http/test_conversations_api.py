@@ -1,0 +1,184 @@
+"""Joining, reading and branching conversations; next-request consistency after a cancel."""
+
+from __future__ import annotations
+
+import asyncio
+from typing import Any
+
+import aiohttp
+
+from tests.conftest import GatewayUnderTest
+from tests.fakes import FakeUpstream, chunk, completion, frames, replay
+
+FIRST = {"role": "user", "content": "Give me three tips."}
+PREFIX = ["1. Sleep well.\n", "2. Drink water", ".\n3. Wal"]
+
+
+async def _get(gw: GatewayUnderTest, path: str) -> tuple[int, Any]:
+    async with aiohttp.ClientSession() as session:
+        async with session.get(gw.url + path) as response:
+            return response.status, await response.json()
+
+
+async def _post(gw: GatewayUnderTest, path: str, body: Any) -> tuple[int, Any]:
+    async with aiohttp.ClientSession() as session:
+        async with session.post(gw.url + path, json=body) as response:
+            return response.status, await response.json()
+
+
+async def _cancelled_turn(gw: GatewayUnderTest, upstream: FakeUpstream) -> str:
+    upstream.push(frames(*(chunk(p) for p in PREFIX), then="stall"))
+    response = await gw.client().chat.completions.with_raw_response.create(
+        model="fake", messages=[FIRST], stream=True
+    )
+    stream = response.parse()
+    seen = 0
+    async for _ in stream:
+        seen += 1
+        if seen == len(PREFIX):
+            break
+    await stream.close()
+    conversation_id = response.headers["X-Conversation-Id"]
+    await gw.wait_turn_end(conversation_id)
+    return conversation_id
+
+
+async def test_after_a_cancel_the_derived_history_holds_the_prefix(gw: GatewayUnderTest, upstream: FakeUpstream) -> None:
+    conversation_id = await _cancelled_turn(gw, upstream)
+    status, body = await _get(gw, f"/v1/conversations/{conversation_id}/messages")
+    assert status == 200
+    assert body["object"] == "list"
+    assert body["data"] == [FIRST, {"role": "assistant", "content": "".join(PREFIX)}]
+
+
+async def test_follow_up_with_the_conversation_id_records_only_new_messages(
+    gw: GatewayUnderTest, upstream: FakeUpstream
+) -> None:
+    conversation_id = await _cancelled_turn(gw, upstream)
+    history = [FIRST, {"role": "assistant", "content": "".join(PREFIX)}, {"role": "user", "content": "Expand on point two."}]
+    upstream.push(replay("openai-chat-text-usage.sse"))
+    client = gw.client(default_headers={"X-Conversation-Id": conversation_id})
+    response = await client.chat.completions.with_raw_response.create(
+        model="fake", messages=[{"role": "system", "content": "Be brief."}, *history], stream=True
+    )
+    async for _ in response.parse():
+        pass
+    assert response.headers["X-Conversation-Id"] == conversation_id  # joined, not branched
+    # The upstream got exactly the history the client sent, interrupted prefix included.
+    assert upstream.requests[-1]["messages"] == [{"role": "system", "content": "Be brief."}, *history]
+    events = await gw.wait_turn_end(conversation_id, count=2)
+    second_turn = [e for e in events if e["turn_id"] == events[-1]["turn_id"]]
+    assert [e["type"] for e in second_turn] == ["user/message", "assistant/message", "turn/end"]
+    assert second_turn[0]["payload"]["content"] == "Expand on point two."
+    status, body = await _get(gw, f"/v1/conversations/{conversation_id}/messages")
+    assert body["data"][:3] == history
+    assert body["data"][3] == {"role": "assistant", "content": "The capital of the UK is London."}
+
+
+async def test_a_diverging_history_starts_a_branch(gw: GatewayUnderTest, upstream: FakeUpstream) -> None:
+    conversation_id = await _cancelled_turn(gw, upstream)
+    # The client dropped the interrupted answer and asked something else.
+    edited = [FIRST, {"role": "assistant", "content": "Something else entirely."}, {"role": "user", "content": "Why?"}]
+    upstream.push(replay("openai-chat-text-usage.sse"))
+    client = gw.client(default_headers={"X-Conversation-Id": conversation_id})
+    response = await client.chat.completions.with_raw_response.create(model="fake", messages=edited, stream=True)
+    async for _ in response.parse():
+        pass
+    branch_id = response.headers["X-Conversation-Id"]
+    assert branch_id != conversation_id
+    await gw.wait_turn_end(branch_id)
+    status, body = await _get(gw, f"/v1/conversations/{branch_id}/messages")
+    assert body["data"] == [*edited, {"role": "assistant", "content": "The capital of the UK is London."}]
+    # The original is untouched.
+    status, body = await _get(gw, f"/v1/conversations/{conversation_id}/messages")
+    assert body["data"] == [FIRST, {"role": "assistant", "content": "".join(PREFIX)}]
+
+
+async def test_branch_at_the_cancelled_turn_keeps_the_prefix(gw: GatewayUnderTest, upstream: FakeUpstream) -> None:
+    conversation_id = await _cancelled_turn(gw, upstream)
+    status, events = await _get(gw, f"/v1/conversations/{conversation_id}/events")
+    assert status == 200
+    assert [e["type"] for e in events["data"]] == ["user/message", "assistant/message", "turn/end"]
+    assert set(events["data"][0]) >= {"seq", "turn_id", "type", "created_at", "payload"}
+    turn_end_seq = events["data"][-1]["seq"]
+
+    status, created = await _post(gw, f"/v1/conversations/{conversation_id}/branches", {"at_seq": turn_end_seq})
+    assert status == 201
+    branch_id = created["id"]
+    status, body = await _get(gw, f"/v1/conversations/{branch_id}/messages")
+    assert body["data"] == [FIRST, {"role": "assistant", "content": "".join(PREFIX)}]
+
+    # Continue the branch: only the new message is recorded there, after the branch point.
+    upstream.push(completion("Sure."))
+    client = gw.client(default_headers={"X-Conversation-Id": branch_id})
+    await client.chat.completions.create(
+        model="fake", messages=[*body["data"], {"role": "user", "content": "More."}]
+    )
+    own = await gw.wait_turn_end(branch_id)
+    assert [e["type"] for e in own] == ["user/message", "assistant/message", "turn/end"]
+    assert own[0]["seq"] == turn_end_seq + 1
+
+    # A branch at the user message drops the answer.
+    status, created = await _post(gw, f"/v1/conversations/{conversation_id}/branches", {"at_seq": 1})
+    status, body = await _get(gw, f"/v1/conversations/{created['id']}/messages")
+    assert body["data"] == [FIRST]
+
+
+async def test_branch_inside_an_unfinished_turn_is_409(gw: GatewayUnderTest, upstream: FakeUpstream) -> None:
+    upstream.push(frames(chunk("Still "), then="stall"))
+    client = gw.client()
+    response = await client.chat.completions.with_raw_response.create(model="fake", messages=[FIRST], stream=True)
+    stream = response.parse()
+    async for _ in stream:
+        break
+    conversation_id = response.headers["X-Conversation-Id"]
+    status, body = await _post(gw, f"/v1/conversations/{conversation_id}/branches", {"at_seq": 1})
+    assert status == 409
+    assert body["error"]["code"] == "turn_in_progress"
+    await stream.close()
+    await gw.wait_turn_end(conversation_id)
+    status, body = await _post(gw, f"/v1/conversations/{conversation_id}/branches", {"at_seq": 1})
+    assert status == 201
+
+
+async def test_unknown_conversation_is_404(gw: GatewayUnderTest) -> None:
+    for path in ("/v1/conversations/nope/events", "/v1/conversations/nope/messages"):
+        status, body = await _get(gw, path)
+        assert status == 404
+        assert body["error"]["type"] == "invalid_request_error"
+    status, body = await _post(gw, "/v1/conversations/nope/branches", {"at_seq": 0})
+    assert status == 404
+
+
+async def test_bad_branch_requests_are_400(gw: GatewayUnderTest, upstream: FakeUpstream) -> None:
+    conversation_id = await _cancelled_turn(gw, upstream)
+    for body in ({}, {"at_seq": -1}, {"at_seq": "2"}, {"at_seq": 99}):
+        status, answer = await _post(gw, f"/v1/conversations/{conversation_id}/branches", body)
+        assert status == 400, body
+        assert answer["error"]["param"] == "at_seq"
+
+
+async def test_new_conversation_id_from_the_client_is_created(gw: GatewayUnderTest) -> None:
+    client = gw.client(default_headers={"X-Conversation-Id": "my-chat-1"})
+    response = await client.chat.completions.with_raw_response.create(model="demo", messages=[FIRST])
+    assert response.headers["X-Conversation-Id"] == "my-chat-1"
+    events = await gw.wait_turn_end("my-chat-1")
+    assert [e["type"] for e in events] == ["user/message", "assistant/message", "turn/end"]
+
+
+async def test_invalid_conversation_id_is_400(gw: GatewayUnderTest) -> None:
+    async with aiohttp.ClientSession() as session:
+        async with session.post(
+            gw.url + "/v1/chat/completions",
+            json={"model": "demo", "messages": [FIRST]},
+            headers={"X-Conversation-Id": "bad id with spaces"},
+        ) as response:
+            assert response.status == 400
+            assert (await response.json())["error"]["param"] == "X-Conversation-Id"
+
+
+async def test_concurrent_turns_get_distinct_increasing_seqs(gw: GatewayUnderTest) -> None:
+    client = gw.client(default_headers={"X-Conversation-Id": "busy"})
+    await asyncio.gather(*(client.chat.completions.create(model="demo", messages=[FIRST]) for _ in range(5)))
+    events = await gw.wait_turn_end("busy", count=5)
+    assert [e["seq"] for e in events] == list(range(1, len(events) + 1))

@@ -1,0 +1,116 @@
+"""Delivered means acknowledged by the client's side, not written by the gateway."""
+
+from __future__ import annotations
+
+import asyncio
+import fcntl
+import json
+import socket
+import struct
+import termios
+
+from aiohttp import web
+
+from tests.conftest import GatewayUnderTest
+from tests.fakes import FakeUpstream, chunk
+
+PIECE = "lorem ipsum dolor sit amet " * 3  # 81 characters a chunk
+
+
+def flood(count: int) -> object:
+    """Push `count` text chunks as fast as the gateway takes them, then stall."""
+
+    async def script(request: web.Request) -> web.StreamResponse:
+        from tests.fakes import FAKE
+
+        fake = request.app[FAKE]
+        response = await fake.start_sse(request)
+        for i in range(count):
+            await fake.write(response, chunk(f"[{i}]{PIECE}"))
+        await fake.stall()
+        return response
+
+    return script
+
+
+def _unread(sock: socket.socket) -> int:
+    return struct.unpack("i", fcntl.ioctl(sock.fileno(), termios.FIONREAD, b"\0\0\0\0"))[0]
+
+
+def _dechunk(body: bytes) -> bytes:
+    """HTTP/1.1 chunked body -> payload; a torn last chunk gives what arrived of it."""
+    out = bytearray()
+    while body:
+        line, sep, rest = body.partition(b"\r\n")
+        if not sep:
+            break
+        size = int(line, 16)
+        out += rest[:size]
+        body = rest[size + 2 :]
+        if size == 0:
+            break
+    return bytes(out)
+
+
+def _complete_sse_text(payload: bytes) -> str:
+    text = ""
+    for frame in payload.split(b"\n\n")[:-1]:  # the last piece has no blank line yet
+        data = frame.removeprefix(b"data: ")
+        if data != b"[DONE]":
+            text += json.loads(data)["choices"][0]["delta"].get("content") or ""
+    return text
+
+
+async def test_a_client_that_stops_reading_gets_only_what_it_received(
+    gw: GatewayUnderTest, upstream: FakeUpstream
+) -> None:
+    upstream.push(flood(40_000))  # about 9 MB of SSE
+    loop = asyncio.get_running_loop()
+    sock = socket.socket(socket.AF_INET, socket.SOCK_STREAM)
+    sock.setsockopt(socket.SOL_SOCKET, socket.SO_RCVBUF, 4096)
+    sock.setblocking(False)
+    assert gw.server.port is not None
+    await loop.sock_connect(sock, ("127.0.0.1", gw.server.port))
+    body = json.dumps({"model": "fake", "messages": [{"role": "user", "content": "go"}], "stream": True}).encode()
+    request = (
+        b"POST /v1/chat/completions HTTP/1.1\r\nHost: gw\r\nContent-Type: application/json\r\n"
+        + f"Content-Length: {len(body)}\r\n\r\n".encode()
+        + body
+    )
+    await loop.sock_sendall(sock, request)
+
+    # Read the first few KB, then stop reading: the gateway keeps writing into kernel buffers.
+    received = bytearray()
+    while len(received) < 4000:
+        received += await loop.sock_recv(sock, 4000 - len(received))
+
+    # Wait until the flow has stopped: the client's receive queue is full (zero window) and
+    # unchanged across consecutive checks, so every byte it holds has been acknowledged.
+    stable, last = 0, -1
+    async with asyncio.timeout(20):
+        while stable < 10:
+            await asyncio.sleep(0.02)
+            now = _unread(sock)
+            stable = stable + 1 if now == last and now > 0 else 0
+            last = now
+    # Take what the kernel holds without reading it (reading would reopen the window), then
+    # reset the connection: this is exactly what reached the client's side.
+    received += sock.recv(_unread(sock), socket.MSG_PEEK)
+    sock.setsockopt(socket.SOL_SOCKET, socket.SO_LINGER, struct.pack("ii", 1, 0))
+    sock.close()
+
+    head, _, chunked = bytes(received).partition(b"\r\n\r\n")
+    conversation_id = next(
+        line.split(b": ", 1)[1].decode() for line in head.split(b"\r\n") if line.lower().startswith(b"x-conversation-id")
+    )
+    client_text = _complete_sse_text(_dechunk(chunked))
+    await asyncio.wait_for(upstream.disconnected.wait(), 10)
+    events = await gw.wait_turn_end(conversation_id)
+    message = events[1]["payload"]
+    assert events[1]["type"] == "assistant/message"
+    assert message["interrupted"] is True
+    assert message["delivery"] == "acked"
+    recorded = message["content"][0]["text"]
+    assert recorded == client_text
+    # The gateway handed far more to the kernel than the client ever received.
+    assert upstream.bytes_sent > 20 * len(received)
