@@ -41,7 +41,13 @@ async def _serve(loaded: LoadedConfig, host: str, port: int) -> None:
     site = web.TCPSite(runner, host, port)
     await site.start()
     bound = runner.addresses[0] if runner.addresses else (host, port)
-    log.info("gateway listening on http://%s:%s (config %s, store %s)", bound[0], bound[1], loaded.path, config.store.url)
+    log.info(
+        "gateway listening on http://%s:%s (config %s, store %s)",
+        bound[0],
+        bound[1],
+        loaded.path,
+        config.store.url,
+    )
     log.info("model aliases: %s", ", ".join(m.name for m in config.models) or "(none)")
     stop = asyncio.Event()
     loop = asyncio.get_running_loop()
@@ -54,16 +60,24 @@ async def _serve(loaded: LoadedConfig, host: str, port: int) -> None:
 
 
 def main(argv: list[str] | None = None) -> int:
-    parser = argparse.ArgumentParser(prog="gateway", description="An OpenAI-compatible LLM gateway.")
+    parser = argparse.ArgumentParser(
+        prog="gateway", description="An OpenAI-compatible LLM gateway."
+    )
     sub = parser.add_subparsers(dest="command", required=True)
     serve = sub.add_parser("serve", help="Start the gateway.")
-    serve.add_argument("--config", help="Config file (default: $GATEWAY_CONFIG or config/gateway.yaml).")
+    serve.add_argument(
+        "--config", help="Config file (default: $GATEWAY_CONFIG or config/gateway.yaml)."
+    )
     serve.add_argument("--host", help="Override server.host.")
     serve.add_argument("--port", type=int, help="Override server.port.")
     check = sub.add_parser("check-config", help="Validate a config file without serving.")
-    check.add_argument("--config", help="Config file (default: $GATEWAY_CONFIG or config/gateway.yaml).")
+    check.add_argument(
+        "--config", help="Config file (default: $GATEWAY_CONFIG or config/gateway.yaml)."
+    )
     args = parser.parse_args(argv)
-    logging.basicConfig(level=logging.INFO, format="%(asctime)s %(levelname)s %(name)s: %(message)s")
+    logging.basicConfig(
+        level=logging.INFO, format="%(asctime)s %(levelname)s %(name)s: %(message)s"
+    )
     try:
         loaded = _load(args.config)
     except ConfigError as exc:

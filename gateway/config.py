@@ -75,7 +75,7 @@ class DeploymentConfig(_Model):
     api_base: str | None = Field(None, description="Base URL, e.g. https://api.openai.com/v1.")
     api_key: str | None = Field(None, description="Upstream key; write it as ${ENV_VAR}.")
     name: str | None = Field(None, description="Deployment name in records and headers.")
-    timeouts: TimeoutsConfig = Field(default_factory=TimeoutsConfig)  # type: ignore[arg-type]
+    timeouts: TimeoutsConfig = Field(default_factory=TimeoutsConfig)
     chunk_delay_ms: float = Field(
         50, ge=0, description="`demo` only: pause between streamed chunks (about 20 a second)."
     )
@@ -89,7 +89,9 @@ class DeploymentConfig(_Model):
             if not self.api_base:
                 raise ValueError("provider 'openai' needs api_base")
             if not re.match(r"^https?://", self.api_base):
-                raise ValueError(f"api_base must start with http:// or https:// (got {self.api_base!r})")
+                raise ValueError(
+                    f"api_base must start with http:// or https:// (got {self.api_base!r})"
+                )
         return self
 
 
@@ -99,8 +101,8 @@ class ModelConfig(_Model):
 
 
 class GatewayConfig(_Model):
-    server: ServerConfig = Field(default_factory=ServerConfig)  # type: ignore[arg-type]
-    store: StoreConfig = Field(default_factory=StoreConfig)  # type: ignore[arg-type]
+    server: ServerConfig = Field(default_factory=ServerConfig)
+    store: StoreConfig = Field(default_factory=StoreConfig)
     models: list[ModelConfig] = Field(default_factory=list)
 
     @model_validator(mode="after")
@@ -137,7 +139,10 @@ def _interpolate(node: Any, where: str, missing: list[str]) -> Any:
 
         return _ENV_REF.sub(replace, node)
     if isinstance(node, dict):
-        return {k: _interpolate(v, f"{where}.{k}" if where else str(k), missing) for k, v in node.items()}
+        return {
+            k: _interpolate(v, f"{where}.{k}" if where else str(k), missing)
+            for k, v in node.items()
+        }
     if isinstance(node, list):
         return [_interpolate(v, f"{where}[{i}]", missing) for i, v in enumerate(node)]
     return node

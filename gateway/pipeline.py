@@ -88,7 +88,9 @@ class _Relay:
         for deployment in self.call.deployments:
             attempt = self.attempt = self.turn.new_attempt(deployment.route)
             try:
-                self.upstream = await deployment.provider.chat(self.call.body, stream=self.call.stream)
+                self.upstream = await deployment.provider.chat(
+                    self.call.body, stream=self.call.stream
+                )
                 if self.call.stream:
                     return await self._relay_stream(deployment)
                 return await self._relay_body(deployment)
@@ -105,7 +107,9 @@ class _Relay:
                     self.turn.failed(error)
                     await self._write_error_frame(error)
                     return self.response
-                log.warning("deployment %s failed: %s (%s)", deployment.name, error.message, error.label)
+                log.warning(
+                    "deployment %s failed: %s (%s)", deployment.name, error.message, error.label
+                )
                 if not error.retryable:
                     break
         assert last_error is not None
@@ -183,7 +187,7 @@ class _Relay:
         response = self.response or await self._start_response(deployment)
         tracker = self.tracker
         assert tracker is not None
-        writer = response._payload_writer  # noqa: SLF001 - output_size has no public accessor
+        writer = response._payload_writer
         assert writer is not None
         tracker.before_write([len(f) for f in frames], writer.output_size)
         await response.write(b"".join(frames) if len(frames) > 1 else frames[0])
@@ -211,7 +215,9 @@ class _Relay:
         try:
             obj = orjson.loads(raw)
         except orjson.JSONDecodeError:
-            raise UpstreamProtocolError(f"the upstream answered with invalid JSON: {raw[:200]!r}") from None
+            raise UpstreamProtocolError(
+                f"the upstream answered with invalid JSON: {raw[:200]!r}"
+            ) from None
         if not isinstance(obj, dict):
             raise UpstreamProtocolError("the upstream answer is not a JSON object")
         events = parse_completion(obj)
@@ -221,7 +227,9 @@ class _Relay:
         if not obj.get("choices"):
             raise UpstreamIncompleteStream("the upstream answer has no choices")
         self.turn.completed(attempt)
-        return web.Response(body=raw, content_type="application/json", headers=self._headers(deployment))
+        return web.Response(
+            body=raw, content_type="application/json", headers=self._headers(deployment)
+        )
 
     # -- endings ---------------------------------------------------------------------------
 
@@ -234,7 +242,7 @@ class _Relay:
         delivered = 0
         level = "acked"
         if self.response is not None and self.tracker is not None:
-            writer = self.response._payload_writer  # noqa: SLF001
+            writer = self.response._payload_writer
             delivered = self.tracker.delivered_frames(writer.output_size if writer else 0)
             level = self.tracker.level
         self.turn.interrupted(self.attempt, delivered, level, reason)

@@ -29,7 +29,11 @@ class Deployment:
 
     @property
     def route(self) -> dict[str, Any]:
-        return {"provider": self.provider_name, "deployment": self.name, "model": self.upstream_model}
+        return {
+            "provider": self.provider_name,
+            "deployment": self.name,
+            "model": self.upstream_model,
+        }
 
 
 def _provider(config: DeploymentConfig, model: str, session: aiohttp.ClientSession) -> Provider:
@@ -47,7 +51,13 @@ class Router:
                 upstream_model = dep.model or model.name
                 name = dep.name or f"{model.name}/{i}-{dep.provider}"
                 deployments.append(
-                    Deployment(name, model.name, dep.provider, upstream_model, _provider(dep, upstream_model, session))
+                    Deployment(
+                        name,
+                        model.name,
+                        dep.provider,
+                        upstream_model,
+                        _provider(dep, upstream_model, session),
+                    )
                 )
             self._aliases[model.name] = deployments
 
@@ -58,6 +68,7 @@ class Router:
     def plan(self, alias: object) -> list[Deployment]:
         if not isinstance(alias, str) or alias not in self._aliases:
             raise ModelNotFound(
-                f"The model `{alias}` does not exist or you do not have access to it.", param="model"
+                f"The model `{alias}` does not exist or you do not have access to it.",
+                param="model",
             )
         return self._aliases[alias]

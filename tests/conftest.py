@@ -36,14 +36,18 @@ class GatewayUnderTest:
         return self.app[GATEWAY]
 
     def client(self, **kwargs: Any) -> openai.AsyncOpenAI:
-        client = openai.AsyncOpenAI(base_url=self.url + "/v1", api_key="test-key", max_retries=0, **kwargs)
+        client = openai.AsyncOpenAI(
+            base_url=self.url + "/v1", api_key="test-key", max_retries=0, **kwargs
+        )
         self.clients.append(client)
         return client
 
     async def flush(self) -> None:
         await self.gateway.store.flush()
 
-    async def wait_turn_end(self, conversation_id: str, count: int = 1, timeout: float = 10) -> list[dict[str, Any]]:
+    async def wait_turn_end(
+        self, conversation_id: str, count: int = 1, timeout: float = 10
+    ) -> list[dict[str, Any]]:
         """Wait until the conversation has `count` turn/end events; return its own events."""
         async with asyncio.timeout(timeout):
             while True:
@@ -76,7 +80,9 @@ async def make_gateway(
 ) -> AsyncIterator[MakeGateway]:
     made: list[GatewayUnderTest] = []
 
-    async def make(models: list[dict[str, Any]] | None = None, upstream: FakeUpstream | None = None) -> GatewayUnderTest:
+    async def make(
+        models: list[dict[str, Any]] | None = None, upstream: FakeUpstream | None = None
+    ) -> GatewayUnderTest:
         if models is None:
             models = [{"name": "demo", "deployments": [{"provider": "demo", "chunk_delay_ms": 0}]}]
             if upstream is not None:
@@ -84,7 +90,12 @@ async def make_gateway(
                     {
                         "name": "fake",
                         "deployments": [
-                            {"provider": "openai", "model": "fake-model", "api_base": upstream.url, "api_key": "sk-up"}
+                            {
+                                "provider": "openai",
+                                "model": "fake-model",
+                                "api_base": upstream.url,
+                                "api_key": "sk-up",
+                            }
                         ],
                     }
                 )

@@ -174,7 +174,11 @@ def completion(content: str, *, finish: str = "stop") -> Script:
                 "created": 1,
                 "model": "fake-model",
                 "choices": [
-                    {"index": 0, "message": {"role": "assistant", "content": content}, "finish_reason": finish}
+                    {
+                        "index": 0,
+                        "message": {"role": "assistant", "content": content},
+                        "finish_reason": finish,
+                    }
                 ],
                 "usage": USAGE,
             }

@@ -35,7 +35,10 @@ def assistant_message(blocks: list[dict[str, Any]]) -> dict[str, Any]:
         for b in blocks
         if b.get("type") == "tool_call"
     ]
-    message: dict[str, Any] = {"role": "assistant", "content": text if (text or not calls) else None}
+    message: dict[str, Any] = {
+        "role": "assistant",
+        "content": text if (text or not calls) else None,
+    }
     if reasoning:
         message["reasoning_content"] = reasoning
     if calls:

@@ -166,7 +166,8 @@ class TurnRecorder:
         if any(isinstance(e, Finish) for _, e in timed):
             # The client saw the whole answer, finish included: nothing was cut.
             self._append(
-                ASSISTANT_MESSAGE, self._message_payload(attempt, assembler, attempt.events, interrupted=False)
+                ASSISTANT_MESSAGE,
+                self._message_payload(attempt, assembler, attempt.events, interrupted=False),
             )
             self._end("completed", None)
             return
@@ -180,7 +181,9 @@ class TurnRecorder:
             self._append(ASSISTANT_ATTEMPT, self._attempt_payload(attempt, "empty_prefix"))
         self._end("aborted", reason)
 
-    def attempt_failed(self, attempt: Attempt, error: GatewayError, *, aborted_finish: bool = False) -> None:
+    def attempt_failed(
+        self, attempt: Attempt, error: GatewayError, *, aborted_finish: bool = False
+    ) -> None:
         reason = "aborted_finish" if aborted_finish else "provider_error"
         self._append(ASSISTANT_ATTEMPT, self._attempt_payload(attempt, reason))
         self._append(

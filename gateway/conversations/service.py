@@ -35,7 +35,7 @@ class Conversations:
             return Joined(cid, Conversation(cid, time.time()), history)
         if not _CONVERSATION_ID.match(requested_id):
             raise InvalidRequest(
-                "X-Conversation-Id must be 1-128 characters of letters, digits, '.', '_', ':' or '-'.",
+                "X-Conversation-Id must be 1-128 characters: letters, digits, '.', '_', ':', '-'.",
                 param="X-Conversation-Id",
             )
         if await self.store.get_conversation(requested_id) is None:
@@ -44,7 +44,9 @@ class Conversations:
         if match.branch_at is None:
             return Joined(requested_id, None, match.new_messages)
         branch_id = new_id("conv")
-        branch = Conversation(branch_id, time.time(), parent_id=requested_id, parent_seq=match.branch_at)
+        branch = Conversation(
+            branch_id, time.time(), parent_id=requested_id, parent_seq=match.branch_at
+        )
         return Joined(branch_id, branch, match.new_messages)
 
     async def path(self, conversation_id: str) -> list[Event]:
@@ -71,7 +73,9 @@ class Conversations:
                 f"seq {at_seq} falls inside turn {at[-1].turn_id}, which has not finished.",
                 code="turn_in_progress",
             )
-        branch = Conversation(new_id("conv"), time.time(), parent_id=conversation_id, parent_seq=at_seq)
+        branch = Conversation(
+            new_id("conv"), time.time(), parent_id=conversation_id, parent_seq=at_seq
+        )
         self.store.create_conversation(branch)
         await self.store.flush()
         return branch

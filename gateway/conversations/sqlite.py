@@ -75,7 +75,9 @@ class SQLiteStore:
         if str(self.path) != ":memory:":
             self.path.parent.mkdir(parents=True, exist_ok=True)
         ready: asyncio.Future[None] = self._loop.create_future()
-        self._thread = threading.Thread(target=self._run, args=(ready,), name="sqlite-store", daemon=True)
+        self._thread = threading.Thread(
+            target=self._run, args=(ready,), name="sqlite-store", daemon=True
+        )
         self._thread.start()
         await ready
 
@@ -89,7 +91,12 @@ class SQLiteStore:
     # -- writes (queued) -------------------------------------------------------------------
 
     def create_conversation(self, conversation: Conversation) -> None:
-        row = (conversation.id, conversation.created_at, conversation.parent_id, conversation.parent_seq)
+        row = (
+            conversation.id,
+            conversation.created_at,
+            conversation.parent_id,
+            conversation.parent_seq,
+        )
         self._submit(
             lambda db: db.execute(
                 "INSERT OR IGNORE INTO conversations (id, created_at, parent_id, parent_seq)"
@@ -102,7 +109,8 @@ class SQLiteStore:
         row = (turn.id, turn.conversation_id, turn.started_at, orjson.dumps(turn.request).decode())
         self._submit(
             lambda db: db.execute(
-                "INSERT INTO turns (id, conversation_id, started_at, request) VALUES (?, ?, ?, ?)", row
+                "INSERT INTO turns (id, conversation_id, started_at, request) VALUES (?, ?, ?, ?)",
+                row,
             )
         )
 
@@ -177,7 +185,14 @@ class SQLiteStore:
         db.execute(
             "INSERT INTO events (conversation_id, seq, turn_id, type, created_at, payload)"
             " VALUES (?, ?, ?, ?, ?, ?)",
-            (cid, seq, event.turn_id, event.type, event.created_at, orjson.dumps(event.payload).decode()),
+            (
+                cid,
+                seq,
+                event.turn_id,
+                event.type,
+                event.created_at,
+                orjson.dumps(event.payload).decode(),
+            ),
         )
         self._next_seq[cid] = seq + 1
         if len(self._next_seq) > _SEQ_CACHE:
@@ -197,7 +212,7 @@ class SQLiteStore:
             db.execute("PRAGMA synchronous=NORMAL")
             db.execute("PRAGMA busy_timeout=5000")
             db.executescript(SCHEMA)
-        except Exception as exc:  # noqa: BLE001 - handed to the starting coroutine
+        except Exception as exc:
             loop.call_soon_threadsafe(_settle, ready, None, exc)
             return
         loop.call_soon_threadsafe(_settle, ready, None, None)
@@ -219,7 +234,9 @@ class SQLiteStore:
                 self._apply(db, batch)
         db.close()
 
-    def _apply(self, db: sqlite3.Connection, batch: list[tuple[_Op, asyncio.Future[Any] | None]]) -> None:
+    def _apply(
+        self, db: sqlite3.Connection, batch: list[tuple[_Op, asyncio.Future[Any] | None]]
+    ) -> None:
         results: list[tuple[asyncio.Future[Any] | None, Any, BaseException | None]] = []
         try:
             db.execute("BEGIN IMMEDIATE")
@@ -228,7 +245,9 @@ class SQLiteStore:
             db.execute("COMMIT")
         except Exception:
             # One bad operation must not sink the others: roll back, then apply one by one.
-            log.exception("store batch failed; retrying its %d operations one at a time", len(batch))
+            log.exception(
+                "store batch failed; retrying its %d operations one at a time", len(batch)
+            )
             if db.in_transaction:
                 db.execute("ROLLBACK")
             self._next_seq.clear()
@@ -239,7 +258,7 @@ class SQLiteStore:
                     value = op(db)
                     db.execute("COMMIT")
                     results.append((future, value, None))
-                except Exception as exc:  # noqa: BLE001 - reported to the waiting caller
+                except Exception as exc:
                     if db.in_transaction:
                         db.execute("ROLLBACK")
                     self._next_seq.clear()
@@ -247,9 +266,12 @@ class SQLiteStore:
                     results.append((future, None, exc))
         loop = self._loop
         assert loop is not None
-        for future, value, exc in results:
+        for future, value, error in results:
             if future is not None:
-                loop.call_soon_threadsafe(_settle, future, value, exc)
+                try:
+                    loop.call_soon_threadsafe(_settle, future, value, error)
+                except RuntimeError:  # the loop is closed: nobody is waiting any more
+                    pass
 
 
 def _settle(future: asyncio.Future[Any], value: Any, exc: BaseException | None) -> None:

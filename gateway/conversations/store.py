@@ -42,7 +42,9 @@ class Store(Protocol):
         ...
 
 
-async def history_path(store: Store, conversation_id: str, up_to_seq: int | None = None) -> list[Event]:
+async def history_path(
+    store: Store, conversation_id: str, up_to_seq: int | None = None
+) -> list[Event]:
     """Every event on the conversation's path: ancestors' events through each branch point,
     then its own, in seq order. Raises KeyError for an unknown conversation."""
     chain: list[tuple[Conversation, int | None]] = []

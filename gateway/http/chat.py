@@ -28,7 +28,9 @@ async def chat_completions(request: web.Request) -> web.StreamResponse:
             "request_id": request[REQUEST_ID],
             "model": parsed.model,
             "stream": bool(parsed.stream),
-            "instructions": [m for m in body["messages"] if m.get("role") in ("system", "developer")],
+            "instructions": [
+                m for m in body["messages"] if m.get("role") in ("system", "developer")
+            ],
             "params": {k: v for k, v in body.items() if k != "messages"},
         },
     )

@@ -34,9 +34,9 @@ def _from_http_exception(exc: web.HTTPException) -> GatewayError:
     if exc.status == 404:
         return NotFound("Unknown endpoint.")
     if exc.status == 405:
-        error = InvalidRequest(f"Method not allowed: {exc.reason}.", code="method_not_allowed")
-        error.status = 405
-        return error
+        not_allowed = InvalidRequest(f"Method not allowed: {exc.reason}.", code="not_allowed")
+        not_allowed.status = 405
+        return not_allowed
     error = GatewayError(exc.reason or "HTTP error", code=f"http_{exc.status}")
     error.status = exc.status
     error.type = "invalid_request_error" if exc.status < 500 else "server_error"
@@ -47,7 +47,11 @@ def _from_http_exception(exc: web.HTTPException) -> GatewayError:
 async def errors_and_ids(request: web.Request, handler: Handler) -> web.StreamResponse:
     incoming = request.headers.get("X-Request-Id", "")
     request[REQUEST_ID] = incoming if _SAFE_ID.match(incoming) else uuid.uuid4().hex
-    route = request.match_info.route.resource.canonical if request.match_info.route.resource else "unmatched"
+    route = (
+        request.match_info.route.resource.canonical
+        if request.match_info.route.resource
+        else "unmatched"
+    )
     metrics.IN_FLIGHT.inc()
     try:
         response = await handler(request)

@@ -33,7 +33,9 @@ async def ready(request: web.Request) -> web.Response:
 
 async def models(request: web.Request) -> web.Response:
     aliases = request.app[GATEWAY].routes.aliases
-    data = [{"id": a, "object": "model", "created": _STARTED, "owned_by": "gateway"} for a in aliases]
+    data = [
+        {"id": a, "object": "model", "created": _STARTED, "owned_by": "gateway"} for a in aliases
+    ]
     return web.json_response({"object": "list", "data": data})
 
 

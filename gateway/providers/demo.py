@@ -88,7 +88,9 @@ def _sse(obj: dict[str, Any]) -> bytes:
     return b"data: " + orjson.dumps(obj) + b"\n\n"
 
 
-def _stream(ident: str, created: int, model: str, answer: str, usage: dict[str, Any]) -> list[bytes]:
+def _stream(
+    ident: str, created: int, model: str, answer: str, usage: dict[str, Any]
+) -> list[bytes]:
     def chunk(delta: dict[str, Any], finish: str | None = None) -> dict[str, Any]:
         return {
             "id": ident,
@@ -101,7 +103,12 @@ def _stream(ident: str, created: int, model: str, answer: str, usage: dict[str, 
     out = [_sse(chunk({"role": "assistant", "content": ""}))]
     out += [_sse(chunk({"content": piece})) for piece in _pieces(answer)]
     out.append(_sse(chunk({}, "stop")))
-    usage_chunk = {"id": ident, "object": "chat.completion.chunk", "created": created, "model": model}
+    usage_chunk = {
+        "id": ident,
+        "object": "chat.completion.chunk",
+        "created": created,
+        "model": model,
+    }
     out.append(_sse({**usage_chunk, "choices": [], "usage": usage}))
     out.append(b"data: [DONE]\n\n")
     return out

@@ -28,18 +28,26 @@ class OpenAICompatibleResponse:
         try:
             return await self._response.content.readany()
         except aiohttp.ServerTimeoutError:
-            raise UpstreamTimeout("the upstream sent nothing within the idle timeout", phase="idle") from None
+            raise UpstreamTimeout(
+                "the upstream sent nothing within the idle timeout", phase="idle"
+            ) from None
         except TimeoutError:
-            raise UpstreamTimeout("the upstream request exceeded its total timeout", phase="total") from None
+            raise UpstreamTimeout(
+                "the upstream request exceeded its total timeout", phase="total"
+            ) from None
         except (aiohttp.ClientPayloadError, aiohttp.ClientConnectionError) as exc:
-            raise UpstreamProtocolError(f"the upstream connection broke mid-stream: {exc}") from None
+            raise UpstreamProtocolError(
+                f"the upstream connection broke mid-stream: {exc}"
+            ) from None
 
     def close(self) -> None:
         self._response.close()
 
 
 class OpenAICompatibleProvider:
-    def __init__(self, config: DeploymentConfig, session: aiohttp.ClientSession, model: str) -> None:
+    def __init__(
+        self, config: DeploymentConfig, session: aiohttp.ClientSession, model: str
+    ) -> None:
         assert config.api_base is not None
         self._url = config.api_base.rstrip("/") + "/chat/completions"
         self._session = session
@@ -49,7 +57,9 @@ class OpenAICompatibleProvider:
             self._headers["Authorization"] = f"Bearer {config.api_key}"
         t = config.timeouts
         self._first_token_s = t.first_token_s
-        self._timeout = aiohttp.ClientTimeout(total=t.total_s, sock_connect=t.connect_s, sock_read=t.idle_s)
+        self._timeout = aiohttp.ClientTimeout(
+            total=t.total_s, sock_connect=t.connect_s, sock_read=t.idle_s
+        )
 
     async def chat(self, body: dict[str, Any], *, stream: bool) -> OpenAICompatibleResponse:
         payload = dict(body)
@@ -63,12 +73,17 @@ class OpenAICompatibleProvider:
         try:
             async with asyncio.timeout(self._first_token_s):
                 response = await self._session.post(
-                    self._url, data=orjson.dumps(payload), headers=self._headers, timeout=self._timeout
+                    self._url,
+                    data=orjson.dumps(payload),
+                    headers=self._headers,
+                    timeout=self._timeout,
                 )
         except aiohttp.ConnectionTimeoutError:
             raise UpstreamTimeout("connecting to the upstream timed out", phase="connect") from None
         except (aiohttp.ServerTimeoutError, TimeoutError):
-            raise UpstreamTimeout("the upstream sent no response headers in time", phase="first_token") from None
+            raise UpstreamTimeout(
+                "the upstream sent no response headers in time", phase="first_token"
+            ) from None
         except aiohttp.ClientConnectionError as exc:
             raise UpstreamConnectError(f"cannot reach the upstream: {exc}") from None
         if response.status >= 400:

@@ -87,9 +87,7 @@ class BlockAssembler:
 
     def blocks(self) -> list[Block]:
         """Every block of a completed answer, empty text/reasoning blocks left out."""
-        return [
-            b for b in self._blocks.values() if b.kind not in (TEXT, REASONING) or b.text != ""
-        ]
+        return [b for b in self._blocks.values() if b.kind not in (TEXT, REASONING) or b.text != ""]
 
     def interrupted_blocks(self) -> list[Block]:
         """What an interrupted answer keeps (contract section 4).

@@ -36,7 +36,13 @@ def compact(events: Iterable[Timed]) -> list[dict[str, Any]]:
 
     def open_run(index: int, t: int) -> dict[str, Any]:
         start = starts.get(index) or BlockStart(index, TEXT)
-        record: dict[str, Any] = {"type": start.kind, "index": index, "t0": t, "dt": [], "parts": []}
+        record: dict[str, Any] = {
+            "type": start.kind,
+            "index": index,
+            "t0": t,
+            "dt": [],
+            "parts": [],
+        }
         if start.kind == TOOL_CALL:
             record["id"] = start.id
             record["name"] = start.name
@@ -96,7 +102,12 @@ def expand(records: Iterable[dict[str, Any]]) -> list[Timed]:
             if index not in started:
                 started.add(index)
                 out.append(
-                    (t, BlockStart(index, kind, record.get("id"), record.get("name"), record.get("data")))
+                    (
+                        t,
+                        BlockStart(
+                            index, kind, record.get("id"), record.get("name"), record.get("data")
+                        ),
+                    )
                 )
             for i, part in enumerate(record["parts"]):
                 if i:

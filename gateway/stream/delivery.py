@@ -68,9 +68,14 @@ class DeliveryTracker:
         # Chunked transfer encoding puts a 2-byte CRLF after each written chunk.
         self.chunked = True
         sock = self._transport.get_extra_info("socket") if self._transport else None
-        if sock is not None and sys.platform == "linux" and sock.family in (
-            socket.AF_INET,
-            socket.AF_INET6,
+        if (
+            sock is not None
+            and sys.platform == "linux"
+            and sock.family
+            in (
+                socket.AF_INET,
+                socket.AF_INET6,
+            )
         ):
             try:
                 self._fd = os.dup(sock.fileno())
@@ -108,7 +113,9 @@ class DeliveryTracker:
             end += length
             self._ends.append(end)
         transport = self._transport
-        buffered = transport.get_write_buffer_size() if transport and not transport.is_closing() else 0
+        buffered = (
+            transport.get_write_buffer_size() if transport and not transport.is_closing() else 0
+        )
         self._handed = output_size - buffered
 
     @property

@@ -33,12 +33,21 @@ class SSEFrame:
 
 
 class SSEDecoder:
+    """Two modes: a fast one for `\n`-only streams (what every major provider sends), which
+    finds frame ends with `bytes.find`, and a line-by-line one that takes over for good once a
+    `\r` shows up."""
+
     def __init__(self, max_frame_bytes: int = 16 * 1024 * 1024) -> None:
-        self._buf = bytearray()
-        self._scan = 0  # bytes of _buf already split into lines for the current frame
         self._max = max_frame_bytes
         self._first = True
         self._reset_fields()
+        # fast mode
+        self._pending = b""  # bytes of the unfinished frame
+        self._searched = 0  # _pending holds no frame end before this offset
+        # line mode
+        self._lines_mode = False
+        self._buf = bytearray()
+        self._scan = 0  # bytes of _buf already split into lines for the current frame
 
     def _reset_fields(self) -> None:
         self._event: str | None = None
@@ -48,6 +57,44 @@ class SSEDecoder:
     def feed(self, chunk: bytes) -> list[SSEFrame]:
         if not chunk:
             return []
+        if not self._lines_mode and b"\r" in chunk:
+            self._lines_mode = True
+            self._buf = bytearray(self._pending)
+            self._pending = b""
+        if self._lines_mode:
+            frames = self._feed_lines(chunk)
+            size = len(self._buf)
+        else:
+            frames = self._feed_fast(chunk)
+            size = len(self._pending)
+        if size > self._max:
+            raise SSEFrameTooLarge(f"an SSE frame exceeded {self._max} bytes")
+        return frames
+
+    def _feed_fast(self, chunk: bytes) -> list[SSEFrame]:
+        data = self._pending + chunk if self._pending else chunk
+        frames: list[SSEFrame] = []
+        start = 0
+        search = self._searched
+        while True:
+            if data[start : start + 1] == b"\n":  # an empty line right at a frame start
+                frames.append(self._dispatch(data[start : start + 1]))
+                start += 1
+                search = start
+                continue
+            end = data.find(b"\n\n", search)
+            if end < 0:
+                break
+            for line in data[start:end].split(b"\n"):
+                self._field(line)
+            frames.append(self._dispatch(data[start : end + 2]))
+            start = search = end + 2
+        self._pending = data[start:]
+        # Resume the search one byte early: a "\n" at the end may be half of "\n\n".
+        self._searched = max(0, len(data) - start - 1)
+        return frames
+
+    def _feed_lines(self, chunk: bytes) -> list[SSEFrame]:
         buf = self._buf
         buf += chunk
         frames: list[SSEFrame] = []
@@ -71,23 +118,24 @@ class SSEDecoder:
             del buf[:frame_start]
             pos -= frame_start
         self._scan = pos
-        if len(buf) > self._max:
-            raise SSEFrameTooLarge(f"an SSE frame exceeded {self._max} bytes")
         return frames
 
     def flush(self) -> list[SSEFrame]:
         """The unterminated tail at end of stream, if any (its fields parsed, `complete=False`)."""
-        if not self._buf:
+        if self._lines_mode:
+            raw, unparsed = bytes(self._buf), bytes(self._buf[self._scan :])
+            self._buf, self._scan = bytearray(), 0
+        else:
+            raw = unparsed = self._pending
+            self._pending, self._searched = b"", 0
+            self._reset_fields()
+        if not raw:
             return []
-        tail = bytes(self._buf[self._scan :])
-        if tail:
-            for line in _EOL.split(tail):
-                if line:
-                    self._field(line)
-        frame = self._dispatch(bytes(self._buf))
+        for line in _EOL.split(unparsed):
+            if line:
+                self._field(line)
+        frame = self._dispatch(raw)
         frame.complete = False
-        self._buf = bytearray()
-        self._scan = 0
         return [frame]
 
     def _field(self, line: bytes) -> None:

@@ -5,10 +5,10 @@ from __future__ import annotations
 import asyncio
 from typing import Any
 
-from tests.conftest import GatewayUnderTest
-from tests.fakes import FakeUpstream, chunk, frames, hang_before_headers
 from gateway.stream.compact import expand
 from gateway.stream.events import BlockDelta
+from tests.conftest import GatewayUnderTest
+from tests.fakes import FakeUpstream, chunk, frames, hang_before_headers
 
 QUESTION = [{"role": "user", "content": "List three things."}]
 
@@ -16,7 +16,9 @@ QUESTION = [{"role": "user", "content": "List three things."}]
 async def _read_then_close(gw: GatewayUnderTest, k: int) -> tuple[str, list[Any]]:
     """The real SDK reads exactly k chunks, then closes the stream; returns the conversation id."""
     client = gw.client()
-    response = await client.chat.completions.with_raw_response.create(model="fake", messages=QUESTION, stream=True)
+    response = await client.chat.completions.with_raw_response.create(
+        model="fake", messages=QUESTION, stream=True
+    )
     stream = response.parse()
     got = []
     async for part in stream:
@@ -27,7 +29,9 @@ async def _read_then_close(gw: GatewayUnderTest, k: int) -> tuple[str, list[Any]
     return response.headers["X-Conversation-Id"], got
 
 
-async def test_cancel_mid_text_records_exactly_the_chunks_read(gw: GatewayUnderTest, upstream: FakeUpstream) -> None:
+async def test_cancel_mid_text_records_exactly_the_chunks_read(
+    gw: GatewayUnderTest, upstream: FakeUpstream
+) -> None:
     pieces = ["1. Apples", " are red.\n", "2. Pears", " are green.\n", "3. Plums"]
     upstream.push(frames(*(chunk(p) for p in pieces[:3]), then="stall"))
     conversation_id, got = await _read_then_close(gw, 3)
@@ -48,20 +52,35 @@ async def test_cancel_mid_text_records_exactly_the_chunks_read(gw: GatewayUnderT
     assert end["reason"] == "client_disconnect"
 
 
-async def test_reasoning_only_cancel_keeps_the_reasoning(gw: GatewayUnderTest, upstream: FakeUpstream) -> None:
-    upstream.push(frames(chunk(reasoning="Let me think"), chunk(reasoning=" about fruit."), then="stall"))
+async def test_reasoning_only_cancel_keeps_the_reasoning(
+    gw: GatewayUnderTest, upstream: FakeUpstream
+) -> None:
+    upstream.push(
+        frames(chunk(reasoning="Let me think"), chunk(reasoning=" about fruit."), then="stall")
+    )
     conversation_id, _ = await _read_then_close(gw, 2)
     events = await gw.wait_turn_end(conversation_id)
     assert [e["type"] for e in events] == ["user/message", "assistant/message", "turn/end"]
-    assert events[1]["payload"]["content"] == [{"type": "reasoning", "text": "Let me think about fruit."}]
+    assert events[1]["payload"]["content"] == [
+        {"type": "reasoning", "text": "Let me think about fruit."}
+    ]
     messages = await _messages(gw, conversation_id)
-    assert messages[-1] == {"role": "assistant", "content": "", "reasoning_content": "Let me think about fruit."}
+    assert messages[-1] == {
+        "role": "assistant",
+        "content": "",
+        "reasoning_content": "Let me think about fruit.",
+    }
 
 
 async def test_text_then_half_a_tool_call_keeps_the_text_and_drops_the_call(
     gw: GatewayUnderTest, upstream: FakeUpstream
 ) -> None:
-    call = {"index": 0, "id": "call_1", "type": "function", "function": {"name": "lookup", "arguments": ""}}
+    call = {
+        "index": 0,
+        "id": "call_1",
+        "type": "function",
+        "function": {"name": "lookup", "arguments": ""},
+    }
     upstream.push(
         frames(
             chunk("Let me check."),
@@ -81,7 +100,9 @@ async def test_text_then_half_a_tool_call_keeps_the_text_and_drops_the_call(
     assert messages[-1] == {"role": "assistant", "content": "Let me check."}
 
 
-async def test_whitespace_only_output_is_an_empty_prefix_attempt(gw: GatewayUnderTest, upstream: FakeUpstream) -> None:
+async def test_whitespace_only_output_is_an_empty_prefix_attempt(
+    gw: GatewayUnderTest, upstream: FakeUpstream
+) -> None:
     upstream.push(frames(chunk("\n\n"), chunk("  "), then="stall"))
     conversation_id, _ = await _read_then_close(gw, 2)
     events = await gw.wait_turn_end(conversation_id)
@@ -91,10 +112,14 @@ async def test_whitespace_only_output_is_an_empty_prefix_attempt(gw: GatewayUnde
     assert await _messages(gw, conversation_id) == QUESTION
 
 
-async def test_cancel_before_the_upstream_answers(gw: GatewayUnderTest, upstream: FakeUpstream) -> None:
+async def test_cancel_before_the_upstream_answers(
+    gw: GatewayUnderTest, upstream: FakeUpstream
+) -> None:
     upstream.push(hang_before_headers())
     client = gw.client()
-    task = asyncio.create_task(client.chat.completions.create(model="fake", messages=QUESTION, stream=True))
+    task = asyncio.create_task(
+        client.chat.completions.create(model="fake", messages=QUESTION, stream=True)
+    )
     await asyncio.wait_for(upstream.stalled.wait(), 5)
     task.cancel()
     await asyncio.wait_for(upstream.disconnected.wait(), 5)

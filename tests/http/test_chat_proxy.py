@@ -7,34 +7,57 @@ import openai
 import pytest
 
 from tests.conftest import GatewayUnderTest
-from tests.fakes import DONE, USAGE, FakeUpstream, chunk, completion, expected, fixture_bytes, frames, replay
+from tests.fakes import (
+    DONE,
+    USAGE,
+    FakeUpstream,
+    chunk,
+    completion,
+    expected,
+    fixture_bytes,
+    frames,
+    replay,
+)
 
 HELLO = [{"role": "user", "content": "What is the capital of the UK?"}]
 
 
-async def test_stream_reaches_the_client_byte_for_byte(gw: GatewayUnderTest, upstream: FakeUpstream) -> None:
+async def test_stream_reaches_the_client_byte_for_byte(
+    gw: GatewayUnderTest, upstream: FakeUpstream
+) -> None:
     upstream.push(replay("openai-chat-text-usage.sse", piece=7))
-    async with aiohttp.ClientSession() as session:
-        async with session.post(
+    async with (
+        aiohttp.ClientSession() as session,
+        session.post(
             gw.url + "/v1/chat/completions",
-            json={"model": "fake", "messages": HELLO, "stream": True, "stream_options": {"include_usage": True}},
-        ) as response:
-            body = await response.read()
-            assert response.status == 200
-            assert response.headers["Content-Type"].startswith("text/event-stream")
-            assert response.headers["X-Conversation-Id"]
-            assert response.headers["X-Request-Id"]
-            assert response.headers["X-Gateway-Attempts"] == "1"
+            json={
+                "model": "fake",
+                "messages": HELLO,
+                "stream": True,
+                "stream_options": {"include_usage": True},
+            },
+        ) as response,
+    ):
+        body = await response.read()
+        assert response.status == 200
+        assert response.headers["Content-Type"].startswith("text/event-stream")
+        assert response.headers["X-Conversation-Id"]
+        assert response.headers["X-Request-Id"]
+        assert response.headers["X-Gateway-Attempts"] == "1"
     assert body == fixture_bytes("openai-chat-text-usage.sse")
     # The upstream got the client's body with the deployment's model id.
     assert upstream.requests[0]["model"] == "fake-model"
     assert upstream.requests[0]["messages"] == HELLO
 
 
-async def test_openai_sdk_streams_text_and_the_turn_is_recorded(gw: GatewayUnderTest, upstream: FakeUpstream) -> None:
+async def test_openai_sdk_streams_text_and_the_turn_is_recorded(
+    gw: GatewayUnderTest, upstream: FakeUpstream
+) -> None:
     upstream.push(replay("openai-chat-text-usage.sse"))
     client = gw.client()
-    response = await client.chat.completions.with_raw_response.create(model="fake", messages=HELLO, stream=True)
+    response = await client.chat.completions.with_raw_response.create(
+        model="fake", messages=HELLO, stream=True
+    )
     conversation_id = response.headers["X-Conversation-Id"]
     text = ""
     async for part in response.parse():
@@ -49,20 +72,31 @@ async def test_openai_sdk_streams_text_and_the_turn_is_recorded(gw: GatewayUnder
     assert message["interrupted"] is False
     assert message["finish_reason"] == "stop"
     assert message["usage"]["completion_tokens"] == 9
-    assert message["route"] == {"provider": "openai", "deployment": "fake/0-openai", "model": "fake-model"}
+    assert message["route"] == {
+        "provider": "openai",
+        "deployment": "fake/0-openai",
+        "model": "fake-model",
+    }
     assert events[2]["payload"]["status"] == "completed"
     assert events[0]["payload"] == {"content": HELLO[0]["content"]}
     assert [e["seq"] for e in events] == [1, 2, 3]
 
 
-async def test_usage_chunk_the_gateway_asked_for_is_not_forwarded(gw: GatewayUnderTest, upstream: FakeUpstream) -> None:
-    upstream.push(frames(chunk("Hi"), chunk(finish="stop"), chunk(usage=USAGE, no_choices=True), DONE))
-    async with aiohttp.ClientSession() as session:
-        async with session.post(
-            gw.url + "/v1/chat/completions", json={"model": "fake", "messages": HELLO, "stream": True}
-        ) as response:
-            body = await response.read()
-            conversation_id = response.headers["X-Conversation-Id"]
+async def test_usage_chunk_the_gateway_asked_for_is_not_forwarded(
+    gw: GatewayUnderTest, upstream: FakeUpstream
+) -> None:
+    upstream.push(
+        frames(chunk("Hi"), chunk(finish="stop"), chunk(usage=USAGE, no_choices=True), DONE)
+    )
+    async with (
+        aiohttp.ClientSession() as session,
+        session.post(
+            gw.url + "/v1/chat/completions",
+            json={"model": "fake", "messages": HELLO, "stream": True},
+        ) as response,
+    ):
+        body = await response.read()
+        conversation_id = response.headers["X-Conversation-Id"]
     assert upstream.requests[0]["stream_options"] == {"include_usage": True}
     assert body == chunk("Hi") + chunk(finish="stop") + DONE
     events = await gw.wait_turn_end(conversation_id)
@@ -80,7 +114,12 @@ async def test_tool_call_stream_is_assembled(gw: GatewayUnderTest, upstream: Fak
     events = await gw.wait_turn_end(response.headers["X-Conversation-Id"])
     content = events[1]["payload"]["content"]
     assert content == [
-        {"type": "tool_call", "id": "call_ZR5UUuTt3pf61kjwAJIYdVMj", "name": "get_capital", "arguments": '{"country":"UK"}'}
+        {
+            "type": "tool_call",
+            "id": "call_ZR5UUuTt3pf61kjwAJIYdVMj",
+            "name": "get_capital",
+            "arguments": '{"country":"UK"}',
+        }
     ]
     assert events[1]["payload"]["finish_reason"] == "tool_calls"
 
@@ -88,7 +127,9 @@ async def test_tool_call_stream_is_assembled(gw: GatewayUnderTest, upstream: Fak
 async def test_reasoning_stream_is_assembled(gw: GatewayUnderTest, upstream: FakeUpstream) -> None:
     upstream.push(replay("deepseek-chat-reasoning-content.sse", piece=100))
     client = gw.client()
-    response = await client.chat.completions.with_raw_response.create(model="fake", messages=HELLO, stream=True)
+    response = await client.chat.completions.with_raw_response.create(
+        model="fake", messages=HELLO, stream=True
+    )
     async for _ in response.parse():
         pass
     events = await gw.wait_turn_end(response.headers["X-Conversation-Id"])
@@ -127,7 +168,9 @@ async def test_models_lists_the_aliases(gw: GatewayUnderTest) -> None:
     assert [m.id for m in models.data] == ["demo", "fake"]
 
 
-async def test_unknown_model_is_404_and_nothing_is_recorded(gw: GatewayUnderTest, upstream: FakeUpstream) -> None:
+async def test_unknown_model_is_404_and_nothing_is_recorded(
+    gw: GatewayUnderTest, upstream: FakeUpstream
+) -> None:
     with pytest.raises(openai.NotFoundError) as caught:
         await gw.client().chat.completions.create(model="nope", messages=HELLO)
     assert caught.value.code == "model_not_found"
@@ -144,20 +187,25 @@ async def test_unknown_model_is_404_and_nothing_is_recorded(gw: GatewayUnderTest
         (b"[]", None),
         (b'{"model": "fake"}', "messages"),
         (b'{"model": "fake", "messages": []}', "messages"),
-        (b'{"model": "fake", "messages": [{"role": "wizard", "content": "x"}]}', "messages[0].role"),
+        (
+            b'{"model": "fake", "messages": [{"role": "wizard", "content": "x"}]}',
+            "messages[0].role",
+        ),
         (b'{"messages": [{"role": "user", "content": "x"}]}', "model"),
     ],
 )
 async def test_bad_requests_get_a_clear_400_and_change_nothing(
     gw: GatewayUnderTest, upstream: FakeUpstream, body: bytes, param: str | None
 ) -> None:
-    async with aiohttp.ClientSession() as session:
-        async with session.post(
+    async with (
+        aiohttp.ClientSession() as session,
+        session.post(
             gw.url + "/v1/chat/completions", data=body, headers={"Content-Type": "application/json"}
-        ) as response:
-            assert response.status == 400
-            error = (await response.json())["error"]
-            assert response.headers["X-Request-Id"]
+        ) as response,
+    ):
+        assert response.status == 400
+        error = (await response.json())["error"]
+        assert response.headers["X-Request-Id"]
     assert error["type"] == "invalid_request_error"
     assert error["param"] == param
     assert error["message"]
@@ -168,9 +216,11 @@ async def test_bad_requests_get_a_clear_400_and_change_nothing(
 
 
 async def test_request_id_is_echoed(gw: GatewayUnderTest) -> None:
-    async with aiohttp.ClientSession() as session:
-        async with session.get(gw.url + "/health/live", headers={"X-Request-Id": "abc-123"}) as response:
-            assert response.headers["X-Request-Id"] == "abc-123"
+    async with (
+        aiohttp.ClientSession() as session,
+        session.get(gw.url + "/health/live", headers={"X-Request-Id": "abc-123"}) as response,
+    ):
+        assert response.headers["X-Request-Id"] == "abc-123"
 
 
 async def test_health_and_metrics(gw: GatewayUnderTest) -> None:
@@ -181,5 +231,7 @@ async def test_health_and_metrics(gw: GatewayUnderTest) -> None:
         await gw.client().chat.completions.create(model="demo", messages=HELLO)
         async with session.get(gw.url + "/metrics") as response:
             text = await response.text()
-    assert 'gateway_turns_total{reason="",status="completed"}' in text or "gateway_turns_total" in text
+    assert (
+        'gateway_turns_total{reason="",status="completed"}' in text or "gateway_turns_total" in text
+    )
     assert "gateway_requests_total" in text

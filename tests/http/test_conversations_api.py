@@ -15,9 +15,8 @@ PREFIX = ["1. Sleep well.\n", "2. Drink water", ".\n3. Wal"]
 
 
 async def _get(gw: GatewayUnderTest, path: str) -> tuple[int, Any]:
-    async with aiohttp.ClientSession() as session:
-        async with session.get(gw.url + path) as response:
-            return response.status, await response.json()
+    async with aiohttp.ClientSession() as session, session.get(gw.url + path) as response:
+        return response.status, await response.json()
 
 
 async def _post(gw: GatewayUnderTest, path: str, body: Any) -> tuple[int, Any]:
@@ -43,7 +42,9 @@ async def _cancelled_turn(gw: GatewayUnderTest, upstream: FakeUpstream) -> str:
     return conversation_id
 
 
-async def test_after_a_cancel_the_derived_history_holds_the_prefix(gw: GatewayUnderTest, upstream: FakeUpstream) -> None:
+async def test_after_a_cancel_the_derived_history_holds_the_prefix(
+    gw: GatewayUnderTest, upstream: FakeUpstream
+) -> None:
     conversation_id = await _cancelled_turn(gw, upstream)
     status, body = await _get(gw, f"/v1/conversations/{conversation_id}/messages")
     assert status == 200
@@ -55,7 +56,11 @@ async def test_follow_up_with_the_conversation_id_records_only_new_messages(
     gw: GatewayUnderTest, upstream: FakeUpstream
 ) -> None:
     conversation_id = await _cancelled_turn(gw, upstream)
-    history = [FIRST, {"role": "assistant", "content": "".join(PREFIX)}, {"role": "user", "content": "Expand on point two."}]
+    history = [
+        FIRST,
+        {"role": "assistant", "content": "".join(PREFIX)},
+        {"role": "user", "content": "Expand on point two."},
+    ]
     upstream.push(replay("openai-chat-text-usage.sse"))
     client = gw.client(default_headers={"X-Conversation-Id": conversation_id})
     response = await client.chat.completions.with_raw_response.create(
@@ -65,36 +70,52 @@ async def test_follow_up_with_the_conversation_id_records_only_new_messages(
         pass
     assert response.headers["X-Conversation-Id"] == conversation_id  # joined, not branched
     # The upstream got exactly the history the client sent, interrupted prefix included.
-    assert upstream.requests[-1]["messages"] == [{"role": "system", "content": "Be brief."}, *history]
+    assert upstream.requests[-1]["messages"] == [
+        {"role": "system", "content": "Be brief."},
+        *history,
+    ]
     events = await gw.wait_turn_end(conversation_id, count=2)
     second_turn = [e for e in events if e["turn_id"] == events[-1]["turn_id"]]
     assert [e["type"] for e in second_turn] == ["user/message", "assistant/message", "turn/end"]
     assert second_turn[0]["payload"]["content"] == "Expand on point two."
-    status, body = await _get(gw, f"/v1/conversations/{conversation_id}/messages")
+    _, body = await _get(gw, f"/v1/conversations/{conversation_id}/messages")
     assert body["data"][:3] == history
     assert body["data"][3] == {"role": "assistant", "content": "The capital of the UK is London."}
 
 
-async def test_a_diverging_history_starts_a_branch(gw: GatewayUnderTest, upstream: FakeUpstream) -> None:
+async def test_a_diverging_history_starts_a_branch(
+    gw: GatewayUnderTest, upstream: FakeUpstream
+) -> None:
     conversation_id = await _cancelled_turn(gw, upstream)
     # The client dropped the interrupted answer and asked something else.
-    edited = [FIRST, {"role": "assistant", "content": "Something else entirely."}, {"role": "user", "content": "Why?"}]
+    edited = [
+        FIRST,
+        {"role": "assistant", "content": "Something else entirely."},
+        {"role": "user", "content": "Why?"},
+    ]
     upstream.push(replay("openai-chat-text-usage.sse"))
     client = gw.client(default_headers={"X-Conversation-Id": conversation_id})
-    response = await client.chat.completions.with_raw_response.create(model="fake", messages=edited, stream=True)
+    response = await client.chat.completions.with_raw_response.create(
+        model="fake", messages=edited, stream=True
+    )
     async for _ in response.parse():
         pass
     branch_id = response.headers["X-Conversation-Id"]
     assert branch_id != conversation_id
     await gw.wait_turn_end(branch_id)
-    status, body = await _get(gw, f"/v1/conversations/{branch_id}/messages")
-    assert body["data"] == [*edited, {"role": "assistant", "content": "The capital of the UK is London."}]
+    _, body = await _get(gw, f"/v1/conversations/{branch_id}/messages")
+    assert body["data"] == [
+        *edited,
+        {"role": "assistant", "content": "The capital of the UK is London."},
+    ]
     # The original is untouched.
-    status, body = await _get(gw, f"/v1/conversations/{conversation_id}/messages")
+    _, body = await _get(gw, f"/v1/conversations/{conversation_id}/messages")
     assert body["data"] == [FIRST, {"role": "assistant", "content": "".join(PREFIX)}]
 
 
-async def test_branch_at_the_cancelled_turn_keeps_the_prefix(gw: GatewayUnderTest, upstream: FakeUpstream) -> None:
+async def test_branch_at_the_cancelled_turn_keeps_the_prefix(
+    gw: GatewayUnderTest, upstream: FakeUpstream
+) -> None:
     conversation_id = await _cancelled_turn(gw, upstream)
     status, events = await _get(gw, f"/v1/conversations/{conversation_id}/events")
     assert status == 200
@@ -102,7 +123,9 @@ async def test_branch_at_the_cancelled_turn_keeps_the_prefix(gw: GatewayUnderTes
     assert set(events["data"][0]) >= {"seq", "turn_id", "type", "created_at", "payload"}
     turn_end_seq = events["data"][-1]["seq"]
 
-    status, created = await _post(gw, f"/v1/conversations/{conversation_id}/branches", {"at_seq": turn_end_seq})
+    status, created = await _post(
+        gw, f"/v1/conversations/{conversation_id}/branches", {"at_seq": turn_end_seq}
+    )
     assert status == 201
     branch_id = created["id"]
     status, body = await _get(gw, f"/v1/conversations/{branch_id}/messages")
@@ -119,15 +142,21 @@ async def test_branch_at_the_cancelled_turn_keeps_the_prefix(gw: GatewayUnderTes
     assert own[0]["seq"] == turn_end_seq + 1
 
     # A branch at the user message drops the answer.
-    status, created = await _post(gw, f"/v1/conversations/{conversation_id}/branches", {"at_seq": 1})
+    status, created = await _post(
+        gw, f"/v1/conversations/{conversation_id}/branches", {"at_seq": 1}
+    )
     status, body = await _get(gw, f"/v1/conversations/{created['id']}/messages")
     assert body["data"] == [FIRST]
 
 
-async def test_branch_inside_an_unfinished_turn_is_409(gw: GatewayUnderTest, upstream: FakeUpstream) -> None:
+async def test_branch_inside_an_unfinished_turn_is_409(
+    gw: GatewayUnderTest, upstream: FakeUpstream
+) -> None:
     upstream.push(frames(chunk("Still "), then="stall"))
     client = gw.client()
-    response = await client.chat.completions.with_raw_response.create(model="fake", messages=[FIRST], stream=True)
+    response = await client.chat.completions.with_raw_response.create(
+        model="fake", messages=[FIRST], stream=True
+    )
     stream = response.parse()
     async for _ in stream:
         break
@@ -160,25 +189,41 @@ async def test_bad_branch_requests_are_400(gw: GatewayUnderTest, upstream: FakeU
 
 async def test_new_conversation_id_from_the_client_is_created(gw: GatewayUnderTest) -> None:
     client = gw.client(default_headers={"X-Conversation-Id": "my-chat-1"})
-    response = await client.chat.completions.with_raw_response.create(model="demo", messages=[FIRST])
+    response = await client.chat.completions.with_raw_response.create(
+        model="demo", messages=[FIRST]
+    )
     assert response.headers["X-Conversation-Id"] == "my-chat-1"
     events = await gw.wait_turn_end("my-chat-1")
     assert [e["type"] for e in events] == ["user/message", "assistant/message", "turn/end"]
 
 
 async def test_invalid_conversation_id_is_400(gw: GatewayUnderTest) -> None:
-    async with aiohttp.ClientSession() as session:
-        async with session.post(
+    async with (
+        aiohttp.ClientSession() as session,
+        session.post(
             gw.url + "/v1/chat/completions",
             json={"model": "demo", "messages": [FIRST]},
             headers={"X-Conversation-Id": "bad id with spaces"},
-        ) as response:
-            assert response.status == 400
-            assert (await response.json())["error"]["param"] == "X-Conversation-Id"
+        ) as response,
+    ):
+        assert response.status == 400
+        assert (await response.json())["error"]["param"] == "X-Conversation-Id"
 
 
 async def test_concurrent_turns_get_distinct_increasing_seqs(gw: GatewayUnderTest) -> None:
     client = gw.client(default_headers={"X-Conversation-Id": "busy"})
-    await asyncio.gather(*(client.chat.completions.create(model="demo", messages=[FIRST]) for _ in range(5)))
-    events = await gw.wait_turn_end("busy", count=5)
-    assert [e["seq"] for e in events] == list(range(1, len(events) + 1))
+    responses = await asyncio.gather(
+        *(
+            client.chat.completions.with_raw_response.create(model="demo", messages=[FIRST])
+            for _ in range(5)
+        )
+    )
+    # Each joins "busy" or, when another turn's answer landed first, branches from it (the
+    # request no longer continues the stored history): every turn is recorded exactly once.
+    ids = [r.headers["X-Conversation-Id"] for r in responses]
+    assert "busy" in ids
+    for conversation_id in set(ids):
+        events = await gw.wait_turn_end(conversation_id, count=ids.count(conversation_id))
+        seqs = [e["seq"] for e in events]
+        assert seqs == list(range(seqs[0], seqs[0] + len(seqs)))
+        assert sum(e["type"] == "turn/end" for e in events) == ids.count(conversation_id)

@@ -71,7 +71,9 @@ async def test_a_client_that_stops_reading_gets_only_what_it_received(
     sock.setblocking(False)
     assert gw.server.port is not None
     await loop.sock_connect(sock, ("127.0.0.1", gw.server.port))
-    body = json.dumps({"model": "fake", "messages": [{"role": "user", "content": "go"}], "stream": True}).encode()
+    body = json.dumps(
+        {"model": "fake", "messages": [{"role": "user", "content": "go"}], "stream": True}
+    ).encode()
     request = (
         b"POST /v1/chat/completions HTTP/1.1\r\nHost: gw\r\nContent-Type: application/json\r\n"
         + f"Content-Length: {len(body)}\r\n\r\n".encode()
@@ -101,7 +103,9 @@ async def test_a_client_that_stops_reading_gets_only_what_it_received(
 
     head, _, chunked = bytes(received).partition(b"\r\n\r\n")
     conversation_id = next(
-        line.split(b": ", 1)[1].decode() for line in head.split(b"\r\n") if line.lower().startswith(b"x-conversation-id")
+        line.split(b": ", 1)[1].decode()
+        for line in head.split(b"\r\n")
+        if line.lower().startswith(b"x-conversation-id")
     )
     client_text = _complete_sse_text(_dechunk(chunked))
     await asyncio.wait_for(upstream.disconnected.wait(), 10)

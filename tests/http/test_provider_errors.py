@@ -21,13 +21,42 @@ async def _messages(gw: GatewayUnderTest, conversation_id: str) -> list[dict[str
 @pytest.mark.parametrize(
     ("code", "body", "error_class"),
     [
-        (500, {"error": {"message": "boom", "type": "server_error", "code": None}}, openai.InternalServerError),
-        (429, {"error": {"message": "slow down", "type": "rate_limit_error", "code": "rate_limit_exceeded"}}, openai.RateLimitError),
-        (400, {"error": {"message": "bad field", "type": "invalid_request_error", "param": "temperature", "code": None}}, openai.BadRequestError),
+        (
+            500,
+            {"error": {"message": "boom", "type": "server_error", "code": None}},
+            openai.InternalServerError,
+        ),
+        (
+            429,
+            {
+                "error": {
+                    "message": "slow down",
+                    "type": "rate_limit_error",
+                    "code": "rate_limit_exceeded",
+                }
+            },
+            openai.RateLimitError,
+        ),
+        (
+            400,
+            {
+                "error": {
+                    "message": "bad field",
+                    "type": "invalid_request_error",
+                    "param": "temperature",
+                    "code": None,
+                }
+            },
+            openai.BadRequestError,
+        ),
     ],
 )
 async def test_http_error_before_streaming_is_returned_and_recorded(
-    gw: GatewayUnderTest, upstream: FakeUpstream, code: int, body: dict[str, object], error_class: type[Exception]
+    gw: GatewayUnderTest,
+    upstream: FakeUpstream,
+    code: int,
+    body: dict[str, object],
+    error_class: type[Exception],
 ) -> None:
     upstream.push(status(code, body, headers={"Retry-After": "3"} if code == 429 else None))
     with pytest.raises(error_class) as caught:
@@ -40,7 +69,12 @@ async def test_http_error_before_streaming_is_returned_and_recorded(
     if code == 429:
         assert error.response.headers["Retry-After"] == "3"
     events = await gw.wait_turn_end(conversation_id)
-    assert [e["type"] for e in events] == ["user/message", "assistant/attempt", "request/error", "turn/end"]
+    assert [e["type"] for e in events] == [
+        "user/message",
+        "assistant/attempt",
+        "request/error",
+        "turn/end",
+    ]
     assert events[1]["payload"]["reason"] == "provider_error"
     assert events[2]["payload"]["status"] == code
     assert events[2]["payload"]["retryable"] is (code != 400)
@@ -49,7 +83,9 @@ async def test_http_error_before_streaming_is_returned_and_recorded(
     assert await _messages(gw, conversation_id) == QUESTION
 
 
-async def test_html_error_page_becomes_an_openai_shaped_error(gw: GatewayUnderTest, upstream: FakeUpstream) -> None:
+async def test_html_error_page_becomes_an_openai_shaped_error(
+    gw: GatewayUnderTest, upstream: FakeUpstream
+) -> None:
     upstream.push(status(502, "<html><body>Bad Gateway</body></html>"))
     with pytest.raises(openai.APIStatusError) as caught:
         await gw.client().chat.completions.create(model="fake", messages=QUESTION)
@@ -58,20 +94,30 @@ async def test_html_error_page_becomes_an_openai_shaped_error(gw: GatewayUnderTe
     assert "Bad Gateway" in caught.value.body["message"]  # type: ignore[index]
 
 
-async def test_reset_mid_stream_ends_with_an_error_event(gw: GatewayUnderTest, upstream: FakeUpstream) -> None:
+async def test_reset_mid_stream_ends_with_an_error_event(
+    gw: GatewayUnderTest, upstream: FakeUpstream
+) -> None:
     upstream.push(frames(chunk("Partial "), chunk("answer"), then="reset"))
-    async with aiohttp.ClientSession() as session:
-        async with session.post(
-            gw.url + "/v1/chat/completions", json={"model": "fake", "messages": QUESTION, "stream": True}
-        ) as response:
-            body = await response.read()
-            conversation_id = response.headers["X-Conversation-Id"]
+    async with (
+        aiohttp.ClientSession() as session,
+        session.post(
+            gw.url + "/v1/chat/completions",
+            json={"model": "fake", "messages": QUESTION, "stream": True},
+        ) as response,
+    ):
+        body = await response.read()
+        conversation_id = response.headers["X-Conversation-Id"]
     assert body.startswith(chunk("Partial ") + chunk("answer"))
     assert body.endswith(b"\n\n")
     assert b'data: {"error":' in body
     assert b"[DONE]" not in body
     events = await gw.wait_turn_end(conversation_id)
-    assert [e["type"] for e in events] == ["user/message", "assistant/attempt", "request/error", "turn/end"]
+    assert [e["type"] for e in events] == [
+        "user/message",
+        "assistant/attempt",
+        "request/error",
+        "turn/end",
+    ]
     attempt = events[1]["payload"]
     assert attempt["reason"] == "provider_error"
     assert attempt["stream"][0]["parts"] == ["Partial ", "answer"]  # kept for audit
@@ -87,42 +133,69 @@ async def test_sdk_raises_on_the_error_event(gw: GatewayUnderTest, upstream: Fak
             pass
 
 
-async def test_stream_without_a_terminal_event_is_an_aborted_finish(gw: GatewayUnderTest, upstream: FakeUpstream) -> None:
+async def test_stream_without_a_terminal_event_is_an_aborted_finish(
+    gw: GatewayUnderTest, upstream: FakeUpstream
+) -> None:
     upstream.push(frames(chunk("All "), chunk("good?"), then="end"))
-    async with aiohttp.ClientSession() as session:
-        async with session.post(
-            gw.url + "/v1/chat/completions", json={"model": "fake", "messages": QUESTION, "stream": True}
-        ) as response:
-            body = await response.read()
-            conversation_id = response.headers["X-Conversation-Id"]
+    async with (
+        aiohttp.ClientSession() as session,
+        session.post(
+            gw.url + "/v1/chat/completions",
+            json={"model": "fake", "messages": QUESTION, "stream": True},
+        ) as response,
+    ):
+        body = await response.read()
+        conversation_id = response.headers["X-Conversation-Id"]
     assert b'"code":"upstream_incomplete_stream"' in body
     events = await gw.wait_turn_end(conversation_id)
-    assert [e["type"] for e in events] == ["user/message", "assistant/attempt", "request/error", "turn/end"]
+    assert [e["type"] for e in events] == [
+        "user/message",
+        "assistant/attempt",
+        "request/error",
+        "turn/end",
+    ]
     assert events[1]["payload"]["reason"] == "aborted_finish"
     assert await _messages(gw, conversation_id) == QUESTION
 
 
-@pytest.mark.parametrize("name", ["openrouter-chat-error-chunk.sse", "groq-chat-reasoning-error-event.sse"])
-async def test_in_band_error_events_are_provider_errors(gw: GatewayUnderTest, upstream: FakeUpstream, name: str) -> None:
+@pytest.mark.parametrize(
+    "name", ["openrouter-chat-error-chunk.sse", "groq-chat-reasoning-error-event.sse"]
+)
+async def test_in_band_error_events_are_provider_errors(
+    gw: GatewayUnderTest, upstream: FakeUpstream, name: str
+) -> None:
     upstream.push(replay(name))
-    async with aiohttp.ClientSession() as session:
-        async with session.post(
-            gw.url + "/v1/chat/completions", json={"model": "fake", "messages": QUESTION, "stream": True}
-        ) as response:
-            body = await response.read()
-            conversation_id = response.headers["X-Conversation-Id"]
+    async with (
+        aiohttp.ClientSession() as session,
+        session.post(
+            gw.url + "/v1/chat/completions",
+            json={"model": "fake", "messages": QUESTION, "stream": True},
+        ) as response,
+    ):
+        body = await response.read()
+        conversation_id = response.headers["X-Conversation-Id"]
     assert b"[DONE]" not in body
     assert body.endswith(b"\n\n")
     assert fixture_bytes(name).startswith(body.split(b'data: {"error"')[0])
     events = await gw.wait_turn_end(conversation_id)
-    assert [e["type"] for e in events] == ["user/message", "assistant/attempt", "request/error", "turn/end"]
+    assert [e["type"] for e in events] == [
+        "user/message",
+        "assistant/attempt",
+        "request/error",
+        "turn/end",
+    ]
     assert events[1]["payload"]["reason"] == "provider_error"
     assert await _messages(gw, conversation_id) == QUESTION
 
 
 async def test_unreachable_upstream_is_a_502(make_gateway, tmp_path) -> None:  # type: ignore[no-untyped-def]
     gw = await make_gateway(
-        models=[{"name": "down", "deployments": [{"provider": "openai", "api_base": "http://127.0.0.1:9/v1"}]}]
+        models=[
+            {
+                "name": "down",
+                "deployments": [{"provider": "openai", "api_base": "http://127.0.0.1:9/v1"}],
+            }
+        ]
     )
     with pytest.raises(openai.APIStatusError) as caught:
         await gw.client().chat.completions.create(model="down", messages=QUESTION)
@@ -130,10 +203,17 @@ async def test_unreachable_upstream_is_a_502(make_gateway, tmp_path) -> None:  #
     assert caught.value.body["code"] == "upstream_connect_error"  # type: ignore[index]
     conversation_id = caught.value.response.headers["X-Conversation-Id"]
     events = await gw.wait_turn_end(conversation_id)
-    assert [e["type"] for e in events] == ["user/message", "assistant/attempt", "request/error", "turn/end"]
+    assert [e["type"] for e in events] == [
+        "user/message",
+        "assistant/attempt",
+        "request/error",
+        "turn/end",
+    ]
 
 
-async def test_fallback_to_the_next_deployment_before_anything_was_sent(make_gateway, upstream: FakeUpstream) -> None:  # type: ignore[no-untyped-def]
+async def test_fallback_to_the_next_deployment_before_anything_was_sent(
+    make_gateway, upstream: FakeUpstream
+) -> None:  # type: ignore[no-untyped-def]
     gw = await make_gateway(
         models=[
             {
@@ -146,14 +226,20 @@ async def test_fallback_to_the_next_deployment_before_anything_was_sent(make_gat
         ]
     )
     upstream.push(replay("openai-chat-text-usage.sse"))
-    response = await gw.client().chat.completions.with_raw_response.create(model="chain", messages=QUESTION, stream=True)
+    response = await gw.client().chat.completions.with_raw_response.create(
+        model="chain", messages=QUESTION, stream=True
+    )
     async for _ in response.parse():
         pass
     assert response.headers["X-Gateway-Deployment"] == "alive"
     assert response.headers["X-Gateway-Attempts"] == "2"
     events = await gw.wait_turn_end(response.headers["X-Conversation-Id"])
     assert [e["type"] for e in events] == [
-        "user/message", "assistant/attempt", "request/error", "assistant/message", "turn/end"
+        "user/message",
+        "assistant/attempt",
+        "request/error",
+        "assistant/message",
+        "turn/end",
     ]
     assert events[3]["payload"]["route"]["deployment"] == "alive"
     assert events[3]["payload"]["attempt"] == 2

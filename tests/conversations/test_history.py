@@ -1,0 +1,80 @@
+"""Matching a stateless request's messages against the stored conversation."""
+
+from __future__ import annotations
+
+from typing import Any
+
+from gateway.conversations.events import Event
+from gateway.conversations.history import match_history
+
+
+def stored(*items: tuple[str, dict[str, Any]]) -> list[Event]:
+    return [Event("c", i + 1, "t", kind, 0.0, payload) for i, (kind, payload) in enumerate(items)]
+
+
+HISTORY = stored(
+    ("user/message", {"content": "Q1"}),
+    (
+        "assistant/message",
+        {"content": [{"type": "reasoning", "text": "hidden"}, {"type": "text", "text": "A1"}]},
+    ),
+    ("turn/end", {"status": "completed"}),
+)
+
+
+def test_a_continuation_records_only_the_new_messages() -> None:
+    request = [
+        {"role": "system", "content": "be nice"},
+        {"role": "user", "content": [{"type": "text", "text": "Q1"}]},
+        {"role": "assistant", "content": "A1", "refusal": None},  # reasoning dropped by the client
+        {"role": "user", "content": "Q2"},
+    ]
+    match = match_history(HISTORY, request)
+    assert match.branch_at is None
+    assert match.new_messages == [{"role": "user", "content": "Q2"}]
+
+
+def test_an_edited_answer_branches_after_the_last_match() -> None:
+    request = [
+        {"role": "user", "content": "Q1"},
+        {"role": "assistant", "content": "A1 edited"},
+        {"role": "user", "content": "Q2"},
+    ]
+    match = match_history(HISTORY, request)
+    assert match.branch_at == 1
+    assert match.new_messages == request[1:]
+
+
+def test_a_regenerate_branches_at_the_user_message() -> None:
+    match = match_history(HISTORY, [{"role": "user", "content": "Q1"}])
+    assert match.branch_at == 1
+    assert match.new_messages == []
+
+
+def test_nothing_in_common_branches_at_zero() -> None:
+    match = match_history(HISTORY, [{"role": "user", "content": "other"}])
+    assert match.branch_at == 0
+
+
+def test_tool_calls_and_results_are_compared() -> None:
+    history = stored(
+        ("user/message", {"content": "go"}),
+        (
+            "assistant/message",
+            {"content": [{"type": "tool_call", "id": "c1", "name": "f", "arguments": "{}"}]},
+        ),
+    )
+    call = {"id": "c1", "type": "function", "function": {"name": "f", "arguments": "{}"}}
+    request = [
+        {"role": "user", "content": "go"},
+        {"role": "assistant", "content": None, "tool_calls": [call]},
+        {"role": "tool", "tool_call_id": "c1", "content": "42"},
+    ]
+    match = match_history(history, request)
+    assert match.branch_at is None
+    assert match.new_messages == [request[2]]
+    other = {**call, "function": {"name": "f", "arguments": '{"x": 1}'}}
+    assert (
+        match_history(history, [request[0], {"role": "assistant", "tool_calls": [other]}]).branch_at
+        == 1
+    )

@@ -1,0 +1,109 @@
+"""The OpenAI chat wire format parsed from real captured streams matches the expected assembly."""
+
+from __future__ import annotations
+
+import pytest
+
+from gateway.errors import UpstreamProtocolError
+from gateway.providers.openai_chat import ChatStreamParser, parse_completion
+from gateway.stream.assembler import BlockAssembler
+from gateway.stream.events import BlockEnd, BlockStart, StreamEvent, StreamFailure
+from gateway.stream.sse import SSEDecoder, SSEFrame
+from tests.fakes import expected, fixture_bytes
+
+CHAT = [
+    "openai-chat-text-usage.sse",
+    "openai-chat-tool-call-usage.sse",
+    "deepseek-chat-reasoning-content.sse",
+    "openrouter-chat-reasoning-details.sse",
+    "openrouter-chat-error-chunk.sse",
+    "groq-chat-reasoning-error-event.sse",
+]
+
+
+def parse(name: str) -> tuple[list[StreamEvent], ChatStreamParser]:
+    parser = ChatStreamParser()
+    events: list[StreamEvent] = []
+    decoder = SSEDecoder()
+    for frame in decoder.feed(fixture_bytes(name)):
+        events += parser.feed(frame)[0]
+    return events, parser
+
+
+def joined(assembler: BlockAssembler, kind: str) -> str:
+    return "".join(b.text for b in assembler.blocks() if b.kind == kind)
+
+
+@pytest.mark.parametrize("name", CHAT)
+def test_assembly_matches_the_captured_values(name: str) -> None:
+    want = expected(name)
+    events, parser = parse(name)
+    assembler = BlockAssembler.of(events)
+    assert joined(assembler, "text") == want["content"]["value"]
+    reasoning = want.get("reasoning_content") or want.get("reasoning")
+    assert joined(assembler, "reasoning") == (reasoning["value"] if reasoning else "")
+    calls = [b for b in assembler.blocks() if b.kind == "tool_call"]
+    assert [(c.id, c.name, c.text) for c in calls] == [
+        (t["id"], t["name"], t["arguments"]["value"]) for t in want["tool_calls"]
+    ]
+    failures = [e for e in events if isinstance(e, StreamFailure)]
+    assert len(failures) == len(want["in_band_errors"])
+    if not failures:
+        assert assembler.finish_reason == want["finish_reason"]
+        assert assembler.usage == want["usage"]
+        assert parser.done is want["done_marker"]
+
+
+def test_a_channel_switch_closes_the_previous_block() -> None:
+    events, _ = parse("deepseek-chat-reasoning-content.sse")
+    starts = [e for e in events if isinstance(e, BlockStart)]
+    assert [(s.index, s.kind) for s in starts] == [(0, "reasoning"), (1, "text")]
+    first_text = events.index(starts[1])
+    assert BlockEnd(0) in events[:first_text]
+
+
+def test_usage_only_chunk_is_flagged() -> None:
+    parser = ChatStreamParser()
+    kinds = [
+        parser.feed(f)[1] for f in SSEDecoder().feed(fixture_bytes("openai-chat-text-usage.sse"))
+    ]
+    assert kinds[-2:] == ["usage_only", "done"]
+
+
+def test_invalid_json_is_a_protocol_error() -> None:
+    with pytest.raises(UpstreamProtocolError):
+        ChatStreamParser().feed(SSEFrame(raw=b"data: {oops\n\n", data="{oops"))
+
+
+def test_non_streaming_completion_gives_the_same_blocks() -> None:
+    events = parse_completion(
+        {
+            "choices": [
+                {
+                    "index": 0,
+                    "message": {
+                        "role": "assistant",
+                        "content": "Calling.",
+                        "reasoning_content": "Think.",
+                        "tool_calls": [
+                            {
+                                "id": "c1",
+                                "type": "function",
+                                "function": {"name": "f", "arguments": "{}"},
+                            }
+                        ],
+                    },
+                    "finish_reason": "tool_calls",
+                }
+            ],
+            "usage": {"prompt_tokens": 1, "completion_tokens": 2, "total_tokens": 3},
+        }
+    )
+    assembler = BlockAssembler.of(events)
+    assert [b.to_content() for b in assembler.blocks()] == [
+        {"type": "reasoning", "text": "Think."},
+        {"type": "text", "text": "Calling."},
+        {"type": "tool_call", "id": "c1", "name": "f", "arguments": "{}"},
+    ]
+    assert assembler.finish_reason == "tool_calls"
+    assert assembler.usage == {"prompt_tokens": 1, "completion_tokens": 2, "total_tokens": 3}

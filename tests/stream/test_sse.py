@@ -1,0 +1,90 @@
+"""The SSE decoder: real provider streams split at every byte offset decode identically."""
+
+from __future__ import annotations
+
+import pytest
+
+from gateway.stream.sse import SSEDecoder, SSEFrame, SSEFrameTooLarge
+from tests.fakes import FIXTURES, fixture_bytes
+
+ALL = sorted(p.name for p in FIXTURES.glob("*.sse"))
+SMALL = [n for n in ALL if len(fixture_bytes(n)) <= 8_000]
+
+
+def decode(*pieces: bytes) -> list[SSEFrame]:
+    decoder = SSEDecoder()
+    frames: list[SSEFrame] = []
+    for piece in pieces:
+        frames += decoder.feed(piece)
+    return frames + decoder.flush()
+
+
+@pytest.mark.parametrize("name", ALL)
+def test_one_byte_at_a_time_equals_all_at_once(name: str) -> None:
+    body = fixture_bytes(name)
+    whole = decode(body)
+    assert b"".join(f.raw for f in whole) == body
+    assert all(f.complete for f in whole)
+    assert decode(*(body[i : i + 1] for i in range(len(body)))) == whole
+
+
+@pytest.mark.parametrize("name", SMALL)
+def test_split_in_two_at_every_offset(name: str) -> None:
+    body = fixture_bytes(name)
+    whole = decode(body)
+    for i in range(len(body) + 1):
+        assert decode(body[:i], body[i:]) == whole, f"split at {i}"
+
+
+@pytest.mark.parametrize("name", sorted(set(ALL) - set(SMALL)))
+def test_large_streams_split_in_two_at_a_stride(name: str) -> None:
+    body = fixture_bytes(name)
+    whole = decode(body)
+    for i in range(0, len(body) + 1, 211):
+        assert decode(body[:i], body[i:]) == whole, f"split at {i}"
+
+
+def test_fields_comments_and_line_endings() -> None:
+    body = (
+        b': keep-alive\r\nevent: error\r\ndata: {"a":\r\ndata:  1}\r\nid: 7\r\n\r\n'
+        b"data: x\rdata: y\r\r"
+    )
+    frames = decode(body)
+    assert [(f.event, f.data, f.id) for f in frames] == [
+        ("error", '{"a":\n 1}', "7"),
+        (None, "x\ny", None),
+    ]
+    assert b"".join(f.raw for f in frames) == body
+
+
+def test_a_cr_at_the_end_of_a_piece_waits_for_its_lf() -> None:
+    decoder = SSEDecoder()
+    assert decoder.feed(b"data: a\r\n\r") == []
+    frames = decoder.feed(b"\ndata: b\n\n")
+    assert [f.raw for f in frames] == [b"data: a\r\n\r\n", b"data: b\n\n"]
+
+
+def test_comment_only_frames_have_no_data_but_keep_their_bytes() -> None:
+    frames = decode(b": OPENROUTER PROCESSING\n\n")
+    assert frames == [SSEFrame(raw=b": OPENROUTER PROCESSING\n\n")]
+
+
+def test_a_torn_tail_is_flushed_incomplete() -> None:
+    decoder = SSEDecoder()
+    assert decoder.feed(b'data: {"x": 1}\n') == []
+    [tail] = decoder.flush()
+    assert tail.complete is False
+    assert tail.data == '{"x": 1}'
+    assert tail.raw == b'data: {"x": 1}\n'
+    assert decoder.flush() == []
+
+
+def test_a_leading_bom_is_ignored() -> None:
+    assert decode(b"\xef\xbb\xbfdata: 1\n\n")[0].data == "1"
+
+
+def test_an_endless_frame_is_refused() -> None:
+    decoder = SSEDecoder(max_frame_bytes=1000)
+    with pytest.raises(SSEFrameTooLarge):
+        for _ in range(20):
+            decoder.feed(b"data: " + b"x" * 100)

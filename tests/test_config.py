@@ -1,0 +1,106 @@
+"""Config files: the documented shape loads; a bad file names the file, the field and the reason."""
+
+from __future__ import annotations
+
+from pathlib import Path
+
+import pytest
+
+from gateway.config import ConfigError, load_config
+
+ISSUE_SHAPE = """
+server: {host: 127.0.0.1, port: 4000}
+store: {url: "sqlite:///data/gateway.db"}
+models:
+  - name: demo
+    deployments: [{provider: demo}]
+  - name: gpt-4o-mini
+    deployments:
+      - provider: openai            # any OpenAI-compatible endpoint
+        model: gpt-4o-mini          # the upstream's model id
+        api_base: https://api.openai.com/v1
+        api_key: ${OPENAI_API_KEY}
+"""
+
+
+def write(tmp_path: Path, text: str) -> Path:
+    path = tmp_path / "gateway.yaml"
+    path.write_text(text)
+    return path
+
+
+def test_the_documented_shape_loads_and_reads_the_environment(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    monkeypatch.setenv("OPENAI_API_KEY", "sk-from-env")
+    loaded = load_config(write(tmp_path, ISSUE_SHAPE))
+    assert [m.name for m in loaded.config.models] == ["demo", "gpt-4o-mini"]
+    assert loaded.config.models[1].deployments[0].api_key == "sk-from-env"
+    assert loaded.warnings == []
+
+
+def test_an_unset_variable_is_a_warning_naming_the_field(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    monkeypatch.delenv("OPENAI_API_KEY", raising=False)
+    loaded = load_config(write(tmp_path, ISSUE_SHAPE))
+    assert (
+        loaded.config.models[1].deployments[0].api_key is None
+        or loaded.config.models[1].deployments[0].api_key == ""
+    )
+    assert loaded.warnings == [
+        f"{tmp_path / 'gateway.yaml'}: models[1].deployments[0].api_key: "
+        "environment variable OPENAI_API_KEY is not set"
+    ]
+
+
+def test_defaults_in_references(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
+    monkeypatch.delenv("GW_PORT", raising=False)
+    loaded = load_config(write(tmp_path, "server: {port: '${GW_PORT:-4321}'}\n"))
+    assert loaded.config.server.port == 4321
+
+
+def test_the_shipped_config_is_valid() -> None:
+    loaded = load_config(Path(__file__).parents[1] / "config" / "gateway.yaml")
+    assert loaded.config.server.port == 4000
+    assert loaded.config.store.url == "sqlite:///data/gateway.db"
+
+
+@pytest.mark.parametrize(
+    ("text", "message"),
+    [
+        ("server: {hots: 1}\n", "server.hots: unknown field"),
+        (
+            "models:\n  - name: x\n    deployments: [{provider: nope}]\n",
+            "models[0].deployments[0].provider: Input should be 'openai' or 'demo'",
+        ),
+        (
+            "models:\n  - name: x\n    deployments: [{provider: openai}]\n",
+            "models[0].deployments[0]: Value error, provider 'openai' needs api_base",
+        ),
+        (
+            "models:\n  - name: x\n    deployments: []\n",
+            "models[0].deployments: List should have at least 1 item",
+        ),
+        ("server: {port: 99999}\n", "server.port: Input should be less than or equal to 65535"),
+        ("store: {url: 'mysql://x'}\n", "store.url: Value error, only sqlite:///PATH is supported"),
+        (
+            "models: [{name: a, deployments: [{provider: demo}]},"
+            " {name: a, deployments: [{provider: demo}]}]\n",
+            "model alias 'a' is defined twice",
+        ),
+        ("server: [1\n", "line 2, column 1: invalid YAML"),
+        ("- just a list\n", "the top level must be a mapping"),
+    ],
+)
+def test_bad_files_fail_with_file_field_and_reason(tmp_path: Path, text: str, message: str) -> None:
+    path = write(tmp_path, text)
+    with pytest.raises(ConfigError) as caught:
+        load_config(path)
+    assert str(caught.value).startswith(f"{path}: ")
+    assert message in str(caught.value)
+
+
+def test_a_missing_file(tmp_path: Path) -> None:
+    with pytest.raises(ConfigError, match="file not found"):
+        load_config(tmp_path / "absent.yaml")
