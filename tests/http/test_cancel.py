@@ -7,7 +7,7 @@ from typing import Any
 
 from gateway.stream.compact import expand
 from gateway.stream.events import BlockDelta
-from tests.conftest import GatewayUnderTest
+from tests.conftest import GatewayUnderTest, MakeGateway
 from tests.fakes import FakeUpstream, chunk, frames, hang_before_headers
 
 QUESTION = [{"role": "user", "content": "List three things."}]
@@ -143,3 +143,48 @@ async def _messages(gw: GatewayUnderTest, conversation_id: str) -> list[dict[str
         async with session.get(f"{gw.url}/v1/conversations/{conversation_id}/messages") as response:
             assert response.status == 200
             return (await response.json())["data"]  # type: ignore[no-any-return]
+
+
+async def test_non_streaming_client_that_leaves_before_the_body_gets_an_empty_prefix_attempt(
+    gw: GatewayUnderTest, upstream: FakeUpstream
+) -> None:
+    upstream.push(hang_before_headers())
+    client = gw.client()
+    task = asyncio.create_task(client.chat.completions.create(model="fake", messages=QUESTION))
+    await asyncio.wait_for(upstream.stalled.wait(), 5)
+    task.cancel()
+    await asyncio.wait_for(upstream.disconnected.wait(), 5)
+    conversation_id = gw.query("SELECT conversation_id FROM turns")[0][0]
+    events = await gw.wait_turn_end(conversation_id)
+    assert [e["type"] for e in events] == ["user/message", "assistant/attempt", "turn/end"]
+    assert events[1]["payload"]["reason"] == "empty_prefix"
+    assert events[2]["payload"]["status"] == "aborted"
+    assert await _messages(gw, conversation_id) == QUESTION
+
+
+async def test_cancel_with_the_demo_provider(make_gateway: MakeGateway) -> None:
+    """The newcomer's path: no key, cancel halfway, read the conversation back."""
+    gw = await make_gateway(
+        models=[{"name": "demo", "deployments": [{"provider": "demo", "chunk_delay_ms": 20}]}]
+    )
+    client = gw.client()
+    response = await client.chat.completions.with_raw_response.create(
+        model="demo", messages=QUESTION, stream=True
+    )
+    stream = response.parse()
+    seen = ""
+    async for part in stream:
+        seen += part.choices[0].delta.content or ""
+        if len(seen) > 40:
+            break
+    await stream.close()
+    conversation_id = response.headers["X-Conversation-Id"]
+    events = await gw.wait_turn_end(conversation_id)
+    message = events[1]["payload"]
+    assert message["interrupted"] is True
+    # What the SDK had read, plus at most what was already in its socket when it closed.
+    recorded = message["content"][0]["text"]
+    assert recorded.startswith(seen)
+    assert len(recorded) < len(seen) + 30
+    messages = await _messages(gw, conversation_id)
+    assert messages[-1] == {"role": "assistant", "content": recorded}
