@@ -9,9 +9,9 @@
       -> record: the finalisation rules of contract section 3 (gateway.conversations.recorder)
 
 When the client goes away, aiohttp cancels the handler (`handler_cancellation=True`) wherever it
-is waiting: on the upstream's headers, on the next upstream chunk, or on a write. `client_gone`
-then runs without awaiting anything: it closes the upstream connection at once and records the
-delivered prefix.
+is waiting: on the upstream's headers, on the next upstream chunk, or on a write (or a write
+raises ConnectionError first). `client_gone` then runs without awaiting anything: it closes the
+upstream connection at once and records the delivered prefix.
 """
 
 from __future__ import annotations
@@ -63,6 +63,11 @@ async def run_chat(call: ChatCall) -> web.StreamResponse:
     except asyncio.CancelledError:
         relay.client_gone(call.cancel_reason())
         raise
+    except ConnectionError:
+        # A write found the client gone before aiohttp cancelled the handler. Upstream faults
+        # never arrive here: the provider adapters map them to UpstreamError.
+        relay.client_gone(call.cancel_reason())
+        return relay.response or web.Response(status=499)
     except GatewayError as error:
         error.headers.update(call.headers)
         raise
