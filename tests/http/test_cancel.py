@@ -123,6 +123,7 @@ async def test_cancel_before_the_upstream_answers(
     await asyncio.wait_for(upstream.stalled.wait(), 5)
     task.cancel()
     await asyncio.wait_for(upstream.disconnected.wait(), 5)
+    await gw.flush()
     conversation_id = gw.query("SELECT conversation_id FROM turns")[0][0]
     events = await gw.wait_turn_end(conversation_id)
     assert [e["type"] for e in events] == ["user/message", "assistant/attempt", "turn/end"]
@@ -154,6 +155,7 @@ async def test_non_streaming_client_that_leaves_before_the_body_gets_an_empty_pr
     await asyncio.wait_for(upstream.stalled.wait(), 5)
     task.cancel()
     await asyncio.wait_for(upstream.disconnected.wait(), 5)
+    await gw.flush()
     conversation_id = gw.query("SELECT conversation_id FROM turns")[0][0]
     events = await gw.wait_turn_end(conversation_id)
     assert [e["type"] for e in events] == ["user/message", "assistant/attempt", "turn/end"]
