@@ -231,6 +231,8 @@ class Bench:
         self.cold_start_s: float | None = None
         self.peak_rss_kib: dict[str, int | None] = {}
         self.gateway_db_mib: float | None = None
+        # Taken now, not at the end: the gateway imports its code at spawn, and the tree may move.
+        self.git = git_revision()
 
     def log_path(self, name: str) -> Path:
         return RESULTS / f"{name}-{self.stamp}.log"
@@ -373,7 +375,7 @@ class Bench:
                 "kernel": platform.release(),
                 "python": platform.python_version(),
                 "wrk": wrk_version(self.wrk),
-                "git": git_revision(),
+                "git": self.git,
             },
             "cells": cells,
             "added_p50_ms_over_direct_c1": added,
