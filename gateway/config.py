@@ -61,15 +61,16 @@ class StoreConfig(_Model):
 class TimeoutsConfig(_Model):
     connect_s: float = Field(10, gt=0, description="Opening the TCP/TLS connection.")
     first_token_s: float = Field(
-        120, gt=0, description="From sending the request to the response headers."
+        120, gt=0, description="From sending the request to the first content chunk."
     )
     idle_s: float = Field(120, gt=0, description="Longest gap between two upstream chunks.")
     total_s: float = Field(900, gt=0, description="Whole upstream request, streaming included.")
 
 
 class DeploymentConfig(_Model):
-    provider: Literal["openai", "demo"] = Field(
-        description="`openai`: any OpenAI-compatible endpoint; `demo`: built-in, no key needed."
+    provider: Literal["openai", "anthropic", "demo"] = Field(
+        description="`openai`: any OpenAI-compatible endpoint; `anthropic`: the Messages API;"
+        " `demo`: built-in, no key needed."
     )
     model: str | None = Field(None, description="The upstream's model id (defaults to the alias).")
     api_base: str | None = Field(None, description="Base URL, e.g. https://api.openai.com/v1.")
@@ -82,22 +83,64 @@ class DeploymentConfig(_Model):
     extra_headers: dict[str, str] = Field(
         default_factory=dict, description="Headers added to every upstream request."
     )
+    weight: float = Field(1, gt=0, description="Share of traffic under the `weighted` strategy.")
+    priority: int = Field(
+        0, description="Lower goes first under the `fallback` strategy (ties keep file order)."
+    )
+    max_concurrency: int | None = Field(
+        None, ge=1, description="Requests in flight at most; a full deployment is skipped."
+    )
+    input_cost_per_mtok: float | None = Field(
+        None, ge=0, description="USD per million prompt tokens (the `cost` strategy)."
+    )
+    output_cost_per_mtok: float | None = Field(
+        None, ge=0, description="USD per million completion tokens (the `cost` strategy)."
+    )
 
     @model_validator(mode="after")
     def _needs_api_base(self) -> DeploymentConfig:
-        if self.provider == "openai":
-            if not self.api_base:
-                raise ValueError("provider 'openai' needs api_base")
-            if not re.match(r"^https?://", self.api_base):
-                raise ValueError(
-                    f"api_base must start with http:// or https:// (got {self.api_base!r})"
-                )
+        if self.provider == "openai" and not self.api_base:
+            raise ValueError("provider 'openai' needs api_base")
+        if self.api_base and not re.match(r"^https?://", self.api_base):
+            raise ValueError(
+                f"api_base must start with http:// or https:// (got {self.api_base!r})"
+            )
         return self
+
+
+class RetryConfig(_Model):
+    max_attempts: int = Field(3, ge=1, le=20, description="Attempts per request, first included.")
+    backoff_s: float = Field(
+        0.25, ge=0, description="First wait before retrying a deployment; doubles each time."
+    )
+    max_backoff_s: float = Field(8, ge=0, description="Longest single wait between attempts.")
+    max_total_s: float = Field(
+        60, gt=0, description="No new attempt starts after this long since the request began."
+    )
+    retry_after_cap_s: float = Field(
+        20, ge=0, description="A longer upstream `Retry-After` is not waited for."
+    )
+
+
+class CooldownConfig(_Model):
+    failures: int = Field(3, ge=1, description="Failures within `window_s` that start a cooldown.")
+    window_s: float = Field(60, gt=0, description="How far back failures are counted.")
+    cooldown_s: float = Field(
+        30, ge=0, description="How long a failing deployment is skipped before one probe."
+    )
 
 
 class ModelConfig(_Model):
     name: str = Field(min_length=1, description="The alias clients send as `model`.")
     deployments: list[DeploymentConfig] = Field(min_length=1)
+    strategy: Literal["fallback", "weighted", "least_busy", "latency", "cost"] = Field(
+        "fallback", description="How the first deployment to try is chosen."
+    )
+    fallbacks: list[str] = Field(
+        default_factory=list, description="Aliases whose deployments are tried after these."
+    )
+    retry: RetryConfig = Field(default_factory=RetryConfig)
+    cooldown: CooldownConfig = Field(default_factory=CooldownConfig)
 
 
 class GatewayConfig(_Model):
@@ -112,6 +155,12 @@ class GatewayConfig(_Model):
             if model.name in seen:
                 raise ValueError(f"model alias {model.name!r} is defined twice")
             seen.add(model.name)
+        for model in self.models:
+            for other in model.fallbacks:
+                if other not in seen:
+                    raise ValueError(
+                        f"model {model.name!r}: fallback alias {other!r} is not defined"
+                    )
         return self
 
 

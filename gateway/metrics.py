@@ -36,5 +36,31 @@ FIRST_TOKEN = Histogram(
 )
 
 
+DEPLOYMENT_IN_FLIGHT = Gauge(
+    "gateway_deployment_in_flight",
+    "Upstream requests in flight, by deployment.",
+    ["deployment"],
+    registry=REGISTRY,
+)
+DEPLOYMENT_STATE = Gauge(
+    "gateway_deployment_state",
+    "1 for the deployment's current health state (healthy, cooling, half_open), else 0.",
+    ["deployment", "state"],
+    registry=REGISTRY,
+)
+DEPLOYMENT_TRANSITIONS = Counter(
+    "gateway_deployment_transitions_total",
+    "Health state changes, by deployment and the state entered.",
+    ["deployment", "state"],
+    registry=REGISTRY,
+)
+RETRIES = Counter(
+    "gateway_retries_total",
+    "Attempts after the first, by alias and the reason the previous one failed.",
+    ["alias", "reason"],
+    registry=REGISTRY,
+)
+
+
 def render() -> bytes:
     return generate_latest(REGISTRY)

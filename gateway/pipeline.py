@@ -1,10 +1,12 @@
 """The data path of one chat completion, top to bottom.
 
-    plan (deployments in order)
-      -> attempt: open the upstream; an error before any byte reached the client moves on
-         to the next deployment when it is retryable
-      -> relay: decode upstream SSE frames, assemble them into events, forward each frame's
-         bytes unchanged (no re-serialisation), note which events each written frame carried
+    plan: the alias's deployments in strategy order, then its fallback aliases'
+      -> attempt: open the upstream; until the first content chunk nothing is sent to the
+         client, so a failure up to then is retried (backoff with jitter, Retry-After within
+         a cap, bounded attempts and time) on the next deployment of the plan
+      -> relay: decode upstream SSE frames into the gateway's stream events; forward each
+         frame's bytes unchanged when the upstream speaks the client's dialect, else render
+         the events in the client's dialect; note which events each written frame carried
       -> track delivery: the kernel's acknowledged-byte count says which frames the client has
       -> record: the finalisation rules of contract section 3 (gateway.conversations.recorder)
 
@@ -12,12 +14,17 @@ When the client goes away, aiohttp cancels the handler (`handler_cancellation=Tr
 is waiting: on the upstream's headers, on the next upstream chunk, or on a write (or a write
 raises ConnectionError first). `client_gone` then runs without awaiting anything: it closes the
 upstream connection at once and records the delivered prefix.
+
+Upstream timeouts live here, not in aiohttp: time to first token (until the first content
+chunk), the idle gap between chunks (paused while a slow client holds up a write), and total.
 """
 
 from __future__ import annotations
 
 import asyncio
 import logging
+import random
+import time
 from collections.abc import Callable
 from dataclasses import dataclass
 from typing import Any
@@ -25,19 +32,32 @@ from typing import Any
 import orjson
 from aiohttp import web
 
+from gateway import metrics
 from gateway.conversations.recorder import Attempt, TurnRecorder
+from gateway.dialects.openai_chat import ChatChunkRenderer, completion_body
 from gateway.errors import (
     GatewayError,
     UpstreamError,
+    UpstreamHTTPError,
     UpstreamIncompleteStream,
     UpstreamProtocolError,
     UpstreamStreamError,
+    UpstreamTimeout,
 )
 from gateway.providers.base import UpstreamResponse
-from gateway.providers.openai_chat import ChatStreamParser, parse_completion
-from gateway.routing import Deployment
+from gateway.providers.wire import OPENAI_CHAT, parse_body, stream_parser
+from gateway.routing import Alias, Deployment
+from gateway.stream.assembler import BlockAssembler
 from gateway.stream.delivery import DeliveryTracker
-from gateway.stream.events import StreamFailure
+from gateway.stream.events import (
+    REASONING,
+    TEXT,
+    BlockDelta,
+    BlockStart,
+    Finish,
+    StreamEvent,
+    StreamFailure,
+)
 from gateway.stream.sse import SSEDecoder, SSEFrameTooLarge
 
 log = logging.getLogger(__name__)
@@ -50,7 +70,8 @@ class ChatCall:
     request: web.Request
     body: dict[str, Any]
     stream: bool
-    deployments: list[Deployment]
+    alias: Alias
+    plan: list[Deployment]
     turn: TurnRecorder
     headers: dict[str, str]  # response headers decided before the upstream call
     cancel_reason: Callable[[], str]  # "client_disconnect", or "shutdown" while draining
@@ -79,47 +100,139 @@ async def run_chat(call: ChatCall) -> web.StreamResponse:
         relay.close()
 
 
+def _is_content(event: StreamEvent) -> bool:
+    """The first of these ends the hold: from then on the client has bytes, retries are over."""
+    if isinstance(event, BlockDelta):
+        return event.text != ""
+    if isinstance(event, BlockStart):
+        return event.kind not in (TEXT, REASONING)  # a tool call's start carries its name
+    return isinstance(event, Finish)
+
+
 class _Relay:
     def __init__(self, call: ChatCall) -> None:
         self.call = call
         self.turn = call.turn
         self.attempt: Attempt | None = None
+        self.deployment: Deployment | None = None
         self.upstream: UpstreamResponse | None = None
         self.response: web.StreamResponse | None = None
         self.tracker: DeliveryTracker | None = None
+        self.timer: asyncio.Timeout | None = None
+        self.holding = True  # nothing reaches the client before the first content chunk
+        self.loop = asyncio.get_running_loop()
+
+    # -- attempts ----------------------------------------------------------------------------
 
     async def run(self) -> web.StreamResponse:
+        retry = self.call.alias.retry
+        started = time.monotonic()
+        tries: dict[str, int] = {}
+        errors: dict[str, UpstreamError] = {}  # each deployment's last failure
+        skip: set[str] = set()  # a Retry-After longer than the cap: not worth waiting for
         last_error: UpstreamError | None = None
-        for deployment in self.call.deployments:
-            attempt = self.attempt = self.turn.new_attempt(deployment.route)
+        while len(self.turn.attempts) < retry.max_attempts:
+            candidates = [d for d in self.call.plan if d.name not in skip]
+            if not candidates:
+                break
+            fewest = min(tries.get(d.name, 0) for d in candidates)
+            deployment = next(d for d in candidates if tries.get(d.name, 0) == fewest)
+            if fewest:
+                wait = self._backoff(fewest, errors.get(deployment.name))
+                if wait is None:
+                    skip.add(deployment.name)
+                    continue
+                if time.monotonic() - started + wait > retry.max_total_s:
+                    break
+                await asyncio.sleep(wait)
+            elif last_error is not None and time.monotonic() - started > retry.max_total_s:
+                break
+            tries[deployment.name] = fewest + 1
+            if last_error is not None:
+                metrics.RETRIES.labels(self.call.alias.name, last_error.label).inc()
             try:
-                self.upstream = await deployment.provider.chat(
-                    self.call.body, stream=self.call.stream
-                )
-                if self.call.stream:
-                    return await self._relay_stream(deployment)
-                return await self._relay_body(deployment)
+                return await self._attempt(deployment)
             except UpstreamError as error:
-                if self.upstream is not None:
-                    self.upstream.close()
-                    self.upstream = None
-                self.turn.attempt_failed(
-                    attempt, error, aborted_finish=isinstance(error, UpstreamIncompleteStream)
-                )
-                last_error = error
+                errors[deployment.name] = last_error = error
                 if self.response is not None:
                     # Bytes already reached the client: no retry can take them back.
                     self.turn.failed(error)
                     await self._write_error_frame(error)
                     return self.response
-                log.warning(
-                    "deployment %s failed: %s (%s)", deployment.name, error.message, error.label
-                )
                 if not error.retryable:
                     break
-        assert last_error is not None
+        assert last_error is not None, "no deployment was tried"
         self.turn.failed(last_error)
+        last_error.headers["X-Gateway-Attempts"] = str(len(self.turn.attempts))
         raise last_error
+
+    def _backoff(self, tries: int, error: UpstreamError | None) -> float | None:
+        retry = self.call.alias.retry
+        wait: float = min(retry.max_backoff_s, retry.backoff_s * 2.0 ** (tries - 1))
+        wait *= 0.5 + random.random() / 2  # jitter: retries from many clients do not align
+        if isinstance(error, UpstreamHTTPError) and error.retry_after is not None:
+            if error.retry_after > retry.retry_after_cap_s:
+                return None
+            wait = max(wait, error.retry_after)
+        return wait
+
+    async def _attempt(self, deployment: Deployment) -> web.StreamResponse:
+        self.deployment = deployment
+        attempt = self.attempt = self.turn.new_attempt(deployment.route)
+        health = deployment.health
+        timeouts = deployment.config.timeouts
+        start = self.loop.time()
+        self._first_deadline = start + timeouts.first_token_s
+        self._total_deadline = start + timeouts.total_s
+        self._idle_s = timeouts.idle_s
+        health.acquire()
+        try:
+            try:
+                async with asyncio.timeout_at(self._deadline()) as self.timer:
+                    self.upstream = await deployment.provider.chat(
+                        self.call.body, stream=self.call.stream
+                    )
+                    if self.call.stream:
+                        response = await self._relay_stream(deployment)
+                    else:
+                        response = await self._relay_body(deployment)
+            except TimeoutError:
+                raise self._timeout_error() from None
+        except UpstreamError as error:
+            if self.upstream is not None:
+                self.upstream.close()
+                self.upstream = None
+            self.turn.attempt_failed(
+                attempt, error, aborted_finish=isinstance(error, UpstreamIncompleteStream)
+            )
+            metrics.ATTEMPTS.labels(deployment.name, error.label).inc()
+            if error.retryable:
+                health.failed(error.label)
+            log.warning(
+                "deployment %s failed: %s (%s)", deployment.name, error.message, error.label
+            )
+            raise
+        finally:
+            self.timer = None
+            health.release()
+        health.succeeded(attempt.first_token_ms)
+        metrics.ATTEMPTS.labels(deployment.name, "ok").inc()
+        if attempt.first_token_ms is not None:
+            metrics.FIRST_TOKEN.labels(deployment.name).observe(attempt.first_token_ms / 1000)
+        return response
+
+    def _deadline(self) -> float:
+        phase = self._first_deadline if self.holding else self.loop.time() + self._idle_s
+        return min(phase, self._total_deadline)
+
+    def _timeout_error(self) -> UpstreamTimeout:
+        if self.loop.time() >= self._total_deadline:
+            return UpstreamTimeout("the upstream request exceeded its total timeout", phase="total")
+        if self.holding:
+            return UpstreamTimeout(
+                "the upstream sent no content before the first-token timeout", phase="first_token"
+            )
+        return UpstreamTimeout("the upstream sent nothing within the idle timeout", phase="idle")
 
     def _headers(self, deployment: Deployment) -> dict[str, str]:
         return {
@@ -131,17 +244,27 @@ class _Relay:
     # -- streaming ---------------------------------------------------------------------------
 
     async def _relay_stream(self, deployment: Deployment) -> web.StreamResponse:
-        upstream, attempt = self.upstream, self.attempt
-        assert upstream is not None and attempt is not None
+        upstream, attempt, timer = self.upstream, self.attempt, self.timer
+        assert upstream is not None and attempt is not None and timer is not None
         decoder = SSEDecoder()
-        parser = ChatStreamParser()
+        parser = stream_parser(deployment.provider.wire)
+        passthrough = deployment.provider.wire == OPENAI_CHAT
+        renderer = None
+        if not passthrough:
+            options = self.call.body.get("stream_options")
+            renderer = ChatChunkRenderer(
+                str(self.call.body.get("model")),
+                include_usage=isinstance(options, dict) and bool(options.get("include_usage")),
+            )
+        self.holding = True
+        held: list[bytes] = []
         while not parser.done:
+            timer.reschedule(self._deadline())
             chunk = await upstream.read()
             try:
                 frames = decoder.feed(chunk) if chunk else decoder.flush()
             except SSEFrameTooLarge as exc:
                 raise UpstreamProtocolError(str(exc)) from None
-            out: list[bytes] = []
             failure: StreamFailure | None = None
             for frame in frames:
                 if not frame.complete:
@@ -151,12 +274,27 @@ class _Relay:
                 if kind == "error":
                     failure = events[0]  # type: ignore[assignment]
                     break
-                if kind == "usage_only" and upstream.usage_injected:
-                    continue
-                out.append(frame.raw)
+                if self.holding and any(_is_content(e) for e in events):
+                    self.holding = False
+                    attempt.first_token_ms = (time.monotonic() - attempt.started) * 1000
+                if passthrough:
+                    if kind == "usage_only" and upstream.usage_injected:
+                        continue
+                    data = frame.raw
+                else:
+                    assert renderer is not None
+                    data = renderer.render(events)
+                    if kind == "done":
+                        data += renderer.done()
+                    if not data:
+                        continue
+                held.append(data)
                 attempt.frame_written()
-            if out:
-                await self._write(deployment, out)
+            if held and not self.holding:
+                # Written before a failure in the same read too, so that what the client sees
+                # does not depend on how the upstream's bytes were split into reads.
+                await self._write(deployment, held)
+                held = []
             if failure is not None:
                 raise UpstreamStreamError(failure.message, upstream=failure.upstream)
             if not chunk:
@@ -165,6 +303,11 @@ class _Relay:
         self.upstream = None
         if not parser.finished:
             raise UpstreamIncompleteStream("the upstream stream ended without a finish_reason")
+        if renderer is not None and not parser.done:
+            held.append(renderer.done())
+            attempt.frame_written()
+        if held:
+            await self._write(deployment, held)
         self.turn.completed(attempt)
         if self.response is None:  # an upstream that finished without a single frame
             await self._start_response(deployment)
@@ -189,6 +332,8 @@ class _Relay:
         return response
 
     async def _write(self, deployment: Deployment, frames: list[bytes]) -> None:
+        if self.timer is not None:
+            self.timer.reschedule(None)  # a slow client is not an idle upstream
         response = self.response or await self._start_response(deployment)
         tracker = self.tracker
         assert tracker is not None
@@ -206,11 +351,16 @@ class _Relay:
     # -- non-streaming -------------------------------------------------------------------------
 
     async def _relay_body(self, deployment: Deployment) -> web.StreamResponse:
-        upstream, attempt = self.upstream, self.attempt
-        assert upstream is not None and attempt is not None
+        upstream, attempt, timer = self.upstream, self.attempt, self.timer
+        assert upstream is not None and attempt is not None and timer is not None
+        self.holding = False  # the headers came: from here on, gaps are idle time
         parts: list[bytes] = []
         size = 0
-        while chunk := await upstream.read():
+        while True:
+            timer.reschedule(self._deadline())
+            chunk = await upstream.read()
+            if not chunk:
+                break
             parts.append(chunk)
             size += len(chunk)
             if size > _MAX_BODY:
@@ -225,12 +375,15 @@ class _Relay:
             ) from None
         if not isinstance(obj, dict):
             raise UpstreamProtocolError("the upstream answer is not a JSON object")
-        events = parse_completion(obj)
+        events = parse_body(deployment.provider.wire, obj)
         attempt.add(events)
+        attempt.first_token_ms = (time.monotonic() - attempt.started) * 1000
         if events and isinstance(events[0], StreamFailure):
             raise UpstreamStreamError(events[0].message, upstream=events[0].upstream)
-        if not obj.get("choices"):
-            raise UpstreamIncompleteStream("the upstream answer has no choices")
+        if not any(isinstance(e, Finish) for e in events):
+            raise UpstreamIncompleteStream("the upstream answer has no finish_reason")
+        if deployment.provider.wire != OPENAI_CHAT:
+            raw = completion_body(str(self.call.body.get("model")), BlockAssembler.of(events))
         self.turn.completed(attempt)
         return web.Response(
             body=raw, content_type="application/json", headers=self._headers(deployment)

@@ -1,31 +1,37 @@
-"""Model aliases to ordered deployments.
+"""Model aliases to an ordered plan of deployments for one request.
 
-A deployment is one provider + upstream model + endpoint. This version tries an alias's
-deployments in the order the config lists them (a fallback chain); routing strategies,
-cooldowns and retry policy build on this list.
+A deployment is one provider + upstream model + endpoint, with its live health
+(`gateway.health`). The alias's strategy orders its own deployments (fallback by priority,
+weighted random, least busy, lowest time to first token, cheapest for this request), then the
+deployments of its `fallbacks` aliases follow in their own order. Deployments cooling down
+are left out unless nothing else is available.
 """
 
 from __future__ import annotations
 
+import random
 from dataclasses import dataclass
 from typing import Any
 
 import aiohttp
 
-from gateway.config import DeploymentConfig, GatewayConfig
+from gateway.config import DeploymentConfig, GatewayConfig, ModelConfig, RetryConfig
 from gateway.errors import ModelNotFound
+from gateway.health import DeploymentHealth
 from gateway.providers.base import Provider
 from gateway.providers.demo import DemoProvider
 from gateway.providers.openai_compatible import OpenAICompatibleProvider
 
 
-@dataclass(frozen=True)
+@dataclass(frozen=True, eq=False)
 class Deployment:
     name: str
     alias: str
     provider_name: str
     upstream_model: str
     provider: Provider
+    config: DeploymentConfig
+    health: DeploymentHealth
 
     @property
     def route(self) -> dict[str, Any]:
@@ -35,40 +41,123 @@ class Deployment:
             "model": self.upstream_model,
         }
 
+    def estimated_cost(self, prompt_tokens: int, completion_tokens: int) -> float | None:
+        cin, cout = self.config.input_cost_per_mtok, self.config.output_cost_per_mtok
+        if cin is None or cout is None:
+            return None
+        return (prompt_tokens * cin + completion_tokens * cout) / 1e6
+
+
+@dataclass(frozen=True)
+class Alias:
+    config: ModelConfig
+    deployments: list[Deployment]
+
+    @property
+    def name(self) -> str:
+        return self.config.name
+
+    @property
+    def retry(self) -> RetryConfig:
+        return self.config.retry
+
 
 def _provider(config: DeploymentConfig, model: str, session: aiohttp.ClientSession) -> Provider:
     if config.provider == "demo":
         return DemoProvider(config, model)
+    if config.provider == "anthropic":
+        from gateway.providers.anthropic import AnthropicProvider
+
+        return AnthropicProvider(config, session, model)
     return OpenAICompatibleProvider(config, session, model)
 
 
+def estimate_tokens(body: dict[str, Any]) -> tuple[int, int]:
+    """A cheap (prompt, completion) token guess for ordering by cost: about 4 bytes a token."""
+    messages = body.get("messages") or []
+    prompt = sum(len(str(m.get("content") or "")) for m in messages if isinstance(m, dict)) // 4
+    completion = body.get("max_completion_tokens") or body.get("max_tokens") or 512
+    return max(1, prompt), int(completion) if isinstance(completion, int) else 512
+
+
 class Router:
-    def __init__(self, config: GatewayConfig, session: aiohttp.ClientSession) -> None:
-        self._aliases: dict[str, list[Deployment]] = {}
+    def __init__(
+        self,
+        config: GatewayConfig,
+        session: aiohttp.ClientSession,
+        rng: random.Random | None = None,
+    ) -> None:
+        self._aliases: dict[str, Alias] = {}
+        self._rng = rng or random.Random()
+        names: set[str] = set()
         for model in config.models:
             deployments = []
             for i, dep in enumerate(model.deployments):
                 upstream_model = dep.model or model.name
                 name = dep.name or f"{model.name}/{i}-{dep.provider}"
+                if name in names:
+                    raise ValueError(f"deployment name {name!r} is used twice")
+                names.add(name)
+                health = DeploymentHealth(name, model.cooldown, dep.max_concurrency)
+                provider = _provider(dep, upstream_model, session)
                 deployments.append(
                     Deployment(
-                        name,
-                        model.name,
-                        dep.provider,
-                        upstream_model,
-                        _provider(dep, upstream_model, session),
+                        name, model.name, dep.provider, upstream_model, provider, dep, health
                     )
                 )
-            self._aliases[model.name] = deployments
+            self._aliases[model.name] = Alias(model, deployments)
 
     @property
     def aliases(self) -> list[str]:
         return list(self._aliases)
 
-    def plan(self, alias: object) -> list[Deployment]:
-        if not isinstance(alias, str) or alias not in self._aliases:
+    def alias(self, name: object) -> Alias:
+        if not isinstance(name, str) or name not in self._aliases:
             raise ModelNotFound(
-                f"The model `{alias}` does not exist or you do not have access to it.",
-                param="model",
+                f"The model `{name}` does not exist or you do not have access to it.", param="model"
             )
-        return self._aliases[alias]
+        return self._aliases[name]
+
+    def deployments(self) -> list[Deployment]:
+        return [d for a in self._aliases.values() for d in a.deployments]
+
+    def plan(self, alias: Alias, body: dict[str, Any]) -> list[Deployment]:
+        """Every deployment worth trying, best first."""
+        ordered: list[Deployment] = []
+        seen: set[str] = set()
+        for name in [alias.name, *alias.config.fallbacks]:
+            group = self._aliases[name]
+            for deployment in self._order(group, body):
+                if deployment.name not in seen:
+                    seen.add(deployment.name)
+                    ordered.append(deployment)
+        available = [d for d in ordered if d.health.available()]
+        if available:
+            return available
+        # Everything is cooling down or full: try the one that recovers first rather than fail.
+        return sorted(ordered, key=lambda d: d.health.cooling_until)
+
+    def _order(self, alias: Alias, body: dict[str, Any]) -> list[Deployment]:
+        deployments = list(alias.deployments)
+        strategy = alias.config.strategy
+        if strategy == "fallback":
+            return sorted(deployments, key=lambda d: d.config.priority)
+        if strategy == "weighted":
+            # Weighted sampling without replacement (Efraimidis-Spirakis keys).
+            return sorted(
+                deployments, key=lambda d: -(self._rng.random() ** (1.0 / d.config.weight))
+            )
+        if strategy == "least_busy":
+            return sorted(deployments, key=lambda d: d.health.in_flight)
+        if strategy == "latency":
+            # Unmeasured deployments first, so each gets measured.
+            return sorted(
+                deployments,
+                key=lambda d: d.health.ttft_ms if d.health.ttft_ms is not None else -1.0,
+            )
+        prompt, completion = estimate_tokens(body)
+        costs = {d.name: d.estimated_cost(prompt, completion) for d in deployments}
+        return sorted(
+            deployments,
+            key=lambda d: (costs[d.name] is None, costs[d.name] or 0.0, d.config.priority),
+        )

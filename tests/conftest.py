@@ -63,12 +63,23 @@ class GatewayUnderTest:
             return db.execute(sql, args).fetchall()
 
 
+MakeUpstream = Callable[[], Awaitable[FakeUpstream]]
+
+
 @pytest.fixture
-async def upstream(aiohttp_server: Callable[..., Awaitable[TestServer]]) -> FakeUpstream:
-    fake = FakeUpstream()
-    server = await aiohttp_server(fake.app)
-    fake.url = str(server.make_url("/v1"))
-    return fake
+def make_upstream(aiohttp_server: Callable[..., Awaitable[TestServer]]) -> MakeUpstream:
+    async def make() -> FakeUpstream:
+        fake = FakeUpstream()
+        server = await aiohttp_server(fake.app)
+        fake.url = str(server.make_url("/v1"))
+        return fake
+
+    return make
+
+
+@pytest.fixture
+async def upstream(make_upstream: MakeUpstream) -> FakeUpstream:
+    return await make_upstream()
 
 
 MakeGateway = Callable[..., Awaitable[GatewayUnderTest]]
@@ -89,6 +100,8 @@ async def make_gateway(
                 models.append(
                     {
                         "name": "fake",
+                        # One attempt: these tests see each upstream fault as the client does.
+                        "retry": {"max_attempts": 1},
                         "deployments": [
                             {
                                 "provider": "openai",

@@ -9,6 +9,7 @@ from __future__ import annotations
 
 import asyncio
 import json
+import time
 from collections.abc import Awaitable, Callable
 from pathlib import Path
 from typing import Any
@@ -71,6 +72,7 @@ class FakeUpstream:
         self.app.router.add_post("/v1/chat/completions", self._handle)
         self.scripts: list[Script] = []
         self.requests: list[dict[str, Any]] = []
+        self.request_times: list[float] = []  # time.monotonic() of each request
         self.received = asyncio.Event()
         self.disconnected = asyncio.Event()
         self.stalled = asyncio.Event()  # a script reached its stall point
@@ -82,6 +84,7 @@ class FakeUpstream:
         self.scripts.extend(scripts)
 
     async def _handle(self, request: web.Request) -> web.StreamResponse:
+        self.request_times.append(time.monotonic())
         self.requests.append(await request.json())
         self.received.set()
         script = self.scripts.pop(0) if self.scripts else replay("openai-chat-text-usage.sse")

@@ -31,7 +31,7 @@ def _fields(model: type[BaseModel], prefix: str) -> list[str]:
 
 def test_every_config_field_is_in_the_readme() -> None:
     names = [f for f in _fields(GatewayConfig, "") if f != "models"]
-    names += [f"models[].{f}" for f in ModelConfig.model_fields]
+    names += _fields(ModelConfig, "models[].")
     names += _fields(DeploymentConfig, "deployments[].")
     assert all(f"deployments[].timeouts.{f}" in names for f in TimeoutsConfig.model_fields)
     missing = [n for n in names if f"`{n}`" not in README]

@@ -6,12 +6,26 @@ fields this gateway does not know (new OpenAI parameters, provider extensions) p
 
 from __future__ import annotations
 
+import time
+import uuid
 from typing import Any, Literal
 
 import orjson
 from pydantic import BaseModel, ConfigDict, Field, ValidationError
 
+from gateway.conversations.derive import assistant_message
 from gateway.errors import InvalidRequest
+from gateway.stream.assembler import BlockAssembler
+from gateway.stream.events import (
+    REASONING,
+    TEXT,
+    TOOL_CALL,
+    BlockDelta,
+    BlockStart,
+    Finish,
+    StreamEvent,
+    Usage,
+)
 
 
 class ChatMessage(BaseModel):
@@ -59,3 +73,92 @@ def parse_chat_request(raw: bytes) -> tuple[dict[str, Any], ChatCompletionReques
             raise InvalidRequest(f"Missing required parameter: '{param}'.", param=param) from None
         raise InvalidRequest(f"Invalid value for '{param}': {first['msg']}.", param=param) from None
     return body, request
+
+
+class ChatChunkRenderer:
+    """The gateway's stream events as OpenAI chat completion chunks.
+
+    Used when the upstream speaks another wire format (an OpenAI-compatible upstream's own
+    bytes are relayed unchanged instead). One chunk per delta, so delivery stays per delta.
+    """
+
+    def __init__(self, model: str, *, include_usage: bool) -> None:
+        self._base = {
+            "id": f"chatcmpl-{uuid.uuid4().hex[:24]}",
+            "object": "chat.completion.chunk",
+            "created": int(time.time()),
+            "model": model,
+        }
+        self._include_usage = include_usage
+        self._kinds: dict[int, str] = {}
+        self._tools: dict[int, int] = {}  # block index -> position in tool_calls
+        self._role_sent = False
+
+    def _chunk(self, delta: dict[str, Any], finish: str | None = None) -> bytes:
+        if not self._role_sent:
+            delta = {"role": "assistant", **delta}
+            self._role_sent = True
+        choice = {"index": 0, "delta": delta, "logprobs": None, "finish_reason": finish}
+        return b"data: " + orjson.dumps({**self._base, "choices": [choice]}) + b"\n\n"
+
+    def render(self, events: list[StreamEvent]) -> bytes:
+        out: list[bytes] = []
+        for event in events:
+            if isinstance(event, BlockStart):
+                self._kinds[event.index] = event.kind
+                if event.kind == TOOL_CALL:
+                    position = self._tools[event.index] = len(self._tools)
+                    call = {
+                        "index": position,
+                        "id": event.id,
+                        "type": "function",
+                        "function": {"name": event.name, "arguments": ""},
+                    }
+                    out.append(self._chunk({"tool_calls": [call]}))
+            elif isinstance(event, BlockDelta):
+                kind = self._kinds.get(event.index, TEXT)
+                if kind == TEXT:
+                    out.append(self._chunk({"content": event.text}))
+                elif kind == REASONING:
+                    out.append(self._chunk({"reasoning_content": event.text}))
+                elif kind == TOOL_CALL:
+                    call = {
+                        "index": self._tools[event.index],
+                        "function": {"arguments": event.text},
+                    }
+                    out.append(self._chunk({"tool_calls": [call]}))
+            elif isinstance(event, Finish):
+                out.append(self._chunk({}, event.reason))
+            elif isinstance(event, Usage) and self._include_usage:
+                usage = {k: v for k, v in event.usage.items() if k != "provider_usage"}
+                body = {**self._base, "choices": [], "usage": usage}
+                out.append(b"data: " + orjson.dumps(body) + b"\n\n")
+        return b"".join(out)
+
+    @staticmethod
+    def done() -> bytes:
+        return b"data: [DONE]\n\n"
+
+
+def completion_body(model: str, assembler: BlockAssembler) -> bytes:
+    """A non-streaming chat completion built from assembled blocks."""
+    blocks = [b.to_content() for b in assembler.blocks()]
+    message = assistant_message(blocks)
+    usage = {k: v for k, v in (assembler.usage or {}).items() if k != "provider_usage"}
+    return orjson.dumps(
+        {
+            "id": f"chatcmpl-{uuid.uuid4().hex[:24]}",
+            "object": "chat.completion",
+            "created": int(time.time()),
+            "model": model,
+            "choices": [
+                {
+                    "index": 0,
+                    "message": message,
+                    "logprobs": None,
+                    "finish_reason": assembler.finish_reason,
+                }
+            ],
+            "usage": usage or None,
+        }
+    )

@@ -15,7 +15,7 @@ from gateway.pipeline import ChatCall, run_chat
 async def chat_completions(request: web.Request) -> web.StreamResponse:
     gateway = request.app[GATEWAY]
     body, parsed = parse_chat_request(await request.read())
-    deployments = gateway.routes.plan(parsed.model)
+    alias = gateway.routes.alias(parsed.model)
     joined = await gateway.conversations.join(
         request.headers.get("X-Conversation-Id"), body["messages"]
     )
@@ -38,7 +38,8 @@ async def chat_completions(request: web.Request) -> web.StreamResponse:
         request=request,
         body=body,
         stream=bool(parsed.stream),
-        deployments=deployments,
+        alias=alias,
+        plan=gateway.routes.plan(alias, body),
         turn=turn,
         headers={"X-Conversation-Id": joined.conversation_id},
         cancel_reason=gateway.cancel_reason,

@@ -4,7 +4,7 @@ from __future__ import annotations
 
 from aiohttp import web
 
-from gateway.http import chat, conversations, system
+from gateway.http import admin, chat, conversations, system
 
 
 def add_routes(app: web.Application) -> None:
@@ -13,6 +13,7 @@ def add_routes(app: web.Application) -> None:
     app.router.add_get("/v1/conversations/{id}/events", conversations.events)
     app.router.add_get("/v1/conversations/{id}/messages", conversations.messages)
     app.router.add_post("/v1/conversations/{id}/branches", conversations.branch)
+    app.router.add_get("/v1/gateway/deployments", admin.deployments)
     app.router.add_get("/health/live", system.live)
     app.router.add_get("/health/ready", system.ready)
     app.router.add_get("/metrics", system.metrics)

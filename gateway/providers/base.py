@@ -22,6 +22,9 @@ class UpstreamResponse(Protocol):
 
 
 class Provider(Protocol):
+    # The wire format its responses come in (gateway.providers.wire).
+    wire: str
+
     async def chat(self, body: dict[str, Any], *, stream: bool) -> UpstreamResponse:
         """Send an OpenAI chat completions body. Raises `UpstreamError` for an HTTP error
         status, a connection failure or a timeout before the response headers."""

@@ -135,6 +135,8 @@ def _completion(ident: str, created: int, model: str, answer: str, usage: dict[s
 
 
 class DemoProvider:
+    wire = "openai_chat"
+
     def __init__(self, config: DeploymentConfig, model: str) -> None:
         self._model = model
         self._delay = config.chunk_delay_ms / 1000.0

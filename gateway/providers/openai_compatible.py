@@ -2,7 +2,6 @@
 
 from __future__ import annotations
 
-import asyncio
 from typing import Any
 
 import aiohttp
@@ -27,14 +26,6 @@ class OpenAICompatibleResponse:
     async def read(self) -> bytes:
         try:
             return await self._response.content.readany()
-        except aiohttp.ServerTimeoutError:
-            raise UpstreamTimeout(
-                "the upstream sent nothing within the idle timeout", phase="idle"
-            ) from None
-        except TimeoutError:
-            raise UpstreamTimeout(
-                "the upstream request exceeded its total timeout", phase="total"
-            ) from None
         except (aiohttp.ClientPayloadError, aiohttp.ClientConnectionError) as exc:
             raise UpstreamProtocolError(
                 f"the upstream connection broke mid-stream: {exc}"
@@ -45,6 +36,8 @@ class OpenAICompatibleResponse:
 
 
 class OpenAICompatibleProvider:
+    wire = "openai_chat"
+
     def __init__(
         self, config: DeploymentConfig, session: aiohttp.ClientSession, model: str
     ) -> None:
@@ -55,11 +48,8 @@ class OpenAICompatibleProvider:
         self._headers = {"Content-Type": "application/json", **config.extra_headers}
         if config.api_key:
             self._headers["Authorization"] = f"Bearer {config.api_key}"
-        t = config.timeouts
-        self._first_token_s = t.first_token_s
-        self._timeout = aiohttp.ClientTimeout(
-            total=t.total_s, sock_connect=t.connect_s, sock_read=t.idle_s
-        )
+        # First-token, idle and total timeouts are the pipeline's; only connecting is timed here.
+        self._timeout = aiohttp.ClientTimeout(total=None, sock_connect=config.timeouts.connect_s)
 
     async def chat(self, body: dict[str, Any], *, stream: bool) -> OpenAICompatibleResponse:
         payload = dict(body)
@@ -71,19 +61,11 @@ class OpenAICompatibleProvider:
                 payload["stream_options"] = {**(options or {}), "include_usage": True}
                 usage_injected = True
         try:
-            async with asyncio.timeout(self._first_token_s):
-                response = await self._session.post(
-                    self._url,
-                    data=orjson.dumps(payload),
-                    headers=self._headers,
-                    timeout=self._timeout,
-                )
+            response = await self._session.post(
+                self._url, data=orjson.dumps(payload), headers=self._headers, timeout=self._timeout
+            )
         except aiohttp.ConnectionTimeoutError:
             raise UpstreamTimeout("connecting to the upstream timed out", phase="connect") from None
-        except (aiohttp.ServerTimeoutError, TimeoutError):
-            raise UpstreamTimeout(
-                "the upstream sent no response headers in time", phase="first_token"
-            ) from None
         except aiohttp.ClientConnectionError as exc:
             raise UpstreamConnectError(f"cannot reach the upstream: {exc}") from None
         if response.status >= 400:

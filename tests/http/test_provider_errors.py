@@ -202,11 +202,11 @@ async def test_unreachable_upstream_is_a_502(make_gateway, tmp_path) -> None:  #
     assert caught.value.status_code == 502
     assert caught.value.body["code"] == "upstream_connect_error"  # type: ignore[index]
     conversation_id = caught.value.response.headers["X-Conversation-Id"]
+    assert caught.value.response.headers["X-Gateway-Attempts"] == "3"  # the default retry budget
     events = await gw.wait_turn_end(conversation_id)
     assert [e["type"] for e in events] == [
         "user/message",
-        "assistant/attempt",
-        "request/error",
+        *["assistant/attempt", "request/error"] * 3,
         "turn/end",
     ]
 

@@ -1,0 +1,35 @@
+"""Upstream wire formats by name: the stream parser and the whole-body parser of each."""
+
+from __future__ import annotations
+
+from typing import Any, Protocol
+
+from gateway.providers import openai_chat
+from gateway.stream.events import StreamEvent
+from gateway.stream.sse import SSEFrame
+
+OPENAI_CHAT = "openai_chat"
+ANTHROPIC = "anthropic"
+
+
+class StreamParser(Protocol):
+    done: bool  # the wire format's own end marker was seen
+    finished: bool  # the answer's finish (reason) was seen
+
+    def feed(self, frame: SSEFrame) -> tuple[list[StreamEvent], str]: ...
+
+
+def stream_parser(wire: str) -> StreamParser:
+    if wire == ANTHROPIC:
+        from gateway.providers.anthropic_messages import AnthropicStreamParser
+
+        return AnthropicStreamParser()
+    return openai_chat.ChatStreamParser()
+
+
+def parse_body(wire: str, obj: dict[str, Any]) -> list[StreamEvent]:
+    if wire == ANTHROPIC:
+        from gateway.providers.anthropic_messages import parse_message
+
+        return parse_message(obj)
+    return openai_chat.parse_completion(obj)
