@@ -68,14 +68,18 @@ class TimeoutsConfig(_Model):
 
 
 class DeploymentConfig(_Model):
-    provider: Literal["openai", "anthropic", "demo"] = Field(
-        description="`openai`: any OpenAI-compatible endpoint; `anthropic`: the Messages API;"
+    provider: Literal["openai", "azure", "anthropic", "litellm", "demo"] = Field(
+        description="`openai`: any OpenAI-compatible endpoint; `azure`: Azure OpenAI;"
+        " `anthropic`: the Messages API; `litellm`: any provider litellm knows;"
         " `demo`: built-in, no key needed."
     )
     model: str | None = Field(None, description="The upstream's model id (defaults to the alias).")
     api_base: str | None = Field(None, description="Base URL, e.g. https://api.openai.com/v1.")
     api_key: str | None = Field(None, description="Upstream key; write it as ${ENV_VAR}.")
     name: str | None = Field(None, description="Deployment name in records and headers.")
+    api_version: str = Field(
+        "2024-10-21", description="`azure` only: the `api-version` query parameter."
+    )
     timeouts: TimeoutsConfig = Field(default_factory=TimeoutsConfig)
     chunk_delay_ms: float = Field(
         50, ge=0, description="`demo` only: pause between streamed chunks (about 20 a second)."
@@ -99,8 +103,13 @@ class DeploymentConfig(_Model):
 
     @model_validator(mode="after")
     def _needs_api_base(self) -> DeploymentConfig:
-        if self.provider == "openai" and not self.api_base:
-            raise ValueError("provider 'openai' needs api_base")
+        if self.provider in ("openai", "azure") and not self.api_base:
+            raise ValueError(f"provider {self.provider!r} needs api_base")
+        if self.provider in ("azure", "litellm") and not self.model:
+            raise ValueError(
+                f"provider {self.provider!r} needs model (the Azure deployment name,"
+                " or litellm's provider/model string)"
+            )
         if self.api_base and not re.match(r"^https?://", self.api_base):
             raise ValueError(
                 f"api_base must start with http:// or https:// (got {self.api_base!r})"

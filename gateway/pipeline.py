@@ -23,7 +23,6 @@ from __future__ import annotations
 
 import asyncio
 import logging
-import random
 import time
 from collections.abc import Callable
 from dataclasses import dataclass
@@ -38,7 +37,6 @@ from gateway.dialects.openai_chat import ChatChunkRenderer, completion_body
 from gateway.errors import (
     GatewayError,
     UpstreamError,
-    UpstreamHTTPError,
     UpstreamIncompleteStream,
     UpstreamProtocolError,
     UpstreamStreamError,
@@ -46,6 +44,7 @@ from gateway.errors import (
 )
 from gateway.providers.base import UpstreamResponse
 from gateway.providers.wire import OPENAI_CHAT, parse_body, stream_parser
+from gateway.retry import RetryPlan
 from gateway.routing import Alias, Deployment
 from gateway.stream.assembler import BlockAssembler
 from gateway.stream.delivery import DeliveryTracker
@@ -125,56 +124,22 @@ class _Relay:
     # -- attempts ----------------------------------------------------------------------------
 
     async def run(self) -> web.StreamResponse:
-        retry = self.call.alias.retry
-        started = time.monotonic()
-        tries: dict[str, int] = {}
-        errors: dict[str, UpstreamError] = {}  # each deployment's last failure
-        skip: set[str] = set()  # a Retry-After longer than the cap: not worth waiting for
-        last_error: UpstreamError | None = None
-        while len(self.turn.attempts) < retry.max_attempts:
-            candidates = [d for d in self.call.plan if d.name not in skip]
-            if not candidates:
-                break
-            fewest = min(tries.get(d.name, 0) for d in candidates)
-            deployment = next(d for d in candidates if tries.get(d.name, 0) == fewest)
-            if fewest:
-                wait = self._backoff(fewest, errors.get(deployment.name))
-                if wait is None:
-                    skip.add(deployment.name)
-                    continue
-                if time.monotonic() - started + wait > retry.max_total_s:
-                    break
-                await asyncio.sleep(wait)
-            elif last_error is not None and time.monotonic() - started > retry.max_total_s:
-                break
-            tries[deployment.name] = fewest + 1
-            if last_error is not None:
-                metrics.RETRIES.labels(self.call.alias.name, last_error.label).inc()
+        plan = RetryPlan(self.call.alias, self.call.plan)
+        while (deployment := await plan.next()) is not None:
             try:
                 return await self._attempt(deployment)
             except UpstreamError as error:
-                errors[deployment.name] = last_error = error
+                plan.failed(deployment, error)
                 if self.response is not None:
                     # Bytes already reached the client: no retry can take them back.
                     self.turn.failed(error)
                     await self._write_error_frame(error)
                     return self.response
-                if not error.retryable:
-                    break
-        assert last_error is not None, "no deployment was tried"
-        self.turn.failed(last_error)
-        last_error.headers["X-Gateway-Attempts"] = str(len(self.turn.attempts))
-        raise last_error
-
-    def _backoff(self, tries: int, error: UpstreamError | None) -> float | None:
-        retry = self.call.alias.retry
-        wait: float = min(retry.max_backoff_s, retry.backoff_s * 2.0 ** (tries - 1))
-        wait *= 0.5 + random.random() / 2  # jitter: retries from many clients do not align
-        if isinstance(error, UpstreamHTTPError) and error.retry_after is not None:
-            if error.retry_after > retry.retry_after_cap_s:
-                return None
-            wait = max(wait, error.retry_after)
-        return wait
+        last = plan.last_error
+        assert last is not None, "no deployment was tried"
+        self.turn.failed(last)
+        last.headers["X-Gateway-Attempts"] = str(len(self.turn.attempts))
+        raise last
 
     async def _attempt(self, deployment: Deployment) -> web.StreamResponse:
         self.deployment = deployment

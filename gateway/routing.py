@@ -20,7 +20,7 @@ from gateway.errors import ModelNotFound
 from gateway.health import DeploymentHealth
 from gateway.providers.base import Provider
 from gateway.providers.demo import DemoProvider
-from gateway.providers.openai_compatible import OpenAICompatibleProvider
+from gateway.providers.openai_compatible import AzureOpenAIProvider, OpenAICompatibleProvider
 
 
 @dataclass(frozen=True, eq=False)
@@ -69,6 +69,13 @@ def _provider(config: DeploymentConfig, model: str, session: aiohttp.ClientSessi
         from gateway.providers.anthropic import AnthropicProvider
 
         return AnthropicProvider(config, session, model)
+    if config.provider == "azure":
+        return AzureOpenAIProvider(config, session, model)
+    if config.provider == "litellm":
+        # Imported only when configured: litellm takes seconds to import.
+        from gateway.providers.litellm_adapter import LiteLLMProvider
+
+        return LiteLLMProvider(config, model)
     return OpenAICompatibleProvider(config, session, model)
 
 

@@ -70,8 +70,13 @@ class FakeUpstream:
     def __init__(self) -> None:
         self.app = web.Application()
         self.app.router.add_post("/v1/chat/completions", self._handle)
+        self.app.router.add_post("/v1/embeddings", self._handle)
+        # Azure OpenAI's paths: the deployment is in the URL.
+        self.app.router.add_post("/openai/deployments/{deployment}/chat/completions", self._handle)
+        self.app.router.add_post("/openai/deployments/{deployment}/embeddings", self._handle)
         self.scripts: list[Script] = []
         self.requests: list[dict[str, Any]] = []
+        self.seen: list[web.Request] = []  # path, query and headers of each request
         self.request_times: list[float] = []  # time.monotonic() of each request
         self.received = asyncio.Event()
         self.disconnected = asyncio.Event()
@@ -86,8 +91,14 @@ class FakeUpstream:
     async def _handle(self, request: web.Request) -> web.StreamResponse:
         self.request_times.append(time.monotonic())
         self.requests.append(await request.json())
+        self.seen.append(request)
         self.received.set()
-        script = self.scripts.pop(0) if self.scripts else replay("openai-chat-text-usage.sse")
+        if self.scripts:
+            script = self.scripts.pop(0)
+        elif request.path.endswith("/embeddings"):
+            script = embedding_vectors()
+        else:
+            script = replay("openai-chat-text-usage.sse")
         try:
             return await script(request)
         except (asyncio.CancelledError, ConnectionResetError):
@@ -185,6 +196,22 @@ def completion(content: str, *, finish: str = "stop") -> Script:
                 ],
                 "usage": USAGE,
             }
+        )
+
+    return script
+
+
+def embedding_vectors() -> Script:
+    async def script(request: web.Request) -> web.StreamResponse:
+        body = await request.json()
+        inputs = body["input"] if isinstance(body["input"], list) else [body["input"]]
+        data = [
+            {"object": "embedding", "index": i, "embedding": [0.5, -0.5]}
+            for i in range(len(inputs))
+        ]
+        usage = {"prompt_tokens": 3, "total_tokens": 3}
+        return web.json_response(
+            {"object": "list", "data": data, "model": body["model"], "usage": usage}
         )
 
     return script

@@ -8,6 +8,8 @@ about 20 chunks a second, is slow enough to cancel by hand.
 from __future__ import annotations
 
 import asyncio
+import hashlib
+import math
 import re
 import time
 import uuid
@@ -143,3 +145,21 @@ class DemoProvider:
 
     async def chat(self, body: dict[str, Any], *, stream: bool) -> DemoResponse:
         return DemoResponse(body, self._model, stream, self._delay)
+
+    async def embeddings(self, body: dict[str, Any]) -> bytes:
+        return demo_embeddings(body, self._model)
+
+
+def demo_embeddings(body: dict[str, Any], model: str) -> bytes:
+    """Deterministic unit vectors from a hash of each input: same text, same vector."""
+    inputs = body.get("input")
+    texts = [inputs] if isinstance(inputs, str) else list(inputs or [])
+    data = []
+    for i, text in enumerate(texts):
+        digest = hashlib.sha256(str(text).encode()).digest()
+        vector = [(b - 127.5) / 127.5 for b in digest[:16]]
+        norm = math.sqrt(sum(v * v for v in vector)) or 1.0
+        data.append({"object": "embedding", "index": i, "embedding": [v / norm for v in vector]})
+    tokens = sum(max(1, len(str(t)) // 4) for t in texts)
+    usage = {"prompt_tokens": tokens, "total_tokens": tokens}
+    return orjson.dumps({"object": "list", "data": data, "model": model, "usage": usage})

@@ -43,6 +43,7 @@ class OpenAICompatibleProvider:
     ) -> None:
         assert config.api_base is not None
         self._url = config.api_base.rstrip("/") + "/chat/completions"
+        self._embeddings_url = config.api_base.rstrip("/") + "/embeddings"
         self._session = session
         self._model = model
         self._headers = {"Content-Type": "application/json", **config.extra_headers}
@@ -71,6 +72,41 @@ class OpenAICompatibleProvider:
         if response.status >= 400:
             raise await _http_error(response)
         return OpenAICompatibleResponse(response, usage_injected)
+
+    async def embeddings(self, body: dict[str, Any]) -> bytes:
+        """The upstream's embeddings JSON, unchanged."""
+        payload = {**body, "model": self._model}
+        try:
+            async with self._session.post(
+                self._embeddings_url,
+                data=orjson.dumps(payload),
+                headers=self._headers,
+                timeout=self._timeout,
+            ) as response:
+                if response.status >= 400:
+                    raise await _http_error(response)
+                return await response.read()
+        except aiohttp.ConnectionTimeoutError:
+            raise UpstreamTimeout("connecting to the upstream timed out", phase="connect") from None
+        except (aiohttp.ClientPayloadError, aiohttp.ClientConnectionError) as exc:
+            raise UpstreamConnectError(f"cannot reach the upstream: {exc}") from None
+
+
+class AzureOpenAIProvider(OpenAICompatibleProvider):
+    """Azure OpenAI: the deployment is in the URL, the key in `api-key`, plus `api-version`."""
+
+    def __init__(
+        self, config: DeploymentConfig, session: aiohttp.ClientSession, model: str
+    ) -> None:
+        super().__init__(config, session, model)
+        assert config.api_base is not None
+        base = f"{config.api_base.rstrip('/')}/openai/deployments/{model}"
+        query = f"?api-version={config.api_version}"
+        self._url = f"{base}/chat/completions{query}"
+        self._embeddings_url = f"{base}/embeddings{query}"
+        self._headers.pop("Authorization", None)
+        if config.api_key:
+            self._headers["api-key"] = config.api_key
 
 
 async def _http_error(response: aiohttp.ClientResponse) -> UpstreamHTTPError:
