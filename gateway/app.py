@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import asyncio
 from collections.abc import AsyncIterator
 
 import aiohttp
@@ -40,5 +41,7 @@ async def _resources(app: web.Application) -> AsyncIterator[None]:
     )
     gateway.router = Router(gateway.config, gateway.session)
     yield
+    if gateway.background:
+        await asyncio.gather(*gateway.background, return_exceptions=True)
     await gateway.session.close()
     await gateway.store.close()

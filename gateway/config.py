@@ -150,6 +150,14 @@ class ModelConfig(_Model):
     )
     retry: RetryConfig = Field(default_factory=RetryConfig)
     cooldown: CooldownConfig = Field(default_factory=CooldownConfig)
+    on_client_disconnect: Literal["cancel", "drain"] = Field(
+        "cancel",
+        description="`cancel` closes the upstream at once; `drain` reads it to its end in the"
+        " background (at most `drain_timeout_s`) to learn the provider's exact usage.",
+    )
+    drain_timeout_s: float = Field(
+        30, gt=0, description="`drain` only: the longest time spent reading after a disconnect."
+    )
 
 
 class GatewayConfig(_Model):

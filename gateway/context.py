@@ -2,7 +2,10 @@
 
 from __future__ import annotations
 
+import asyncio
+from collections.abc import Coroutine
 from dataclasses import dataclass, field
+from typing import Any
 
 import aiohttp
 from aiohttp import web
@@ -23,6 +26,13 @@ class Gateway:
     router: Router | None = None
     session: aiohttp.ClientSession | None = None
     state: dict[str, bool] = field(default_factory=lambda: {"shutting_down": False})
+    # Work that outlives its request (draining an upstream); awaited at shutdown.
+    background: set[asyncio.Task[None]] = field(default_factory=set)
+
+    def spawn(self, work: Coroutine[Any, Any, None]) -> None:
+        task = asyncio.get_running_loop().create_task(work)
+        self.background.add(task)
+        task.add_done_callback(self.background.discard)
 
     @property
     def routes(self) -> Router:

@@ -24,7 +24,7 @@ from __future__ import annotations
 import asyncio
 import logging
 import time
-from collections.abc import Callable
+from collections.abc import Callable, Coroutine
 from dataclasses import dataclass
 from typing import Any
 
@@ -43,7 +43,7 @@ from gateway.errors import (
     UpstreamTimeout,
 )
 from gateway.providers.base import UpstreamResponse
-from gateway.providers.wire import OPENAI_CHAT, parse_body, stream_parser
+from gateway.providers.wire import OPENAI_CHAT, StreamParser, parse_body, stream_parser
 from gateway.retry import RetryPlan
 from gateway.routing import Alias, Deployment
 from gateway.stream.assembler import BlockAssembler
@@ -74,6 +74,7 @@ class ChatCall:
     turn: TurnRecorder
     headers: dict[str, str]  # response headers decided before the upstream call
     cancel_reason: Callable[[], str]  # "client_disconnect", or "shutdown" while draining
+    spawn: Callable[[Coroutine[Any, Any, None]], None]  # run work past the request's end
 
 
 async def run_chat(call: ChatCall) -> web.StreamResponse:
@@ -120,6 +121,8 @@ class _Relay:
         self.timer: asyncio.Timeout | None = None
         self.holding = True  # nothing reaches the client before the first content chunk
         self.loop = asyncio.get_running_loop()
+        self.decoder: SSEDecoder | None = None
+        self.parser: StreamParser | None = None
 
     # -- attempts ----------------------------------------------------------------------------
 
@@ -211,8 +214,8 @@ class _Relay:
     async def _relay_stream(self, deployment: Deployment) -> web.StreamResponse:
         upstream, attempt, timer = self.upstream, self.attempt, self.timer
         assert upstream is not None and attempt is not None and timer is not None
-        decoder = SSEDecoder()
-        parser = stream_parser(deployment.provider.wire)
+        decoder = self.decoder = SSEDecoder()
+        parser = self.parser = stream_parser(deployment.provider.wire)
         passthrough = deployment.provider.wire == OPENAI_CHAT
         renderer = None
         if not passthrough:
@@ -357,10 +360,10 @@ class _Relay:
     # -- endings ---------------------------------------------------------------------------
 
     def client_gone(self, reason: str) -> None:
-        if self.upstream is not None:
-            self.upstream.close()
-            self.upstream = None
+        upstream, self.upstream = self.upstream, None
         if self.turn.ended:
+            if upstream is not None:
+                upstream.close()
             return
         delivered = 0
         level = "acked"
@@ -368,7 +371,34 @@ class _Relay:
             writer = self.response._payload_writer
             delivered = self.tracker.delivered_frames(writer.output_size if writer else 0)
             level = self.tracker.level
+        drain = self.call.alias.config.on_client_disconnect == "drain"
+        if drain and upstream is not None and self.parser is not None and reason != "shutdown":
+            # Keep reading only to learn the provider's usage; history gets the delivered part.
+            self.call.spawn(self._drain(upstream, delivered, level, reason))
+            return
+        if upstream is not None:
+            upstream.close()
         self.turn.interrupted(self.attempt, delivered, level, reason)
+
+    async def _drain(
+        self, upstream: UpstreamResponse, delivered: int, level: str, reason: str
+    ) -> None:
+        decoder, parser, attempt = self.decoder, self.parser, self.attempt
+        assert decoder is not None and parser is not None and attempt is not None
+        try:
+            async with asyncio.timeout(self.call.alias.config.drain_timeout_s):
+                while not parser.done:
+                    chunk = await upstream.read()
+                    for frame in decoder.feed(chunk) if chunk else decoder.flush():
+                        if frame.complete:
+                            attempt.add(parser.feed(frame)[0])
+                    if not chunk:
+                        break
+        except (TimeoutError, GatewayError, SSEFrameTooLarge) as exc:
+            log.info("draining %s stopped early: %s", attempt.route["deployment"], exc)
+        finally:
+            upstream.close()
+            self.turn.interrupted(attempt, delivered, level, reason)
 
     def crashed(self) -> None:
         if self.upstream is not None:

@@ -81,6 +81,7 @@ class FakeUpstream:
         self.received = asyncio.Event()
         self.disconnected = asyncio.Event()
         self.stalled = asyncio.Event()  # a script reached its stall point
+        self.release = asyncio.Event()  # lets a `paused` script go on
         self.bytes_sent = 0
         self.url = ""
         self.app[FAKE] = self
@@ -213,5 +214,23 @@ def embedding_vectors() -> Script:
         return web.json_response(
             {"object": "list", "data": data, "model": body["model"], "usage": usage}
         )
+
+    return script
+
+
+def paused(first: list[bytes], rest: list[bytes]) -> Script:
+    """Send `first`, stall until the test sets `release`, then send `rest` and end."""
+
+    async def script(request: web.Request) -> web.StreamResponse:
+        fake: FakeUpstream = request.app[FAKE]
+        response = await fake.start_sse(request)
+        for item in first:
+            await fake.write(response, item)
+        fake.stalled.set()
+        await fake.release.wait()
+        for item in rest:
+            await fake.write(response, item)
+        await response.write_eof()
+        return response
 
     return script

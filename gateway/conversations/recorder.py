@@ -33,7 +33,7 @@ from gateway.conversations.store import Store
 from gateway.errors import GatewayError, UpstreamError
 from gateway.stream.assembler import BlockAssembler
 from gateway.stream.compact import Timed, compact
-from gateway.stream.events import Finish, StreamEvent
+from gateway.stream.events import Finish, StreamEvent, Usage
 
 
 @dataclass
@@ -64,7 +64,11 @@ class Attempt:
 
     @property
     def usage(self) -> dict[str, Any] | None:
-        return BlockAssembler.of(e for _, e in self.events).usage
+        """The provider's own count for everything this attempt received, when it came."""
+        for _, event in reversed(self.events):
+            if isinstance(event, Usage):
+                return event.usage
+        return None
 
 
 def _input_event(message: dict[str, Any]) -> tuple[str, dict[str, Any]]:
@@ -176,6 +180,9 @@ class TurnRecorder:
             payload = self._message_payload(attempt, assembler, timed, interrupted=True)
             payload["content"] = [b.to_content() for b in blocks]
             payload["delivery"] = level
+            # What the provider generated and bills (known when the stream was drained), not
+            # just what was delivered.
+            payload["usage"] = attempt.usage
             self._append(ASSISTANT_MESSAGE, payload)
         else:
             self._append(ASSISTANT_ATTEMPT, self._attempt_payload(attempt, "empty_prefix"))

@@ -43,5 +43,6 @@ async def chat_completions(request: web.Request) -> web.StreamResponse:
         turn=turn,
         headers={"X-Conversation-Id": joined.conversation_id},
         cancel_reason=gateway.cancel_reason,
+        spawn=gateway.spawn,
     )
     return await run_chat(call)
