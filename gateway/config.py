@@ -155,6 +155,11 @@ class ModelConfig(_Model):
         description="`cancel` closes the upstream at once; `drain` reads it to its end in the"
         " background (at most `drain_timeout_s`) to learn the provider's exact usage.",
     )
+    continue_on_failure: bool = Field(
+        False,
+        description="When a stream fails after delivery began, continue the answer on the next"
+        " deployment, sending it the delivered text, instead of ending with an error.",
+    )
     drain_timeout_s: float = Field(
         30, gt=0, description="`drain` only: the longest time spent reading after a disconnect."
     )

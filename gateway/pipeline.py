@@ -32,7 +32,7 @@ import orjson
 from aiohttp import web
 
 from gateway import metrics
-from gateway.conversations.recorder import Attempt, TurnRecorder
+from gateway.conversations.recorder import Attempt, Segment, TurnRecorder
 from gateway.dialects.openai_chat import ChatChunkRenderer, completion_body
 from gateway.errors import (
     GatewayError,
@@ -43,7 +43,13 @@ from gateway.errors import (
     UpstreamTimeout,
 )
 from gateway.providers.base import UpstreamResponse
-from gateway.providers.wire import OPENAI_CHAT, StreamParser, parse_body, stream_parser
+from gateway.providers.wire import (
+    ANTHROPIC,
+    OPENAI_CHAT,
+    StreamParser,
+    parse_body,
+    stream_parser,
+)
 from gateway.retry import RetryPlan
 from gateway.routing import Alias, Deployment
 from gateway.stream.assembler import BlockAssembler
@@ -62,6 +68,13 @@ from gateway.stream.sse import SSEDecoder, SSEFrameTooLarge
 log = logging.getLogger(__name__)
 
 _MAX_BODY = 64 * 1024 * 1024
+
+# The continuation request for an OpenAI-compatible deployment (continue_on_failure): the
+# delivered text as the assistant's message, then this instruction.
+CONTINUE_PROMPT = (
+    "Your previous reply was cut off. Continue it exactly where it stopped: do not repeat"
+    " anything, start with the next character."
+)
 
 
 @dataclass
@@ -123,26 +136,68 @@ class _Relay:
         self.loop = asyncio.get_running_loop()
         self.decoder: SSEDecoder | None = None
         self.parser: StreamParser | None = None
+        # continue_on_failure: earlier attempts whose frames reached the client, and how many.
+        self.segments: list[Segment] = []
 
     # -- attempts ----------------------------------------------------------------------------
 
     async def run(self) -> web.StreamResponse:
         plan = RetryPlan(self.call.alias, self.call.plan)
+        continuing = self.call.alias.config.continue_on_failure and self.call.stream
         while (deployment := await plan.next()) is not None:
             try:
                 return await self._attempt(deployment)
             except UpstreamError as error:
                 plan.failed(deployment, error)
-                if self.response is not None:
-                    # Bytes already reached the client: no retry can take them back.
-                    self.turn.failed(error)
-                    await self._write_error_frame(error)
-                    return self.response
+                if self.response is None:
+                    continue
+                sent = self._frames_sent_by_attempt()
+                if continuing and sent and error.retryable:
+                    # Continue the answer elsewhere, after what the client already has.
+                    assert self.attempt is not None
+                    self.segments.append((self.attempt, sent))
+                    self.attempt = None
+                    continue
+                if not (continuing and not sent):
+                    break  # bytes reached the client: no retry can take them back
         last = plan.last_error
         assert last is not None, "no deployment was tried"
         self.turn.failed(last)
+        if self.response is not None:
+            await self._write_error_frame(last)
+            return self.response
         last.headers["X-Gateway-Attempts"] = str(len(self.turn.attempts))
         raise last
+
+    def _frames_sent_by_attempt(self) -> int:
+        written = self.tracker.frames_written if self.tracker is not None else 0
+        return written - sum(n for _, n in self.segments)
+
+    def _body(self, deployment: Deployment) -> dict[str, Any]:
+        """The request for this attempt: the client's, or a continuation of what was sent."""
+        if not self.segments:
+            return self.call.body
+        events = [e for a, n in self.segments for _, e in a.delivered_events(n)]
+        sent = "".join(
+            e.text for e in events if isinstance(e, BlockDelta) and self._is_text(events, e.index)
+        )
+        messages = list(self.call.body.get("messages") or [])
+        if deployment.provider.wire == ANTHROPIC:
+            # Anthropic continues a trailing assistant message (prefill); it refuses one that
+            # ends in white space.
+            messages.append({"role": "assistant", "content": sent.rstrip()})
+        else:
+            messages += [
+                {"role": "assistant", "content": sent},
+                {"role": "user", "content": CONTINUE_PROMPT},
+            ]
+        return {**self.call.body, "messages": messages}
+
+    @staticmethod
+    def _is_text(events: list[StreamEvent], index: int) -> bool:
+        return any(
+            isinstance(e, BlockStart) and e.index == index and e.kind == TEXT for e in events
+        )
 
     async def _attempt(self, deployment: Deployment) -> web.StreamResponse:
         self.deployment = deployment
@@ -158,7 +213,7 @@ class _Relay:
             try:
                 async with asyncio.timeout_at(self._deadline()) as self.timer:
                     self.upstream = await deployment.provider.chat(
-                        self.call.body, stream=self.call.stream
+                        self._body(deployment), stream=self.call.stream
                     )
                     if self.call.stream:
                         response = await self._relay_stream(deployment)
@@ -276,7 +331,7 @@ class _Relay:
             attempt.frame_written()
         if held:
             await self._write(deployment, held)
-        self.turn.completed(attempt)
+        self.turn.completed(attempt, self.segments)
         if self.response is None:  # an upstream that finished without a single frame
             await self._start_response(deployment)
         assert self.response is not None
@@ -371,17 +426,29 @@ class _Relay:
             writer = self.response._payload_writer
             delivered = self.tracker.delivered_frames(writer.output_size if writer else 0)
             level = self.tracker.level
+        prior: list[Segment] = []
+        for earlier, sent in self.segments:
+            prior.append((earlier, min(sent, delivered)))
+            delivered -= prior[-1][1]
+        attempt = self.attempt
+        if attempt is None and prior:  # between a failed segment and its continuation
+            attempt, delivered = prior.pop()
         drain = self.call.alias.config.on_client_disconnect == "drain"
         if drain and upstream is not None and self.parser is not None and reason != "shutdown":
             # Keep reading only to learn the provider's usage; history gets the delivered part.
-            self.call.spawn(self._drain(upstream, delivered, level, reason))
+            self.call.spawn(self._drain(upstream, delivered, level, reason, prior))
             return
         if upstream is not None:
             upstream.close()
-        self.turn.interrupted(self.attempt, delivered, level, reason)
+        self.turn.interrupted(attempt, delivered, level, reason, prior)
 
     async def _drain(
-        self, upstream: UpstreamResponse, delivered: int, level: str, reason: str
+        self,
+        upstream: UpstreamResponse,
+        delivered: int,
+        level: str,
+        reason: str,
+        prior: list[Segment],
     ) -> None:
         decoder, parser, attempt = self.decoder, self.parser, self.attempt
         assert decoder is not None and parser is not None and attempt is not None
@@ -398,7 +465,7 @@ class _Relay:
             log.info("draining %s stopped early: %s", attempt.route["deployment"], exc)
         finally:
             upstream.close()
-            self.turn.interrupted(attempt, delivered, level, reason)
+            self.turn.interrupted(attempt, delivered, level, reason, prior)
 
     def crashed(self) -> None:
         if self.upstream is not None:

@@ -15,7 +15,8 @@ handler that is being cancelled because its client went away.
 from __future__ import annotations
 
 import time
-from dataclasses import dataclass, field
+from collections.abc import Sequence
+from dataclasses import dataclass, field, replace
 from typing import Any
 
 from gateway.conversations.events import (
@@ -33,7 +34,7 @@ from gateway.conversations.store import Store
 from gateway.errors import GatewayError, UpstreamError
 from gateway.stream.assembler import BlockAssembler
 from gateway.stream.compact import Timed, compact
-from gateway.stream.events import Finish, StreamEvent, Usage
+from gateway.stream.events import BlockDelta, BlockEnd, BlockStart, Finish, StreamEvent, Usage
 
 
 @dataclass
@@ -111,6 +112,49 @@ def _input_event(message: dict[str, Any]) -> tuple[str, dict[str, Any]]:
     }
 
 
+Segment = tuple[Attempt, int]  # an earlier attempt, and how many of its frames the client got
+
+
+def _spliced(prior: Sequence[Segment], attempt: Attempt, timed: list[Timed]) -> list[Timed]:
+    """A continued answer's timed events: each attempt's part in order, block indexes shifted
+    so they never collide, times measured from the first attempt's start."""
+    if not prior:
+        return timed
+    parts = [(a, a.delivered_events(n)) for a, n in prior] + [(attempt, timed)]
+    origin = parts[0][0].started
+    out: list[Timed] = []
+    offset = 0
+    for part, events in parts:
+        shift = (part.started - origin) * 1000.0
+        top = offset - 1
+        for t, event in events:
+            if isinstance(event, BlockStart | BlockDelta | BlockEnd):
+                event = replace(event, index=event.index + offset)
+                top = max(top, event.index)
+            out.append((t + shift, event))
+        offset = top + 1
+    return out
+
+
+def _with_segments(
+    payload: dict[str, Any], prior: Sequence[Segment], attempt: Attempt, own: list[Timed]
+) -> dict[str, Any]:
+    """Credit each part of a continued answer to the deployment that produced it."""
+    if not prior:
+        return payload
+    parts = [(a, a.delivered_events(n)) for a, n in prior] + [(attempt, own)]
+    payload["segments"] = [
+        {
+            "attempt": part.number,
+            "route": part.route,
+            "content": [b.to_content() for b in BlockAssembler.of(e for _, e in events).blocks()],
+            "usage": part.usage,
+        }
+        for part, events in parts
+    ]
+    return payload
+
+
 def _sum_usage(usages: list[dict[str, Any]]) -> dict[str, int]:
     total = {"prompt_tokens": 0, "completion_tokens": 0, "total_tokens": 0}
     for usage in usages:
@@ -151,33 +195,37 @@ class TurnRecorder:
 
     # -- finalisation --------------------------------------------------------------------
 
-    def completed(self, attempt: Attempt) -> None:
-        events = [e for _, e in attempt.events]
-        assembler = BlockAssembler.of(events)
-        self._append(
-            ASSISTANT_MESSAGE,
-            self._message_payload(attempt, assembler, attempt.events, interrupted=False),
-        )
+    def completed(self, attempt: Attempt, prior: Sequence[Segment] = ()) -> None:
+        """The answer finished; `prior` are earlier attempts it continues (continue_on_failure)."""
+        timed = _spliced(prior, attempt, attempt.events)
+        assembler = BlockAssembler.of(e for _, e in timed)
+        payload = self._message_payload(attempt, assembler, timed, interrupted=False)
+        self._append(ASSISTANT_MESSAGE, _with_segments(payload, prior, attempt, attempt.events))
         self._end("completed", None)
 
-    def interrupted(self, attempt: Attempt | None, delivered: int, level: str, reason: str) -> None:
-        """The client went away (or cancelled) after `delivered` frames reached it."""
+    def interrupted(
+        self,
+        attempt: Attempt | None,
+        delivered: int,
+        level: str,
+        reason: str,
+        prior: Sequence[Segment] = (),
+    ) -> None:
+        """The client went away (or cancelled) after `delivered` frames of `attempt` reached it."""
         if attempt is None:
             self._end("aborted", reason)
             return
-        timed = attempt.delivered_events(delivered)
+        own = attempt.delivered_events(delivered)
+        timed = _spliced(prior, attempt, own)
         assembler = BlockAssembler.of(e for _, e in timed)
-        if any(isinstance(e, Finish) for _, e in timed):
+        if any(isinstance(e, Finish) for _, e in own):
             # The client saw the whole answer, finish included: nothing was cut.
-            self._append(
-                ASSISTANT_MESSAGE,
-                self._message_payload(attempt, assembler, attempt.events, interrupted=False),
-            )
-            self._end("completed", None)
+            self.completed(attempt, prior)
             return
         blocks = assembler.interrupted_blocks()
         if blocks:
             payload = self._message_payload(attempt, assembler, timed, interrupted=True)
+            payload = _with_segments(payload, prior, attempt, own)
             payload["content"] = [b.to_content() for b in blocks]
             payload["delivery"] = level
             # What the provider generated and bills (known when the stream was drained), not
