@@ -72,7 +72,8 @@ def test_the_shipped_config_is_valid() -> None:
         ("server: {hots: 1}\n", "server.hots: unknown field"),
         (
             "models:\n  - name: x\n    deployments: [{provider: nope}]\n",
-            "models[0].deployments[0].provider: Input should be 'openai', 'azure', 'anthropic', 'litellm' or 'demo'",
+            "models[0].deployments[0].provider: Input should be 'openai', 'azure', 'anthropic',"
+            " 'litellm' or 'demo'",
         ),
         (
             "models:\n  - name: x\n    deployments: [{provider: openai}]\n",

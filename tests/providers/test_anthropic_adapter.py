@@ -15,9 +15,10 @@ from multidict import CIMultiDict
 
 from gateway.config import DeploymentConfig
 from gateway.errors import UpstreamConnectError, UpstreamHTTPError
-from gateway.providers.anthropic import AnthropicProvider, AnthropicResponse
+from gateway.providers.anthropic import AnthropicProvider
 from gateway.providers.anthropic_messages import parse_message
 from gateway.stream.assembler import BlockAssembler
+from gateway.upstream import UpstreamBody
 from tests.fakes import fixture_bytes
 
 KEY = "sk-ant-test"
@@ -86,7 +87,7 @@ def provider(session: aiohttp.ClientSession, api_base: str, **config: Any) -> An
     return AnthropicProvider(deployment, session, "claude-sonnet-4-5")
 
 
-async def read_all(response: AnthropicResponse) -> bytes:
+async def read_all(response: UpstreamBody) -> bytes:
     parts = []
     while chunk := await response.read():
         parts.append(chunk)
