@@ -9,6 +9,7 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
+import aiohttp
 import openai
 import pytest
 from aiohttp import web
@@ -56,6 +57,31 @@ class GatewayUnderTest:
                 if sum(e.type == "turn/end" for e in events) >= count:
                     return [e.to_api() for e in events]
                 await asyncio.sleep(0.01)
+
+    async def get(self, path: str) -> tuple[int, Any]:
+        async with aiohttp.ClientSession() as session, session.get(self.url + path) as response:
+            return response.status, await response.json()
+
+    async def post(self, path: str, body: Any) -> tuple[int, Any]:
+        async with (
+            aiohttp.ClientSession() as session,
+            session.post(self.url + path, json=body) as response,
+        ):
+            return response.status, await response.json()
+
+    async def post_stream(self, body: dict[str, Any]) -> tuple[bytes, str]:
+        """A raw streaming chat completion: the exact bytes received, and the conversation id."""
+        async with (
+            aiohttp.ClientSession() as session,
+            session.post(self.url + "/v1/chat/completions", json=body) as response,
+        ):
+            return await response.read(), response.headers["X-Conversation-Id"]
+
+    async def messages(self, conversation_id: str) -> list[dict[str, Any]]:
+        """The conversation's derived model history."""
+        status, body = await self.get(f"/v1/conversations/{conversation_id}/messages")
+        assert status == 200, body
+        return body["data"]  # type: ignore[no-any-return]
 
     def query(self, sql: str, *args: Any) -> list[tuple[Any, ...]]:
         """Read the real SQLite file directly, as an operator would."""

@@ -63,6 +63,8 @@ def chunk(
 
 
 DONE = b"data: [DONE]\n\n"
+# The events of a turn whose only attempt failed (contract section 3).
+FAILED_TURN = ["user/message", "assistant/attempt", "request/error", "turn/end"]
 USAGE = {"prompt_tokens": 5, "completion_tokens": 7, "total_tokens": 12}
 
 

@@ -64,7 +64,7 @@ async def test_reasoning_only_cancel_keeps_the_reasoning(
     assert events[1]["payload"]["content"] == [
         {"type": "reasoning", "text": "Let me think about fruit."}
     ]
-    messages = await _messages(gw, conversation_id)
+    messages = await gw.messages(conversation_id)
     assert messages[-1] == {
         "role": "assistant",
         "content": "",
@@ -96,7 +96,7 @@ async def test_text_then_half_a_tool_call_keeps_the_text_and_drops_the_call(
     # The delivered timed stream keeps the call's fragments for audit; history does not.
     kinds = [r["type"] for r in events[1]["payload"]["stream"]]
     assert kinds == ["text", "end", "tool_call"]
-    messages = await _messages(gw, conversation_id)
+    messages = await gw.messages(conversation_id)
     assert messages[-1] == {"role": "assistant", "content": "Let me check."}
 
 
@@ -109,7 +109,7 @@ async def test_whitespace_only_output_is_an_empty_prefix_attempt(
     assert [e["type"] for e in events] == ["user/message", "assistant/attempt", "turn/end"]
     assert events[1]["payload"]["reason"] == "empty_prefix"
     assert events[2]["payload"]["status"] == "aborted"
-    assert await _messages(gw, conversation_id) == QUESTION
+    assert await gw.messages(conversation_id) == QUESTION
 
 
 async def test_cancel_before_the_upstream_answers(
@@ -137,15 +137,6 @@ async def test_cancel_before_the_upstream_answers(
     }
 
 
-async def _messages(gw: GatewayUnderTest, conversation_id: str) -> list[dict[str, Any]]:
-    import aiohttp
-
-    async with aiohttp.ClientSession() as session:
-        async with session.get(f"{gw.url}/v1/conversations/{conversation_id}/messages") as response:
-            assert response.status == 200
-            return (await response.json())["data"]  # type: ignore[no-any-return]
-
-
 async def test_non_streaming_client_that_leaves_before_the_body_gets_an_empty_prefix_attempt(
     gw: GatewayUnderTest, upstream: FakeUpstream
 ) -> None:
@@ -161,7 +152,7 @@ async def test_non_streaming_client_that_leaves_before_the_body_gets_an_empty_pr
     assert [e["type"] for e in events] == ["user/message", "assistant/attempt", "turn/end"]
     assert events[1]["payload"]["reason"] == "empty_prefix"
     assert events[2]["payload"]["status"] == "aborted"
-    assert await _messages(gw, conversation_id) == QUESTION
+    assert await gw.messages(conversation_id) == QUESTION
 
 
 async def test_cancel_with_the_demo_provider(make_gateway: MakeGateway) -> None:
@@ -188,5 +179,5 @@ async def test_cancel_with_the_demo_provider(make_gateway: MakeGateway) -> None:
     recorded = message["content"][0]["text"]
     assert recorded.startswith(seen)
     assert len(recorded) < len(seen) + 30
-    messages = await _messages(gw, conversation_id)
+    messages = await gw.messages(conversation_id)
     assert messages[-1] == {"role": "assistant", "content": recorded}

@@ -34,15 +34,6 @@ async def setup(
     return gw, a, b
 
 
-async def post_stream(gw: GatewayUnderTest) -> tuple[bytes, str]:
-    async with aiohttp.ClientSession() as session:
-        async with session.post(
-            gw.url + "/v1/chat/completions",
-            json={"model": "m", "messages": QUESTION, "stream": True},
-        ) as response:
-            return await response.read(), response.headers["X-Conversation-Id"]
-
-
 def text_of(body: bytes) -> str:
     import json
 
@@ -61,7 +52,9 @@ async def test_the_next_deployment_continues_after_the_delivered_text(
     gw, a, b = await setup(make_gateway, make_upstream)
     a.push(frames(chunk("Hello, "), chunk("wor"), then="reset"))
     b.push(frames(chunk("ld!"), chunk(finish="stop"), chunk(usage=USAGE, no_choices=True), DONE))
-    body, conversation_id = await post_stream(gw)
+    body, conversation_id = await gw.post_stream(
+        {"model": "m", "messages": QUESTION, "stream": True}
+    )
     assert text_of(body) == "Hello, world!"  # spliced, nothing repeated
     assert body.endswith(DONE)
     assert b"error" not in body
@@ -97,7 +90,9 @@ async def test_without_a_deployment_left_the_stream_ends_with_an_error(
 ) -> None:
     gw, a, b = await setup(make_gateway, make_upstream, retry={"max_attempts": 1})
     a.push(frames(chunk("Hello, "), then="reset"))
-    body, conversation_id = await post_stream(gw)
+    body, conversation_id = await gw.post_stream(
+        {"model": "m", "messages": QUESTION, "stream": True}
+    )
     assert text_of(body) == "Hello, "
     assert b'data: {"error":' in body
     assert b.requests == []
@@ -113,7 +108,9 @@ async def test_a_continuation_that_fails_before_content_moves_on(
     )
     a.push(frames(chunk("Hel"), then="reset"), frames(chunk("lo."), chunk(finish="stop"), DONE))
     b.push(frames(then="reset"))  # fails before any content: nothing sent, try again
-    body, conversation_id = await post_stream(gw)
+    body, conversation_id = await gw.post_stream(
+        {"model": "m", "messages": QUESTION, "stream": True}
+    )
     assert text_of(body) == "Hello."
     events = await gw.wait_turn_end(conversation_id)
     message = next(e for e in events if e["type"] == "assistant/message")["payload"]

@@ -3,7 +3,6 @@
 from __future__ import annotations
 
 import asyncio
-from typing import Any
 
 import aiohttp
 
@@ -12,17 +11,6 @@ from tests.fakes import FakeUpstream, chunk, completion, frames, replay
 
 FIRST = {"role": "user", "content": "Give me three tips."}
 PREFIX = ["1. Sleep well.\n", "2. Drink water", ".\n3. Wal"]
-
-
-async def _get(gw: GatewayUnderTest, path: str) -> tuple[int, Any]:
-    async with aiohttp.ClientSession() as session, session.get(gw.url + path) as response:
-        return response.status, await response.json()
-
-
-async def _post(gw: GatewayUnderTest, path: str, body: Any) -> tuple[int, Any]:
-    async with aiohttp.ClientSession() as session:
-        async with session.post(gw.url + path, json=body) as response:
-            return response.status, await response.json()
 
 
 async def _cancelled_turn(gw: GatewayUnderTest, upstream: FakeUpstream) -> str:
@@ -46,7 +34,7 @@ async def test_after_a_cancel_the_derived_history_holds_the_prefix(
     gw: GatewayUnderTest, upstream: FakeUpstream
 ) -> None:
     conversation_id = await _cancelled_turn(gw, upstream)
-    status, body = await _get(gw, f"/v1/conversations/{conversation_id}/messages")
+    status, body = await gw.get(f"/v1/conversations/{conversation_id}/messages")
     assert status == 200
     assert body["object"] == "list"
     assert body["data"] == [FIRST, {"role": "assistant", "content": "".join(PREFIX)}]
@@ -78,7 +66,7 @@ async def test_follow_up_with_the_conversation_id_records_only_new_messages(
     second_turn = [e for e in events if e["turn_id"] == events[-1]["turn_id"]]
     assert [e["type"] for e in second_turn] == ["user/message", "assistant/message", "turn/end"]
     assert second_turn[0]["payload"]["content"] == "Expand on point two."
-    _, body = await _get(gw, f"/v1/conversations/{conversation_id}/messages")
+    _, body = await gw.get(f"/v1/conversations/{conversation_id}/messages")
     assert body["data"][:3] == history
     assert body["data"][3] == {"role": "assistant", "content": "The capital of the UK is London."}
 
@@ -103,13 +91,13 @@ async def test_a_diverging_history_starts_a_branch(
     branch_id = response.headers["X-Conversation-Id"]
     assert branch_id != conversation_id
     await gw.wait_turn_end(branch_id)
-    _, body = await _get(gw, f"/v1/conversations/{branch_id}/messages")
+    _, body = await gw.get(f"/v1/conversations/{branch_id}/messages")
     assert body["data"] == [
         *edited,
         {"role": "assistant", "content": "The capital of the UK is London."},
     ]
     # The original is untouched.
-    _, body = await _get(gw, f"/v1/conversations/{conversation_id}/messages")
+    _, body = await gw.get(f"/v1/conversations/{conversation_id}/messages")
     assert body["data"] == [FIRST, {"role": "assistant", "content": "".join(PREFIX)}]
 
 
@@ -117,18 +105,18 @@ async def test_branch_at_the_cancelled_turn_keeps_the_prefix(
     gw: GatewayUnderTest, upstream: FakeUpstream
 ) -> None:
     conversation_id = await _cancelled_turn(gw, upstream)
-    status, events = await _get(gw, f"/v1/conversations/{conversation_id}/events")
+    status, events = await gw.get(f"/v1/conversations/{conversation_id}/events")
     assert status == 200
     assert [e["type"] for e in events["data"]] == ["user/message", "assistant/message", "turn/end"]
     assert set(events["data"][0]) >= {"seq", "turn_id", "type", "created_at", "payload"}
     turn_end_seq = events["data"][-1]["seq"]
 
-    status, created = await _post(
-        gw, f"/v1/conversations/{conversation_id}/branches", {"at_seq": turn_end_seq}
+    status, created = await gw.post(
+        f"/v1/conversations/{conversation_id}/branches", {"at_seq": turn_end_seq}
     )
     assert status == 201
     branch_id = created["id"]
-    status, body = await _get(gw, f"/v1/conversations/{branch_id}/messages")
+    status, body = await gw.get(f"/v1/conversations/{branch_id}/messages")
     assert body["data"] == [FIRST, {"role": "assistant", "content": "".join(PREFIX)}]
 
     # Continue the branch: only the new message is recorded there, after the branch point.
@@ -142,10 +130,8 @@ async def test_branch_at_the_cancelled_turn_keeps_the_prefix(
     assert own[0]["seq"] == turn_end_seq + 1
 
     # A branch at the user message drops the answer.
-    status, created = await _post(
-        gw, f"/v1/conversations/{conversation_id}/branches", {"at_seq": 1}
-    )
-    status, body = await _get(gw, f"/v1/conversations/{created['id']}/messages")
+    status, created = await gw.post(f"/v1/conversations/{conversation_id}/branches", {"at_seq": 1})
+    status, body = await gw.get(f"/v1/conversations/{created['id']}/messages")
     assert body["data"] == [FIRST]
 
 
@@ -161,28 +147,28 @@ async def test_branch_inside_an_unfinished_turn_is_409(
     async for _ in stream:
         break
     conversation_id = response.headers["X-Conversation-Id"]
-    status, body = await _post(gw, f"/v1/conversations/{conversation_id}/branches", {"at_seq": 1})
+    status, body = await gw.post(f"/v1/conversations/{conversation_id}/branches", {"at_seq": 1})
     assert status == 409
     assert body["error"]["code"] == "turn_in_progress"
     await stream.close()
     await gw.wait_turn_end(conversation_id)
-    status, body = await _post(gw, f"/v1/conversations/{conversation_id}/branches", {"at_seq": 1})
+    status, body = await gw.post(f"/v1/conversations/{conversation_id}/branches", {"at_seq": 1})
     assert status == 201
 
 
 async def test_unknown_conversation_is_404(gw: GatewayUnderTest) -> None:
     for path in ("/v1/conversations/nope/events", "/v1/conversations/nope/messages"):
-        status, body = await _get(gw, path)
+        status, body = await gw.get(path)
         assert status == 404
         assert body["error"]["type"] == "invalid_request_error"
-    status, body = await _post(gw, "/v1/conversations/nope/branches", {"at_seq": 0})
+    status, body = await gw.post("/v1/conversations/nope/branches", {"at_seq": 0})
     assert status == 404
 
 
 async def test_bad_branch_requests_are_400(gw: GatewayUnderTest, upstream: FakeUpstream) -> None:
     conversation_id = await _cancelled_turn(gw, upstream)
     for body in ({}, {"at_seq": -1}, {"at_seq": "2"}, {"at_seq": 99}):
-        status, answer = await _post(gw, f"/v1/conversations/{conversation_id}/branches", body)
+        status, answer = await gw.post(f"/v1/conversations/{conversation_id}/branches", body)
         assert status == 400, body
         assert answer["error"]["param"] == "at_seq"
 

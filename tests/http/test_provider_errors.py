@@ -2,20 +2,13 @@
 
 from __future__ import annotations
 
-import aiohttp
 import openai
 import pytest
 
 from tests.conftest import GatewayUnderTest
-from tests.fakes import FakeUpstream, chunk, fixture_bytes, frames, replay, status
+from tests.fakes import FAILED_TURN, FakeUpstream, chunk, fixture_bytes, frames, replay, status
 
 QUESTION = [{"role": "user", "content": "Hello?"}]
-
-
-async def _messages(gw: GatewayUnderTest, conversation_id: str) -> list[dict[str, object]]:
-    async with aiohttp.ClientSession() as session:
-        async with session.get(f"{gw.url}/v1/conversations/{conversation_id}/messages") as response:
-            return (await response.json())["data"]  # type: ignore[no-any-return]
 
 
 @pytest.mark.parametrize(
@@ -69,18 +62,13 @@ async def test_http_error_before_streaming_is_returned_and_recorded(
     if code == 429:
         assert error.response.headers["Retry-After"] == "3"
     events = await gw.wait_turn_end(conversation_id)
-    assert [e["type"] for e in events] == [
-        "user/message",
-        "assistant/attempt",
-        "request/error",
-        "turn/end",
-    ]
+    assert [e["type"] for e in events] == FAILED_TURN
     assert events[1]["payload"]["reason"] == "provider_error"
     assert events[2]["payload"]["status"] == code
     assert events[2]["payload"]["retryable"] is (code != 400)
     assert events[3]["payload"]["status"] == "error"
     assert events[3]["payload"]["reason"] == "provider_error"
-    assert await _messages(gw, conversation_id) == QUESTION
+    assert await gw.messages(conversation_id) == QUESTION
 
 
 async def test_html_error_page_becomes_an_openai_shaped_error(
@@ -98,31 +86,20 @@ async def test_reset_mid_stream_ends_with_an_error_event(
     gw: GatewayUnderTest, upstream: FakeUpstream
 ) -> None:
     upstream.push(frames(chunk("Partial "), chunk("answer"), then="reset"))
-    async with (
-        aiohttp.ClientSession() as session,
-        session.post(
-            gw.url + "/v1/chat/completions",
-            json={"model": "fake", "messages": QUESTION, "stream": True},
-        ) as response,
-    ):
-        body = await response.read()
-        conversation_id = response.headers["X-Conversation-Id"]
+    body, conversation_id = await gw.post_stream(
+        {"model": "fake", "messages": QUESTION, "stream": True}
+    )
     assert body.startswith(chunk("Partial ") + chunk("answer"))
     assert body.endswith(b"\n\n")
     assert b'data: {"error":' in body
     assert b"[DONE]" not in body
     events = await gw.wait_turn_end(conversation_id)
-    assert [e["type"] for e in events] == [
-        "user/message",
-        "assistant/attempt",
-        "request/error",
-        "turn/end",
-    ]
+    assert [e["type"] for e in events] == FAILED_TURN
     attempt = events[1]["payload"]
     assert attempt["reason"] == "provider_error"
     assert attempt["stream"][0]["parts"] == ["Partial ", "answer"]  # kept for audit
     assert events[3]["payload"]["status"] == "error"
-    assert await _messages(gw, conversation_id) == QUESTION
+    assert await gw.messages(conversation_id) == QUESTION
 
 
 async def test_sdk_raises_on_the_error_event(gw: GatewayUnderTest, upstream: FakeUpstream) -> None:
@@ -137,25 +114,14 @@ async def test_stream_without_a_terminal_event_is_an_aborted_finish(
     gw: GatewayUnderTest, upstream: FakeUpstream
 ) -> None:
     upstream.push(frames(chunk("All "), chunk("good?"), then="end"))
-    async with (
-        aiohttp.ClientSession() as session,
-        session.post(
-            gw.url + "/v1/chat/completions",
-            json={"model": "fake", "messages": QUESTION, "stream": True},
-        ) as response,
-    ):
-        body = await response.read()
-        conversation_id = response.headers["X-Conversation-Id"]
+    body, conversation_id = await gw.post_stream(
+        {"model": "fake", "messages": QUESTION, "stream": True}
+    )
     assert b'"code":"upstream_incomplete_stream"' in body
     events = await gw.wait_turn_end(conversation_id)
-    assert [e["type"] for e in events] == [
-        "user/message",
-        "assistant/attempt",
-        "request/error",
-        "turn/end",
-    ]
+    assert [e["type"] for e in events] == FAILED_TURN
     assert events[1]["payload"]["reason"] == "aborted_finish"
-    assert await _messages(gw, conversation_id) == QUESTION
+    assert await gw.messages(conversation_id) == QUESTION
 
 
 @pytest.mark.parametrize(
@@ -165,27 +131,16 @@ async def test_in_band_error_events_are_provider_errors(
     gw: GatewayUnderTest, upstream: FakeUpstream, name: str
 ) -> None:
     upstream.push(replay(name))
-    async with (
-        aiohttp.ClientSession() as session,
-        session.post(
-            gw.url + "/v1/chat/completions",
-            json={"model": "fake", "messages": QUESTION, "stream": True},
-        ) as response,
-    ):
-        body = await response.read()
-        conversation_id = response.headers["X-Conversation-Id"]
+    body, conversation_id = await gw.post_stream(
+        {"model": "fake", "messages": QUESTION, "stream": True}
+    )
     assert b"[DONE]" not in body
     assert body.endswith(b"\n\n")
     assert fixture_bytes(name).startswith(body.split(b'data: {"error"')[0])
     events = await gw.wait_turn_end(conversation_id)
-    assert [e["type"] for e in events] == [
-        "user/message",
-        "assistant/attempt",
-        "request/error",
-        "turn/end",
-    ]
+    assert [e["type"] for e in events] == FAILED_TURN
     assert events[1]["payload"]["reason"] == "provider_error"
-    assert await _messages(gw, conversation_id) == QUESTION
+    assert await gw.messages(conversation_id) == QUESTION
 
 
 async def test_unreachable_upstream_is_a_502(make_gateway, tmp_path) -> None:  # type: ignore[no-untyped-def]

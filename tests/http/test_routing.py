@@ -10,7 +10,7 @@ import openai
 import pytest
 
 from tests.conftest import GatewayUnderTest, MakeGateway, MakeUpstream
-from tests.fakes import FakeUpstream, chunk, completion, frames, status
+from tests.fakes import FAILED_TURN, FakeUpstream, chunk, completion, frames, status
 
 QUESTION = [{"role": "user", "content": "Route me."}]
 TEXT = "The capital of the UK is London."
@@ -107,23 +107,14 @@ async def test_no_retry_after_the_first_delivered_byte(
 ) -> None:
     gw, a, b = await two(make_gateway, make_upstream)
     a.push(frames(chunk("Half "), then="reset"))
-    async with aiohttp.ClientSession() as session:
-        async with session.post(
-            gw.url + "/v1/chat/completions",
-            json={"model": "m", "messages": QUESTION, "stream": True},
-        ) as response:
-            body = await response.read()
-            conversation_id = response.headers["X-Conversation-Id"]
+    body, conversation_id = await gw.post_stream(
+        {"model": "m", "messages": QUESTION, "stream": True}
+    )
     assert body.startswith(chunk("Half "))
     assert b'data: {"error":' in body
     assert b.requests == []  # never asked: its answer would repeat what the user saw
     events = await gw.wait_turn_end(conversation_id)
-    assert [e["type"] for e in events] == [
-        "user/message",
-        "assistant/attempt",
-        "request/error",
-        "turn/end",
-    ]
+    assert [e["type"] for e in events] == FAILED_TURN
 
 
 async def test_client_errors_are_not_retried(
@@ -248,13 +239,9 @@ async def test_idle_timeout_ends_a_stalled_stream(
         make_gateway, make_upstream, deployments=[deployment(a, "a", timeouts={"idle_s": 0.3})]
     )
     a.push(frames(chunk("Started "), then="stall"))
-    async with aiohttp.ClientSession() as session:
-        async with session.post(
-            gw.url + "/v1/chat/completions",
-            json={"model": "m", "messages": QUESTION, "stream": True},
-        ) as response:
-            body = await response.read()
-            conversation_id = response.headers["X-Conversation-Id"]
+    body, conversation_id = await gw.post_stream(
+        {"model": "m", "messages": QUESTION, "stream": True}
+    )
     assert body.startswith(chunk("Started "))
     assert b'"code":"upstream_timeout_idle"' in body
     await asyncio.wait_for(a.disconnected.wait(), 5)
