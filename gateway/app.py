@@ -19,7 +19,8 @@ from gateway.routing import Router
 
 def create_app(config: GatewayConfig) -> web.Application:
     store = SQLiteStore(config.store.sqlite_path)
-    gateway = Gateway(config=config, store=store, conversations=Conversations(store))
+    conversations = Conversations(store, repair_interrupted=config.conversations.repair_interrupted)
+    gateway = Gateway(config=config, store=store, conversations=conversations)
     app = web.Application(
         middlewares=[errors_and_ids],
         client_max_size=int(config.server.max_body_mb * 1024 * 1024),

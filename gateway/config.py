@@ -165,9 +165,18 @@ class ModelConfig(_Model):
     )
 
 
+class ConversationsConfig(_Model):
+    repair_interrupted: bool = Field(
+        True,
+        description="With X-Conversation-Id, put back an interrupted answer that the client's"
+        " history leaves out at its place (header X-Gateway-History-Repaired: 1).",
+    )
+
+
 class GatewayConfig(_Model):
     server: ServerConfig = Field(default_factory=ServerConfig)
     store: StoreConfig = Field(default_factory=StoreConfig)
+    conversations: ConversationsConfig = Field(default_factory=ConversationsConfig)
     models: list[ModelConfig] = Field(default_factory=list)
 
     @model_validator(mode="after")

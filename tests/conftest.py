@@ -118,7 +118,9 @@ async def make_gateway(
     made: list[GatewayUnderTest] = []
 
     async def make(
-        models: list[dict[str, Any]] | None = None, upstream: FakeUpstream | None = None
+        models: list[dict[str, Any]] | None = None,
+        upstream: FakeUpstream | None = None,
+        **sections: Any,
     ) -> GatewayUnderTest:
         if models is None:
             models = [{"name": "demo", "deployments": [{"provider": "demo", "chunk_delay_ms": 0}]}]
@@ -139,7 +141,8 @@ async def make_gateway(
                     }
                 )
         db_path = tmp_path / "gateway.db"
-        config = parse_config({"store": {"url": f"sqlite:///{db_path}"}, "models": models}).config
+        raw = {"store": {"url": f"sqlite:///{db_path}"}, "models": models, **sections}
+        config = parse_config(raw).config
         app = create_app(config)
         # aiohttp's test server runs with handler_cancellation=True, as `gateway serve` does.
         server = await aiohttp_server(app)

@@ -16,7 +16,7 @@ from typing import Any
 import orjson
 
 from gateway.conversations.derive import surface_message
-from gateway.conversations.events import SURFACE_TYPES, Event
+from gateway.conversations.events import ASSISTANT_MESSAGE, SURFACE_TYPES, Event
 
 HISTORY_ROLES = frozenset({"user", "assistant", "tool"})
 
@@ -56,18 +56,55 @@ class HistoryMatch:
     new_messages: list[dict[str, Any]]
     # None: the request continues the stored history. Otherwise the seq to branch at.
     branch_at: int | None
+    # Repair: the request's messages with the interrupted answers it left out put back.
+    repaired: list[dict[str, Any]] | None = None
 
 
-def match_history(stored: list[Event], request_messages: list[dict[str, Any]]) -> HistoryMatch:
+def _dropped_interrupted(event: Event) -> bool:
+    return event.type == ASSISTANT_MESSAGE and bool(event.payload.get("interrupted"))
+
+
+def match_history(
+    stored: list[Event], request_messages: list[dict[str, Any]], *, repair: bool = False
+) -> HistoryMatch:
+    """Compare a request with the stored history.
+
+    With `repair`, an interrupted answer the request leaves out at its place (many chat UIs
+    drop a partial answer when the user presses Stop) is put back, so the model sees what the
+    user saw; any other difference still branches.
+    """
     surface = [e for e in stored if e.type in SURFACE_TYPES]
-    history = [m for m in request_messages if m.get("role") in HISTORY_ROLES]
-    matched = 0
-    while matched < len(surface) and matched < len(history):
-        stored_message = surface_message(surface[matched])
-        if stored_message is None or message_key(stored_message) != message_key(history[matched]):
-            break
-        matched += 1
-    new = history[matched:]
-    if matched == len(surface):
-        return HistoryMatch(new, None)
-    return HistoryMatch(new, surface[matched - 1].seq if matched else 0)
+    positions = [i for i, m in enumerate(request_messages) if m.get("role") in HISTORY_ROLES]
+    history = [request_messages[i] for i in positions]
+    inserts: list[tuple[int, dict[str, Any]]] = []  # (position in request_messages, message)
+    s = h = 0
+    while s < len(surface):
+        stored_message = surface_message(surface[s])
+        if (
+            h < len(history)
+            and stored_message is not None
+            and message_key(stored_message) == message_key(history[h])
+        ):
+            s, h = s + 1, h + 1
+            continue
+        # A different assistant message at this place is an edit, not an omission.
+        omitted = h == len(history) or history[h].get("role") != "assistant"
+        if repair and omitted and stored_message is not None and _dropped_interrupted(surface[s]):
+            following = surface_message(surface[s + 1]) if s + 1 < len(surface) else None
+            if following is None or (
+                h < len(history) and message_key(following) == message_key(history[h])
+            ):
+                at = positions[h] if h < len(history) else len(request_messages)
+                inserts.append((at, stored_message))
+                s += 1
+                continue
+        break
+    new = history[h:]
+    repaired = None
+    if inserts:
+        repaired = list(request_messages)
+        for at, message in reversed(inserts):
+            repaired.insert(at, message)
+    if s == len(surface):
+        return HistoryMatch(new, None, repaired)
+    return HistoryMatch(new, surface[s - 1].seq if s else 0)

@@ -22,11 +22,14 @@ class Joined:
     # Set when the turn needs a conversation that does not exist yet (new, or a branch).
     create: Conversation | None
     new_messages: list[dict[str, Any]]
+    # The messages to forward when interrupted answers were put back (history repair).
+    repaired: list[dict[str, Any]] | None = None
 
 
 class Conversations:
-    def __init__(self, store: Store) -> None:
+    def __init__(self, store: Store, *, repair_interrupted: bool = True) -> None:
         self.store = store
+        self.repair_interrupted = repair_interrupted
 
     async def join(self, requested_id: str | None, messages: list[dict[str, Any]]) -> Joined:
         history = [m for m in messages if m.get("role") in HISTORY_ROLES]
@@ -40,9 +43,10 @@ class Conversations:
             )
         if await self.store.get_conversation(requested_id) is None:
             return Joined(requested_id, Conversation(requested_id, time.time()), history)
-        match = match_history(await history_path(self.store, requested_id), messages)
+        path = await history_path(self.store, requested_id)
+        match = match_history(path, messages, repair=self.repair_interrupted)
         if match.branch_at is None:
-            return Joined(requested_id, None, match.new_messages)
+            return Joined(requested_id, None, match.new_messages, match.repaired)
         branch_id = new_id("conv")
         branch = Conversation(
             branch_id, time.time(), parent_id=requested_id, parent_seq=match.branch_at

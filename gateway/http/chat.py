@@ -19,6 +19,11 @@ async def chat_completions(request: web.Request) -> web.StreamResponse:
     joined = await gateway.conversations.join(
         request.headers.get("X-Conversation-Id"), body["messages"]
     )
+    headers = {"X-Conversation-Id": joined.conversation_id}
+    if joined.repaired is not None:
+        # The upstream gets the history the user saw: the dropped partial answer put back.
+        body = {**body, "messages": joined.repaired}
+        headers["X-Gateway-History-Repaired"] = "1"
     turn = TurnRecorder(gateway.store, joined.conversation_id, new_id("turn"))
     turn.begin(
         new_conversation=joined.create,
@@ -41,7 +46,7 @@ async def chat_completions(request: web.Request) -> web.StreamResponse:
         alias=alias,
         plan=gateway.routes.plan(alias, body),
         turn=turn,
-        headers={"X-Conversation-Id": joined.conversation_id},
+        headers=headers,
         cancel_reason=gateway.cancel_reason,
         spawn=gateway.spawn,
     )

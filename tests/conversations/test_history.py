@@ -78,3 +78,72 @@ def test_tool_calls_and_results_are_compared() -> None:
         match_history(history, [request[0], {"role": "assistant", "tool_calls": [other]}]).branch_at
         == 1
     )
+
+
+INTERRUPTED = stored(
+    ("user/message", {"content": "Q1"}),
+    (
+        "assistant/message",
+        {"content": [{"type": "text", "text": "Half an ans"}], "interrupted": True},
+    ),
+    ("turn/end", {"status": "aborted"}),
+)
+
+
+def test_repair_puts_back_a_dropped_interrupted_answer() -> None:
+    request = [
+        {"role": "system", "content": "sys"},
+        {"role": "user", "content": "Q1"},
+        {"role": "user", "content": "Q2"},
+    ]
+    match = match_history(INTERRUPTED, request, repair=True)
+    assert match.branch_at is None
+    assert match.new_messages == [{"role": "user", "content": "Q2"}]
+    assert match.repaired == [
+        {"role": "system", "content": "sys"},
+        {"role": "user", "content": "Q1"},
+        {"role": "assistant", "content": "Half an ans"},
+        {"role": "user", "content": "Q2"},
+    ]
+
+
+def test_repair_inside_a_longer_history() -> None:
+    history = stored(
+        ("user/message", {"content": "Q1"}),
+        ("assistant/message", {"content": [{"type": "text", "text": "Cut"}], "interrupted": True}),
+        ("user/message", {"content": "Q2"}),
+        ("assistant/message", {"content": [{"type": "text", "text": "A2"}]}),
+    )
+    request = [
+        {"role": "user", "content": "Q1"},
+        {"role": "user", "content": "Q2"},
+        {"role": "assistant", "content": "A2"},
+        {"role": "user", "content": "Q3"},
+    ]
+    match = match_history(history, request, repair=True)
+    assert (match.branch_at, match.new_messages) == (None, [request[3]])
+    assert match.repaired is not None
+    assert [m["content"] for m in match.repaired] == ["Q1", "Cut", "Q2", "A2", "Q3"]
+
+
+def test_no_repair_when_anything_else_differs() -> None:
+    edited = [{"role": "user", "content": "Q1"}, {"role": "assistant", "content": "Other"}]
+    assert match_history(INTERRUPTED, edited, repair=True).branch_at == 1
+    other_question = [{"role": "user", "content": "Q0"}, {"role": "user", "content": "Q2"}]
+    assert match_history(INTERRUPTED, other_question, repair=True).branch_at == 0
+    # A completed answer that was dropped is not repaired: that is a real divergence.
+    completed = stored(
+        ("user/message", {"content": "Q1"}),
+        (
+            "assistant/message",
+            {"content": [{"type": "text", "text": "Full"}], "interrupted": False},
+        ),
+    )
+    dropped = [{"role": "user", "content": "Q1"}, {"role": "user", "content": "Q2"}]
+    match = match_history(completed, dropped, repair=True)
+    assert (match.branch_at, match.repaired) == (1, None)
+
+
+def test_repair_is_off_unless_asked() -> None:
+    request = [{"role": "user", "content": "Q1"}, {"role": "user", "content": "Q2"}]
+    assert match_history(INTERRUPTED, request).branch_at == 1

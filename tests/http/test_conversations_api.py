@@ -6,7 +6,7 @@ import asyncio
 
 import aiohttp
 
-from tests.conftest import GatewayUnderTest
+from tests.conftest import GatewayUnderTest, MakeGateway
 from tests.fakes import FakeUpstream, chunk, completion, frames, replay
 
 FIRST = {"role": "user", "content": "Give me three tips."}
@@ -213,3 +213,47 @@ async def test_concurrent_turns_get_distinct_increasing_seqs(gw: GatewayUnderTes
         seqs = [e["seq"] for e in events]
         assert seqs == list(range(seqs[0], seqs[0] + len(seqs)))
         assert sum(e["type"] == "turn/end" for e in events) == ids.count(conversation_id)
+
+
+async def test_history_repair_sends_the_dropped_prefix_upstream(
+    gw: GatewayUnderTest, upstream: FakeUpstream
+) -> None:
+    conversation_id = await _cancelled_turn(gw, upstream)
+    # A chat UI that dropped the partial answer when the user pressed Stop.
+    follow_up = [FIRST, {"role": "user", "content": "Go on."}]
+    upstream.push(completion("Walk daily."))
+    client = gw.client(default_headers={"X-Conversation-Id": conversation_id})
+    response = await client.chat.completions.with_raw_response.create(
+        model="fake", messages=follow_up
+    )
+    assert response.headers["X-Gateway-History-Repaired"] == "1"
+    assert response.headers["X-Conversation-Id"] == conversation_id
+    prefix = {"role": "assistant", "content": "".join(PREFIX)}
+    assert upstream.requests[-1]["messages"] == [FIRST, prefix, follow_up[1]]
+    events = await gw.wait_turn_end(conversation_id, count=2)
+    assert [e["type"] for e in events[3:]] == ["user/message", "assistant/message", "turn/end"]
+    assert await gw.messages(conversation_id) == [
+        FIRST,
+        prefix,
+        follow_up[1],
+        {"role": "assistant", "content": "Walk daily."},
+    ]
+
+
+async def test_history_repair_can_be_turned_off(
+    make_gateway: MakeGateway, upstream: FakeUpstream
+) -> None:
+    gw = await make_gateway(
+        models=[
+            {"name": "fake", "deployments": [{"provider": "openai", "api_base": upstream.url}]}
+        ],
+        conversations={"repair_interrupted": False},
+    )
+    conversation_id = await _cancelled_turn(gw, upstream)
+    upstream.push(completion("Walk daily."))
+    client = gw.client(default_headers={"X-Conversation-Id": conversation_id})
+    response = await client.chat.completions.with_raw_response.create(
+        model="fake", messages=[FIRST, {"role": "user", "content": "Go on."}]
+    )
+    assert "X-Gateway-History-Repaired" not in response.headers
+    assert response.headers["X-Conversation-Id"] != conversation_id  # a branch, as before
