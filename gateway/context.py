@@ -3,7 +3,7 @@
 from __future__ import annotations
 
 import asyncio
-from collections.abc import Coroutine
+from collections.abc import Callable, Coroutine
 from dataclasses import dataclass, field
 from typing import Any
 
@@ -28,6 +28,8 @@ class Gateway:
     state: dict[str, bool] = field(default_factory=lambda: {"shutting_down": False})
     # Work that outlives its request (draining an upstream); awaited at shutdown.
     background: set[asyncio.Task[None]] = field(default_factory=set)
+    # In-flight chat completions by request id, for POST .../{request_id}/cancel.
+    cancels: dict[str, Callable[[], bool]] = field(default_factory=dict)
 
     def spawn(self, work: Coroutine[Any, Any, None]) -> None:
         task = asyncio.get_running_loop().create_task(work)

@@ -35,6 +35,7 @@ from gateway import metrics
 from gateway.conversations.recorder import Attempt, Segment, TurnRecorder
 from gateway.dialects.openai_chat import ChatChunkRenderer, completion_body
 from gateway.errors import (
+    Conflict,
     GatewayError,
     UpstreamError,
     UpstreamIncompleteStream,
@@ -88,12 +89,26 @@ class ChatCall:
     headers: dict[str, str]  # response headers decided before the upstream call
     cancel_reason: Callable[[], str]  # "client_disconnect", or "shutdown" while draining
     spawn: Callable[[Coroutine[Any, Any, None]], None]  # run work past the request's end
+    # Explicit cancel (POST /v1/chat/completions/{request_id}/cancel) reaches the relay here.
+    cancels: dict[str, Callable[[], bool]]
+    request_id: str
+
+
+class _ClientCancelled(Exception):
+    """Raised inside the relay when the client asked, on another connection, to stop."""
+
+
+# The last chunk of a stream stopped by an explicit cancel, before `data: [DONE]`.
+CANCELLED_FINISH = "cancelled"
 
 
 async def run_chat(call: ChatCall) -> web.StreamResponse:
     relay = _Relay(call)
+    registered = call.cancels.setdefault(call.request_id, relay.cancel) == relay.cancel
     try:
         return await relay.run()
+    except _ClientCancelled:
+        return await relay.cancelled()
     except asyncio.CancelledError:
         relay.client_gone(call.cancel_reason())
         raise
@@ -110,6 +125,8 @@ async def run_chat(call: ChatCall) -> web.StreamResponse:
         relay.crashed()
         raise
     finally:
+        if registered:
+            call.cancels.pop(call.request_id, None)
         relay.close()
 
 
@@ -138,6 +155,7 @@ class _Relay:
         self.parser: StreamParser | None = None
         # continue_on_failure: earlier attempts whose frames reached the client, and how many.
         self.segments: list[Segment] = []
+        self.cancel_requested = False
 
     # -- attempts ----------------------------------------------------------------------------
 
@@ -220,6 +238,8 @@ class _Relay:
                     else:
                         response = await self._relay_body(deployment)
             except TimeoutError:
+                if self.cancel_requested:
+                    raise _ClientCancelled() from None
                 raise self._timeout_error() from None
         except UpstreamError as error:
             if self.upstream is not None:
@@ -282,6 +302,8 @@ class _Relay:
         self.holding = True
         held: list[bytes] = []
         while not parser.done:
+            if self.cancel_requested:
+                raise _ClientCancelled()
             timer.reschedule(self._deadline())
             chunk = await upstream.read()
             try:
@@ -365,6 +387,8 @@ class _Relay:
         tracker.before_write([len(f) for f in frames], writer.output_size)
         await response.write(b"".join(frames) if len(frames) > 1 else frames[0])
         tracker.after_write(writer.output_size)
+        if self.cancel_requested:
+            raise _ClientCancelled()
 
     async def _write_error_frame(self, error: GatewayError) -> None:
         assert self.response is not None
@@ -426,10 +450,8 @@ class _Relay:
             writer = self.response._payload_writer
             delivered = self.tracker.delivered_frames(writer.output_size if writer else 0)
             level = self.tracker.level
-        prior: list[Segment] = []
-        for earlier, sent in self.segments:
-            prior.append((earlier, min(sent, delivered)))
-            delivered -= prior[-1][1]
+        prior = self._split_delivery(delivered)
+        delivered -= sum(n for _, n in prior)
         attempt = self.attempt
         if attempt is None and prior:  # between a failed segment and its continuation
             attempt, delivered = prior.pop()
@@ -441,6 +463,14 @@ class _Relay:
         if upstream is not None:
             upstream.close()
         self.turn.interrupted(attempt, delivered, level, reason, prior)
+
+    def _split_delivery(self, delivered: int) -> list[Segment]:
+        """How many of each earlier segment's frames are among the first `delivered`."""
+        prior: list[Segment] = []
+        for earlier, sent in self.segments:
+            prior.append((earlier, min(sent, delivered)))
+            delivered -= prior[-1][1]
+        return prior
 
     async def _drain(
         self,
@@ -474,6 +504,59 @@ class _Relay:
         if not self.turn.ended:
             log.exception("the chat pipeline failed unexpectedly")
             self.turn.failed(GatewayError("internal error in the gateway"))
+
+    # -- explicit cancel ---------------------------------------------------------------------
+
+    def cancel(self) -> bool:
+        """Stop this request from another connection; False when it has already ended."""
+        if self.turn.ended or self.cancel_requested:
+            return False
+        self.cancel_requested = True
+        if self.timer is not None:
+            # Expire the attempt's deadline now: whatever the relay awaits on the upstream
+            # (headers or the next chunk) is interrupted, and it checks the flag after writes.
+            self.timer.reschedule(self.loop.time())
+        return True
+
+    async def cancelled(self) -> web.StreamResponse:
+        """End the client's stream cleanly after its last delta and record what it received."""
+        if self.upstream is not None:
+            self.upstream.close()
+            self.upstream = None
+        attempt = self.attempt
+        if not self.call.stream:
+            self.turn.interrupted(attempt, 0, "acked", "client_cancel")
+            error = Conflict("The request was cancelled.", code="request_cancelled")
+            error.headers.update(self.call.headers)
+            raise error
+        deployment = self.deployment
+        assert deployment is not None
+        response = self.response or await self._start_response(deployment)
+        renderer = ChatChunkRenderer(str(self.call.body.get("model")), include_usage=False)
+        final = renderer.render([Finish(CANCELLED_FINISH)]) + renderer.done()
+        writer = response._payload_writer  # write_eof() lets go of it
+        assert writer is not None
+        await response.write(final)
+        await response.write_eof()
+        delivered, level = await self._acknowledged(writer.output_size)
+        prior = self._split_delivery(delivered)
+        current = delivered - sum(n for _, n in prior)
+        if attempt is None and prior:
+            attempt, current = prior.pop()
+        self.turn.interrupted(attempt, current, level, "client_cancel", prior)
+        return response
+
+    async def _acknowledged(self, output_size: int, wait_s: float = 2.0) -> tuple[int, str]:
+        """Frames the client has, after giving the last ones a moment to be acknowledged."""
+        tracker = self.tracker
+        if tracker is None:
+            return 0, "acked"
+        deadline = self.loop.time() + wait_s
+        while (done := tracker.delivered_frames(output_size)) < tracker.frames_written:
+            if self.loop.time() > deadline:
+                break
+            await asyncio.sleep(0.005)
+        return done, tracker.level
 
     def close(self) -> None:
         if self.upstream is not None:

@@ -8,6 +8,7 @@ from gateway.context import GATEWAY
 from gateway.conversations.events import new_id
 from gateway.conversations.recorder import TurnRecorder
 from gateway.dialects.openai_chat import parse_chat_request
+from gateway.errors import Conflict, NotFound
 from gateway.http.middleware import REQUEST_ID
 from gateway.pipeline import ChatCall, run_chat
 
@@ -49,5 +50,27 @@ async def chat_completions(request: web.Request) -> web.StreamResponse:
         headers=headers,
         cancel_reason=gateway.cancel_reason,
         spawn=gateway.spawn,
+        cancels=gateway.cancels,
+        request_id=request[REQUEST_ID],
     )
     return await run_chat(call)
+
+
+async def cancel(request: web.Request) -> web.Response:
+    """POST /v1/chat/completions/{request_id}/cancel: stop a stream from another connection.
+
+    The stream ends cleanly after the last delta its client got: a final chunk with
+    `finish_reason: "cancelled"`, then `data: [DONE]`; the turn records exactly what it got.
+    """
+    request_id = request.match_info["request_id"]
+    stop = request.app[GATEWAY].cancels.get(request_id)
+    if stop is None:
+        raise NotFound(
+            f"No chat completion with request id '{request_id}' is in progress"
+            " (it may have finished already)."
+        )
+    if not stop():
+        raise Conflict(f"The request '{request_id}' is already finishing.", code="not_cancellable")
+    return web.json_response(
+        {"id": request_id, "object": "chat.completion.cancellation", "status": "cancelled"}
+    )

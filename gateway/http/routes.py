@@ -9,6 +9,7 @@ from gateway.http import admin, chat, conversations, embeddings, system
 
 def add_routes(app: web.Application) -> None:
     app.router.add_post("/v1/chat/completions", chat.chat_completions)
+    app.router.add_post("/v1/chat/completions/{request_id}/cancel", chat.cancel)
     app.router.add_post("/v1/embeddings", embeddings.embeddings)
     app.router.add_get("/v1/models", system.models)
     app.router.add_get("/v1/conversations/{id}/events", conversations.events)
