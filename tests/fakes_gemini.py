@@ -116,13 +116,18 @@ class FakeGemini:
         if request.headers.get("x-goog-api-key") != KEY:
             return error(
                 400,
-                google_error(400, "INVALID_ARGUMENT", "API key not valid. Please pass a valid key."),
+                google_error(
+                    400, "INVALID_ARGUMENT", "API key not valid. Please pass a valid key."
+                ),
             )(request)
         if action == "streamGenerateContent" and request.query.get("alt") != "sse":
             # Without alt=sse Google streams one JSON array: not what this fake speaks.
             return error(400, google_error(400, "INVALID_ARGUMENT", "expected alt=sse"))(request)
         if action not in ("streamGenerateContent", "generateContent"):
             return error(404, google_error(404, "NOT_FOUND", f"unknown method {action}"))(request)
+        if model != MODEL:
+            message = f"models/{model} is not found for API version v1beta"
+            return error(404, google_error(404, "NOT_FOUND", message))(request)
         if self.scripts:
             script = self.scripts.pop(0)
         elif action == "streamGenerateContent":
@@ -189,7 +194,9 @@ def error(
     return reply
 
 
-def failing(status: int, body: dict[str, Any] | str, headers: dict[str, str] | None = None) -> Script:
+def failing(
+    status: int, body: dict[str, Any] | str, headers: dict[str, str] | None = None
+) -> Script:
     reply = error(status, body, headers)
 
     async def script(request: web.Request) -> web.StreamResponse:

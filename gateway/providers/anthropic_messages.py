@@ -360,7 +360,12 @@ def _failure(obj: dict[str, Any]) -> StreamFailure:
     message = error.get("message")
     if not isinstance(message, str) or not message:
         message = "the provider reported an error in the stream"
-    upstream = {"type": kind, "message": message, "status_code": ERROR_STATUS.get(kind)}
+    upstream = {
+        "type": kind,
+        "message": message,
+        "code": _ERROR_CODE.get(kind, kind),  # as for the same error over HTTP
+        "status_code": ERROR_STATUS.get(kind),
+    }
     return StreamFailure(message, upstream)
 
 

@@ -191,7 +191,12 @@ def test_error_event_is_a_stream_failure_with_its_status() -> None:
     assert events == [
         StreamFailure(
             "Overloaded",
-            {"type": "overloaded_error", "message": "Overloaded", "status_code": 529},
+            {
+                "type": "overloaded_error",
+                "message": "Overloaded",
+                "code": "overloaded",
+                "status_code": 529,
+            },
         )
     ]
     assert isinstance(events[0], StreamFailure)
@@ -259,7 +264,13 @@ def test_parse_message_error_body() -> None:
     )
     assert events == [
         StreamFailure(
-            "Slow down", {"type": "rate_limit_error", "message": "Slow down", "status_code": 429}
+            "Slow down",
+            {
+                "type": "rate_limit_error",
+                "message": "Slow down",
+                "code": "rate_limit_exceeded",
+                "status_code": 429,
+            },
         )
     ]
 

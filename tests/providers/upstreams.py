@@ -4,8 +4,9 @@ Each fake is a real aiohttp server on loopback that speaks its provider's exact 
 URL, the auth header, the SSE framing, the error bodies. A test queues scripted answers with the
 same calls whatever the format (`text`, `reasoning_then_text`, `tool_call`, `http_error`,
 `error_mid_stream`, `cut_after`, `stall_after`) and each request takes the next one. Every
-request is kept in `requests`; `disconnected` is set when the gateway drops a connection while
-an answer is still being sent (aiohttp's test server cancels the handler on a disconnect).
+request is kept in `requests`; `disconnected` is set when a connection closes while an answer is
+still being sent (aiohttp's test server cancels the handler then): the gateway went away, or a
+`cut_after` answer cut it.
 """
 
 from __future__ import annotations
@@ -329,7 +330,7 @@ class AnthropicServer(FakeServer):
         return _sse(obj, obj["type"])
 
     def frames(self, reply: Reply, received: Received) -> list[bytes]:
-        message = {
+        message: dict[str, Any] = {
             "id": "msg_fake",
             "type": "message",
             "role": "assistant",
