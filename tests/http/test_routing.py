@@ -282,3 +282,26 @@ async def test_non_streaming_falls_back_too(
     )
     assert result.parse().choices[0].message.content == "fine"
     assert result.headers["X-Gateway-Deployment"] == "b"
+
+
+async def test_weighted_traffic_split_over_many_requests(
+    make_gateway: MakeGateway, make_upstream: MakeUpstream
+) -> None:
+    a, b = await make_upstream(), await make_upstream()
+    gw = await make_gateway(
+        models=[
+            {
+                "name": "m",
+                "strategy": "weighted",
+                "deployments": [deployment(a, "a", weight=3), deployment(b, "b", weight=1)],
+            }
+        ]
+    )
+    client = gw.client()
+    for _ in range(200):
+        stream = await client.chat.completions.create(model="m", messages=QUESTION, stream=True)
+        async for _ in stream:
+            pass
+    share = len(a.requests) / 200
+    assert len(a.requests) + len(b.requests) == 200
+    assert 0.65 <= share <= 0.85  # 3:1 within tolerance (p < 1e-4 of falling outside by chance)
