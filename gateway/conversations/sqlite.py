@@ -97,13 +97,7 @@ class SQLiteStore:
             conversation.parent_id,
             conversation.parent_seq,
         )
-        self._submit(
-            lambda db: db.execute(
-                "INSERT OR IGNORE INTO conversations (id, created_at, parent_id, parent_seq)"
-                " VALUES (?, ?, ?, ?)",
-                row,
-            )
-        )
+        self._submit(lambda db: self._insert_conversation(db, row))
 
     def start_turn(self, turn: TurnStart) -> None:
         row = (turn.id, turn.conversation_id, turn.started_at, orjson.dumps(turn.request).decode())
@@ -168,6 +162,20 @@ class SQLiteStore:
         self._queue.put((op, future))
         return await future
 
+    def _insert_conversation(self, db: sqlite3.Connection, row: tuple[Any, ...]) -> None:
+        cursor = db.execute(
+            "INSERT OR IGNORE INTO conversations (id, created_at, parent_id, parent_seq)"
+            " VALUES (?, ?, ?, ?)",
+            row,
+        )
+        if cursor.rowcount == 1:  # new: its first event is known without asking the file
+            self._remember_seq(row[0], (row[3] or 0) + 1)
+
+    def _remember_seq(self, conversation_id: str, next_seq: int) -> None:
+        self._next_seq[conversation_id] = next_seq
+        if len(self._next_seq) > _SEQ_CACHE:
+            self._next_seq.popitem(last=False)
+
     def _insert_event(self, db: sqlite3.Connection, event: NewEvent) -> None:
         cid = event.conversation_id
         seq = self._next_seq.pop(cid, None)
@@ -194,9 +202,7 @@ class SQLiteStore:
                 orjson.dumps(event.payload).decode(),
             ),
         )
-        self._next_seq[cid] = seq + 1
-        if len(self._next_seq) > _SEQ_CACHE:
-            self._next_seq.popitem(last=False)
+        self._remember_seq(cid, seq + 1)
         if event.type == TURN_END:
             db.execute(
                 "UPDATE turns SET ended_at = ?, status = ? WHERE id = ?",
