@@ -31,9 +31,7 @@ def _chunk(delta: dict[str, str], finish_reason: str | None) -> dict[str, object
         "created": CREATED,
         "model": MODEL,
         "system_fingerprint": "fp_bench",
-        "choices": [
-            {"index": 0, "delta": delta, "logprobs": None, "finish_reason": finish_reason}
-        ],
+        "choices": [{"index": 0, "delta": delta, "logprobs": None, "finish_reason": finish_reason}],
     }
 
 

@@ -12,17 +12,22 @@ from gateway.config import GatewayConfig
 from gateway.context import GATEWAY, Gateway
 from gateway.conversations.service import Conversations
 from gateway.conversations.sqlite import SQLiteStore
+from gateway.http.auth import authenticate
 from gateway.http.middleware import add_request_id, errors_and_ids
 from gateway.http.routes import add_routes
+from gateway.metering.auth import Authenticator
+from gateway.metering.store import KeyStore
 from gateway.routing import Router
 
 
 def create_app(config: GatewayConfig) -> web.Application:
     store = SQLiteStore(config.store.sqlite_path)
     conversations = Conversations(store, repair_interrupted=config.conversations.repair_interrupted)
-    gateway = Gateway(config=config, store=store, conversations=conversations)
+    keys = KeyStore(store)
+    auth = Authenticator(config.auth.master_key, keys, config.auth.key_cache_s)
+    gateway = Gateway(config=config, store=store, conversations=conversations, keys=keys, auth=auth)
     app = web.Application(
-        middlewares=[errors_and_ids],
+        middlewares=[errors_and_ids, authenticate],
         client_max_size=int(config.server.max_body_mb * 1024 * 1024),
     )
     app[GATEWAY] = gateway

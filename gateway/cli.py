@@ -8,6 +8,7 @@ import logging
 import signal
 import sys
 from pathlib import Path
+from typing import Any
 
 from aiohttp import web
 
@@ -49,6 +50,11 @@ async def _serve(loaded: LoadedConfig, host: str, port: int) -> None:
         config.store.url,
     )
     log.info("model aliases: %s", ", ".join(m.name for m in config.models) or "(none)")
+    if config.auth.master_key is None:
+        log.warning(
+            "RUNNING OPEN: no auth.master_key is configured, so no API key is checked and every"
+            " caller is admin. Fine on a laptop; set GATEWAY_MASTER_KEY anywhere else."
+        )
     stop = asyncio.Event()
     loop = asyncio.get_running_loop()
     for sig in (signal.SIGINT, signal.SIGTERM):
@@ -57,6 +63,77 @@ async def _serve(loaded: LoadedConfig, host: str, port: int) -> None:
     log.info("shutting down")
     app[GATEWAY].state["shutting_down"] = True
     await runner.cleanup()
+
+
+def _admin_commands(sub: Any) -> None:
+    config_help = "Config file (default: $GATEWAY_CONFIG or config/gateway.yaml)."
+    teams = sub.add_parser("teams", help="Create and list teams (in the store of the config).")
+    teams_sub = teams.add_subparsers(dest="action", required=True)
+    create_team = teams_sub.add_parser("create", help="Create a team.")
+    create_team.add_argument("name")
+    create_team.add_argument("--id", help="The team id (default: generated).")
+    list_teams = teams_sub.add_parser("list", help="List teams.")
+    keys = sub.add_parser("keys", help="Create, list and revoke virtual keys.")
+    keys_sub = keys.add_subparsers(dest="action", required=True)
+    create_key = keys_sub.add_parser("create", help="Create a key; its secret is printed once.")
+    create_key.add_argument("--team", required=True, help="The team id.")
+    create_key.add_argument("--name")
+    create_key.add_argument("--user")
+    create_key.add_argument("--models", help="Comma-separated allowed aliases (default: all).")
+    create_key.add_argument("--expires-in", type=float, help="Seconds until it expires.")
+    list_keys = keys_sub.add_parser("list", help="List keys (secrets are never shown).")
+    list_keys.add_argument("--team")
+    revoke = keys_sub.add_parser("revoke", help="Revoke a key by id.")
+    revoke.add_argument("key_id")
+    for command in (create_team, list_teams, create_key, list_keys, revoke):
+        command.add_argument("--config", help=config_help)
+
+
+async def _admin(args: argparse.Namespace, loaded: LoadedConfig) -> int:
+    from gateway.conversations.sqlite import SQLiteStore
+    from gateway.errors import GatewayError
+    from gateway.metering.admin import Admin, NewKey, NewTeam
+    from gateway.metering.auth import Authenticator
+    from gateway.metering.store import KeyStore
+
+    config = loaded.config
+    store = SQLiteStore(config.store.sqlite_path)
+    await store.start()
+    keys = KeyStore(store)
+    admin = Admin(keys, Authenticator(None, keys, 0), [m.name for m in config.models])
+    try:
+        if args.command == "teams" and args.action == "create":
+            team = await admin.create_team(NewTeam(name=args.name, id=args.id))
+            print(f"created team {team.id} ({team.name})")
+        elif args.command == "teams":
+            for team in await keys.teams():
+                print(f"{team.id}\t{team.name}")
+        elif args.action == "create":
+            models = args.models.split(",") if args.models else None
+            request = NewKey(
+                team_id=args.team,
+                name=args.name,
+                user=args.user,
+                models=models,
+                expires_in_s=args.expires_in,
+            )
+            record, secret = await admin.create_key(request)
+            print(f"created key {record.id} for team {record.team_id}")
+            print(f"secret (shown once, store it now): {secret}")
+        elif args.action == "list":
+            for record in await keys.keys(args.team):
+                state = record.unusable_because() or "active"
+                name = record.name or ""
+                print(f"{record.id}\t{record.prefix}...\t{record.team_id}\t{state}\t{name}")
+        else:
+            record = await admin.revoke_key(args.key_id)
+            print(f"revoked key {record.id}")
+    except GatewayError as exc:
+        print(f"error: {exc.message}", file=sys.stderr)
+        return 2
+    finally:
+        await store.close()
+    return 0
 
 
 def main(argv: list[str] | None = None) -> int:
@@ -74,6 +151,7 @@ def main(argv: list[str] | None = None) -> int:
     check.add_argument(
         "--config", help="Config file (default: $GATEWAY_CONFIG or config/gateway.yaml)."
     )
+    _admin_commands(sub)
     args = parser.parse_args(argv)
     logging.basicConfig(
         level=logging.INFO, format="%(asctime)s %(levelname)s %(name)s: %(message)s"
@@ -83,6 +161,8 @@ def main(argv: list[str] | None = None) -> int:
     except ConfigError as exc:
         print(f"config error:\n{exc}", file=sys.stderr)
         return 2
+    if args.command in ("keys", "teams"):
+        return asyncio.run(_admin(args, loaded))
     if args.command == "check-config":
         names = ", ".join(m.name for m in loaded.config.models) or "(none)"
         print(f"{loaded.path}: OK ({len(loaded.config.models)} model aliases: {names})")

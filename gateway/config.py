@@ -165,6 +165,29 @@ class ModelConfig(_Model):
     )
 
 
+class AuthConfig(_Model):
+    master_key: str | None = Field(
+        None,
+        description="The admin key; write it as ${GATEWAY_MASTER_KEY}. Without one the gateway"
+        " runs open (no keys checked), for local use only, and says so at start.",
+    )
+    key_cache_s: float = Field(
+        10,
+        ge=0,
+        description="How long a looked-up virtual key is trusted before the store is asked"
+        " again (a key revoked by another process or replica stops working within this).",
+    )
+
+    @field_validator("master_key")
+    @classmethod
+    def _long_enough(cls, value: str | None) -> str | None:
+        if value == "":
+            return None  # an unset ${VAR}: open mode, with the warning about the variable
+        if value is not None and len(value) < 16:
+            raise ValueError("master_key must be at least 16 characters")
+        return value
+
+
 class ConversationsConfig(_Model):
     repair_interrupted: bool = Field(
         True,
@@ -177,6 +200,7 @@ class GatewayConfig(_Model):
     server: ServerConfig = Field(default_factory=ServerConfig)
     store: StoreConfig = Field(default_factory=StoreConfig)
     conversations: ConversationsConfig = Field(default_factory=ConversationsConfig)
+    auth: AuthConfig = Field(default_factory=AuthConfig)
     models: list[ModelConfig] = Field(default_factory=list)
 
     @model_validator(mode="after")

@@ -13,6 +13,8 @@ from aiohttp import web
 from gateway.config import GatewayConfig
 from gateway.conversations.service import Conversations
 from gateway.conversations.store import Store
+from gateway.metering.auth import Authenticator
+from gateway.metering.store import KeyStore
 from gateway.routing import Router
 
 
@@ -23,13 +25,16 @@ class Gateway:
     config: GatewayConfig
     store: Store
     conversations: Conversations
+    keys: KeyStore
+    auth: Authenticator
     router: Router | None = None
     session: aiohttp.ClientSession | None = None
     state: dict[str, bool] = field(default_factory=lambda: {"shutting_down": False})
     # Work that outlives its request (draining an upstream); awaited at shutdown.
     background: set[asyncio.Task[None]] = field(default_factory=set)
-    # In-flight chat completions by request id, for POST .../{request_id}/cancel.
-    cancels: dict[str, Callable[[], bool]] = field(default_factory=dict)
+    # In-flight chat completions by request id, for POST .../{request_id}/cancel: the team
+    # that owns each (only that team, or the admin, may cancel it) and how to stop it.
+    cancels: dict[str, tuple[str | None, Callable[[], bool]]] = field(default_factory=dict)
 
     def spawn(self, work: Coroutine[Any, Any, None]) -> None:
         task = asyncio.get_running_loop().create_task(work)

@@ -3,6 +3,8 @@
     GatewayError                      500 server_error
     ├── InvalidRequest                400 invalid_request_error (names the offending `param`)
     │   └── PayloadTooLarge           413
+    ├── Unauthorized                  401 no key, an unknown, revoked or expired key
+    ├── Forbidden                     403 a team key on an admin endpoint
     ├── NotFound                      404 (unknown conversation, route, ...)
     │   └── ModelNotFound             404 model_not_found
     ├── Conflict                      409
@@ -64,6 +66,18 @@ class InvalidRequest(GatewayError):
 class PayloadTooLarge(InvalidRequest):
     status = 413
     code = "payload_too_large"
+
+
+class Unauthorized(GatewayError):
+    status = 401
+    type = "invalid_request_error"  # what OpenAI answers, so SDKs raise AuthenticationError
+    code = "invalid_api_key"
+
+
+class Forbidden(GatewayError):
+    status = 403
+    type = "permission_error"
+    code = "forbidden"
 
 
 class NotFound(GatewayError):

@@ -90,8 +90,9 @@ class ChatCall:
     cancel_reason: Callable[[], str]  # "client_disconnect", or "shutdown" while draining
     spawn: Callable[[Coroutine[Any, Any, None]], None]  # run work past the request's end
     # Explicit cancel (POST /v1/chat/completions/{request_id}/cancel) reaches the relay here.
-    cancels: dict[str, Callable[[], bool]]
+    cancels: dict[str, tuple[str | None, Callable[[], bool]]]
     request_id: str
+    team_id: str | None
 
 
 class _ClientCancelled(Exception):
@@ -104,7 +105,8 @@ CANCELLED_FINISH = "cancelled"
 
 async def run_chat(call: ChatCall) -> web.StreamResponse:
     relay = _Relay(call)
-    registered = call.cancels.setdefault(call.request_id, relay.cancel) == relay.cancel
+    entry = (call.team_id, relay.cancel)
+    registered = call.cancels.setdefault(call.request_id, entry) is entry
     try:
         return await relay.run()
     except _ClientCancelled:

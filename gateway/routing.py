@@ -18,6 +18,7 @@ import aiohttp
 from gateway.config import DeploymentConfig, GatewayConfig, ModelConfig, RetryConfig
 from gateway.errors import ModelNotFound
 from gateway.health import DeploymentHealth
+from gateway.metering.keys import Principal
 from gateway.providers.base import Provider
 from gateway.providers.demo import DemoProvider
 from gateway.providers.openai_compatible import AzureOpenAIProvider, OpenAICompatibleProvider
@@ -118,8 +119,12 @@ class Router:
     def aliases(self) -> list[str]:
         return list(self._aliases)
 
-    def alias(self, name: object) -> Alias:
-        if not isinstance(name, str) or name not in self._aliases:
+    def alias(self, name: object, principal: Principal | None = None) -> Alias:
+        if (
+            not isinstance(name, str)
+            or name not in self._aliases
+            or (principal is not None and not principal.may_use(name))
+        ):
             raise ModelNotFound(
                 f"The model `{name}` does not exist or you do not have access to it.", param="model"
             )

@@ -61,6 +61,9 @@ class Conversation:
     # A branch: its history is the parent's events up to parent_seq, then its own.
     parent_id: str | None = None
     parent_seq: int | None = None
+    # The team whose keys may read it (None: made in open mode, only the admin sees it).
+    team_id: str | None = None
+    key_id: str | None = None
 
 
 @dataclass(slots=True, frozen=True)
@@ -69,3 +72,5 @@ class TurnStart:
     conversation_id: str
     started_at: float
     request: dict[str, Any]
+    team_id: str | None = None
+    key_id: str | None = None

@@ -166,10 +166,20 @@ def _sum_usage(usages: list[dict[str, Any]]) -> dict[str, int]:
 
 
 class TurnRecorder:
-    def __init__(self, store: Store, conversation_id: str, turn_id: str) -> None:
+    def __init__(
+        self,
+        store: Store,
+        conversation_id: str,
+        turn_id: str,
+        *,
+        team_id: str | None = None,
+        key_id: str | None = None,
+    ) -> None:
         self.store = store
         self.conversation_id = conversation_id
         self.turn_id = turn_id
+        self.team_id = team_id  # who the turn is metered to
+        self.key_id = key_id
         self.attempts: list[Attempt] = []
         self.ended = False
         self._started = time.monotonic()
@@ -183,7 +193,16 @@ class TurnRecorder:
     ) -> None:
         if new_conversation is not None:
             self.store.create_conversation(new_conversation)
-        self.store.start_turn(TurnStart(self.turn_id, self.conversation_id, time.time(), request))
+        self.store.start_turn(
+            TurnStart(
+                self.turn_id,
+                self.conversation_id,
+                time.time(),
+                request,
+                team_id=self.team_id,
+                key_id=self.key_id,
+            )
+        )
         for message in new_messages:
             kind, payload = _input_event(message)
             self._append(kind, payload)

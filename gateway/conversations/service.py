@@ -12,6 +12,7 @@ from gateway.conversations.events import Conversation, Event, new_id
 from gateway.conversations.history import HISTORY_ROLES, match_history
 from gateway.conversations.store import Store, history_path
 from gateway.errors import Conflict, InvalidRequest, NotFound
+from gateway.metering.keys import Principal
 
 _CONVERSATION_ID = re.compile(r"^[A-Za-z0-9._:-]{1,128}$")
 
@@ -31,41 +32,62 @@ class Conversations:
         self.store = store
         self.repair_interrupted = repair_interrupted
 
-    async def join(self, requested_id: str | None, messages: list[dict[str, Any]]) -> Joined:
+    async def join(
+        self, requested_id: str | None, messages: list[dict[str, Any]], principal: Principal
+    ) -> Joined:
         history = [m for m in messages if m.get("role") in HISTORY_ROLES]
         if requested_id is None:
-            cid = new_id("conv")
-            return Joined(cid, Conversation(cid, time.time()), history)
+            return Joined(*self._new(new_id("conv"), principal), history)
         if not _CONVERSATION_ID.match(requested_id):
             raise InvalidRequest(
                 "X-Conversation-Id must be 1-128 characters: letters, digits, '.', '_', ':', '-'.",
                 param="X-Conversation-Id",
             )
-        if await self.store.get_conversation(requested_id) is None:
-            return Joined(requested_id, Conversation(requested_id, time.time()), history)
+        existing = await self.store.get_conversation(requested_id)
+        if existing is None:
+            return Joined(*self._new(requested_id, principal), history)
+        self._check(existing, principal)
         path = await history_path(self.store, requested_id)
         match = match_history(path, messages, repair=self.repair_interrupted)
         if match.branch_at is None:
             return Joined(requested_id, None, match.new_messages, match.repaired)
-        branch_id = new_id("conv")
         branch = Conversation(
-            branch_id, time.time(), parent_id=requested_id, parent_seq=match.branch_at
+            new_id("conv"),
+            time.time(),
+            parent_id=requested_id,
+            parent_seq=match.branch_at,
+            team_id=existing.team_id,  # a branch belongs with its conversation
+            key_id=principal.key_id,
         )
-        return Joined(branch_id, branch, match.new_messages)
+        return Joined(branch.id, branch, match.new_messages)
 
-    async def path(self, conversation_id: str) -> list[Event]:
-        try:
-            return await history_path(self.store, conversation_id)
-        except KeyError:
-            raise NotFound(f"No conversation found with id '{conversation_id}'.") from None
+    @staticmethod
+    def _new(conversation_id: str, principal: Principal) -> tuple[str, Conversation]:
+        conversation = Conversation(
+            conversation_id, time.time(), team_id=principal.team_id, key_id=principal.key_id
+        )
+        return conversation_id, conversation
 
-    async def messages(self, conversation_id: str) -> list[dict[str, Any]]:
-        return derive_messages(await self.path(conversation_id))
+    @staticmethod
+    def _check(conversation: Conversation, principal: Principal) -> None:
+        if not principal.sees(conversation.team_id):
+            # The same answer as for an id that does not exist: nothing leaks across teams.
+            raise NotFound(f"No conversation found with id '{conversation.id}'.")
 
-    async def branch(self, conversation_id: str, at_seq: Any) -> Conversation:
+    async def path(self, conversation_id: str, principal: Principal) -> list[Event]:
+        conversation = await self.store.get_conversation(conversation_id)
+        if conversation is None:
+            raise NotFound(f"No conversation found with id '{conversation_id}'.")
+        self._check(conversation, principal)
+        return await history_path(self.store, conversation_id)
+
+    async def messages(self, conversation_id: str, principal: Principal) -> list[dict[str, Any]]:
+        return derive_messages(await self.path(conversation_id, principal))
+
+    async def branch(self, conversation_id: str, at_seq: Any, principal: Principal) -> Conversation:
         if not isinstance(at_seq, int) or isinstance(at_seq, bool) or at_seq < 0:
             raise InvalidRequest("'at_seq' must be a non-negative integer.", param="at_seq")
-        path = await self.path(conversation_id)
+        path = await self.path(conversation_id, principal)
         last = path[-1].seq if path else 0
         if at_seq > last:
             raise InvalidRequest(
@@ -77,8 +99,14 @@ class Conversations:
                 f"seq {at_seq} falls inside turn {at[-1].turn_id}, which has not finished.",
                 code="turn_in_progress",
             )
+        parent = await self.store.get_conversation(conversation_id)
         branch = Conversation(
-            new_id("conv"), time.time(), parent_id=conversation_id, parent_seq=at_seq
+            new_id("conv"),
+            time.time(),
+            parent_id=conversation_id,
+            parent_seq=at_seq,
+            team_id=parent.team_id if parent else principal.team_id,
+            key_id=principal.key_id,
         )
         self.store.create_conversation(branch)
         await self.store.flush()

@@ -32,7 +32,9 @@ CREATE TABLE IF NOT EXISTS conversations (
     id TEXT PRIMARY KEY,
     created_at REAL NOT NULL,
     parent_id TEXT,
-    parent_seq INTEGER
+    parent_seq INTEGER,
+    team_id TEXT,
+    key_id TEXT
 );
 CREATE TABLE IF NOT EXISTS turns (
     id TEXT PRIMARY KEY,
@@ -40,8 +42,30 @@ CREATE TABLE IF NOT EXISTS turns (
     started_at REAL NOT NULL,
     ended_at REAL,
     status TEXT,
-    request TEXT NOT NULL
+    request TEXT NOT NULL,
+    team_id TEXT,
+    key_id TEXT
 );
+CREATE TABLE IF NOT EXISTS teams (
+    id TEXT PRIMARY KEY,
+    name TEXT NOT NULL,
+    created_at REAL NOT NULL,
+    metadata TEXT NOT NULL
+);
+CREATE TABLE IF NOT EXISTS keys (
+    id TEXT PRIMARY KEY,
+    hash TEXT NOT NULL UNIQUE,
+    prefix TEXT NOT NULL,
+    team_id TEXT NOT NULL,
+    created_at REAL NOT NULL,
+    name TEXT,
+    user TEXT,
+    models TEXT,
+    expires_at REAL,
+    revoked_at REAL,
+    metadata TEXT NOT NULL
+);
+CREATE INDEX IF NOT EXISTS keys_by_team ON keys (team_id);
 CREATE INDEX IF NOT EXISTS turns_by_conversation ON turns (conversation_id, started_at);
 CREATE TABLE IF NOT EXISTS events (
     conversation_id TEXT NOT NULL,
@@ -96,14 +120,24 @@ class SQLiteStore:
             conversation.created_at,
             conversation.parent_id,
             conversation.parent_seq,
+            conversation.team_id,
+            conversation.key_id,
         )
         self._submit(lambda db: self._insert_conversation(db, row))
 
     def start_turn(self, turn: TurnStart) -> None:
-        row = (turn.id, turn.conversation_id, turn.started_at, orjson.dumps(turn.request).decode())
+        row = (
+            turn.id,
+            turn.conversation_id,
+            turn.started_at,
+            orjson.dumps(turn.request).decode(),
+            turn.team_id,
+            turn.key_id,
+        )
         self._submit(
             lambda db: db.execute(
-                "INSERT INTO turns (id, conversation_id, started_at, request) VALUES (?, ?, ?, ?)",
+                "INSERT INTO turns (id, conversation_id, started_at, request, team_id, key_id)"
+                " VALUES (?, ?, ?, ?, ?, ?)",
                 row,
             )
         )
@@ -124,7 +158,8 @@ class SQLiteStore:
     async def get_conversation(self, conversation_id: str) -> Conversation | None:
         def read(db: sqlite3.Connection) -> Conversation | None:
             row = db.execute(
-                "SELECT id, created_at, parent_id, parent_seq FROM conversations WHERE id = ?",
+                "SELECT id, created_at, parent_id, parent_seq, team_id, key_id"
+                " FROM conversations WHERE id = ?",
                 (conversation_id,),
             ).fetchone()
             return Conversation(*row) if row else None
@@ -156,6 +191,10 @@ class SQLiteStore:
     def _submit(self, op: _Op) -> None:
         self._queue.put((op, None))
 
+    async def call(self, op: Callable[[sqlite3.Connection], T]) -> T:
+        """Run `op` on the store's connection, in order with every queued write."""
+        return await self._call(op)
+
     async def _call(self, op: Callable[[sqlite3.Connection], T]) -> T:
         assert self._loop is not None, "store not started"
         future: asyncio.Future[T] = self._loop.create_future()
@@ -164,8 +203,8 @@ class SQLiteStore:
 
     def _insert_conversation(self, db: sqlite3.Connection, row: tuple[Any, ...]) -> None:
         cursor = db.execute(
-            "INSERT OR IGNORE INTO conversations (id, created_at, parent_id, parent_seq)"
-            " VALUES (?, ?, ?, ?)",
+            "INSERT OR IGNORE INTO conversations"
+            " (id, created_at, parent_id, parent_seq, team_id, key_id) VALUES (?, ?, ?, ?, ?, ?)",
             row,
         )
         if cursor.rowcount == 1:  # new: its first event is known without asking the file
@@ -218,6 +257,7 @@ class SQLiteStore:
             db.execute("PRAGMA synchronous=NORMAL")
             db.execute("PRAGMA busy_timeout=5000")
             db.executescript(SCHEMA)
+            _migrate(db)
         except Exception as exc:
             loop.call_soon_threadsafe(_settle, ready, None, exc)
             return
@@ -287,3 +327,19 @@ def _settle(future: asyncio.Future[Any], value: Any, exc: BaseException | None) 
         future.set_exception(exc)
     else:
         future.set_result(value)
+
+
+# Columns added after a table first shipped: (table, column, type).
+_ADDED_COLUMNS = [
+    ("conversations", "team_id", "TEXT"),
+    ("conversations", "key_id", "TEXT"),
+    ("turns", "team_id", "TEXT"),
+    ("turns", "key_id", "TEXT"),
+]
+
+
+def _migrate(db: sqlite3.Connection) -> None:
+    for table, column, kind in _ADDED_COLUMNS:
+        present = {row[1] for row in db.execute(f"PRAGMA table_info({table})")}
+        if column not in present:
+            db.execute(f"ALTER TABLE {table} ADD COLUMN {column} {kind}")

@@ -1,10 +1,17 @@
-"""Operator endpoints (admin-only once keys exist)."""
+"""Operator endpoints under /v1/gateway/ (the master key only; see gateway.http.auth)."""
 
 from __future__ import annotations
 
 from aiohttp import web
 
 from gateway.context import GATEWAY
+from gateway.dialects.openai_chat import parse_json_object
+from gateway.metering.admin import Admin, KeyChanges, NewKey, NewTeam, parse
+
+
+def _admin(request: web.Request) -> Admin:
+    gateway = request.app[GATEWAY]
+    return Admin(gateway.keys, gateway.auth, gateway.routes.aliases)
 
 
 async def deployments(request: web.Request) -> web.Response:
@@ -24,3 +31,42 @@ async def deployments(request: web.Request) -> web.Response:
         for d in router.deployments()
     ]
     return web.json_response({"object": "list", "data": data})
+
+
+async def create_team(request: web.Request) -> web.Response:
+    body = parse(NewTeam, parse_json_object(await request.read()))
+    team = await _admin(request).create_team(body)
+    return web.json_response(team.to_api(), status=201)
+
+
+async def list_teams(request: web.Request) -> web.Response:
+    teams = await request.app[GATEWAY].keys.teams()
+    return web.json_response({"object": "list", "data": [t.to_api() for t in teams]})
+
+
+async def create_key(request: web.Request) -> web.Response:
+    body = parse(NewKey, parse_json_object(await request.read()))
+    record, secret = await _admin(request).create_key(body)
+    # The only time the secret is shown: the store keeps its hash.
+    return web.json_response({**record.to_api(), "key": secret}, status=201)
+
+
+async def list_keys(request: web.Request) -> web.Response:
+    keys = await request.app[GATEWAY].keys.keys(request.query.get("team_id"))
+    return web.json_response({"object": "list", "data": [k.to_api() for k in keys]})
+
+
+async def get_key(request: web.Request) -> web.Response:
+    record = await _admin(request).key(request.match_info["id"])
+    return web.json_response(record.to_api())
+
+
+async def update_key(request: web.Request) -> web.Response:
+    body = parse(KeyChanges, parse_json_object(await request.read()))
+    record = await _admin(request).update_key(request.match_info["id"], body)
+    return web.json_response(record.to_api())
+
+
+async def revoke_key(request: web.Request) -> web.Response:
+    record = await _admin(request).revoke_key(request.match_info["id"])
+    return web.json_response(record.to_api())

@@ -9,6 +9,7 @@ from aiohttp import web
 from gateway.context import GATEWAY
 from gateway.dialects.openai_chat import parse_json_object
 from gateway.errors import InvalidRequest, UpstreamError, UpstreamTimeout
+from gateway.http.auth import PRINCIPAL
 from gateway.retry import RetryPlan
 
 
@@ -20,7 +21,7 @@ async def embeddings(request: web.Request) -> web.Response:
     if not (isinstance(inputs, str) or (isinstance(inputs, list) and inputs)):
         raise InvalidRequest("'input' must be a string or a non-empty array.", param="input")
     router = request.app[GATEWAY].routes
-    alias = router.alias(body["model"])
+    alias = router.alias(body["model"], request[PRINCIPAL])
     plan = [d for d in router.plan(alias, body) if hasattr(d.provider, "embeddings")]
     if not plan:
         raise InvalidRequest(

@@ -11,6 +11,7 @@ from prometheus_client import CONTENT_TYPE_LATEST
 from gateway import metrics as gateway_metrics
 from gateway.context import GATEWAY
 from gateway.errors import ServiceUnavailable
+from gateway.http.auth import PRINCIPAL
 
 _STARTED = int(time.time())
 
@@ -32,7 +33,8 @@ async def ready(request: web.Request) -> web.Response:
 
 
 async def models(request: web.Request) -> web.Response:
-    aliases = request.app[GATEWAY].routes.aliases
+    principal = request[PRINCIPAL]
+    aliases = [a for a in request.app[GATEWAY].routes.aliases if principal.may_use(a)]
     data = [
         {"id": a, "object": "model", "created": _STARTED, "owned_by": "gateway"} for a in aliases
     ]

@@ -1,0 +1,26 @@
+"""The auth middleware: every route needs a key except an explicit allow-list."""
+
+from __future__ import annotations
+
+from aiohttp import web
+from aiohttp.typedefs import Handler
+
+from gateway.context import GATEWAY
+from gateway.errors import Forbidden
+from gateway.metering.keys import Principal
+
+PRINCIPAL = web.RequestKey("principal", Principal)
+
+PUBLIC = frozenset({"/health/live", "/health/ready", "/metrics"})
+ADMIN_PREFIX = "/v1/gateway/"
+
+
+@web.middleware
+async def authenticate(request: web.Request, handler: Handler) -> web.StreamResponse:
+    if request.path in PUBLIC:
+        return await handler(request)
+    principal = await request.app[GATEWAY].auth.principal(request.headers)
+    if request.path.startswith(ADMIN_PREFIX) and not principal.is_admin:
+        raise Forbidden("This endpoint needs the master key.")
+    request[PRINCIPAL] = principal
+    return await handler(request)

@@ -1,0 +1,121 @@
+"""Admin operations on teams and keys, shared by the HTTP admin API and the CLI."""
+
+from __future__ import annotations
+
+import re
+import time
+from typing import Any
+
+from pydantic import BaseModel, ConfigDict, Field, ValidationError
+
+from gateway.conversations.events import new_id
+from gateway.errors import Conflict, InvalidRequest, NotFound
+from gateway.metering.auth import Authenticator
+from gateway.metering.keys import KeyRecord, Team, generate_key, hash_key
+from gateway.metering.store import KeyStore
+
+_TEAM_ID = re.compile(r"^[A-Za-z0-9._-]{1,64}$")
+
+
+class _Request(BaseModel):
+    model_config = ConfigDict(extra="forbid")
+
+
+class NewTeam(_Request):
+    name: str = Field(min_length=1, max_length=200)
+    id: str | None = Field(None, description="Defaults to a generated `team_...` id.")
+    metadata: dict[str, Any] = Field(default_factory=dict)
+
+
+class NewKey(_Request):
+    team_id: str
+    name: str | None = None
+    user: str | None = None
+    models: list[str] | None = Field(None, description="Allowed model aliases; all when absent.")
+    expires_at: float | None = Field(None, description="Unix time after which the key fails.")
+    expires_in_s: float | None = Field(None, gt=0, description="Or: seconds from now.")
+    metadata: dict[str, Any] = Field(default_factory=dict)
+
+
+class KeyChanges(_Request):
+    name: str | None = None
+    user: str | None = None
+    models: list[str] | None = None
+    expires_at: float | None = None
+    metadata: dict[str, Any] | None = None
+
+
+def parse(model: type[_Request], body: dict[str, Any]) -> Any:
+    try:
+        return model.model_validate(body)
+    except ValidationError as exc:
+        first = exc.errors()[0]
+        param = ".".join(str(p) for p in first["loc"])
+        message = "unknown field" if first["type"] == "extra_forbidden" else first["msg"]
+        raise InvalidRequest(f"Invalid '{param}': {message}.", param=param) from None
+
+
+class Admin:
+    def __init__(self, keys: KeyStore, auth: Authenticator, aliases: list[str]) -> None:
+        self._keys = keys
+        self._auth = auth
+        self._aliases = aliases
+
+    async def create_team(self, request: NewTeam) -> Team:
+        team_id = request.id or new_id("team")
+        if not _TEAM_ID.match(team_id):
+            raise InvalidRequest("'id' must be 1-64 letters, digits, '.', '_' or '-'.", param="id")
+        team = Team(team_id, request.name, time.time(), request.metadata)
+        if not await self._keys.create_team(team):
+            raise Conflict(f"A team with id '{team_id}' exists already.", code="team_exists")
+        return team
+
+    async def create_key(self, request: NewKey) -> tuple[KeyRecord, str]:
+        if await self._keys.team(request.team_id) is None:
+            raise InvalidRequest(f"No team with id '{request.team_id}'.", param="team_id")
+        self._check_models(request.models)
+        expires_at = request.expires_at
+        if request.expires_in_s is not None:
+            expires_at = time.time() + request.expires_in_s
+        secret = generate_key()
+        record = KeyRecord(
+            id=new_id("key"),
+            hash=hash_key(secret),
+            prefix=secret[:7],
+            team_id=request.team_id,
+            created_at=time.time(),
+            name=request.name,
+            user=request.user,
+            models=tuple(request.models) if request.models is not None else None,
+            expires_at=expires_at,
+            metadata=request.metadata,
+        )
+        await self._keys.create_key(record)
+        return record, secret
+
+    async def key(self, key_id: str) -> KeyRecord:
+        record = await self._keys.key(key_id)
+        if record is None:
+            raise NotFound(f"No key with id '{key_id}'.")
+        return record
+
+    async def update_key(self, key_id: str, request: KeyChanges) -> KeyRecord:
+        changes = request.model_dump(exclude_unset=True)
+        self._check_models(changes.get("models"))
+        record = await self._keys.update_key(key_id, changes)
+        if record is None:
+            raise NotFound(f"No key with id '{key_id}'.")
+        self._auth.forget(record.hash)
+        return record
+
+    async def revoke_key(self, key_id: str) -> KeyRecord:
+        record = await self.key(key_id)
+        if record.revoked_at is None:
+            record = await self._keys.update_key(key_id, {"revoked_at": time.time()}) or record
+        self._auth.forget(record.hash)
+        return record
+
+    def _check_models(self, models: list[str] | None) -> None:
+        unknown = [m for m in models or () if m not in self._aliases]
+        if unknown:
+            raise InvalidRequest(f"Unknown model aliases: {', '.join(unknown)}.", param="models")

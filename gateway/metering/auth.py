@@ -1,0 +1,75 @@
+"""Authentication: the key a request carries, resolved to the principal it acts as.
+
+`Authorization: Bearer <key>` or `x-api-key: <key>`. The master key is the admin. A virtual key
+(`gw-...`) is looked up by its hash; lookups are cached for `auth.key_cache_s`, and a key changed
+through this process is forgotten at once. Without a master key the gateway runs open: a request
+without a valid virtual key acts as the admin (local use only).
+"""
+
+from __future__ import annotations
+
+import hmac
+import time
+from collections.abc import Mapping
+
+from gateway.errors import Unauthorized
+from gateway.metering.keys import ADMIN, KEY_PREFIX, OPEN, KeyRecord, Principal, hash_key
+from gateway.metering.store import KeyStore
+
+_CACHE_MAX = 10_000
+
+
+def presented_key(headers: Mapping[str, str]) -> str | None:
+    authorization = headers.get("Authorization", "")
+    scheme, _, value = authorization.partition(" ")
+    if scheme.lower() == "bearer" and value.strip():
+        return value.strip()
+    return headers.get("x-api-key") or None
+
+
+class Authenticator:
+    def __init__(self, master_key: str | None, keys: KeyStore, cache_s: float) -> None:
+        self.open = master_key is None
+        self._master_hash = hash_key(master_key) if master_key else None
+        self._keys = keys
+        self._cache_s = cache_s
+        self._cache: dict[str, tuple[float, KeyRecord | None]] = {}
+
+    async def principal(self, headers: Mapping[str, str]) -> Principal:
+        secret = presented_key(headers)
+        if secret is None:
+            if self.open:
+                return OPEN
+            raise Unauthorized(
+                "You didn't provide an API key. Send it as 'Authorization: Bearer <key>'.",
+                code="missing_api_key",
+            )
+        key_hash = hash_key(secret)
+        if self._master_hash is not None and hmac.compare_digest(key_hash, self._master_hash):
+            return ADMIN
+        if not secret.startswith(KEY_PREFIX):
+            if self.open:
+                return OPEN  # any SDK placeholder key works locally
+            raise Unauthorized("Incorrect API key provided.")
+        record = await self._lookup(key_hash)
+        if record is None:
+            raise Unauthorized("Incorrect API key provided.")
+        reason = record.unusable_because()
+        if reason is not None:
+            raise Unauthorized(f"This API key has been {reason}.", code=f"api_key_{reason}")
+        models = frozenset(record.models) if record.models is not None else None
+        return Principal("key", record.team_id, record.id, record.user, models)
+
+    async def _lookup(self, key_hash: str) -> KeyRecord | None:
+        now = time.monotonic()
+        cached = self._cache.get(key_hash)
+        if cached is not None and cached[0] > now:
+            return cached[1]
+        record = await self._keys.key_by_hash(key_hash)
+        if len(self._cache) >= _CACHE_MAX:
+            self._cache.clear()
+        self._cache[key_hash] = (now + self._cache_s, record)
+        return record
+
+    def forget(self, key_hash: str) -> None:
+        self._cache.pop(key_hash, None)
