@@ -15,8 +15,11 @@ from gateway.conversations.sqlite import SQLiteStore
 from gateway.http.auth import authenticate
 from gateway.http.middleware import add_request_id, errors_and_ids
 from gateway.http.routes import add_routes
+from gateway.metering import tokens
 from gateway.metering.auth import Authenticator
+from gateway.metering.reports import UsageStore
 from gateway.metering.store import KeyStore
+from gateway.metering.usage import Meter
 from gateway.routing import Router
 
 
@@ -25,7 +28,14 @@ def create_app(config: GatewayConfig) -> web.Application:
     conversations = Conversations(store, repair_interrupted=config.conversations.repair_interrupted)
     keys = KeyStore(store)
     auth = Authenticator(config.auth.master_key, keys, config.auth.key_cache_s)
-    gateway = Gateway(config=config, store=store, conversations=conversations, keys=keys, auth=auth)
+    gateway = Gateway(
+        config=config,
+        store=store,
+        conversations=conversations,
+        keys=keys,
+        auth=auth,
+        usage=UsageStore(store),
+    )
     app = web.Application(
         middlewares=[errors_and_ids, authenticate],
         client_max_size=int(config.server.max_body_mb * 1024 * 1024),
@@ -46,6 +56,10 @@ async def _resources(app: web.Application) -> AsyncIterator[None]:
         auto_decompress=True,
     )
     gateway.router = Router(gateway.config, gateway.session)
+    prices = {d.name: d.price for d in gateway.router.deployments()}
+    gateway.meter = Meter(prices.get, gateway.usage.write)
+    # The tokenizer for estimates takes ~0.4 s to load: at start, not on the first cancel.
+    await asyncio.to_thread(tokens.warm)
     yield
     if gateway.background:
         await asyncio.gather(*gateway.background, return_exceptions=True)

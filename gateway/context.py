@@ -14,7 +14,9 @@ from gateway.config import GatewayConfig
 from gateway.conversations.service import Conversations
 from gateway.conversations.store import Store
 from gateway.metering.auth import Authenticator
+from gateway.metering.reports import UsageStore
 from gateway.metering.store import KeyStore
+from gateway.metering.usage import Meter
 from gateway.routing import Router
 
 
@@ -27,6 +29,8 @@ class Gateway:
     conversations: Conversations
     keys: KeyStore
     auth: Authenticator
+    usage: UsageStore
+    meter: Meter | None = None
     router: Router | None = None
     session: aiohttp.ClientSession | None = None
     state: dict[str, bool] = field(default_factory=lambda: {"shutting_down": False})

@@ -62,5 +62,20 @@ RETRIES = Counter(
 )
 
 
+TOKENS = Counter(
+    "gateway_tokens_total",
+    "Tokens by alias, deployment, kind (prompt, completion generated, delivered, reasoning,"
+    " cached) and source (provider's count or estimated).",
+    ["alias", "deployment", "kind", "source"],
+    registry=REGISTRY,
+)
+COST = Counter(
+    "gateway_cost_usd_total",
+    "Cost in USD by alias and deployment, from the deployment's price.",
+    ["alias", "deployment"],
+    registry=REGISTRY,
+)
+
+
 def render() -> bytes:
     return generate_latest(REGISTRY)

@@ -19,6 +19,7 @@ from gateway.config import DeploymentConfig, GatewayConfig, ModelConfig, RetryCo
 from gateway.errors import ModelNotFound
 from gateway.health import DeploymentHealth
 from gateway.metering.keys import Principal
+from gateway.metering.prices import Price, deployment_price
 from gateway.providers.base import Provider
 from gateway.providers.demo import DemoProvider
 from gateway.providers.openai_compatible import AzureOpenAIProvider, OpenAICompatibleProvider
@@ -42,11 +43,19 @@ class Deployment:
             "model": self.upstream_model,
         }
 
+    @property
+    def price(self) -> Price | None:
+        """Config override, else litellm's price map (read once, then cached)."""
+        return deployment_price(
+            self.upstream_model,
+            self.provider_name,
+            self.config.input_cost_per_mtok,
+            self.config.output_cost_per_mtok,
+        )
+
     def estimated_cost(self, prompt_tokens: int, completion_tokens: int) -> float | None:
-        cin, cout = self.config.input_cost_per_mtok, self.config.output_cost_per_mtok
-        if cin is None or cout is None:
-            return None
-        return (prompt_tokens * cin + completion_tokens * cout) / 1e6
+        price = self.price
+        return price.cost(prompt_tokens, completion_tokens) if price is not None else None
 
 
 @dataclass(frozen=True)

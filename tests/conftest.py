@@ -36,9 +36,9 @@ class GatewayUnderTest:
     def gateway(self) -> Gateway:
         return self.app[GATEWAY]
 
-    def client(self, **kwargs: Any) -> openai.AsyncOpenAI:
+    def client(self, api_key: str = "test-key", **kwargs: Any) -> openai.AsyncOpenAI:
         client = openai.AsyncOpenAI(
-            base_url=self.url + "/v1", api_key="test-key", max_retries=0, **kwargs
+            base_url=self.url + "/v1", api_key=api_key, max_retries=0, **kwargs
         )
         self.clients.append(client)
         return client
@@ -69,11 +69,12 @@ class GatewayUnderTest:
         ):
             return response.status, await response.json()
 
-    async def post_stream(self, body: dict[str, Any]) -> tuple[bytes, str]:
+    async def post_stream(self, body: dict[str, Any], key: str | None = None) -> tuple[bytes, str]:
         """A raw streaming chat completion: the exact bytes received, and the conversation id."""
+        headers = {"Authorization": f"Bearer {key}"} if key else {}
         async with (
             aiohttp.ClientSession() as session,
-            session.post(self.url + "/v1/chat/completions", json=body) as response,
+            session.post(self.url + "/v1/chat/completions", json=body, headers=headers) as response,
         ):
             return await response.read(), response.headers["X-Conversation-Id"]
 

@@ -43,3 +43,12 @@ def test_every_route_is_in_the_readme() -> None:
     paths = {r.resource.canonical for r in app.router.routes() if r.resource is not None}
     missing = [p for p in paths if p not in README]
     assert missing == []
+
+
+def test_every_metric_is_in_the_readme() -> None:
+    from gateway.metrics import REGISTRY
+
+    names = {m.name for m in REGISTRY.collect()}
+    # prometheus-client drops the _total suffix from counter family names.
+    missing = [n for n in names if f"`{n}`" not in README and f"`{n}_total`" not in README]
+    assert missing == []

@@ -17,8 +17,9 @@ from __future__ import annotations
 import time
 from collections.abc import Sequence
 from dataclasses import dataclass, field, replace
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
+from gateway import metrics
 from gateway.conversations.events import (
     ASSISTANT_ATTEMPT,
     ASSISTANT_MESSAGE,
@@ -31,6 +32,9 @@ from gateway.conversations.events import (
     TurnStart,
 )
 from gateway.conversations.store import Store
+
+if TYPE_CHECKING:
+    from gateway.metering.usage import Meter
 from gateway.errors import GatewayError, UpstreamError
 from gateway.stream.assembler import BlockAssembler
 from gateway.stream.compact import Timed, compact
@@ -48,6 +52,14 @@ class Attempt:
     # For each frame written to the client: how many events had been received by its end.
     frame_marks: list[int] = field(default_factory=list)
     first_token_ms: float | None = None
+    # Set when the attempt ends, for metering: how it ended and what of it the client got.
+    outcome: str | None = None  # completed | interrupted | error
+    delivered: list[Timed] | None = None
+    ended: float | None = None
+
+    def settle(self, outcome: str, delivered: list[Timed] | None) -> None:
+        if self.outcome is None:
+            self.outcome, self.delivered, self.ended = outcome, delivered, time.monotonic()
 
     def add(self, events: list[StreamEvent]) -> None:
         if not events:
@@ -174,12 +186,21 @@ class TurnRecorder:
         *,
         team_id: str | None = None,
         key_id: str | None = None,
+        user: str | None = None,
+        alias: str | None = None,
+        prompt: list[Any] | None = None,
+        meter: Meter | None = None,
     ) -> None:
         self.store = store
         self.conversation_id = conversation_id
         self.turn_id = turn_id
-        self.team_id = team_id  # who the turn is metered to
+        # Who the turn is metered to, and what it asked for (for estimates when needed).
+        self.team_id = team_id
         self.key_id = key_id
+        self.user = user
+        self.alias = alias
+        self.prompt = prompt or []
+        self.meter = meter
         self.attempts: list[Attempt] = []
         self.ended = False
         self._started = time.monotonic()
@@ -217,6 +238,9 @@ class TurnRecorder:
     def completed(self, attempt: Attempt, prior: Sequence[Segment] = ()) -> None:
         """The answer finished; `prior` are earlier attempts it continues (continue_on_failure)."""
         timed = _spliced(prior, attempt, attempt.events)
+        for earlier, sent in prior:
+            earlier.settle("completed", earlier.delivered_events(sent))
+        attempt.settle("completed", attempt.events)
         assembler = BlockAssembler.of(e for _, e in timed)
         payload = self._message_payload(attempt, assembler, timed, interrupted=False)
         self._append(ASSISTANT_MESSAGE, _with_segments(payload, prior, attempt, attempt.events))
@@ -236,11 +260,14 @@ class TurnRecorder:
             return
         own = attempt.delivered_events(delivered)
         timed = _spliced(prior, attempt, own)
+        for earlier, sent in prior:
+            earlier.settle("interrupted", earlier.delivered_events(sent))
         assembler = BlockAssembler.of(e for _, e in timed)
         if any(isinstance(e, Finish) for _, e in own):
             # The client saw the whole answer, finish included: nothing was cut.
             self.completed(attempt, prior)
             return
+        attempt.settle("interrupted", own)
         blocks = assembler.interrupted_blocks()
         if blocks:
             payload = self._message_payload(attempt, assembler, timed, interrupted=True)
@@ -259,6 +286,7 @@ class TurnRecorder:
         self, attempt: Attempt, error: GatewayError, *, aborted_finish: bool = False
     ) -> None:
         reason = "aborted_finish" if aborted_finish else "provider_error"
+        attempt.settle("error", [])
         self._append(ASSISTANT_ATTEMPT, self._attempt_payload(attempt, reason))
         self._append(
             REQUEST_ERROR,
@@ -309,16 +337,18 @@ class TurnRecorder:
             return
         self.ended = True
         usages = [u for a in self.attempts if (u := a.usage)]
-        self._append(
-            TURN_END,
-            {
-                "status": status,
-                "reason": reason,
-                "attempts": len(self.attempts),
-                "duration_ms": round((time.monotonic() - self._started) * 1000.0, 1),
-                "usage": _sum_usage(usages),
-            },
-        )
+        payload: dict[str, Any] = {
+            "status": status,
+            "reason": reason,
+            "attempts": len(self.attempts),
+            "duration_ms": round((time.monotonic() - self._started) * 1000.0, 1),
+            "usage": _sum_usage(usages),  # what providers reported
+        }
+        if self.meter is not None:
+            # What is billed: the provider's count, or an estimate where it never came.
+            payload["metered"] = self.meter.turn(self)
+        self._append(TURN_END, payload)
+        metrics.TURNS.labels(status, reason or "").inc()
 
     def _append(self, kind: str, payload: dict[str, Any]) -> None:
         self.store.append(NewEvent(self.conversation_id, self.turn_id, kind, payload))

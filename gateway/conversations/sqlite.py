@@ -66,6 +66,31 @@ CREATE TABLE IF NOT EXISTS keys (
     metadata TEXT NOT NULL
 );
 CREATE INDEX IF NOT EXISTS keys_by_team ON keys (team_id);
+CREATE TABLE IF NOT EXISTS usage (
+    id TEXT PRIMARY KEY,
+    turn_id TEXT NOT NULL,
+    conversation_id TEXT NOT NULL,
+    team_id TEXT,
+    key_id TEXT,
+    user TEXT,
+    alias TEXT,
+    deployment TEXT NOT NULL,
+    provider TEXT NOT NULL,
+    model TEXT NOT NULL,
+    created_at REAL NOT NULL,
+    status TEXT NOT NULL,
+    prompt_tokens INTEGER NOT NULL,
+    completion_tokens INTEGER NOT NULL,
+    completion_delivered INTEGER NOT NULL,
+    reasoning_tokens INTEGER NOT NULL,
+    cached_tokens INTEGER NOT NULL,
+    usage_source TEXT NOT NULL,
+    cost_usd REAL,
+    ttft_ms REAL,
+    duration_ms REAL
+);
+CREATE INDEX IF NOT EXISTS usage_by_time ON usage (created_at);
+CREATE INDEX IF NOT EXISTS usage_by_team ON usage (team_id, created_at);
 CREATE INDEX IF NOT EXISTS turns_by_conversation ON turns (conversation_id, started_at);
 CREATE TABLE IF NOT EXISTS events (
     conversation_id TEXT NOT NULL,
@@ -187,6 +212,10 @@ class SQLiteStore:
         return await self._call(read)
 
     # -- the worker ------------------------------------------------------------------------
+
+    def submit(self, op: _Op) -> None:
+        """Queue a write of another module's own table (usage, keys) in order with the rest."""
+        self._submit(op)
 
     def _submit(self, op: _Op) -> None:
         self._queue.put((op, None))

@@ -33,6 +33,10 @@ async def chat_completions(request: web.Request) -> web.StreamResponse:
         new_id("turn"),
         team_id=principal.team_id,
         key_id=principal.key_id,
+        user=principal.user or (body.get("user") if isinstance(body.get("user"), str) else None),
+        alias=alias.name,
+        prompt=body["messages"],
+        meter=gateway.meter,
     )
     turn.begin(
         new_conversation=joined.create,

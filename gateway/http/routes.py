@@ -4,7 +4,7 @@ from __future__ import annotations
 
 from aiohttp import web
 
-from gateway.http import admin, chat, conversations, embeddings, system
+from gateway.http import admin, chat, conversations, embeddings, system, usage
 
 
 def add_routes(app: web.Application) -> None:
@@ -12,6 +12,7 @@ def add_routes(app: web.Application) -> None:
     app.router.add_post("/v1/chat/completions/{request_id}/cancel", chat.cancel)
     app.router.add_post("/v1/embeddings", embeddings.embeddings)
     app.router.add_get("/v1/models", system.models)
+    app.router.add_get("/v1/usage", usage.usage)
     app.router.add_get("/v1/conversations/{id}/events", conversations.events)
     app.router.add_get("/v1/conversations/{id}/messages", conversations.messages)
     app.router.add_post("/v1/conversations/{id}/branches", conversations.branch)

@@ -128,13 +128,19 @@ async def test_cancel_before_the_upstream_answers(
     events = await gw.wait_turn_end(conversation_id)
     assert [e["type"] for e in events] == ["user/message", "assistant/attempt", "turn/end"]
     assert events[1]["payload"]["reason"] == "empty_prefix"
-    assert events[2]["payload"] | {"duration_ms": 0} == {
+    end = events[2]["payload"]
+    assert end | {"duration_ms": 0, "metered": None} == {
         "status": "aborted",
         "reason": "client_disconnect",
         "attempts": 1,
         "duration_ms": 0,
         "usage": {"prompt_tokens": 0, "completion_tokens": 0, "total_tokens": 0},
+        "metered": None,
     }
+    # The upstream had the prompt: metered as an estimate, with nothing generated.
+    assert end["metered"]["usage_source"] == "estimated"
+    assert end["metered"]["prompt_tokens"] > 0
+    assert end["metered"]["completion_tokens"] == 0
 
 
 async def test_non_streaming_client_that_leaves_before_the_body_gets_an_empty_prefix_attempt(

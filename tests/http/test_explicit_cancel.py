@@ -38,12 +38,13 @@ async def test_cancel_ends_the_stream_after_the_last_delivered_delta(
     message = events[1]["payload"]
     assert message["interrupted"] is True
     assert message["content"] == [{"type": "text", "text": "".join(SENT)}]
-    assert events[2]["payload"] | {"duration_ms": 0, "usage": None} == {
+    assert events[2]["payload"] | {"duration_ms": 0, "usage": None, "metered": None} == {
         "status": "aborted",
         "reason": "client_cancel",
         "attempts": 1,
         "duration_ms": 0,
         "usage": None,
+        "metered": None,
     }
     # Finished now: cancelling again finds nothing in progress.
     status, body = await gw.post("/v1/chat/completions/req-stop-1/cancel", {})

@@ -1,0 +1,170 @@
+"""Usage records: one per attempt, written when its turn ends.
+
+Keeps apart what was *generated and billed* (the provider's own count; a tokenizer estimate,
+flagged `usage_source: "estimated"`, only when that count never came, as after a cancel) and
+what was *delivered* (the tokens of the part the client received). Cost comes from the
+deployment's price (a config override, else litellm's bundled price map).
+"""
+
+from __future__ import annotations
+
+import time
+from collections.abc import Callable
+from dataclasses import asdict, dataclass
+from typing import TYPE_CHECKING, Any
+
+from gateway import metrics
+from gateway.metering.prices import Price
+from gateway.metering.tokens import count_messages, count_text
+from gateway.stream.assembler import BlockAssembler
+from gateway.stream.compact import Timed
+from gateway.stream.events import TOOL_CALL
+
+if TYPE_CHECKING:
+    from gateway.conversations.recorder import Attempt, TurnRecorder
+
+
+@dataclass(frozen=True)
+class UsageRecord:
+    id: str
+    turn_id: str
+    conversation_id: str
+    team_id: str | None
+    key_id: str | None
+    user: str | None
+    alias: str | None
+    deployment: str
+    provider: str
+    model: str
+    created_at: float
+    status: str  # completed | interrupted | error
+    prompt_tokens: int
+    completion_tokens: int  # generated
+    completion_delivered: int
+    reasoning_tokens: int
+    cached_tokens: int
+    usage_source: str  # provider | estimated
+    cost_usd: float | None
+    ttft_ms: float | None
+    duration_ms: float | None
+
+    def row(self) -> dict[str, Any]:
+        return asdict(self)
+
+
+def _int(value: Any) -> int:
+    return value if isinstance(value, int) and not isinstance(value, bool) else 0
+
+
+def _generated_tokens(timed: list[Timed]) -> tuple[int, int]:
+    """(completion, reasoning) tokens of some received or delivered events, by tokenizer."""
+    blocks = BlockAssembler.of(e for _, e in timed).blocks()
+    reasoning = sum(count_text(b.text) for b in blocks if b.kind == "reasoning")
+    other = sum(
+        count_text(b.text) + (count_text(b.name or "") if b.kind == TOOL_CALL else 0)
+        for b in blocks
+        if b.kind != "reasoning"
+    )
+    return other + reasoning, reasoning
+
+
+class Meter:
+    def __init__(
+        self,
+        price_of: Callable[[str], Price | None],
+        write: Callable[[UsageRecord], None],
+    ) -> None:
+        self._price_of = price_of  # deployment name -> price
+        self._write = write
+
+    def turn(self, turn: TurnRecorder) -> dict[str, Any]:
+        """Record every attempt of an ending turn; return the turn's metered totals."""
+        records = [self._attempt(turn, attempt) for attempt in turn.attempts]
+        for record in records:
+            self._write(record)
+            self._count(record)
+        costs = [r.cost_usd for r in records if r.cost_usd is not None]
+        return {
+            "prompt_tokens": sum(r.prompt_tokens for r in records),
+            "completion_tokens": sum(r.completion_tokens for r in records),
+            "completion_delivered": sum(r.completion_delivered for r in records),
+            "reasoning_tokens": sum(r.reasoning_tokens for r in records),
+            "cached_tokens": sum(r.cached_tokens for r in records),
+            "cost_usd": round(sum(costs), 10) if costs else None,
+            "usage_source": "estimated"
+            if any(r.usage_source == "estimated" for r in records)
+            else "provider",
+        }
+
+    def _attempt(self, turn: TurnRecorder, attempt: Attempt) -> UsageRecord:
+        usage = attempt.usage
+        outcome = attempt.outcome or "error"
+        if usage is not None:
+            source = "provider"
+            prompt = _int(usage.get("prompt_tokens"))
+            completion = _int(usage.get("completion_tokens"))
+            details = usage.get("completion_tokens_details") or {}
+            reasoning = _int(details.get("reasoning_tokens")) if isinstance(details, dict) else 0
+            prompt_details = usage.get("prompt_tokens_details") or {}
+            cached = (
+                _int(prompt_details.get("cached_tokens")) if isinstance(prompt_details, dict) else 0
+            )
+        else:
+            # The provider's count never came: estimate what it was sent and what it produced.
+            source = "estimated"
+            received = attempt.events
+            prompt = count_messages(turn.prompt) if received or outcome != "error" else 0
+            completion, reasoning = _generated_tokens(received)
+            cached = 0
+            if not received and outcome == "error":
+                prompt = 0  # refused before generating anything: nothing to bill
+        if outcome == "completed":
+            delivered = completion
+        elif outcome == "interrupted":
+            delivered = _generated_tokens(attempt.delivered or [])[0]
+        else:
+            delivered = 0
+        deployment = str(attempt.route.get("deployment"))
+        price = self._price_of(deployment)
+        cost = price.cost(prompt, completion, cached) if price is not None else None
+        ended = attempt.ended or time.monotonic()
+        return UsageRecord(
+            id=f"{turn.turn_id}:{attempt.number}",
+            turn_id=turn.turn_id,
+            conversation_id=turn.conversation_id,
+            team_id=turn.team_id,
+            key_id=turn.key_id,
+            user=turn.user,
+            alias=turn.alias,
+            deployment=deployment,
+            provider=str(attempt.route.get("provider")),
+            model=str(attempt.route.get("model")),
+            created_at=time.time(),
+            status=outcome,
+            prompt_tokens=prompt,
+            completion_tokens=completion,
+            completion_delivered=delivered,
+            reasoning_tokens=reasoning,
+            cached_tokens=cached,
+            usage_source=source,
+            cost_usd=cost,
+            ttft_ms=round(attempt.first_token_ms, 2)
+            if attempt.first_token_ms is not None
+            else None,
+            duration_ms=round((ended - attempt.started) * 1000.0, 2),
+        )
+
+    @staticmethod
+    def _count(record: UsageRecord) -> None:
+        labels = (record.alias or "", record.deployment)
+        for kind, value in (
+            ("prompt", record.prompt_tokens),
+            ("completion", record.completion_tokens),
+            ("delivered", record.completion_delivered),
+            ("reasoning", record.reasoning_tokens),
+            ("cached", record.cached_tokens),
+        ):
+            if value:
+                metrics.TOKENS.labels(*labels, kind, record.usage_source).inc(value)
+        if record.cost_usd:
+            metrics.COST.labels(*labels).inc(record.cost_usd)
