@@ -85,7 +85,15 @@ def _admin_commands(sub: Any) -> None:
     list_keys.add_argument("--team")
     revoke = keys_sub.add_parser("revoke", help="Revoke a key by id.")
     revoke.add_argument("key_id")
-    for command in (create_team, list_teams, create_key, list_keys, revoke):
+    usage = sub.add_parser("usage", help="Usage and cost from the store, as a table.")
+    usage.add_argument("--group-by", default="team", help="team, key, user, model or deployment.")
+    usage.add_argument("--granularity", default="day", help="hour or day.")
+    usage.add_argument(
+        "--from", dest="start", help="Unix seconds or ISO date (default: 31 days ago)."
+    )
+    usage.add_argument("--to", dest="end", help="Unix seconds or ISO date (default: now).")
+    usage.add_argument("--team", help="Only this team.")
+    for command in (create_team, list_teams, create_key, list_keys, revoke, usage):
         command.add_argument("--config", help=config_help)
 
 
@@ -136,6 +144,70 @@ async def _admin(args: argparse.Namespace, loaded: LoadedConfig) -> int:
     return 0
 
 
+async def _usage(args: argparse.Namespace, loaded: LoadedConfig) -> int:
+    import time
+
+    from gateway.conversations.sqlite import SQLiteStore
+    from gateway.metering.reports import GRANULARITY, GROUPS, UsageStore, parse_time
+
+    if args.group_by not in GROUPS or args.granularity not in GRANULARITY:
+        print(
+            f"error: --group-by takes {', '.join(GROUPS)}; --granularity hour or day",
+            file=sys.stderr,
+        )
+        return 2
+    end = parse_time(args.end, time.time())
+    start = parse_time(args.start, end - 31 * 86400)
+    store = SQLiteStore(loaded.config.store.sqlite_path)
+    await store.start()
+    try:
+        rows = await UsageStore(store).report(
+            group_by=args.group_by,
+            start=start,
+            end=end,
+            granularity=args.granularity,
+            team_id=args.team,
+        )
+    finally:
+        await store.close()
+    header = (
+        "period",
+        args.group_by,
+        "requests",
+        "interrupted",
+        "errors",
+        "prompt",
+        "completion",
+        "delivered",
+        "cost USD",
+    )
+    table = [header] + [
+        (
+            r["period_start"][: 13 if args.granularity == "hour" else 10],
+            str(r["group"]),
+            str(r["requests"]),
+            str(r["interrupted"]),
+            str(r["errors"]),
+            str(r["prompt_tokens"]),
+            str(r["completion_tokens"]),
+            str(r["completion_delivered"]),
+            "-" if r["cost_usd"] is None else f"{r['cost_usd']:.6f}",
+        )
+        for r in rows
+    ]
+    widths = [max(len(row[i]) for row in table) for i in range(len(header))]
+    for row in table:
+        print(
+            "  ".join(
+                cell.rjust(w) if i >= 2 else cell.ljust(w)
+                for i, (cell, w) in enumerate(zip(row, widths, strict=True))
+            )
+        )
+    if not rows:
+        print("(no usage in that period)")
+    return 0
+
+
 def main(argv: list[str] | None = None) -> int:
     parser = argparse.ArgumentParser(
         prog="gateway", description="An OpenAI-compatible LLM gateway."
@@ -163,6 +235,8 @@ def main(argv: list[str] | None = None) -> int:
         return 2
     if args.command in ("keys", "teams"):
         return asyncio.run(_admin(args, loaded))
+    if args.command == "usage":
+        return asyncio.run(_usage(args, loaded))
     if args.command == "check-config":
         names = ", ".join(m.name for m in loaded.config.models) or "(none)"
         print(f"{loaded.path}: OK ({len(loaded.config.models)} model aliases: {names})")

@@ -86,3 +86,53 @@ async def test_serve_answers_and_stops_cleanly_on_sigterm(tmp_path: Path) -> Non
         if process.returncode is None:
             process.kill()
             await process.wait()
+
+
+async def test_usage_prints_a_table(tmp_path: Path) -> None:
+    from gateway.app import create_app
+    from gateway.config import parse_config
+
+    config = tmp_path / "gw.yaml"
+    config.write_text(
+        f"store: {{url: 'sqlite:///{tmp_path}/gw.db'}}\n"
+        "models: [{name: demo, deployments: [{provider: demo, chunk_delay_ms: 0,"
+        " input_cost_per_mtok: 1, output_cost_per_mtok: 2}]}]\n"
+    )
+    from aiohttp.test_utils import TestServer
+
+    app = create_app(
+        parse_config(
+            {
+                "store": {"url": f"sqlite:///{tmp_path}/gw.db"},
+                "models": [
+                    {"name": "demo", "deployments": [{"provider": "demo", "chunk_delay_ms": 0}]}
+                ],
+            }
+        ).config
+    )
+    async with TestServer(app) as server:
+        async with openai.AsyncOpenAI(base_url=str(server.make_url("/v1")), api_key="x") as client:
+            await client.chat.completions.create(
+                model="demo", messages=[{"role": "user", "content": "hi"}]
+            )
+    result = await asyncio.to_thread(
+        subprocess.run,
+        [*GATEWAY, "usage", "--group-by", "model", "--config", str(config)],
+        capture_output=True,
+        text=True,
+    )
+    assert result.returncode == 0, result.stderr
+    lines = result.stdout.splitlines()
+    assert lines[0].split() == [
+        "period",
+        "model",
+        "requests",
+        "interrupted",
+        "errors",
+        "prompt",
+        "completion",
+        "delivered",
+        "cost",
+        "USD",
+    ]
+    assert lines[1].split()[1:3] == ["demo", "1"]
