@@ -8,6 +8,7 @@ from collections.abc import AsyncIterator
 import aiohttp
 from aiohttp import web
 
+from gateway import metrics
 from gateway.config import GatewayConfig
 from gateway.context import GATEWAY, Gateway
 from gateway.conversations.service import Conversations
@@ -17,6 +18,7 @@ from gateway.http.middleware import add_request_id, errors_and_ids
 from gateway.http.routes import add_routes
 from gateway.metering import tokens
 from gateway.metering.auth import Authenticator
+from gateway.metering.limits import Limiter
 from gateway.metering.reports import UsageStore
 from gateway.metering.store import KeyStore
 from gateway.metering.usage import Meter
@@ -27,6 +29,7 @@ def create_app(config: GatewayConfig) -> web.Application:
     store = SQLiteStore(config.store.sqlite_path)
     conversations = Conversations(store, repair_interrupted=config.conversations.repair_interrupted)
     keys = KeyStore(store)
+    usage = UsageStore(store)
     auth = Authenticator(config.auth.master_key, keys, config.auth.key_cache_s)
     gateway = Gateway(
         config=config,
@@ -34,8 +37,10 @@ def create_app(config: GatewayConfig) -> web.Application:
         conversations=conversations,
         keys=keys,
         auth=auth,
-        usage=UsageStore(store),
+        usage=usage,
+        limiter=Limiter(usage.spent),
     )
+    metrics.STORE_QUEUE.set_function(store.queue_depth)
     app = web.Application(
         middlewares=[errors_and_ids, authenticate],
         client_max_size=int(config.server.max_body_mb * 1024 * 1024),

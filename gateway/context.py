@@ -14,6 +14,7 @@ from gateway.config import GatewayConfig
 from gateway.conversations.service import Conversations
 from gateway.conversations.store import Store
 from gateway.metering.auth import Authenticator
+from gateway.metering.limits import Limiter
 from gateway.metering.reports import UsageStore
 from gateway.metering.store import KeyStore
 from gateway.metering.usage import Meter
@@ -30,6 +31,7 @@ class Gateway:
     keys: KeyStore
     auth: Authenticator
     usage: UsageStore
+    limiter: Limiter
     meter: Meter | None = None
     router: Router | None = None
     session: aiohttp.ClientSession | None = None

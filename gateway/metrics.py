@@ -77,5 +77,24 @@ COST = Counter(
 )
 
 
+LIMIT_REJECTIONS = Counter(
+    "gateway_limit_rejections_total",
+    "Requests refused with 429, by limit (rpm, tpm, concurrency, budget) and scope (key, team).",
+    ["limit", "scope"],
+    registry=REGISTRY,
+)
+BUDGET_WARNINGS = Counter(
+    "gateway_budget_warnings_total",
+    "Requests let through over a soft budget, by scope.",
+    ["scope"],
+    registry=REGISTRY,
+)
+STORE_QUEUE = Gauge(
+    "gateway_store_queue_depth",
+    "Store operations waiting for the writer.",
+    registry=REGISTRY,
+)
+
+
 def render() -> bytes:
     return generate_latest(REGISTRY)

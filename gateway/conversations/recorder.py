@@ -34,6 +34,7 @@ from gateway.conversations.events import (
 from gateway.conversations.store import Store
 
 if TYPE_CHECKING:
+    from gateway.metering.limits import Lease
     from gateway.metering.usage import Meter
 from gateway.errors import GatewayError, UpstreamError
 from gateway.stream.assembler import BlockAssembler
@@ -190,6 +191,7 @@ class TurnRecorder:
         alias: str | None = None,
         prompt: list[Any] | None = None,
         meter: Meter | None = None,
+        lease: Lease | None = None,
     ) -> None:
         self.store = store
         self.conversation_id = conversation_id
@@ -201,6 +203,7 @@ class TurnRecorder:
         self.alias = alias
         self.prompt = prompt or []
         self.meter = meter
+        self.lease = lease  # rate-limit and budget reservations, settled at the end
         self.attempts: list[Attempt] = []
         self.ended = False
         self._started = time.monotonic()
@@ -346,7 +349,12 @@ class TurnRecorder:
         }
         if self.meter is not None:
             # What is billed: the provider's count, or an estimate where it never came.
-            payload["metered"] = self.meter.turn(self)
+            metered = payload["metered"] = self.meter.turn(self)
+            if self.lease is not None:
+                tokens = metered["prompt_tokens"] + metered["completion_tokens"]
+                self.lease.settle(metered["cost_usd"], tokens)
+        elif self.lease is not None:
+            self.lease.release()
         self._append(TURN_END, payload)
         metrics.TURNS.labels(status, reason or "").inc()
 

@@ -50,7 +50,8 @@ CREATE TABLE IF NOT EXISTS teams (
     id TEXT PRIMARY KEY,
     name TEXT NOT NULL,
     created_at REAL NOT NULL,
-    metadata TEXT NOT NULL
+    metadata TEXT NOT NULL,
+    limits TEXT
 );
 CREATE TABLE IF NOT EXISTS keys (
     id TEXT PRIMARY KEY,
@@ -63,7 +64,8 @@ CREATE TABLE IF NOT EXISTS keys (
     models TEXT,
     expires_at REAL,
     revoked_at REAL,
-    metadata TEXT NOT NULL
+    metadata TEXT NOT NULL,
+    limits TEXT
 );
 CREATE INDEX IF NOT EXISTS keys_by_team ON keys (team_id);
 CREATE TABLE IF NOT EXISTS usage (
@@ -212,6 +214,9 @@ class SQLiteStore:
         return await self._call(read)
 
     # -- the worker ------------------------------------------------------------------------
+
+    def queue_depth(self) -> int:
+        return self._queue.qsize()
 
     def submit(self, op: _Op) -> None:
         """Queue a write of another module's own table (usage, keys) in order with the rest."""
@@ -364,6 +369,8 @@ _ADDED_COLUMNS = [
     ("conversations", "key_id", "TEXT"),
     ("turns", "team_id", "TEXT"),
     ("turns", "key_id", "TEXT"),
+    ("teams", "limits", "TEXT"),
+    ("keys", "limits", "TEXT"),
 ]
 
 

@@ -6,7 +6,7 @@ from aiohttp import web
 
 from gateway.context import GATEWAY
 from gateway.dialects.openai_chat import parse_json_object
-from gateway.metering.admin import Admin, KeyChanges, NewKey, NewTeam, parse
+from gateway.metering.admin import Admin, KeyChanges, NewKey, NewTeam, TeamChanges, parse
 
 
 def _admin(request: web.Request) -> Admin:
@@ -42,6 +42,12 @@ async def create_team(request: web.Request) -> web.Response:
 async def list_teams(request: web.Request) -> web.Response:
     teams = await request.app[GATEWAY].keys.teams()
     return web.json_response({"object": "list", "data": [t.to_api() for t in teams]})
+
+
+async def update_team(request: web.Request) -> web.Response:
+    body = parse(TeamChanges, parse_json_object(await request.read()))
+    team = await _admin(request).update_team(request.match_info["id"], body)
+    return web.json_response(team.to_api())
 
 
 async def create_key(request: web.Request) -> web.Response:

@@ -2,6 +2,8 @@
 
 from __future__ import annotations
 
+from typing import Any
+
 from aiohttp import web
 
 from gateway.context import GATEWAY
@@ -11,7 +13,14 @@ from gateway.dialects.openai_chat import parse_chat_request
 from gateway.errors import Conflict, NotFound
 from gateway.http.auth import PRINCIPAL
 from gateway.http.middleware import REQUEST_ID
+from gateway.metering.keys import Principal
+from gateway.metering.limits import Lease, Limiter, scopes_of
+from gateway.metering.tokens import count_messages
 from gateway.pipeline import ChatCall, run_chat
+from gateway.routing import Deployment
+
+# The completion a request without max_tokens is assumed to take, for budget reservations.
+DEFAULT_COMPLETION_ESTIMATE = 1024
 
 
 async def chat_completions(request: web.Request) -> web.StreamResponse:
@@ -19,10 +28,16 @@ async def chat_completions(request: web.Request) -> web.StreamResponse:
     principal = request[PRINCIPAL]
     body, parsed = parse_chat_request(await request.read())
     alias = gateway.routes.alias(parsed.model, principal)
-    joined = await gateway.conversations.join(
-        request.headers.get("X-Conversation-Id"), body["messages"], principal
-    )
-    headers = {"X-Conversation-Id": joined.conversation_id}
+    plan = gateway.routes.plan(alias, body)
+    lease = await admit(gateway.limiter, principal, body, plan)
+    try:
+        joined = await gateway.conversations.join(
+            request.headers.get("X-Conversation-Id"), body["messages"], principal
+        )
+    except BaseException:
+        lease.release()
+        raise
+    headers = {"X-Conversation-Id": joined.conversation_id, **lease.headers}
     if joined.repaired is not None:
         # The upstream gets the history the user saw: the dropped partial answer put back.
         body = {**body, "messages": joined.repaired}
@@ -37,6 +52,7 @@ async def chat_completions(request: web.Request) -> web.StreamResponse:
         alias=alias.name,
         prompt=body["messages"],
         meter=gateway.meter,
+        lease=lease,
     )
     turn.begin(
         new_conversation=joined.create,
@@ -57,7 +73,7 @@ async def chat_completions(request: web.Request) -> web.StreamResponse:
         body=body,
         stream=bool(parsed.stream),
         alias=alias,
-        plan=gateway.routes.plan(alias, body),
+        plan=plan,
         turn=turn,
         headers=headers,
         cancel_reason=gateway.cancel_reason,
@@ -67,6 +83,25 @@ async def chat_completions(request: web.Request) -> web.StreamResponse:
         team_id=principal.team_id,
     )
     return await run_chat(call)
+
+
+async def admit(
+    limiter: Limiter, principal: Principal, body: dict[str, Any], plan: list[Deployment]
+) -> Lease:
+    """Rate limits and budgets, before any upstream call; 429 when one is reached."""
+    scopes = scopes_of(
+        principal.key_limits, principal.team_limits, principal.key_id, principal.team_id
+    )
+    if not any(s[2].tpm or s[2].budget for s in scopes):
+        return await limiter.admit(scopes, 0, 0.0)  # only counts: no estimate needed
+    # Reserve generously: the prompt, plus the most the answer may take.
+    prompt = count_messages(body.get("messages") or [])
+    completion = body.get("max_completion_tokens") or body.get("max_tokens")
+    if not isinstance(completion, int):
+        completion = DEFAULT_COMPLETION_ESTIMATE
+    price = plan[0].price if plan else None
+    cost = price.cost(prompt, completion) if price is not None else 0.0
+    return await limiter.admit(scopes, prompt + completion, cost)
 
 
 async def cancel(request: web.Request) -> web.Response:

@@ -19,6 +19,7 @@ def add_routes(app: web.Application) -> None:
     app.router.add_get("/v1/gateway/deployments", admin.deployments)
     app.router.add_post("/v1/gateway/teams", admin.create_team)
     app.router.add_get("/v1/gateway/teams", admin.list_teams)
+    app.router.add_patch("/v1/gateway/teams/{id}", admin.update_team)
     app.router.add_post("/v1/gateway/keys", admin.create_key)
     app.router.add_get("/v1/gateway/keys", admin.list_keys)
     app.router.add_get("/v1/gateway/keys/{id}", admin.get_key)

@@ -12,6 +12,7 @@ from gateway.conversations.events import new_id
 from gateway.errors import Conflict, InvalidRequest, NotFound
 from gateway.metering.auth import Authenticator
 from gateway.metering.keys import KeyRecord, Team, generate_key, hash_key
+from gateway.metering.limits import Limits
 from gateway.metering.store import KeyStore
 
 _TEAM_ID = re.compile(r"^[A-Za-z0-9._-]{1,64}$")
@@ -25,6 +26,11 @@ class NewTeam(_Request):
     name: str = Field(min_length=1, max_length=200)
     id: str | None = Field(None, description="Defaults to a generated `team_...` id.")
     metadata: dict[str, Any] = Field(default_factory=dict)
+    limits: Limits | None = None
+
+
+class TeamChanges(_Request):
+    limits: Limits | None = None
 
 
 class NewKey(_Request):
@@ -35,6 +41,7 @@ class NewKey(_Request):
     expires_at: float | None = Field(None, description="Unix time after which the key fails.")
     expires_in_s: float | None = Field(None, gt=0, description="Or: seconds from now.")
     metadata: dict[str, Any] = Field(default_factory=dict)
+    limits: Limits | None = None
 
 
 class KeyChanges(_Request):
@@ -43,6 +50,7 @@ class KeyChanges(_Request):
     models: list[str] | None = None
     expires_at: float | None = None
     metadata: dict[str, Any] | None = None
+    limits: Limits | None = None
 
 
 def parse(model: type[_Request], body: dict[str, Any]) -> Any:
@@ -65,7 +73,8 @@ class Admin:
         team_id = request.id or new_id("team")
         if not _TEAM_ID.match(team_id):
             raise InvalidRequest("'id' must be 1-64 letters, digits, '.', '_' or '-'.", param="id")
-        team = Team(team_id, request.name, time.time(), request.metadata)
+        limits = request.limits.model_dump(exclude_none=True) if request.limits else None
+        team = Team(team_id, request.name, time.time(), request.metadata, limits)
         if not await self._keys.create_team(team):
             raise Conflict(f"A team with id '{team_id}' exists already.", code="team_exists")
         return team
@@ -89,6 +98,7 @@ class Admin:
             models=tuple(request.models) if request.models is not None else None,
             expires_at=expires_at,
             metadata=request.metadata,
+            limits=request.limits.model_dump(exclude_none=True) if request.limits else None,
         )
         await self._keys.create_key(record)
         return record, secret
@@ -100,7 +110,9 @@ class Admin:
         return record
 
     async def update_key(self, key_id: str, request: KeyChanges) -> KeyRecord:
-        changes = request.model_dump(exclude_unset=True)
+        changes = request.model_dump(exclude_unset=True, exclude_none=False)
+        if request.limits is not None:
+            changes["limits"] = request.limits.model_dump(exclude_none=True)
         self._check_models(changes.get("models"))
         record = await self._keys.update_key(key_id, changes)
         if record is None:
@@ -114,6 +126,17 @@ class Admin:
             record = await self._keys.update_key(key_id, {"revoked_at": time.time()}) or record
         self._auth.forget(record.hash)
         return record
+
+    async def update_team(self, team_id: str, request: TeamChanges) -> Team:
+        if "limits" not in request.model_fields_set:
+            team = await self._keys.team(team_id)
+        else:
+            limits = request.limits.model_dump(exclude_none=True) if request.limits else None
+            team = await self._keys.update_team_limits(team_id, limits)
+        if team is None:
+            raise NotFound(f"No team with id '{team_id}'.")
+        self._auth.forget_team(team_id)
+        return team
 
     def _check_models(self, models: list[str] | None) -> None:
         unknown = [m for m in models or () if m not in self._aliases]

@@ -13,7 +13,7 @@ import time
 from collections.abc import Mapping
 
 from gateway.errors import Unauthorized
-from gateway.metering.keys import ADMIN, KEY_PREFIX, OPEN, KeyRecord, Principal, hash_key
+from gateway.metering.keys import ADMIN, KEY_PREFIX, OPEN, KeyRecord, Principal, Team, hash_key
 from gateway.metering.store import KeyStore
 
 _CACHE_MAX = 10_000
@@ -34,6 +34,7 @@ class Authenticator:
         self._keys = keys
         self._cache_s = cache_s
         self._cache: dict[str, tuple[float, KeyRecord | None]] = {}
+        self._teams: dict[str, tuple[float, Team | None]] = {}
 
     async def principal(self, headers: Mapping[str, str]) -> Principal:
         secret = presented_key(headers)
@@ -58,7 +59,28 @@ class Authenticator:
         if reason is not None:
             raise Unauthorized(f"This API key has been {reason}.", code=f"api_key_{reason}")
         models = frozenset(record.models) if record.models is not None else None
-        return Principal("key", record.team_id, record.id, record.user, models)
+        team = await self._team(record.team_id)
+        return Principal(
+            "key",
+            record.team_id,
+            record.id,
+            record.user,
+            models,
+            key_limits=record.limits,
+            team_limits=team.limits if team is not None else None,
+        )
+
+    async def _team(self, team_id: str) -> Team | None:
+        now = time.monotonic()
+        cached = self._teams.get(team_id)
+        if cached is not None and cached[0] > now:
+            return cached[1]
+        team = await self._keys.team(team_id)
+        self._teams[team_id] = (now + self._cache_s, team)
+        return team
+
+    def forget_team(self, team_id: str) -> None:
+        self._teams.pop(team_id, None)
 
     async def _lookup(self, key_hash: str) -> KeyRecord | None:
         now = time.monotonic()

@@ -31,6 +31,7 @@ class Team:
     name: str
     created_at: float
     metadata: dict[str, Any] = field(default_factory=dict)
+    limits: dict[str, Any] | None = None  # gateway.metering.limits.Limits, as stored
 
     def to_api(self) -> dict[str, Any]:
         return {
@@ -39,6 +40,7 @@ class Team:
             "name": self.name,
             "created_at": self.created_at,
             "metadata": self.metadata,
+            "limits": self.limits,
         }
 
 
@@ -55,6 +57,7 @@ class KeyRecord:
     expires_at: float | None = None
     revoked_at: float | None = None
     metadata: dict[str, Any] = field(default_factory=dict)
+    limits: dict[str, Any] | None = None
 
     def unusable_because(self, now: float | None = None) -> str | None:
         now = time.time() if now is None else now
@@ -77,6 +80,7 @@ class KeyRecord:
             "revoked_at": self.revoked_at,
             "created_at": self.created_at,
             "metadata": self.metadata,
+            "limits": self.limits,
         }
 
 
@@ -87,6 +91,8 @@ class Principal:
     key_id: str | None = None
     user: str | None = None
     models: frozenset[str] | None = None
+    key_limits: dict[str, Any] | None = None
+    team_limits: dict[str, Any] | None = None
 
     @property
     def is_admin(self) -> bool:

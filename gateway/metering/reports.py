@@ -50,6 +50,20 @@ class UsageStore:
             )
         )
 
+    async def spent(self, kind: str, ident: str, since: float) -> float:
+        """USD recorded for a key or team since a time (what a budget has used)."""
+        column = "key_id" if kind == "key" else "team_id"
+
+        def op(db: sqlite3.Connection) -> float:
+            row = db.execute(
+                "SELECT COALESCE(SUM(cost_usd), 0) FROM usage"
+                f" WHERE {column} = ? AND created_at >= ?",
+                (ident, since),
+            ).fetchone()
+            return float(row[0])
+
+        return await self._store.call(op)
+
     async def report(
         self,
         *,

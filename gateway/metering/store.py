@@ -11,14 +11,15 @@ from gateway.conversations.sqlite import SQLiteStore
 from gateway.metering.keys import KeyRecord, Team
 
 _KEY_COLUMNS = (
-    "id, hash, prefix, team_id, created_at, name, user, models, expires_at, revoked_at, metadata"
+    "id, hash, prefix, team_id, created_at, name, user, models, expires_at, revoked_at, metadata,"
+    " limits"
 )
 # Fields an admin may change on a key.
-KEY_UPDATABLE = ("name", "user", "models", "expires_at", "metadata")
+KEY_UPDATABLE = ("name", "user", "models", "expires_at", "metadata", "limits")
 
 
 def _key(row: tuple[Any, ...]) -> KeyRecord:
-    id_, hash_, prefix, team, created, name, user, models, expires, revoked, metadata = row
+    id_, hash_, prefix, team, created, name, user, models, expires, revoked, metadata, limits = row
     return KeyRecord(
         id=id_,
         hash=hash_,
@@ -31,6 +32,7 @@ def _key(row: tuple[Any, ...]) -> KeyRecord:
         expires_at=expires,
         revoked_at=revoked,
         metadata=orjson.loads(metadata),
+        limits=orjson.loads(limits) if limits else None,
     )
 
 
@@ -39,6 +41,8 @@ def _encode(field: str, value: Any) -> Any:
         return None if value is None else orjson.dumps(list(value)).decode()
     if field == "metadata":
         return orjson.dumps(value or {}).decode()
+    if field == "limits":
+        return orjson.dumps(value).decode() if value else None
     return value
 
 
@@ -51,8 +55,15 @@ class KeyStore:
 
         def op(db: sqlite3.Connection) -> bool:
             cursor = db.execute(
-                "INSERT OR IGNORE INTO teams (id, name, created_at, metadata) VALUES (?, ?, ?, ?)",
-                (team.id, team.name, team.created_at, orjson.dumps(team.metadata).decode()),
+                "INSERT OR IGNORE INTO teams (id, name, created_at, metadata, limits)"
+                " VALUES (?, ?, ?, ?, ?)",
+                (
+                    team.id,
+                    team.name,
+                    team.created_at,
+                    orjson.dumps(team.metadata).decode(),
+                    _encode("limits", team.limits),
+                ),
             )
             return cursor.rowcount == 1
 
@@ -61,9 +72,12 @@ class KeyStore:
     async def teams(self) -> list[Team]:
         def op(db: sqlite3.Connection) -> list[Team]:
             rows = db.execute(
-                "SELECT id, name, created_at, metadata FROM teams ORDER BY created_at"
+                "SELECT id, name, created_at, metadata, limits FROM teams ORDER BY created_at"
             )
-            return [Team(i, n, c, orjson.loads(m)) for i, n, c, m in rows]
+            return [
+                Team(i, n, c, orjson.loads(m), orjson.loads(lim) if lim else None)
+                for i, n, c, m, lim in rows
+            ]
 
         return await self._store.call(op)
 
@@ -83,10 +97,11 @@ class KeyStore:
             key.expires_at,
             key.revoked_at,
             _encode("metadata", key.metadata),
+            _encode("limits", key.limits),
         )
         await self._store.call(
             lambda db: db.execute(
-                f"INSERT INTO keys ({_KEY_COLUMNS}) VALUES (?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?)",
+                f"INSERT INTO keys ({_KEY_COLUMNS}) VALUES (?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?)",
                 values,
             )
         )
@@ -132,3 +147,11 @@ class KeyStore:
             return _key(row) if row else None
 
         return await self._store.call(op)
+
+    async def update_team_limits(self, team_id: str, limits: dict[str, Any] | None) -> Team | None:
+        await self._store.call(
+            lambda db: db.execute(
+                "UPDATE teams SET limits = ? WHERE id = ?", (_encode("limits", limits), team_id)
+            )
+        )
+        return await self.team(team_id)

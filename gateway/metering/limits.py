@@ -1,0 +1,245 @@
+"""Rate limits and budgets, per key and per team, checked before any upstream call.
+
+- Requests per minute and tokens per minute: sliding one-minute windows. Tokens are taken at
+  admission as an estimate (prompt + `max_tokens`) and corrected to the real count at the end.
+- Concurrent requests: a counter held for the request's life.
+- Budgets in USD per day, week, month or in total: `hard` refuses (429 `budget_exceeded`), `soft`
+  lets the request through with a warning header. Each admitted request reserves its estimated
+  cost until its real cost is known, so concurrent requests cannot overshoot a hard budget by
+  more than what is reserved in flight; spend so far is read once from the usage records.
+
+This is the in-process implementation: one replica's view.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import time
+from collections import deque
+from collections.abc import Awaitable, Callable
+from dataclasses import dataclass, field
+from datetime import UTC, datetime, timedelta
+from typing import Any, Literal
+
+from pydantic import BaseModel, ConfigDict, Field
+
+from gateway import metrics
+from gateway.errors import GatewayError
+
+WINDOW_S = 60.0
+
+
+class Budget(BaseModel):
+    model_config = ConfigDict(extra="forbid", frozen=True)
+
+    usd: float = Field(gt=0, description="The budget in USD.")
+    period: Literal["day", "week", "month", "total"] = "month"
+    mode: Literal["hard", "soft"] = "hard"
+
+
+class Limits(BaseModel):
+    model_config = ConfigDict(extra="forbid", frozen=True)
+
+    rpm: int | None = Field(None, ge=1, description="Requests per minute.")
+    tpm: int | None = Field(None, ge=1, description="Tokens per minute (prompt + completion).")
+    max_concurrent: int | None = Field(None, ge=1, description="Requests in flight at once.")
+    budget: Budget | None = None
+
+
+class LimitExceeded(GatewayError):
+    status = 429
+    type = "rate_limit_error"
+    code = "rate_limit_exceeded"
+
+
+class BudgetExceeded(LimitExceeded):
+    type = "insufficient_quota"
+    code = "budget_exceeded"
+
+
+def period_start(period: str, now: float) -> float:
+    moment = datetime.fromtimestamp(now, UTC)
+    if period == "day":
+        start = moment.replace(hour=0, minute=0, second=0, microsecond=0)
+    elif period == "week":
+        start = (moment - timedelta(days=moment.weekday())).replace(
+            hour=0, minute=0, second=0, microsecond=0
+        )
+    elif period == "month":
+        start = moment.replace(day=1, hour=0, minute=0, second=0, microsecond=0)
+    else:
+        return 0.0
+    return start.timestamp()
+
+
+@dataclass
+class _Scope:
+    requests: deque[float] = field(default_factory=deque)
+    tokens: deque[tuple[float, int]] = field(default_factory=deque)
+    token_sum: int = 0
+    in_flight: int = 0
+    budget_period: float | None = None
+    spent: float = 0.0
+    reserved: float = 0.0
+    loading: tuple[float, asyncio.Future[float]] | None = None
+
+    def prune(self, now: float) -> None:
+        while self.requests and self.requests[0] <= now - WINDOW_S:
+            self.requests.popleft()
+        while self.tokens and self.tokens[0][0] <= now - WINDOW_S:
+            self.token_sum -= self.tokens.popleft()[1]
+
+
+# (scope kind, scope id, the since time) -> USD spent since then, from the usage records.
+SpendLoader = Callable[[str, str, float], Awaitable[float]]
+
+
+@dataclass
+class Lease:
+    """What one admitted request holds until it ends."""
+
+    limiter: Limiter
+    scopes: list[tuple[str, str, Limits]]
+    tokens: int
+    cost: float
+    headers: dict[str, str] = field(default_factory=dict)
+    done: bool = False
+
+    def settle(self, cost: float | None, tokens: int | None) -> None:
+        """The request ended: its real cost and tokens replace the estimates."""
+        if self.done:
+            return
+        self.done = True
+        self.limiter._settle(self, cost, tokens)
+
+    def release(self) -> None:
+        """The request ended before it was metered (refused later, or failed early)."""
+        self.settle(0.0, 0)
+
+
+class Limiter:
+    def __init__(self, spend: SpendLoader) -> None:
+        self._spend = spend
+        self._scopes: dict[tuple[str, str], _Scope] = {}
+
+    def _scope(self, kind: str, ident: str) -> _Scope:
+        return self._scopes.setdefault((kind, ident), _Scope())
+
+    async def admit(self, scopes: list[tuple[str, str, Limits]], tokens: int, cost: float) -> Lease:
+        now = time.time()
+        # Load spend before checking anything: after the awaits, check and reserve happen
+        # without yielding, so concurrent requests see each other's reservations.
+        for kind, ident, limits in scopes:
+            if limits.budget is not None:
+                scope = self._scope(kind, ident)
+                start = period_start(limits.budget.period, now)
+                if scope.budget_period != start:
+                    # One read for all the requests that arrive while it is under way: a
+                    # later result must not overwrite spend that has been settled since.
+                    if scope.loading is None or scope.loading[0] != start:
+                        task = asyncio.ensure_future(self._spend(kind, ident, start))
+                        scope.loading = (start, task)
+                    spent = await scope.loading[1]
+                    if scope.budget_period != start:
+                        scope.spent, scope.budget_period = spent, start
+        lease = Lease(self, scopes, tokens, cost)
+        for kind, ident, limits in scopes:
+            self._check(kind, ident, limits, tokens, cost, now, lease.headers)
+        for kind, ident, _ in scopes:
+            scope = self._scope(kind, ident)
+            scope.requests.append(now)
+            scope.tokens.append((now, tokens))
+            scope.token_sum += tokens
+            scope.in_flight += 1
+            scope.reserved += cost
+        return lease
+
+    def _check(
+        self,
+        kind: str,
+        ident: str,
+        limits: Limits,
+        tokens: int,
+        cost: float,
+        now: float,
+        headers: dict[str, str],
+    ) -> None:
+        scope = self._scope(kind, ident)
+        scope.prune(now)
+        if limits.rpm is not None:
+            remaining = limits.rpm - len(scope.requests)
+            reset = scope.requests[0] + WINDOW_S - now if scope.requests else 0.0
+            headers.setdefault("x-ratelimit-limit-requests", str(limits.rpm))
+            headers.setdefault("x-ratelimit-remaining-requests", str(max(0, remaining - 1)))
+            headers.setdefault("x-ratelimit-reset-requests", f"{reset:.3f}s")
+            if remaining <= 0:
+                self._refuse("rpm", kind, f"{limits.rpm} requests per minute", reset, headers)
+        if limits.tpm is not None:
+            remaining = limits.tpm - scope.token_sum
+            reset = self._tokens_free_in(scope, tokens - remaining, now)
+            headers.setdefault("x-ratelimit-limit-tokens", str(limits.tpm))
+            headers.setdefault("x-ratelimit-remaining-tokens", str(max(0, remaining - tokens)))
+            headers.setdefault("x-ratelimit-reset-tokens", f"{reset:.3f}s")
+            if tokens > remaining:
+                self._refuse("tpm", kind, f"{limits.tpm} tokens per minute", reset, headers)
+        if limits.max_concurrent is not None and scope.in_flight >= limits.max_concurrent:
+            self._refuse(
+                "concurrency", kind, f"{limits.max_concurrent} concurrent requests", 1.0, headers
+            )
+        budget = limits.budget
+        if budget is not None and scope.spent + scope.reserved + cost > budget.usd:
+            detail = (
+                f"the {kind} budget of {budget.usd:g} USD per {budget.period} is spent"
+                f" ({scope.spent:.6f} USD used, {scope.reserved:.6f} USD reserved by requests"
+                " in flight)"
+            )
+            if budget.mode == "soft":
+                headers["X-Gateway-Budget-Warning"] = detail
+                metrics.BUDGET_WARNINGS.labels(kind).inc()
+            else:
+                metrics.LIMIT_REJECTIONS.labels("budget", kind).inc()
+                error = BudgetExceeded(f"Budget exceeded: {detail}.")
+                error.headers.update(headers)
+                raise error
+
+    @staticmethod
+    def _tokens_free_in(scope: _Scope, needed: int, now: float) -> float:
+        freed = 0
+        for t, used in scope.tokens:
+            freed += used
+            if freed >= needed:
+                return max(0.0, t + WINDOW_S - now)
+        return WINDOW_S
+
+    @staticmethod
+    def _refuse(limit: str, kind: str, what: str, reset: float, headers: dict[str, str]) -> None:
+        metrics.LIMIT_REJECTIONS.labels(limit, kind).inc()
+        error = LimitExceeded(
+            f"Rate limit reached for this {kind}: {what}. Retry after {reset:.1f}s."
+        )
+        error.headers.update(headers)
+        error.headers["Retry-After"] = str(max(1, int(reset + 0.999)))
+        raise error
+
+    def _settle(self, lease: Lease, cost: float | None, tokens: int | None) -> None:
+        now = time.time()
+        for kind, ident, _ in lease.scopes:
+            scope = self._scope(kind, ident)
+            scope.in_flight -= 1
+            scope.reserved -= lease.cost
+            scope.spent += cost or 0.0
+            if tokens is not None and tokens != lease.tokens:
+                # Correct the estimate taken at admission to the real count.
+                scope.tokens.append((now, tokens - lease.tokens))
+                scope.token_sum += tokens - lease.tokens
+
+
+def scopes_of(
+    key_limits: Any, team_limits: Any, key_id: str | None, team_id: str | None
+) -> list[tuple[str, str, Limits]]:
+    out = []
+    if key_id is not None and key_limits:
+        out.append(("key", key_id, Limits.model_validate(key_limits)))
+    if team_id is not None and team_limits:
+        out.append(("team", team_id, Limits.model_validate(team_limits)))
+    return out
