@@ -15,6 +15,23 @@ REQUESTS = Counter(
 IN_FLIGHT = Gauge(
     "gateway_requests_in_flight", "HTTP requests being handled right now.", registry=REGISTRY
 )
+COMPLETIONS = Counter(
+    "gateway_completions_total",
+    "Completion requests by alias, the deployment that answered last, client dialect and"
+    " final status (completed, aborted, error).",
+    ["alias", "deployment", "dialect", "status"],
+    registry=REGISTRY,
+)
+DURATION = Histogram(
+    "gateway_request_duration_seconds",
+    "From a completion request's arrival to its end, by alias.",
+    ["alias"],
+    buckets=(0.05, 0.1, 0.25, 0.5, 1, 2, 5, 10, 30, 60, 120, 300),
+    registry=REGISTRY,
+)
+STREAMS = Gauge(
+    "gateway_streams_in_flight", "Streaming responses being written right now.", registry=REGISTRY
+)
 TURNS = Counter(
     "gateway_turns_total",
     "Conversation turns recorded, by final status and reason.",

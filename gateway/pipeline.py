@@ -374,6 +374,7 @@ class _Relay:
         self.tracker = DeliveryTracker(self.call.request)
         self.tracker.begin()
         self.response = response
+        metrics.STREAMS.inc()
         await response.prepare(self.call.request)
         self.tracker.chunked = response.chunked
         return response
@@ -563,5 +564,6 @@ class _Relay:
     def close(self) -> None:
         if self.upstream is not None:
             self.upstream.close()
-        if self.tracker is not None:
+        if self.tracker is not None:  # made when the stream's response started
             self.tracker.close()
+            metrics.STREAMS.dec()

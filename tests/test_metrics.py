@@ -42,6 +42,17 @@ async def test_counters_move_with_traffic(gw: GatewayUnderTest) -> None:
         )
     await gw.flush()
     after = await scrape(gw)
-    for key in (turns, attempts):
+    completions = (
+        "gateway_completions_total",
+        (
+            ("alias", "demo"),
+            ("deployment", "demo/0-demo"),
+            ("dialect", "openai.chat"),
+            ("status", "completed"),
+        ),
+    )
+    duration = ("gateway_request_duration_seconds_count", (("alias", "demo"),))
+    for key in (turns, attempts, completions, duration):
         assert after[key] - before.get(key, 0.0) == 3
+    assert after[("gateway_streams_in_flight", ())] == 0
     assert after[tokens] > before.get(tokens, 0.0)

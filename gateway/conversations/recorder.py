@@ -204,6 +204,7 @@ class TurnRecorder:
         self.prompt = prompt or []
         self.meter = meter
         self.lease = lease  # rate-limit and budget reservations, settled at the end
+        self.dialect = "openai.chat"  # the client-facing API the turn came through
         self.attempts: list[Attempt] = []
         self.ended = False
         self._started = time.monotonic()
@@ -357,6 +358,10 @@ class TurnRecorder:
             self.lease.release()
         self._append(TURN_END, payload)
         metrics.TURNS.labels(status, reason or "").inc()
+        last = self.attempts[-1].route.get("deployment") if self.attempts else None
+        alias = self.alias or ""
+        metrics.COMPLETIONS.labels(alias, str(last or ""), self.dialect, status).inc()
+        metrics.DURATION.labels(alias).observe(time.monotonic() - self._started)
 
     def _append(self, kind: str, payload: dict[str, Any]) -> None:
         self.store.append(NewEvent(self.conversation_id, self.turn_id, kind, payload))
