@@ -33,7 +33,7 @@ from aiohttp import web
 
 from gateway import metrics
 from gateway.conversations.recorder import Attempt, Segment, TurnRecorder
-from gateway.dialects.openai_chat import ChatChunkRenderer, completion_body
+from gateway.dialects.base import Dialect, StreamRenderer
 from gateway.errors import (
     Conflict,
     GatewayError,
@@ -46,7 +46,6 @@ from gateway.errors import (
 from gateway.providers.base import UpstreamResponse
 from gateway.providers.wire import (
     ANTHROPIC,
-    OPENAI_CHAT,
     StreamParser,
     parse_body,
     stream_parser,
@@ -93,14 +92,11 @@ class ChatCall:
     cancels: dict[str, tuple[str | None, Callable[[], bool]]]
     request_id: str
     team_id: str | None
+    dialect: Dialect  # the client's: how answers, errors and cancels are rendered
 
 
 class _ClientCancelled(Exception):
     """Raised inside the relay when the client asked, on another connection, to stop."""
-
-
-# The last chunk of a stream stopped by an explicit cancel, before `data: [DONE]`.
-CANCELLED_FINISH = "cancelled"
 
 
 async def run_chat(call: ChatCall) -> web.StreamResponse:
@@ -158,6 +154,8 @@ class _Relay:
         # continue_on_failure: earlier attempts whose frames reached the client, and how many.
         self.segments: list[Segment] = []
         self.cancel_requested = False
+        # One per response: a continuation keeps rendering the same client stream.
+        self.renderer: StreamRenderer = call.dialect.renderer(call.body)
 
     # -- attempts ----------------------------------------------------------------------------
 
@@ -293,14 +291,9 @@ class _Relay:
         assert upstream is not None and attempt is not None and timer is not None
         decoder = self.decoder = SSEDecoder()
         parser = self.parser = stream_parser(deployment.provider.wire)
-        passthrough = deployment.provider.wire == OPENAI_CHAT
-        renderer = None
-        if not passthrough:
-            options = self.call.body.get("stream_options")
-            renderer = ChatChunkRenderer(
-                str(self.call.body.get("model")),
-                include_usage=isinstance(options, dict) and bool(options.get("include_usage")),
-            )
+        # The upstream speaks the client's dialect: relay its bytes unchanged.
+        passthrough = deployment.provider.wire == self.call.dialect.wire
+        renderer = self.renderer
         self.holding = True
         held: list[bytes] = []
         while not parser.done:
@@ -329,7 +322,6 @@ class _Relay:
                         continue
                     data = frame.raw
                 else:
-                    assert renderer is not None
                     data = renderer.render(events)
                     if kind == "done":
                         data += renderer.done()
@@ -350,7 +342,7 @@ class _Relay:
         self.upstream = None
         if not parser.finished:
             raise UpstreamIncompleteStream("the upstream stream ended without a finish_reason")
-        if renderer is not None and not parser.done:
+        if not passthrough and not parser.done:
             held.append(renderer.done())
             attempt.frame_written()
         if held:
@@ -395,7 +387,7 @@ class _Relay:
 
     async def _write_error_frame(self, error: GatewayError) -> None:
         assert self.response is not None
-        await self.response.write(b"data: " + orjson.dumps(error.to_openai()) + b"\n\n")
+        await self.response.write(self.renderer.error(error))
         await self.response.write_eof()
 
     # -- non-streaming -------------------------------------------------------------------------
@@ -432,8 +424,10 @@ class _Relay:
             raise UpstreamStreamError(events[0].message, upstream=events[0].upstream)
         if not any(isinstance(e, Finish) for e in events):
             raise UpstreamIncompleteStream("the upstream answer has no finish_reason")
-        if deployment.provider.wire != OPENAI_CHAT:
-            raw = completion_body(str(self.call.body.get("model")), BlockAssembler.of(events))
+        if deployment.provider.wire != self.call.dialect.wire:
+            raw = self.call.dialect.body(
+                str(self.call.body.get("model")), BlockAssembler.of(events)
+            )
         self.turn.completed(attempt)
         return web.Response(
             body=raw, content_type="application/json", headers=self._headers(deployment)
@@ -535,8 +529,7 @@ class _Relay:
         deployment = self.deployment
         assert deployment is not None
         response = self.response or await self._start_response(deployment)
-        renderer = ChatChunkRenderer(str(self.call.body.get("model")), include_usage=False)
-        final = renderer.render([Finish(CANCELLED_FINISH)]) + renderer.done()
+        final = self.renderer.cancelled()
         writer = response._payload_writer  # write_eof() lets go of it
         assert writer is not None
         await response.write(final)

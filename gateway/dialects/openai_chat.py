@@ -14,7 +14,7 @@ import orjson
 from pydantic import BaseModel, ConfigDict, Field, ValidationError
 
 from gateway.conversations.derive import assistant_message
-from gateway.errors import InvalidRequest
+from gateway.errors import GatewayError, InvalidRequest
 from gateway.stream.assembler import BlockAssembler
 from gateway.stream.events import (
     REASONING,
@@ -73,6 +73,10 @@ def parse_chat_request(raw: bytes) -> tuple[dict[str, Any], ChatCompletionReques
             raise InvalidRequest(f"Missing required parameter: '{param}'.", param=param) from None
         raise InvalidRequest(f"Invalid value for '{param}': {first['msg']}.", param=param) from None
     return body, request
+
+
+# The finish reason of the last chunk of a stream stopped by an explicit cancel.
+CANCELLED_FINISH = "cancelled"
 
 
 class ChatChunkRenderer:
@@ -139,6 +143,14 @@ class ChatChunkRenderer:
     def done() -> bytes:
         return b"data: [DONE]\n\n"
 
+    @staticmethod
+    def error(error: GatewayError) -> bytes:
+        # The OpenAI SDKs raise APIError on a data event carrying `error`; no [DONE] follows.
+        return b"data: " + orjson.dumps(error.to_openai()) + b"\n\n"
+
+    def cancelled(self) -> bytes:
+        return self.render([Finish(CANCELLED_FINISH)]) + self.done()
+
 
 def completion_body(model: str, assembler: BlockAssembler) -> bytes:
     """A non-streaming chat completion built from assembled blocks."""
@@ -162,3 +174,26 @@ def completion_body(model: str, assembler: BlockAssembler) -> bytes:
             "usage": usage or None,
         }
     )
+
+
+class OpenAIChat:
+    """The OpenAI Chat Completions dialect; OpenAI-compatible upstream bytes pass unchanged."""
+
+    name = "openai.chat"
+    wire = "openai_chat"
+
+    def renderer(self, body: dict[str, Any]) -> ChatChunkRenderer:
+        options = body.get("stream_options")
+        return ChatChunkRenderer(
+            str(body.get("model")),
+            include_usage=isinstance(options, dict) and bool(options.get("include_usage")),
+        )
+
+    def body(self, model: str, assembler: BlockAssembler) -> bytes:
+        return completion_body(model, assembler)
+
+    def error_body(self, error: GatewayError) -> dict[str, Any]:
+        return error.to_openai()
+
+
+OPENAI_CHAT = OpenAIChat()

@@ -9,7 +9,7 @@ from aiohttp import web
 from gateway.context import GATEWAY
 from gateway.conversations.events import new_id
 from gateway.conversations.recorder import TurnRecorder
-from gateway.dialects.openai_chat import parse_chat_request
+from gateway.dialects.openai_chat import OPENAI_CHAT, parse_chat_request
 from gateway.errors import Conflict, NotFound
 from gateway.http.auth import PRINCIPAL
 from gateway.http.middleware import REQUEST_ID
@@ -81,6 +81,7 @@ async def chat_completions(request: web.Request) -> web.StreamResponse:
         cancels=gateway.cancels,
         request_id=request[REQUEST_ID],
         team_id=principal.team_id,
+        dialect=OPENAI_CHAT,
     )
     return await run_chat(call)
 

@@ -1,0 +1,40 @@
+"""What the pipeline needs from a client-facing dialect (OpenAI chat, Anthropic messages, ...)."""
+
+from __future__ import annotations
+
+from typing import Any, Protocol
+
+from gateway.errors import GatewayError
+from gateway.stream.assembler import BlockAssembler
+from gateway.stream.events import StreamEvent
+
+
+class StreamRenderer(Protocol):
+    """Stream events in the client's SSE format; one object per response."""
+
+    def render(self, events: list[StreamEvent]) -> bytes: ...
+
+    def done(self) -> bytes:
+        """The frames that end a finished stream."""
+        ...
+
+    def error(self, error: GatewayError) -> bytes:
+        """The frame that ends a stream that failed after it began."""
+        ...
+
+    def cancelled(self) -> bytes:
+        """The frames that end a stream stopped by an explicit cancel."""
+        ...
+
+
+class Dialect(Protocol):
+    name: str  # as recorded and in metrics, e.g. "openai.chat"
+    wire: str  # the upstream wire format whose bytes it relays unchanged
+
+    def renderer(self, body: dict[str, Any]) -> StreamRenderer: ...
+
+    def body(self, model: str, assembler: BlockAssembler) -> bytes:
+        """A whole (non-streaming) answer."""
+        ...
+
+    def error_body(self, error: GatewayError) -> dict[str, Any]: ...
