@@ -69,6 +69,9 @@ async def test_serve_answers_and_stops_cleanly_on_sigterm(tmp_path: Path) -> Non
         async with asyncio.timeout(30):
             while b"listening on" not in (line := await process.stderr.readline()):
                 assert line, "the gateway exited before listening"
+            # No master key in this config: it says, loudly, that it runs open.
+            while b"RUNNING OPEN" not in (line := await process.stderr.readline()):
+                assert line, "no warning about running open"
         async with aiohttp.ClientSession() as session:
             async with session.get(f"http://127.0.0.1:{port}/health/ready") as response:
                 assert response.status == 200

@@ -241,3 +241,12 @@ async def test_keys_made_with_the_cli_work(secured: GatewayUnderTest, tmp_path: 
     secret = result.stdout.split("secret (shown once, store it now): ")[1].strip()
     answer = await client(secured, secret).chat.completions.create(model="demo", messages=HELLO)
     assert answer.choices[0].message.content
+
+
+async def test_the_key_may_come_as_x_api_key(secured: GatewayUnderTest) -> None:
+    secret = (await new_key(secured, "red"))["key"]
+    async with aiohttp.ClientSession() as session:
+        async with session.get(secured.url + "/v1/models", headers={"x-api-key": secret}) as r:
+            assert r.status == 200
+        async with session.get(secured.url + "/v1/models", headers={"x-api-key": "gw-nope"}) as r:
+            assert r.status == 401
