@@ -9,6 +9,7 @@ from aiohttp import web
 from gateway.context import GATEWAY
 from gateway.conversations.events import new_id
 from gateway.conversations.recorder import TurnRecorder
+from gateway.dialects.base import Dialect
 from gateway.dialects.openai_chat import OPENAI_CHAT, parse_chat_request
 from gateway.errors import Conflict, NotFound
 from gateway.http.auth import PRINCIPAL
@@ -24,10 +25,18 @@ DEFAULT_COMPLETION_ESTIMATE = 1024
 
 
 async def chat_completions(request: web.Request) -> web.StreamResponse:
+    body, parsed = parse_chat_request(await request.read())
+    return await complete(request, body, bool(parsed.stream), OPENAI_CHAT)
+
+
+async def complete(
+    request: web.Request, body: dict[str, Any], stream: bool, dialect: Dialect
+) -> web.StreamResponse:
+    """A completion in any client dialect, `body` already in OpenAI chat shape: limits, join
+    the conversation, record the turn, run the pipeline."""
     gateway = request.app[GATEWAY]
     principal = request[PRINCIPAL]
-    body, parsed = parse_chat_request(await request.read())
-    alias = gateway.routes.alias(parsed.model, principal)
+    alias = gateway.routes.alias(body.get("model"), principal)
     plan = gateway.routes.plan(alias, body)
     lease = await admit(gateway.limiter, principal, body, plan)
     try:
@@ -54,14 +63,15 @@ async def chat_completions(request: web.Request) -> web.StreamResponse:
         meter=gateway.meter,
         lease=lease,
     )
+    turn.dialect = dialect.name
     turn.begin(
         new_conversation=joined.create,
         new_messages=joined.new_messages,
         request={
-            "endpoint": "chat.completions",
+            "endpoint": dialect.name,
             "request_id": request[REQUEST_ID],
-            "model": parsed.model,
-            "stream": bool(parsed.stream),
+            "model": alias.name,
+            "stream": stream,
             "instructions": [
                 m for m in body["messages"] if m.get("role") in ("system", "developer")
             ],
@@ -71,7 +81,7 @@ async def chat_completions(request: web.Request) -> web.StreamResponse:
     call = ChatCall(
         request=request,
         body=body,
-        stream=bool(parsed.stream),
+        stream=stream,
         alias=alias,
         plan=plan,
         turn=turn,
@@ -81,7 +91,7 @@ async def chat_completions(request: web.Request) -> web.StreamResponse:
         cancels=gateway.cancels,
         request_id=request[REQUEST_ID],
         team_id=principal.team_id,
-        dialect=OPENAI_CHAT,
+        dialect=dialect,
     )
     return await run_chat(call)
 
