@@ -321,6 +321,7 @@ class _Relay:
                     if kind == "usage_only" and upstream.usage_injected:
                         continue
                     data = frame.raw
+                    renderer.track(events)
                 else:
                     data = renderer.render(events)
                     if kind == "done":

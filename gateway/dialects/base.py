@@ -14,6 +14,10 @@ class StreamRenderer(Protocol):
 
     def render(self, events: list[StreamEvent]) -> bytes: ...
 
+    def track(self, events: list[StreamEvent]) -> None:
+        """Events whose bytes were relayed unchanged, so that `cancelled()` can close them."""
+        ...
+
     def done(self) -> bytes:
         """The frames that end a finished stream."""
         ...

@@ -139,6 +139,9 @@ class ChatChunkRenderer:
                 out.append(b"data: " + orjson.dumps(body) + b"\n\n")
         return b"".join(out)
 
+    def track(self, events: list[StreamEvent]) -> None:
+        pass  # chat chunks need no closing: a cancel's final chunk stands alone
+
     @staticmethod
     def done() -> bytes:
         return b"data: [DONE]\n\n"

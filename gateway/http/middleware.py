@@ -5,12 +5,15 @@ from __future__ import annotations
 import logging
 import re
 import uuid
+from collections.abc import Callable
+from typing import Any
 
 import orjson
 from aiohttp import web
 from aiohttp.typedefs import Handler
 
 from gateway import metrics
+from gateway.dialects.anthropic_messages import error_body as anthropic_error_body
 from gateway.errors import GatewayError, InvalidRequest, NotFound, PayloadTooLarge
 
 log = logging.getLogger(__name__)
@@ -19,10 +22,18 @@ REQUEST_ID = web.RequestKey("request_id", str)
 _SAFE_ID = re.compile(r"^[A-Za-z0-9._:-]{1,128}$")
 
 
-def error_response(error: GatewayError) -> web.Response:
+# Routes whose clients speak another dialect get their errors in that dialect's shape.
+_ERROR_SHAPES: dict[str, Callable[[GatewayError], dict[str, Any]]] = {
+    "/v1/messages": anthropic_error_body,
+}
+
+
+def error_response(error: GatewayError, path: str = "") -> web.Response:
+    shape = _ERROR_SHAPES.get(path)
+    body = shape(error) if shape is not None else error.to_openai()
     return web.Response(
         status=error.status,
-        body=orjson.dumps(error.to_openai()),
+        body=orjson.dumps(body),
         content_type="application/json",
         headers=error.headers,
     )
@@ -56,14 +67,16 @@ async def errors_and_ids(request: web.Request, handler: Handler) -> web.StreamRe
     try:
         response = await handler(request)
     except GatewayError as error:
-        response = error_response(error)
+        response = error_response(error, request.path)
     except web.HTTPException as exc:
         if exc.status < 400:
             raise
-        response = error_response(_from_http_exception(exc))
+        response = error_response(_from_http_exception(exc), request.path)
     except Exception:
         log.exception("unhandled error on %s %s", request.method, request.path)
-        response = error_response(GatewayError("The gateway failed to handle the request."))
+        response = error_response(
+            GatewayError("The gateway failed to handle the request."), request.path
+        )
     finally:
         metrics.IN_FLIGHT.dec()
     metrics.REQUESTS.labels(route, str(response.status)).inc()

@@ -4,12 +4,13 @@ from __future__ import annotations
 
 from aiohttp import web
 
-from gateway.http import admin, chat, conversations, embeddings, system, usage
+from gateway.http import admin, chat, conversations, embeddings, messages, system, usage
 
 
 def add_routes(app: web.Application) -> None:
     app.router.add_post("/v1/chat/completions", chat.chat_completions)
     app.router.add_post("/v1/chat/completions/{request_id}/cancel", chat.cancel)
+    app.router.add_post("/v1/messages", messages.messages)
     app.router.add_post("/v1/embeddings", embeddings.embeddings)
     app.router.add_get("/v1/models", system.models)
     app.router.add_get("/v1/usage", usage.usage)
