@@ -64,6 +64,8 @@ class Conversation:
     # The team whose keys may read it (None: made in open mode, only the admin sees it).
     team_id: str | None = None
     key_id: str | None = None
+    metadata: dict[str, Any] | None = None
+    deleted_at: float | None = None  # deleted through the Conversations API: hidden, kept
 
 
 @dataclass(slots=True, frozen=True)

@@ -305,6 +305,10 @@ class TurnRecorder:
             },
         )
 
+    def inputs_recorded(self) -> None:
+        """A turn that only adds input (the Conversations API's items): nothing to answer."""
+        self._end("completed", "items_added")
+
     def failed(self, error: GatewayError) -> None:
         reason = "provider_error" if isinstance(error, UpstreamError) else error.code
         if getattr(error, "phase", None):

@@ -10,6 +10,7 @@ from typing import Any
 from gateway.conversations.derive import derive_messages
 from gateway.conversations.events import Conversation, Event, new_id
 from gateway.conversations.history import HISTORY_ROLES, match_history
+from gateway.conversations.recorder import TurnRecorder
 from gateway.conversations.store import Store, history_path
 from gateway.errors import Conflict, InvalidRequest, NotFound
 from gateway.metering.keys import Principal
@@ -70,7 +71,7 @@ class Conversations:
 
     @staticmethod
     def _check(conversation: Conversation, principal: Principal) -> None:
-        if not principal.sees(conversation.team_id):
+        if not principal.sees(conversation.team_id) or conversation.deleted_at is not None:
             # The same answer as for an id that does not exist: nothing leaks across teams.
             raise NotFound(f"No conversation found with id '{conversation.id}'.")
 
@@ -111,3 +112,68 @@ class Conversations:
         self.store.create_conversation(branch)
         await self.store.flush()
         return branch
+
+    # -- the OpenAI Conversations API ------------------------------------------------------
+
+    async def create(
+        self, principal: Principal, messages: list[dict[str, Any]], metadata: dict[str, Any]
+    ) -> Conversation:
+        conversation = Conversation(
+            new_id("conv"),
+            time.time(),
+            team_id=principal.team_id,
+            key_id=principal.key_id,
+            metadata=metadata or None,
+        )
+        history = [m for m in messages if m.get("role") in HISTORY_ROLES]
+        if history:
+            self._record_inputs(conversation.id, conversation, history, principal, "create")
+        else:
+            self.store.create_conversation(conversation)
+        await self.store.flush()
+        return conversation
+
+    async def get(self, conversation_id: str, principal: Principal) -> Conversation:
+        conversation = await self.store.get_conversation(conversation_id)
+        if conversation is None:
+            raise NotFound(f"No conversation found with id '{conversation_id}'.")
+        self._check(conversation, principal)
+        return conversation
+
+    async def delete(self, conversation_id: str, principal: Principal) -> None:
+        await self.get(conversation_id, principal)
+        await self.store.delete_conversation(conversation_id, time.time())
+
+    async def add_items(
+        self, conversation_id: str, principal: Principal, messages: list[dict[str, Any]]
+    ) -> list[Event]:
+        """Record items a client adds; returns the events that recorded them."""
+        await self.get(conversation_id, principal)
+        history = [m for m in messages if m.get("role") in HISTORY_ROLES]
+        turn_id = self._record_inputs(conversation_id, None, history, principal, "items")
+        await self.store.flush()
+        return [e for e in await self.store.events(conversation_id) if e.turn_id == turn_id]
+
+    def _record_inputs(
+        self,
+        conversation_id: str,
+        create: Conversation | None,
+        messages: list[dict[str, Any]],
+        principal: Principal,
+        how: str,
+    ) -> str:
+        turn = TurnRecorder(
+            self.store,
+            conversation_id,
+            new_id("turn"),
+            team_id=principal.team_id,
+            key_id=principal.key_id,
+        )
+        turn.dialect = "openai.conversations"
+        turn.begin(
+            new_conversation=create,
+            new_messages=messages,
+            request={"endpoint": f"conversations.{how}"},
+        )
+        turn.inputs_recorded()
+        return turn.turn_id

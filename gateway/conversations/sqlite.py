@@ -34,7 +34,9 @@ CREATE TABLE IF NOT EXISTS conversations (
     parent_id TEXT,
     parent_seq INTEGER,
     team_id TEXT,
-    key_id TEXT
+    key_id TEXT,
+    metadata TEXT,
+    deleted_at REAL
 );
 CREATE TABLE IF NOT EXISTS turns (
     id TEXT PRIMARY KEY,
@@ -149,6 +151,7 @@ class SQLiteStore:
             conversation.parent_seq,
             conversation.team_id,
             conversation.key_id,
+            orjson.dumps(conversation.metadata).decode() if conversation.metadata else None,
         )
         self._submit(lambda db: self._insert_conversation(db, row))
 
@@ -185,11 +188,23 @@ class SQLiteStore:
     async def get_conversation(self, conversation_id: str) -> Conversation | None:
         def read(db: sqlite3.Connection) -> Conversation | None:
             row = db.execute(
-                "SELECT id, created_at, parent_id, parent_seq, team_id, key_id"
-                " FROM conversations WHERE id = ?",
+                "SELECT id, created_at, parent_id, parent_seq, team_id, key_id, metadata,"
+                " deleted_at FROM conversations WHERE id = ?",
                 (conversation_id,),
             ).fetchone()
-            return Conversation(*row) if row else None
+            if row is None:
+                return None
+            id_, created, parent, parent_seq, team, key, metadata, deleted = row
+            return Conversation(
+                id_,
+                created,
+                parent_id=parent,
+                parent_seq=parent_seq,
+                team_id=team,
+                key_id=key,
+                metadata=orjson.loads(metadata) if metadata else None,
+                deleted_at=deleted,
+            )
 
         return await self._call(read)
 
@@ -205,6 +220,13 @@ class SQLiteStore:
             return [Event(conversation_id, s, t, ty, c, orjson.loads(p)) for s, t, ty, c, p in rows]
 
         return await self._call(read)
+
+    async def delete_conversation(self, conversation_id: str, when: float) -> None:
+        await self._call(
+            lambda db: db.execute(
+                "UPDATE conversations SET deleted_at = ? WHERE id = ?", (when, conversation_id)
+            )
+        )
 
     async def turn_ended(self, turn_id: str) -> bool:
         def read(db: sqlite3.Connection) -> bool:
@@ -238,7 +260,8 @@ class SQLiteStore:
     def _insert_conversation(self, db: sqlite3.Connection, row: tuple[Any, ...]) -> None:
         cursor = db.execute(
             "INSERT OR IGNORE INTO conversations"
-            " (id, created_at, parent_id, parent_seq, team_id, key_id) VALUES (?, ?, ?, ?, ?, ?)",
+            " (id, created_at, parent_id, parent_seq, team_id, key_id, metadata)"
+            " VALUES (?, ?, ?, ?, ?, ?, ?)",
             row,
         )
         if cursor.rowcount == 1:  # new: its first event is known without asking the file
@@ -370,6 +393,8 @@ _ADDED_COLUMNS = [
     ("turns", "team_id", "TEXT"),
     ("turns", "key_id", "TEXT"),
     ("teams", "limits", "TEXT"),
+    ("conversations", "metadata", "TEXT"),
+    ("conversations", "deleted_at", "REAL"),
     ("keys", "limits", "TEXT"),
 ]
 

@@ -37,6 +37,10 @@ class Store(Protocol):
         """The conversation's own events (not its parent's), in seq order."""
         ...
 
+    async def delete_conversation(self, conversation_id: str, when: float) -> None:
+        """Hide a conversation (its events stay, for audit)."""
+        ...
+
     async def turn_ended(self, turn_id: str) -> bool:
         """True once the turn's `turn/end` is recorded."""
         ...

@@ -2,10 +2,15 @@
 
 from __future__ import annotations
 
+from typing import Any
+
 from aiohttp import web
 
 from gateway.context import GATEWAY
+from gateway.conversations.events import Conversation
+from gateway.conversations.items import items_to_messages, path_items
 from gateway.dialects.openai_chat import parse_json_object
+from gateway.errors import InvalidRequest
 from gateway.http.auth import PRINCIPAL
 
 
@@ -37,4 +42,83 @@ async def branch(request: web.Request) -> web.Response:
             "created_at": created.created_at,
         },
         status=201,
+    )
+
+
+def _conversation(conversation: Conversation) -> dict[str, Any]:
+    return {
+        "id": conversation.id,
+        "object": "conversation",
+        "created_at": int(conversation.created_at),
+        "metadata": conversation.metadata or {},
+    }
+
+
+async def create(request: web.Request) -> web.Response:
+    body = parse_json_object(await request.read()) if request.can_read_body else {}
+    messages = items_to_messages(body.get("items") or [])
+    metadata = body.get("metadata") or {}
+    if not isinstance(metadata, dict):
+        raise InvalidRequest("'metadata' must be an object.", param="metadata")
+    made = await request.app[GATEWAY].conversations.create(request[PRINCIPAL], messages, metadata)
+    return web.json_response(_conversation(made))
+
+
+async def retrieve(request: web.Request) -> web.Response:
+    found = await request.app[GATEWAY].conversations.get(
+        request.match_info["id"], request[PRINCIPAL]
+    )
+    return web.json_response(_conversation(found))
+
+
+async def delete(request: web.Request) -> web.Response:
+    conversation_id = request.match_info["id"]
+    await request.app[GATEWAY].conversations.delete(conversation_id, request[PRINCIPAL])
+    return web.json_response(
+        {"id": conversation_id, "object": "conversation.deleted", "deleted": True}
+    )
+
+
+async def list_items(request: web.Request) -> web.Response:
+    path = await request.app[GATEWAY].conversations.path(
+        request.match_info["id"], request[PRINCIPAL]
+    )
+    items = path_items(path)
+    if request.query.get("order", "asc") == "desc":
+        items.reverse()
+    after = request.query.get("after")
+    if after:
+        ids = [i["id"] for i in items]
+        items = items[ids.index(after) + 1 :] if after in ids else []
+    try:
+        limit = max(1, min(100, int(request.query.get("limit", "20"))))
+    except ValueError:
+        raise InvalidRequest("'limit' must be a number from 1 to 100.", param="limit") from None
+    page = items[:limit]
+    return web.json_response(
+        {
+            "object": "list",
+            "data": page,
+            "first_id": page[0]["id"] if page else None,
+            "last_id": page[-1]["id"] if page else None,
+            "has_more": len(items) > limit,
+        }
+    )
+
+
+async def add_items(request: web.Request) -> web.Response:
+    body = parse_json_object(await request.read())
+    messages = items_to_messages(body.get("items"))
+    events = await request.app[GATEWAY].conversations.add_items(
+        request.match_info["id"], request[PRINCIPAL], messages
+    )
+    items = path_items(events)
+    return web.json_response(
+        {
+            "object": "list",
+            "data": items,
+            "first_id": items[0]["id"] if items else None,
+            "last_id": items[-1]["id"] if items else None,
+            "has_more": False,
+        }
     )
