@@ -36,13 +36,21 @@ def warm() -> None:
     _encoding()
 
 
+# Longer texts are estimated from a sample: tokenizing megabytes would stall the event loop
+# (the estimate runs when a turn ends, inside the request's own handler).
+_SAMPLE_CHARS = 8192
+
+
 def count_text(text: str) -> int:
     if not text:
         return 0
     encoding = _encoding()
     if encoding is None:
         return max(1, len(text) // 4)
-    return len(encoding.encode(text, disallowed_special=()))
+    if len(text) <= _SAMPLE_CHARS:
+        return len(encoding.encode(text, disallowed_special=()))
+    sample = len(encoding.encode(text[:_SAMPLE_CHARS], disallowed_special=()))
+    return max(1, round(sample * len(text) / _SAMPLE_CHARS))
 
 
 def count_messages(messages: list[Any]) -> int:
