@@ -94,6 +94,17 @@ CREATE TABLE IF NOT EXISTS usage (
     duration_ms REAL
 );
 CREATE INDEX IF NOT EXISTS usage_by_time ON usage (created_at);
+CREATE TABLE IF NOT EXISTS responses (
+    id TEXT PRIMARY KEY,
+    turn_id TEXT NOT NULL,
+    conversation_id TEXT NOT NULL,
+    team_id TEXT,
+    created_at REAL NOT NULL,
+    request TEXT NOT NULL,
+    previous_response_id TEXT,
+    store INTEGER NOT NULL,
+    deleted_at REAL
+);
 CREATE INDEX IF NOT EXISTS usage_by_team ON usage (team_id, created_at);
 CREATE INDEX IF NOT EXISTS turns_by_conversation ON turns (conversation_id, started_at);
 CREATE TABLE IF NOT EXISTS events (

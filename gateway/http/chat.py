@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+from collections.abc import Callable
 from typing import Any
 
 from aiohttp import web
@@ -9,6 +10,7 @@ from aiohttp import web
 from gateway.context import GATEWAY
 from gateway.conversations.events import new_id
 from gateway.conversations.recorder import TurnRecorder
+from gateway.conversations.service import Joined
 from gateway.dialects.base import Dialect
 from gateway.dialects.openai_chat import OPENAI_CHAT, parse_chat_request
 from gateway.errors import Conflict, NotFound
@@ -30,7 +32,14 @@ async def chat_completions(request: web.Request) -> web.StreamResponse:
 
 
 async def complete(
-    request: web.Request, body: dict[str, Any], stream: bool, dialect: Dialect
+    request: web.Request,
+    body: dict[str, Any],
+    stream: bool,
+    dialect: Dialect,
+    *,
+    joined: Joined | None = None,
+    cancel_key: str | None = None,
+    on_turn: Callable[[TurnRecorder], None] | None = None,
 ) -> web.StreamResponse:
     """A completion in any client dialect, `body` already in OpenAI chat shape: limits, join
     the conversation, record the turn, run the pipeline."""
@@ -40,9 +49,10 @@ async def complete(
     plan = gateway.routes.plan(alias, body)
     lease = await admit(gateway.limiter, principal, body, plan)
     try:
-        joined = await gateway.conversations.join(
-            request.headers.get("X-Conversation-Id"), body["messages"], principal
-        )
+        if joined is None:
+            joined = await gateway.conversations.join(
+                request.headers.get("X-Conversation-Id"), body["messages"], principal
+            )
     except BaseException:
         lease.release()
         raise
@@ -64,6 +74,8 @@ async def complete(
         lease=lease,
     )
     turn.dialect = dialect.name
+    if on_turn is not None:
+        on_turn(turn)
     turn.begin(
         new_conversation=joined.create,
         new_messages=joined.new_messages,
@@ -89,7 +101,7 @@ async def complete(
         cancel_reason=gateway.cancel_reason,
         spawn=gateway.spawn,
         cancels=gateway.cancels,
-        request_id=request[REQUEST_ID],
+        request_id=cancel_key or request[REQUEST_ID],
         team_id=principal.team_id,
         dialect=dialect,
     )

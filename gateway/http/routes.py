@@ -4,13 +4,27 @@ from __future__ import annotations
 
 from aiohttp import web
 
-from gateway.http import admin, chat, conversations, embeddings, messages, system, usage
+from gateway.http import (
+    admin,
+    chat,
+    conversations,
+    embeddings,
+    messages,
+    responses,
+    system,
+    usage,
+)
 
 
 def add_routes(app: web.Application) -> None:
     app.router.add_post("/v1/chat/completions", chat.chat_completions)
     app.router.add_post("/v1/chat/completions/{request_id}/cancel", chat.cancel)
     app.router.add_post("/v1/messages", messages.messages)
+    app.router.add_post("/v1/responses", responses.create)
+    app.router.add_get("/v1/responses/{id}", responses.retrieve)
+    app.router.add_delete("/v1/responses/{id}", responses.delete)
+    app.router.add_get("/v1/responses/{id}/input_items", responses.input_items)
+    app.router.add_post("/v1/responses/{id}/cancel", responses.cancel)
     app.router.add_post("/v1/embeddings", embeddings.embeddings)
     app.router.add_get("/v1/models", system.models)
     app.router.add_get("/v1/usage", usage.usage)

@@ -1,0 +1,152 @@
+"""Stored responses (the Responses API): each is one turn of a conversation in the event log.
+
+A response's history is its conversation's derived history up to where the response began;
+`previous_response_id` continues that conversation, or branches it when it has moved on since
+(the response chain forks, as OpenAI's does). Status and output are read back from the turn's
+events: an interrupted answer is a `cancelled` response with `incomplete` items.
+"""
+
+from __future__ import annotations
+
+import sqlite3
+import time
+from dataclasses import dataclass
+from typing import Any
+
+import orjson
+
+from gateway.conversations.derive import derive_messages
+from gateway.conversations.events import (
+    ASSISTANT_MESSAGE,
+    TURN_END,
+    Conversation,
+    Event,
+    new_id,
+)
+from gateway.conversations.service import Conversations, Joined
+from gateway.conversations.sqlite import SQLiteStore
+from gateway.conversations.store import history_path
+from gateway.errors import InvalidRequest, NotFound
+from gateway.metering.keys import Principal
+
+
+@dataclass(frozen=True)
+class StoredResponse:
+    id: str
+    turn_id: str
+    conversation_id: str
+    team_id: str | None
+    created_at: float
+    request: dict[str, Any]
+    previous_response_id: str | None
+    store: bool
+
+
+class ResponseStore:
+    def __init__(self, store: SQLiteStore, conversations: Conversations) -> None:
+        self._store = store
+        self._conversations = conversations
+
+    def save(self, response: StoredResponse) -> None:
+        row = (
+            response.id,
+            response.turn_id,
+            response.conversation_id,
+            response.team_id,
+            response.created_at,
+            orjson.dumps(response.request).decode(),
+            response.previous_response_id,
+            int(response.store),
+        )
+        self._store.submit(
+            lambda db: db.execute(
+                "INSERT INTO responses (id, turn_id, conversation_id, team_id, created_at,"
+                " request, previous_response_id, store) VALUES (?, ?, ?, ?, ?, ?, ?, ?)",
+                row,
+            )
+        )
+
+    async def get(self, response_id: str, principal: Principal) -> StoredResponse:
+        def op(db: sqlite3.Connection) -> tuple[Any, ...] | None:
+            return db.execute(  # type: ignore[no-any-return]
+                "SELECT id, turn_id, conversation_id, team_id, created_at, request,"
+                " previous_response_id, store FROM responses"
+                " WHERE id = ? AND deleted_at IS NULL",
+                (response_id,),
+            ).fetchone()
+
+        row = await self._store.call(op)
+        if row is None or not row[7] or not principal.sees(row[3]):
+            raise NotFound(f"No response found with id '{response_id}'.")
+        return StoredResponse(
+            row[0], row[1], row[2], row[3], row[4], orjson.loads(row[5]), row[6], bool(row[7])
+        )
+
+    async def delete(self, response_id: str, principal: Principal) -> None:
+        await self.get(response_id, principal)
+        await self._store.call(
+            lambda db: db.execute(
+                "UPDATE responses SET deleted_at = ? WHERE id = ?", (time.time(), response_id)
+            )
+        )
+
+    async def turn_events(self, response: StoredResponse) -> list[Event]:
+        events = await self._store.events(response.conversation_id)
+        return [e for e in events if e.turn_id == response.turn_id]
+
+    async def history(
+        self,
+        principal: Principal,
+        previous_response_id: str | None,
+        conversation_id: str | None,
+    ) -> tuple[Joined, list[dict[str, Any]]]:
+        """Where the new response goes, and the model history it continues."""
+        if previous_response_id is not None:
+            previous = await self.get(previous_response_id, principal)
+            own = await self.turn_events(previous)
+            if not own or own[-1].type != TURN_END:
+                raise InvalidRequest(
+                    f"The response '{previous_response_id}' has not finished yet.",
+                    param="previous_response_id",
+                )
+            path = await history_path(self._store, previous.conversation_id)
+            upto = own[-1].seq
+            upto_path = [e for e in path if e.seq <= upto]
+            if path and path[-1].seq == upto:
+                return Joined(previous.conversation_id, None, []), derive_messages(upto_path)
+            # The conversation moved on since that response: fork it there.
+            source = await self._store.get_conversation(previous.conversation_id)
+            branch = Conversation(
+                new_id("conv"),
+                time.time(),
+                parent_id=previous.conversation_id,
+                parent_seq=upto,
+                team_id=source.team_id if source else principal.team_id,
+                key_id=principal.key_id,
+            )
+            return Joined(branch.id, branch, []), derive_messages(upto_path)
+        if conversation_id is not None:
+            path = await self._conversations.path(conversation_id, principal)
+            return Joined(conversation_id, None, []), derive_messages(path)
+        conversation = Conversation(
+            new_id("conv"), time.time(), team_id=principal.team_id, key_id=principal.key_id
+        )
+        return Joined(conversation.id, conversation, []), []
+
+
+def answer_of(events: list[Event]) -> tuple[str, list[dict[str, Any]], dict[str, Any] | None]:
+    """(status, assistant blocks, usage) of a response's turn, from its events."""
+    message = next((e for e in reversed(events) if e.type == ASSISTANT_MESSAGE), None)
+    end = next((e for e in reversed(events) if e.type == TURN_END), None)
+    blocks = list(message.payload.get("content") or []) if message else []
+    usage = message.payload.get("usage") if message else None
+    if end is None:
+        return "in_progress", blocks, usage
+    outcome = end.payload.get("status")
+    if outcome == "aborted":
+        return "cancelled", blocks, usage
+    if outcome == "error":
+        return "failed", blocks, usage
+    if message is not None and message.payload.get("finish_reason") in ("length", "content_filter"):
+        return "incomplete", blocks, usage
+    return "completed", blocks, usage

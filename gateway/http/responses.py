@@ -1,0 +1,143 @@
+"""The OpenAI Responses API: stateful responses for every provider behind the gateway."""
+
+from __future__ import annotations
+
+import time
+from typing import Any
+
+from aiohttp import web
+
+from gateway.context import GATEWAY
+from gateway.conversations.events import new_id
+from gateway.conversations.items import path_items
+from gateway.conversations.recorder import TurnRecorder
+from gateway.conversations.responses import ResponseStore, StoredResponse, answer_of
+from gateway.dialects.responses import (
+    Responses,
+    ResponsesRequest,
+    chat_body,
+    output_items,
+    parse_request,
+    response_object,
+)
+from gateway.errors import Conflict
+from gateway.http.auth import PRINCIPAL
+from gateway.http.chat import complete
+
+
+def _store(request: web.Request) -> ResponseStore:
+    gateway = request.app[GATEWAY]
+    return ResponseStore(gateway.store, gateway.conversations)  # type: ignore[arg-type]
+
+
+async def create(request: web.Request) -> web.StreamResponse:
+    parsed, new_messages = parse_request(await request.read())
+    principal = request[PRINCIPAL]
+    store = _store(request)
+    joined, history = await store.history(
+        principal, parsed.previous_response_id, parsed.conversation_id
+    )
+    joined = type(joined)(joined.conversation_id, joined.create, new_messages)
+    response_id = f"resp_{new_id('r')[2:]}"
+    created_at = time.time()
+    initial = response_object(
+        response_id,
+        parsed,
+        status="in_progress",
+        output=[],
+        usage=None,
+        created_at=int(created_at),
+        previous_response_id=parsed.previous_response_id,
+        conversation_id=parsed.conversation_id,
+    )
+    body = chat_body(parsed, history, new_messages)
+
+    def remember(turn: TurnRecorder) -> None:
+        store.save(
+            StoredResponse(
+                response_id,
+                turn.turn_id,
+                joined.conversation_id,
+                joined.create.team_id if joined.create else principal.team_id,
+                created_at,
+                parsed.model_dump(mode="json", exclude_none=True),
+                parsed.previous_response_id,
+                parsed.store,
+            )
+        )
+
+    return await complete(
+        request,
+        body,
+        bool(parsed.stream),
+        Responses(initial),
+        joined=joined,
+        cancel_key=response_id,
+        on_turn=remember,
+    )
+
+
+async def _object(request: web.Request, stored: StoredResponse) -> dict[str, Any]:
+    events = await _store(request).turn_events(stored)
+    status, blocks, usage = answer_of(events)
+    item_status = "incomplete" if status in ("cancelled", "incomplete") else "completed"
+    parsed = ResponsesRequest.model_validate(stored.request)
+    response = response_object(
+        stored.id,
+        parsed,
+        status=status,
+        output=output_items(blocks, status=item_status, response_id=stored.id),
+        usage=usage,
+        created_at=int(stored.created_at),
+        previous_response_id=stored.previous_response_id,
+        conversation_id=parsed.conversation_id,
+    )
+    return response
+
+
+async def retrieve(request: web.Request) -> web.Response:
+    stored = await _store(request).get(request.match_info["id"], request[PRINCIPAL])
+    return web.json_response(await _object(request, stored))
+
+
+async def delete(request: web.Request) -> web.Response:
+    response_id = request.match_info["id"]
+    await _store(request).delete(response_id, request[PRINCIPAL])
+    return web.json_response({"id": response_id, "object": "response", "deleted": True})
+
+
+async def input_items(request: web.Request) -> web.Response:
+    store = _store(request)
+    stored = await store.get(request.match_info["id"], request[PRINCIPAL])
+    events = await store.turn_events(stored)
+    items = path_items([e for e in events if e.type in ("user/message", "tool/result")])
+    if request.query.get("order", "desc") == "desc":
+        items.reverse()
+    return web.json_response(
+        {
+            "object": "list",
+            "data": items,
+            "first_id": items[0]["id"] if items else None,
+            "last_id": items[-1]["id"] if items else None,
+            "has_more": False,
+        }
+    )
+
+
+async def cancel(request: web.Request) -> web.Response:
+    """Stop an in-flight response from another connection (a Stop button)."""
+    response_id = request.match_info["id"]
+    principal = request[PRINCIPAL]
+    store = _store(request)
+    stored = await store.get(response_id, principal)
+    entry = request.app[GATEWAY].cancels.get(response_id)
+    if entry is None or not principal.sees(entry[0]) or not entry[1]():
+        raise Conflict(
+            f"The response '{response_id}' is not in progress; only an in-flight response can be"
+            " cancelled.",
+            code="response_not_in_progress",
+        )
+    await request.app[GATEWAY].store.flush()
+    response = await _object(request, stored)
+    response["status"] = "cancelled"
+    return web.json_response(response)

@@ -1,0 +1,133 @@
+"""POST /v1/responses with the real openai SDK: stateful responses for any provider."""
+
+from __future__ import annotations
+
+import asyncio
+
+import openai
+import pytest
+
+from tests.conftest import GatewayUnderTest
+from tests.fakes import FakeUpstream, chunk, completion, frames, replay
+
+TEXT = "The capital of the UK is London."
+
+
+async def test_stream_store_and_retrieve(gw: GatewayUnderTest, upstream: FakeUpstream) -> None:
+    upstream.push(replay("openai-chat-text-usage.sse"))
+    api = gw.client()
+    stream = await api.responses.create(
+        model="fake", input="Capital of the UK?", instructions="Be brief.", stream=True
+    )
+    kinds, final = [], None
+    async for event in stream:
+        kinds.append(event.type)
+        if event.type == "response.completed":
+            final = event.response
+    assert kinds[0] == "response.created" and kinds[-1] == "response.completed"
+    assert final is not None and final.output_text == TEXT
+    assert upstream.requests[0]["messages"] == [
+        {"role": "system", "content": "Be brief."},
+        {"role": "user", "content": "Capital of the UK?"},
+    ]
+    stored = await api.responses.retrieve(final.id)
+    assert (stored.status, stored.output_text) == ("completed", TEXT)
+    assert [i.id for i in stored.output] == [i.id for i in final.output]
+    items = await api.responses.input_items.list(final.id)
+    assert [i.content[0].text for i in items.data] == ["Capital of the UK?"]
+
+
+async def test_cancel_then_follow_up_carries_the_prefix(
+    gw: GatewayUnderTest, upstream: FakeUpstream
+) -> None:
+    parts = ["1. Sleep. ", "2. Wat"]
+    upstream.push(frames(*(chunk(p) for p in parts), then="stall"))
+    api = gw.client()
+    stream = await api.responses.create(model="fake", input="Three tips?", stream=True)
+    seen, response_id = "", None
+    async for event in stream:
+        if event.type == "response.created":
+            response_id = event.response.id
+        if event.type == "response.output_text.delta":
+            seen += event.delta
+        if seen == "".join(parts):
+            break
+    await stream.close()
+    await asyncio.wait_for(upstream.disconnected.wait(), 5)
+    assert response_id is not None
+    async with asyncio.timeout(5):
+        while (stored := await api.responses.retrieve(response_id)).status == "in_progress":
+            await asyncio.sleep(0.02)
+    assert stored.status == "cancelled"
+    assert [(i.status, i.content[0].text) for i in stored.output] == [
+        ("incomplete", "".join(parts))
+    ]
+    # The follow-up's upstream request carries the delivered prefix byte for byte.
+    upstream.push(completion(TEXT))
+    follow = await api.responses.create(
+        model="fake", input="Go on.", previous_response_id=response_id
+    )
+    assert follow.output_text == TEXT
+    assert upstream.requests[-1]["messages"] == [
+        {"role": "user", "content": "Three tips?"},
+        {"role": "assistant", "content": "".join(parts)},
+        {"role": "user", "content": "Go on."},
+    ]
+
+
+async def test_explicit_cancel_ends_with_a_cancelled_response(
+    gw: GatewayUnderTest, upstream: FakeUpstream
+) -> None:
+    upstream.push(frames(chunk("Half "), chunk("way"), then="stall"))
+    api = gw.client()
+    stream = await api.responses.create(model="fake", input="Go", stream=True)
+    events, response_id, text = [], None, ""
+    async for event in stream:
+        events.append(event)
+        if event.type == "response.created":
+            response_id = event.response.id
+        if event.type == "response.output_text.delta":
+            text += event.delta
+            if text == "Half way":
+                assert response_id is not None
+                cancelled = await api.responses.cancel(response_id)
+                assert cancelled.status == "cancelled"
+    last = events[-1]
+    assert last.type == "response.incomplete" and last.response.status == "cancelled"
+    deltas = [e.delta for e in events if e.type == "response.output_text.delta"]
+    assert deltas == ["Half ", "way"]  # every delta before the terminal event
+    stored = await api.responses.retrieve(response_id)
+    assert stored.status == "cancelled"
+    assert stored.output[0].content[0].text == "Half way"
+    with pytest.raises(openai.ConflictError):
+        await api.responses.cancel(response_id)
+
+
+async def test_responses_join_a_conversation(gw: GatewayUnderTest, upstream: FakeUpstream) -> None:
+    api = gw.client()
+    conversation = await api.conversations.create(
+        items=[{"type": "message", "role": "user", "content": "My name is Ada."}]
+    )
+    upstream.push(completion(TEXT))
+    await api.responses.create(model="fake", input="What is my name?", conversation=conversation.id)
+    assert upstream.requests[-1]["messages"] == [
+        {"role": "user", "content": "My name is Ada."},
+        {"role": "user", "content": "What is my name?"},
+    ]
+    items = await api.conversations.items.list(conversation.id, limit=100)
+    assert [getattr(i, "role", None) for i in items.data] == ["user", "user", "assistant"]
+
+
+async def test_non_streaming_delete_and_errors(gw: GatewayUnderTest) -> None:
+    api = gw.client()
+    made = await api.responses.create(model="demo", input="Hello")
+    assert made.status == "completed" and "demo provider" in made.output_text
+    deleted = await api.responses.delete(made.id)
+    assert deleted is None or getattr(deleted, "deleted", True)
+    with pytest.raises(openai.NotFoundError):
+        await api.responses.retrieve(made.id)
+    with pytest.raises(openai.NotFoundError):
+        await api.responses.create(model="demo", input="x", previous_response_id="resp_nope")
+    with pytest.raises(openai.BadRequestError) as caught:
+        await api.responses.create(model="demo", input=[{"type": "mystery"}])  # type: ignore[list-item]
+    assert caught.value.body["param"].startswith("input")  # type: ignore[index]
