@@ -80,6 +80,11 @@ class DeploymentConfig(_Model):
     api_version: str = Field(
         "2024-10-21", description="`azure` only: the `api-version` query parameter."
     )
+    api: Literal["chat_completions", "responses"] = Field(
+        "chat_completions",
+        description="`openai` only: the upstream API to call; `responses` sends every request"
+        " to its native `/responses` endpoint (with the history as input, `store: false`).",
+    )
     timeouts: TimeoutsConfig = Field(default_factory=TimeoutsConfig)
     chunk_delay_ms: float = Field(
         50, ge=0, description="`demo` only: pause between streamed chunks (about 20 a second)."

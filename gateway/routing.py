@@ -22,7 +22,11 @@ from gateway.metering.keys import Principal
 from gateway.metering.prices import Price, deployment_price
 from gateway.providers.base import Provider
 from gateway.providers.demo import DemoProvider
-from gateway.providers.openai_compatible import AzureOpenAIProvider, OpenAICompatibleProvider
+from gateway.providers.openai_compatible import (
+    AzureOpenAIProvider,
+    OpenAICompatibleProvider,
+    OpenAIResponsesProvider,
+)
 
 
 @dataclass(frozen=True, eq=False)
@@ -81,6 +85,8 @@ def _provider(config: DeploymentConfig, model: str, session: aiohttp.ClientSessi
         return AnthropicProvider(config, session, model)
     if config.provider == "azure":
         return AzureOpenAIProvider(config, session, model)
+    if config.api == "responses":
+        return OpenAIResponsesProvider(config, session, model)
     if config.provider == "litellm":
         # Imported only when configured: litellm takes seconds to import.
         from gateway.providers.litellm_adapter import LiteLLMProvider

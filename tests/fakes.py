@@ -73,6 +73,7 @@ class FakeUpstream:
         self.app = web.Application()
         self.app.router.add_post("/v1/chat/completions", self._handle)
         self.app.router.add_post("/v1/embeddings", self._handle)
+        self.app.router.add_post("/v1/responses", self._handle)
         # Azure OpenAI's paths: the deployment is in the URL.
         self.app.router.add_post("/openai/deployments/{deployment}/chat/completions", self._handle)
         self.app.router.add_post("/openai/deployments/{deployment}/embeddings", self._handle)

@@ -903,7 +903,9 @@ class Responses:
     """
 
     name = "openai.responses"
-    wire = "openai_responses"  # no upstream speaks it (yet): nothing is relayed unchanged
+    # Never relayed unchanged, not even from a native Responses upstream: its events carry the
+    # upstream's response ids, and clients must see the gateway's to continue a conversation.
+    wire = "none"
 
     def __init__(self, response: dict[str, Any]) -> None:
         self.response = response

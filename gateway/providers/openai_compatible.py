@@ -7,6 +7,7 @@ from typing import Any
 import aiohttp
 
 from gateway.config import DeploymentConfig
+from gateway.providers.responses_request import to_responses_request
 from gateway.upstream import UpstreamBody, post, read_all
 
 
@@ -64,3 +65,21 @@ class AzureOpenAIProvider(OpenAICompatibleProvider):
         self._headers.pop("Authorization", None)
         if config.api_key:
             self._headers["api-key"] = config.api_key
+
+
+class OpenAIResponsesProvider(OpenAICompatibleProvider):
+    """A deployment that speaks the native Responses API upstream."""
+
+    wire = "openai_responses"
+
+    def __init__(
+        self, config: DeploymentConfig, session: aiohttp.ClientSession, model: str
+    ) -> None:
+        super().__init__(config, session, model)
+        assert config.api_base is not None
+        self._url = config.api_base.rstrip("/") + "/responses"
+
+    async def chat(self, body: dict[str, Any], *, stream: bool) -> UpstreamBody:
+        payload = to_responses_request(body, self._model, stream=stream)
+        response = await post(self._session, self._url, payload, self._headers, self._timeout)
+        return UpstreamBody(response)

@@ -9,6 +9,7 @@ from gateway.stream.events import StreamEvent
 from gateway.stream.sse import SSEFrame
 
 OPENAI_CHAT = "openai_chat"
+OPENAI_RESPONSES = "openai_responses"
 ANTHROPIC = "anthropic"
 
 
@@ -20,6 +21,10 @@ class StreamParser(Protocol):
 
 
 def stream_parser(wire: str) -> StreamParser:
+    if wire == OPENAI_RESPONSES:
+        from gateway.providers.openai_responses import ResponsesStreamParser
+
+        return ResponsesStreamParser()
     if wire == ANTHROPIC:
         from gateway.providers.anthropic_messages import AnthropicStreamParser
 
@@ -28,6 +33,10 @@ def stream_parser(wire: str) -> StreamParser:
 
 
 def parse_body(wire: str, obj: dict[str, Any]) -> list[StreamEvent]:
+    if wire == OPENAI_RESPONSES:
+        from gateway.providers.openai_responses import parse_response
+
+        return parse_response(obj)
     if wire == ANTHROPIC:
         from gateway.providers.anthropic_messages import parse_message
 

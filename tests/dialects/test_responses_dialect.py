@@ -615,7 +615,7 @@ async def test_error(error: GatewayError, code: str) -> None:
 
 def test_dialect() -> None:
     dialect: Dialect = Responses(initial())
-    assert dialect.name == "openai.responses" and dialect.wire == "openai_responses"
+    assert dialect.name == "openai.responses" and dialect.wire == "none"
     assert isinstance(dialect.renderer({}), ResponsesStreamRenderer)
     assert dialect.error_body(InvalidRequest("Bad.", param="input")) == {
         "error": {
