@@ -65,29 +65,30 @@ def surface_message(event: Event) -> dict[str, Any] | None:
 
 
 def derive_messages(events: Iterable[Event], *, synthesize: bool = True) -> list[dict[str, Any]]:
-    messages: list[dict[str, Any]] = []
+    messages = [m for m in (surface_message(e) for e in events) if m is not None]
+    return close_unanswered(messages) if synthesize else messages
+
+
+def close_unanswered(messages: list[dict[str, Any]]) -> list[dict[str, Any]]:
+    """Give every assistant tool call a result: a synthetic ABORTED_BEFORE_DISPATCH one where
+    none follows it before the next user or assistant message."""
+    out: list[dict[str, Any]] = []
     pending: list[str] = []  # tool call ids of the last assistant message still without a result
 
     def close_pending() -> None:
         for call_id in pending:
-            messages.append({"role": "tool", "tool_call_id": call_id, "content": ABORTED_CONTENT})
+            out.append({"role": "tool", "tool_call_id": call_id, "content": ABORTED_CONTENT})
         pending.clear()
 
-    for event in events:
-        message = surface_message(event)
-        if message is None:
-            continue
-        if message["role"] == "tool":
-            if message["tool_call_id"] in pending:
+    for message in messages:
+        if message.get("role") == "tool":
+            if message.get("tool_call_id") in pending:
                 pending.remove(message["tool_call_id"])
-            messages.append(message)
+            out.append(message)
             continue
-        if synthesize:
+        if message.get("role") in ("user", "assistant"):
             close_pending()
-        else:
-            pending.clear()
-        messages.append(message)
-        pending.extend(call["id"] for call in message.get("tool_calls", ()))
-    if synthesize:
-        close_pending()
-    return messages
+        out.append(message)
+        pending.extend(call.get("id") for call in message.get("tool_calls") or ())
+    close_pending()
+    return out

@@ -100,7 +100,8 @@ class ResponseStore:
         previous_response_id: str | None,
         conversation_id: str | None,
     ) -> tuple[Joined, list[dict[str, Any]]]:
-        """Where the new response goes, and the model history it continues."""
+        """Where the new response goes, and the model history it continues (tool calls left
+        unanswered: the new input may answer them; see `close_unanswered`)."""
         if previous_response_id is not None:
             previous = await self.get(previous_response_id, principal)
             own = await self.turn_events(previous)
@@ -113,7 +114,9 @@ class ResponseStore:
             upto = own[-1].seq
             upto_path = [e for e in path if e.seq <= upto]
             if path and path[-1].seq == upto:
-                return Joined(previous.conversation_id, None, []), derive_messages(upto_path)
+                return Joined(previous.conversation_id, None, []), derive_messages(
+                    upto_path, synthesize=False
+                )
             # The conversation moved on since that response: fork it there.
             source = await self._store.get_conversation(previous.conversation_id)
             branch = Conversation(
@@ -124,10 +127,10 @@ class ResponseStore:
                 team_id=source.team_id if source else principal.team_id,
                 key_id=principal.key_id,
             )
-            return Joined(branch.id, branch, []), derive_messages(upto_path)
+            return Joined(branch.id, branch, []), derive_messages(upto_path, synthesize=False)
         if conversation_id is not None:
             path = await self._conversations.path(conversation_id, principal)
-            return Joined(conversation_id, None, []), derive_messages(path)
+            return Joined(conversation_id, None, []), derive_messages(path, synthesize=False)
         conversation = Conversation(
             new_id("conv"), time.time(), team_id=principal.team_id, key_id=principal.key_id
         )

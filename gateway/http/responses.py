@@ -8,6 +8,7 @@ from typing import Any
 from aiohttp import web
 
 from gateway.context import GATEWAY
+from gateway.conversations.derive import close_unanswered
 from gateway.conversations.events import new_id
 from gateway.conversations.items import path_items
 from gateway.conversations.recorder import TurnRecorder
@@ -51,6 +52,7 @@ async def create(request: web.Request) -> web.StreamResponse:
         conversation_id=parsed.conversation_id,
     )
     body = chat_body(parsed, history, new_messages)
+    body["messages"] = close_unanswered(body["messages"])
 
     def remember(turn: TurnRecorder) -> None:
         store.save(

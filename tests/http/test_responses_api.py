@@ -131,3 +131,47 @@ async def test_non_streaming_delete_and_errors(gw: GatewayUnderTest) -> None:
     with pytest.raises(openai.BadRequestError) as caught:
         await api.responses.create(model="demo", input=[{"type": "mystery"}])  # type: ignore[list-item]
     assert caught.value.body["param"].startswith("input")  # type: ignore[index]
+
+
+async def test_a_tool_call_without_a_result_gets_the_synthetic_one(
+    gw: GatewayUnderTest, upstream: FakeUpstream
+) -> None:
+    upstream.push(replay("openai-chat-tool-call-usage.sse"))
+    api = gw.client()
+    stream = await api.responses.create(model="fake", input="Capital of the UK?", stream=True)
+    first = [e.response async for e in stream if e.type == "response.completed"].pop()
+    assert [i.type for i in first.output] == ["function_call"]
+    # The client never ran the tool and just asks something else.
+    upstream.push(completion(TEXT))
+    await api.responses.create(model="fake", input="Never mind.", previous_response_id=first.id)
+    sent = upstream.requests[-1]["messages"]
+    assert [m["role"] for m in sent] == ["user", "assistant", "tool", "user"]
+    assert sent[2]["tool_call_id"] == "call_ZR5UUuTt3pf61kjwAJIYdVMj"
+    assert "ABORTED_BEFORE_DISPATCH" in sent[2]["content"]
+    # With a real result instead, that result is what the upstream gets and what is recorded.
+    upstream.push(completion(TEXT))
+    await api.responses.create(
+        model="fake",
+        input=[
+            {
+                "type": "function_call_output",
+                "call_id": "call_ZR5UUuTt3pf61kjwAJIYdVMj",
+                "output": "London",
+            }
+        ],
+        previous_response_id=first.id,
+    )
+    sent = upstream.requests[-1]["messages"]
+    assert sent[2] == {
+        "role": "tool",
+        "tool_call_id": "call_ZR5UUuTt3pf61kjwAJIYdVMj",
+        "content": "London",
+    }
+
+
+async def test_store_false_is_not_retrievable(gw: GatewayUnderTest) -> None:
+    api = gw.client()
+    made = await api.responses.create(model="demo", input="Hello", store=False)
+    assert made.store is False
+    with pytest.raises(openai.NotFoundError):
+        await api.responses.retrieve(made.id)
