@@ -250,3 +250,20 @@ async def test_the_key_may_come_as_x_api_key(secured: GatewayUnderTest) -> None:
             assert r.status == 200
         async with session.get(secured.url + "/v1/models", headers={"x-api-key": "gw-nope"}) as r:
             assert r.status == 401
+
+
+async def test_a_key_sees_only_its_teams_responses(secured: GatewayUnderTest) -> None:
+    red = (await new_key(secured, "red"))["key"]
+    blue = (await new_key(secured, "blue"))["key"]
+    made = await client(secured, red).responses.create(model="demo", input="Hello")
+    assert (await client(secured, red).responses.retrieve(made.id)).id == made.id
+    for call in (
+        client(secured, blue).responses.retrieve(made.id),
+        client(secured, blue).responses.input_items.list(made.id),
+        client(secured, blue).responses.create(
+            model="demo", input="More", previous_response_id=made.id
+        ),
+    ):
+        with pytest.raises(openai.NotFoundError):
+            await call
+    assert (await client(secured, MASTER).responses.retrieve(made.id)).id == made.id
