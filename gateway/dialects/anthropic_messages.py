@@ -32,9 +32,9 @@ from dataclasses import dataclass
 from typing import Any, Literal, TypeGuard
 
 import orjson
-from pydantic import BaseModel, ConfigDict, Field, ValidationError, field_validator
+from pydantic import BaseModel, ConfigDict, Field, field_validator
 
-from gateway.dialects.openai_chat import parse_json_object
+from gateway.dialects.requests import parse_json_object, validated
 from gateway.errors import GatewayError, InvalidRequest, UpstreamStreamError
 from gateway.providers.anthropic_messages import ERROR_STATUS, STOP_REASONS
 from gateway.stream.assembler import BlockAssembler
@@ -164,13 +164,6 @@ class AnthropicRequest(BaseModel):
         raise ValueError("system must be a string or a list of text blocks")
 
 
-def _param(loc: tuple[int | str, ...]) -> str:
-    out = ""
-    for part in loc:
-        out += f"[{part}]" if isinstance(part, int) else (f".{part}" if out else str(part))
-    return out
-
-
 def parse_request(raw: bytes) -> tuple[dict[str, Any], AnthropicRequest]:
     """Validate a Messages request; return the equivalent OpenAI chat body and the request.
 
@@ -180,14 +173,7 @@ def parse_request(raw: bytes) -> tuple[dict[str, Any], AnthropicRequest]:
     cannot carry (documents, file references, server tools and their blocks) is refused.
     """
     body = parse_json_object(raw)
-    try:
-        request = AnthropicRequest.model_validate(body)
-    except ValidationError as exc:
-        first = exc.errors()[0]
-        param = _param(tuple(first["loc"]))
-        if first["type"] == "missing":
-            raise InvalidRequest(f"Missing required parameter: '{param}'.", param=param) from None
-        raise InvalidRequest(f"Invalid value for '{param}': {first['msg']}.", param=param) from None
+    request = validated(AnthropicRequest, body)
     return to_openai_body(request), request
 
 

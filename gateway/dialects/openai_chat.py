@@ -11,10 +11,11 @@ import uuid
 from typing import Any, Literal
 
 import orjson
-from pydantic import BaseModel, ConfigDict, Field, ValidationError
+from pydantic import BaseModel, ConfigDict, Field
 
 from gateway.conversations.derive import assistant_message
-from gateway.errors import GatewayError, InvalidRequest
+from gateway.dialects.requests import parse_json_object, validated
+from gateway.errors import GatewayError
 from gateway.stream.assembler import BlockAssembler
 from gateway.stream.events import (
     REASONING,
@@ -43,36 +44,9 @@ class ChatCompletionRequest(BaseModel):
     stream: bool | None = False
 
 
-def parse_json_object(raw: bytes) -> dict[str, Any]:
-    if not raw:
-        raise InvalidRequest("The request body is empty; expected a JSON object.")
-    try:
-        body = orjson.loads(raw)
-    except orjson.JSONDecodeError as exc:
-        raise InvalidRequest(f"The request body is not valid JSON: {exc}") from None
-    if not isinstance(body, dict):
-        raise InvalidRequest("The request body must be a JSON object.")
-    return body
-
-
-def _param(loc: tuple[int | str, ...]) -> str:
-    out = ""
-    for part in loc:
-        out += f"[{part}]" if isinstance(part, int) else (f".{part}" if out else str(part))
-    return out
-
-
 def parse_chat_request(raw: bytes) -> tuple[dict[str, Any], ChatCompletionRequest]:
     body = parse_json_object(raw)
-    try:
-        request = ChatCompletionRequest.model_validate(body)
-    except ValidationError as exc:
-        first = exc.errors()[0]
-        param = _param(tuple(first["loc"]))
-        if first["type"] == "missing":
-            raise InvalidRequest(f"Missing required parameter: '{param}'.", param=param) from None
-        raise InvalidRequest(f"Invalid value for '{param}': {first['msg']}.", param=param) from None
-    return body, request
+    return body, validated(ChatCompletionRequest, body)
 
 
 # The finish reason of the last chunk of a stream stopped by an explicit cancel.

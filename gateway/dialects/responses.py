@@ -41,9 +41,9 @@ from dataclasses import dataclass, field
 from typing import Any, TypeGuard
 
 import orjson
-from pydantic import BaseModel, ConfigDict, Field, ValidationError, field_validator
+from pydantic import BaseModel, ConfigDict, Field, field_validator
 
-from gateway.dialects.openai_chat import parse_json_object
+from gateway.dialects.requests import parse_json_object, validated
 from gateway.errors import GatewayError, InvalidRequest, UpstreamStreamError
 from gateway.stream.assembler import BlockAssembler
 from gateway.stream.events import (
@@ -145,13 +145,6 @@ class ResponsesRequest(BaseModel):
         return self.conversation or None
 
 
-def _param(loc: tuple[int | str, ...]) -> str:
-    out = ""
-    for part in loc:
-        out += f"[{part}]" if isinstance(part, int) else (f".{part}" if out else str(part))
-    return out
-
-
 def parse_request(raw: bytes) -> tuple[ResponsesRequest, list[dict[str, Any]]]:
     """Validate a Responses request; return it and its new input as OpenAI chat messages.
 
@@ -162,14 +155,7 @@ def parse_request(raw: bytes) -> tuple[ResponsesRequest, list[dict[str, Any]]]:
     file ids, hosted tools. `tools` and `tool_choice` are checked here too.
     """
     body = parse_json_object(raw)
-    try:
-        request = ResponsesRequest.model_validate(body)
-    except ValidationError as exc:
-        first = exc.errors()[0]
-        param = _param(tuple(first["loc"]))
-        if first["type"] == "missing":
-            raise InvalidRequest(f"Missing required parameter: '{param}'.", param=param) from None
-        raise InvalidRequest(f"Invalid value for '{param}': {first['msg']}.", param=param) from None
+    request = validated(ResponsesRequest, body)
     if request.input is None or request.input == []:
         raise InvalidRequest("Missing required parameter: 'input'.", param="input")
     if request.previous_response_id is not None and request.conversation is not None:

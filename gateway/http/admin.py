@@ -5,8 +5,8 @@ from __future__ import annotations
 from aiohttp import web
 
 from gateway.context import GATEWAY
-from gateway.dialects.openai_chat import parse_json_object
-from gateway.metering.admin import Admin, KeyChanges, NewKey, NewTeam, TeamChanges, parse
+from gateway.dialects.requests import parse_json_object, validated
+from gateway.metering.admin import Admin, KeyChanges, NewKey, NewTeam, TeamChanges
 
 
 def _admin(request: web.Request) -> Admin:
@@ -34,7 +34,7 @@ async def deployments(request: web.Request) -> web.Response:
 
 
 async def create_team(request: web.Request) -> web.Response:
-    body = parse(NewTeam, parse_json_object(await request.read()))
+    body = validated(NewTeam, parse_json_object(await request.read()))
     team = await _admin(request).create_team(body)
     return web.json_response(team.to_api(), status=201)
 
@@ -45,13 +45,13 @@ async def list_teams(request: web.Request) -> web.Response:
 
 
 async def update_team(request: web.Request) -> web.Response:
-    body = parse(TeamChanges, parse_json_object(await request.read()))
+    body = validated(TeamChanges, parse_json_object(await request.read()))
     team = await _admin(request).update_team(request.match_info["id"], body)
     return web.json_response(team.to_api())
 
 
 async def create_key(request: web.Request) -> web.Response:
-    body = parse(NewKey, parse_json_object(await request.read()))
+    body = validated(NewKey, parse_json_object(await request.read()))
     record, secret = await _admin(request).create_key(body)
     # The only time the secret is shown: the store keeps its hash.
     return web.json_response({**record.to_api(), "key": secret}, status=201)
@@ -68,7 +68,7 @@ async def get_key(request: web.Request) -> web.Response:
 
 
 async def update_key(request: web.Request) -> web.Response:
-    body = parse(KeyChanges, parse_json_object(await request.read()))
+    body = validated(KeyChanges, parse_json_object(await request.read()))
     record = await _admin(request).update_key(request.match_info["id"], body)
     return web.json_response(record.to_api())
 

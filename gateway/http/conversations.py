@@ -9,7 +9,7 @@ from aiohttp import web
 from gateway.context import GATEWAY
 from gateway.conversations.events import Conversation
 from gateway.conversations.items import items_to_messages, path_items
-from gateway.dialects.openai_chat import parse_json_object
+from gateway.dialects.requests import parse_json_object
 from gateway.errors import InvalidRequest
 from gateway.http.auth import PRINCIPAL
 

@@ -7,7 +7,7 @@ import asyncio
 from aiohttp import web
 
 from gateway.context import GATEWAY
-from gateway.dialects.openai_chat import parse_json_object
+from gateway.dialects.requests import parse_json_object
 from gateway.errors import InvalidRequest, UpstreamError, UpstreamTimeout
 from gateway.http.auth import PRINCIPAL
 from gateway.retry import RetryPlan

@@ -6,7 +6,7 @@ import re
 import time
 from typing import Any
 
-from pydantic import BaseModel, ConfigDict, Field, ValidationError
+from pydantic import BaseModel, ConfigDict, Field
 
 from gateway.conversations.events import new_id
 from gateway.errors import Conflict, InvalidRequest, NotFound
@@ -51,16 +51,6 @@ class KeyChanges(_Request):
     expires_at: float | None = None
     metadata: dict[str, Any] | None = None
     limits: Limits | None = None
-
-
-def parse(model: type[_Request], body: dict[str, Any]) -> Any:
-    try:
-        return model.model_validate(body)
-    except ValidationError as exc:
-        first = exc.errors()[0]
-        param = ".".join(str(p) for p in first["loc"])
-        message = "unknown field" if first["type"] == "extra_forbidden" else first["msg"]
-        raise InvalidRequest(f"Invalid '{param}': {message}.", param=param) from None
 
 
 class Admin:
