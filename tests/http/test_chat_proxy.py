@@ -6,7 +6,7 @@ import aiohttp
 import openai
 import pytest
 
-from tests.conftest import GatewayUnderTest
+from tests.conftest import GatewayUnderTest, MakeGateway
 from tests.fakes import (
     DONE,
     USAGE,
@@ -235,3 +235,28 @@ async def test_health_and_metrics(gw: GatewayUnderTest) -> None:
         'gateway_turns_total{reason="",status="completed"}' in text or "gateway_turns_total" in text
     )
     assert "gateway_requests_total" in text
+
+
+async def test_oversized_bodies_and_unknown_routes_get_openai_shaped_errors(
+    make_gateway: MakeGateway,
+) -> None:
+    gw = await make_gateway()
+    big = (
+        b'{"model": "demo", "messages": [{"role": "user", "content": "'
+        + b"x" * (17 << 20)
+        + b'"}]}'
+    )
+    async with aiohttp.ClientSession() as session:
+        async with session.post(
+            gw.url + "/v1/chat/completions", data=big, headers={"Content-Type": "application/json"}
+        ) as response:
+            assert response.status == 413
+            assert (await response.json())["error"]["code"] == "payload_too_large"
+        async with session.get(gw.url + "/v1/nothing-here") as response:
+            assert response.status == 404
+            assert (await response.json())["error"]["type"] == "invalid_request_error"
+        async with session.delete(gw.url + "/v1/chat/completions") as response:
+            assert response.status == 405
+            assert (await response.json())["error"]["message"]
+    await gw.flush()
+    assert gw.query("SELECT count(*) FROM turns") == [(0,)]
