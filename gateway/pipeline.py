@@ -32,6 +32,7 @@ import orjson
 from aiohttp import web
 
 from gateway import metrics
+from gateway.continuation import continuation_body
 from gateway.conversations.recorder import Attempt, Segment, TurnRecorder
 from gateway.dialects.base import Dialect, StreamRenderer
 from gateway.errors import (
@@ -45,7 +46,6 @@ from gateway.errors import (
 )
 from gateway.providers.base import UpstreamResponse
 from gateway.providers.wire import (
-    ANTHROPIC,
     StreamParser,
     parse_body,
     stream_parser,
@@ -68,13 +68,6 @@ from gateway.stream.sse import SSEDecoder, SSEFrameTooLarge
 log = logging.getLogger(__name__)
 
 _MAX_BODY = 64 * 1024 * 1024
-
-# The continuation request for an OpenAI-compatible deployment (continue_on_failure): the
-# delivered text as the assistant's message, then this instruction.
-CONTINUE_PROMPT = (
-    "Your previous reply was cut off. Continue it exactly where it stopped: do not repeat"
-    " anything, start with the next character."
-)
 
 
 @dataclass
@@ -195,27 +188,7 @@ class _Relay:
         """The request for this attempt: the client's, or a continuation of what was sent."""
         if not self.segments:
             return self.call.body
-        events = [e for a, n in self.segments for _, e in a.delivered_events(n)]
-        sent = "".join(
-            e.text for e in events if isinstance(e, BlockDelta) and self._is_text(events, e.index)
-        )
-        messages = list(self.call.body.get("messages") or [])
-        if deployment.provider.wire == ANTHROPIC:
-            # Anthropic continues a trailing assistant message (prefill); it refuses one that
-            # ends in white space.
-            messages.append({"role": "assistant", "content": sent.rstrip()})
-        else:
-            messages += [
-                {"role": "assistant", "content": sent},
-                {"role": "user", "content": CONTINUE_PROMPT},
-            ]
-        return {**self.call.body, "messages": messages}
-
-    @staticmethod
-    def _is_text(events: list[StreamEvent], index: int) -> bool:
-        return any(
-            isinstance(e, BlockStart) and e.index == index and e.kind == TEXT for e in events
-        )
+        return continuation_body(self.call.body, self.segments, deployment.provider.wire)
 
     async def _attempt(self, deployment: Deployment) -> web.StreamResponse:
         self.deployment = deployment
