@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import asyncio
+import logging
 from collections.abc import AsyncIterator
 
 import aiohttp
@@ -11,6 +12,7 @@ from aiohttp import web
 from gateway import metrics
 from gateway.config import GatewayConfig
 from gateway.context import GATEWAY, Gateway
+from gateway.conversations.recorder import recover_open_turns
 from gateway.conversations.service import Conversations
 from gateway.conversations.sqlite import SQLiteStore
 from gateway.http.auth import authenticate
@@ -23,6 +25,8 @@ from gateway.metering.reports import UsageStore
 from gateway.metering.store import KeyStore
 from gateway.metering.usage import Meter
 from gateway.routing import Router
+
+log = logging.getLogger(__name__)
 
 
 def create_app(config: GatewayConfig) -> web.Application:
@@ -55,6 +59,9 @@ def create_app(config: GatewayConfig) -> web.Application:
 async def _resources(app: web.Application) -> AsyncIterator[None]:
     gateway = app[GATEWAY]
     await gateway.store.start()
+    recovered = await recover_open_turns(gateway.store)
+    if recovered:
+        log.warning("closed %d turns left open by a previous process (crash_recovered)", recovered)
     # One client session for every upstream: connection pooling, no per-request TLS handshakes.
     gateway.session = aiohttp.ClientSession(
         connector=aiohttp.TCPConnector(limit=0, limit_per_host=0, ttl_dns_cache=300),

@@ -38,6 +38,11 @@ async def _serve(loaded: LoadedConfig, host: str, port: int) -> None:
         access_log=None,
         shutdown_timeout=config.server.shutdown_grace_s,
     )
+    # Before anything is served: a SIGTERM from then on always drains gracefully.
+    stop = asyncio.Event()
+    loop = asyncio.get_running_loop()
+    for sig in (signal.SIGINT, signal.SIGTERM):
+        loop.add_signal_handler(sig, stop.set)
     await runner.setup()
     site = web.TCPSite(runner, host, port)
     await site.start()
@@ -55,10 +60,6 @@ async def _serve(loaded: LoadedConfig, host: str, port: int) -> None:
             "RUNNING OPEN: no auth.master_key is configured, so no API key is checked and every"
             " caller is admin. Fine on a laptop; set GATEWAY_MASTER_KEY anywhere else."
         )
-    stop = asyncio.Event()
-    loop = asyncio.get_running_loop()
-    for sig in (signal.SIGINT, signal.SIGTERM):
-        loop.add_signal_handler(sig, stop.set)
     await stop.wait()
     log.info("shutting down")
     app[GATEWAY].state["shutting_down"] = True

@@ -369,3 +369,25 @@ class TurnRecorder:
 
     def _append(self, kind: str, payload: dict[str, Any]) -> None:
         self.store.append(NewEvent(self.conversation_id, self.turn_id, kind, payload))
+
+
+async def recover_open_turns(store: Store) -> int:
+    """Close the turns a dead process left open (`kill -9`, a crash, a power cut).
+
+    Run at start, before serving: one process owns an SQLite file, so every open turn was left
+    by a process that is gone. What was recorded (the input) stays; the turn ends `aborted`
+    with reason `crash_recovered`, so it no longer blocks branching and reads as finished.
+    """
+    open_turns = await store.open_turns()
+    for turn_id, conversation_id in open_turns:
+        store.append(
+            NewEvent(
+                conversation_id,
+                turn_id,
+                TURN_END,
+                {"status": "aborted", "reason": "crash_recovered", "attempts": None, "usage": None},
+            )
+        )
+    if open_turns:
+        await store.flush()
+    return len(open_turns)

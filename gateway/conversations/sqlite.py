@@ -239,6 +239,17 @@ class SQLiteStore:
             )
         )
 
+    async def open_turns(self) -> list[tuple[str, str]]:
+        """(turn id, conversation id) of every turn without a turn/end, oldest first."""
+
+        def read(db: sqlite3.Connection) -> list[tuple[str, str]]:
+            rows = db.execute(
+                "SELECT id, conversation_id FROM turns WHERE ended_at IS NULL ORDER BY started_at"
+            ).fetchall()
+            return [(r[0], r[1]) for r in rows]
+
+        return await self._call(read)
+
     async def turn_ended(self, turn_id: str) -> bool:
         def read(db: sqlite3.Connection) -> bool:
             row = db.execute("SELECT ended_at FROM turns WHERE id = ?", (turn_id,)).fetchone()

@@ -41,6 +41,10 @@ class Store(Protocol):
         """Hide a conversation (its events stay, for audit)."""
         ...
 
+    async def open_turns(self) -> list[tuple[str, str]]:
+        """(turn id, conversation id) of every turn without a turn/end."""
+        ...
+
     async def turn_ended(self, turn_id: str) -> bool:
         """True once the turn's `turn/end` is recorded."""
         ...
