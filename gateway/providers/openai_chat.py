@@ -167,12 +167,3 @@ def parse_completion(obj: dict[str, Any]) -> list[StreamEvent]:
     if isinstance(obj.get("usage"), dict):
         out.append(Usage(obj["usage"]))
     return out
-
-
-def completion_text_and_status(obj: dict[str, Any]) -> bool:
-    """True when a non-streaming completion body is a real answer (has choices)."""
-    return isinstance(obj.get("choices"), list) and bool(obj["choices"])
-
-
-def dumps(obj: Any) -> bytes:
-    return orjson.dumps(obj)
