@@ -27,7 +27,7 @@ literal transcription of the events:
 
 from __future__ import annotations
 
-import uuid
+import os
 from dataclasses import dataclass
 from typing import Any, Literal, TypeGuard
 
@@ -416,11 +416,11 @@ def _is_int(value: Any) -> TypeGuard[int]:
 
 
 def _message_id() -> str:
-    return f"msg_{uuid.uuid4().hex[:24]}"
+    return f"msg_{os.urandom(12).hex()}"
 
 
 def _tool_use_id() -> str:
-    return f"toolu_{uuid.uuid4().hex[:24]}"
+    return f"toolu_{os.urandom(12).hex()}"
 
 
 def stop_reason(finish_reason: str | None) -> str | None:

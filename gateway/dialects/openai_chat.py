@@ -6,8 +6,8 @@ fields this gateway does not know (new OpenAI parameters, provider extensions) p
 
 from __future__ import annotations
 
+import os
 import time
-import uuid
 from typing import Any, Literal
 
 import orjson
@@ -62,7 +62,7 @@ class ChatChunkRenderer:
 
     def __init__(self, model: str, *, include_usage: bool) -> None:
         self._base = {
-            "id": f"chatcmpl-{uuid.uuid4().hex[:24]}",
+            "id": f"chatcmpl-{os.urandom(12).hex()}",
             "object": "chat.completion.chunk",
             "created": int(time.time()),
             "model": model,
@@ -136,7 +136,7 @@ def completion_body(model: str, assembler: BlockAssembler) -> bytes:
     usage = {k: v for k, v in (assembler.usage or {}).items() if k != "provider_usage"}
     return orjson.dumps(
         {
-            "id": f"chatcmpl-{uuid.uuid4().hex[:24]}",
+            "id": f"chatcmpl-{os.urandom(12).hex()}",
             "object": "chat.completion",
             "created": int(time.time()),
             "model": model,

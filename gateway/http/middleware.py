@@ -3,8 +3,8 @@
 from __future__ import annotations
 
 import logging
+import os
 import re
-import uuid
 from collections.abc import Callable
 from typing import Any
 
@@ -57,7 +57,7 @@ def _from_http_exception(exc: web.HTTPException) -> GatewayError:
 @web.middleware
 async def errors_and_ids(request: web.Request, handler: Handler) -> web.StreamResponse:
     incoming = request.headers.get("X-Request-Id", "")
-    request[REQUEST_ID] = incoming if _SAFE_ID.match(incoming) else uuid.uuid4().hex
+    request[REQUEST_ID] = incoming if _SAFE_ID.match(incoming) else os.urandom(16).hex()
     route = (
         request.match_info.route.resource.canonical
         if request.match_info.route.resource

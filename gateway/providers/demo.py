@@ -10,9 +10,9 @@ from __future__ import annotations
 import asyncio
 import hashlib
 import math
+import os
 import re
 import time
-import uuid
 from typing import Any
 
 import orjson
@@ -63,7 +63,7 @@ class DemoResponse:
             "completion_tokens": completion_tokens,
             "total_tokens": prompt_tokens + completion_tokens,
         }
-        ident = f"chatcmpl-demo-{uuid.uuid4().hex[:24]}"
+        ident = f"chatcmpl-demo-{os.urandom(12).hex()}"
         created = int(time.time())
         if stream:
             self._chunks = _stream(ident, created, model, answer, usage)
