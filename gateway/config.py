@@ -172,9 +172,11 @@ class ModelConfig(_Model):
 
 class AuthConfig(_Model):
     master_key: str | None = Field(
-        None,
-        description="The admin key; write it as ${GATEWAY_MASTER_KEY}. Without one the gateway"
-        " runs open (no keys checked), for local use only, and says so at start.",
+        default_factory=lambda: os.environ.get("GATEWAY_MASTER_KEY") or None,
+        validate_default=True,
+        description="The admin key (default: the GATEWAY_MASTER_KEY environment variable)."
+        " Without one the gateway runs open (no keys checked), for local use only, and says"
+        " so at start.",
     )
     key_cache_s: float = Field(
         10,

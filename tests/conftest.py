@@ -142,6 +142,8 @@ async def make_gateway(
                     }
                 )
         db_path = tmp_path / "gateway.db"
+        # Open unless a test asks for a master key, whatever the environment says.
+        sections.setdefault("auth", {"master_key": None})
         raw = {"store": {"url": f"sqlite:///{db_path}"}, "models": models, **sections}
         config = parse_config(raw).config
         app = create_app(config)

@@ -62,7 +62,10 @@ async def test_serve_answers_and_stops_cleanly_on_sigterm(tmp_path: Path) -> Non
         "--port",
         str(port),
         stderr=asyncio.subprocess.PIPE,
-        env={**os.environ, "PYTHONUNBUFFERED": "1"},
+        env={
+            **{k: v for k, v in os.environ.items() if k != "GATEWAY_MASTER_KEY"},
+            "PYTHONUNBUFFERED": "1",
+        },
     )
     try:
         assert process.stderr is not None
@@ -106,6 +109,7 @@ async def test_usage_prints_a_table(tmp_path: Path) -> None:
     app = create_app(
         parse_config(
             {
+                "auth": {"master_key": None},
                 "store": {"url": f"sqlite:///{tmp_path}/gw.db"},
                 "models": [
                     {"name": "demo", "deployments": [{"provider": "demo", "chunk_delay_ms": 0}]}

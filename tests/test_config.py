@@ -105,3 +105,21 @@ def test_bad_files_fail_with_file_field_and_reason(tmp_path: Path, text: str, me
 def test_a_missing_file(tmp_path: Path) -> None:
     with pytest.raises(ConfigError, match="file not found"):
         load_config(tmp_path / "absent.yaml")
+
+
+def test_the_master_key_comes_from_the_environment(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    monkeypatch.delenv("GATEWAY_MASTER_KEY", raising=False)
+    assert load_config(write(tmp_path, "models: []\n")).config.auth.master_key is None
+    shipped = Path(__file__).parents[1] / "config" / "gateway.yaml"
+    assert load_config(shipped).config.auth.master_key is None  # open, no warning about it
+    monkeypatch.setenv("GATEWAY_MASTER_KEY", "a-long-enough-master-key")
+    assert (
+        load_config(write(tmp_path, "models: []\n")).config.auth.master_key
+        == "a-long-enough-master-key"
+    )
+    assert load_config(shipped).config.auth.master_key == "a-long-enough-master-key"
+    monkeypatch.setenv("GATEWAY_MASTER_KEY", "short")
+    with pytest.raises(ConfigError, match="master_key must be at least 16 characters"):
+        load_config(write(tmp_path, "models: []\n"))

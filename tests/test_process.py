@@ -27,7 +27,10 @@ async def start(config: Path, port: int) -> asyncio.subprocess.Process:
         "--port",
         str(port),
         stderr=asyncio.subprocess.PIPE,
-        env={**os.environ, "PYTHONUNBUFFERED": "1"},
+        env={
+            **{k: v for k, v in os.environ.items() if k != "GATEWAY_MASTER_KEY"},
+            "PYTHONUNBUFFERED": "1",
+        },
     )
     assert process.stderr is not None
     async with asyncio.timeout(30):
