@@ -16,6 +16,10 @@ from typing import Any
 
 from aiohttp import web
 
+from gateway.providers.wire import StreamParser
+from gateway.stream.events import StreamEvent
+from gateway.stream.sse import SSEDecoder
+
 FIXTURES = Path(__file__).parent / "fixtures" / "real-streams"
 
 Script = Callable[[web.Request], Awaitable[web.StreamResponse]]
@@ -237,3 +241,14 @@ def paused(first: list[bytes], rest: list[bytes]) -> Script:
         return response
 
     return script
+
+
+def feed_fixture(name: str, parser: StreamParser) -> tuple[list[StreamEvent], list[str]]:
+    """A captured stream through the SSE decoder and a wire parser: its events and frame kinds."""
+    events: list[StreamEvent] = []
+    kinds: list[str] = []
+    for frame in SSEDecoder().feed(fixture_bytes(name)):
+        new, kind = parser.feed(frame)
+        events += new
+        kinds.append(kind)
+    return events, kinds

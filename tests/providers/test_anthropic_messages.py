@@ -23,8 +23,8 @@ from gateway.stream.events import (
     StreamFailure,
     Usage,
 )
-from gateway.stream.sse import SSEDecoder, SSEFrame
-from tests.fakes import expected, fixture_bytes
+from gateway.stream.sse import SSEFrame
+from tests.fakes import expected, feed_fixture
 
 TEXT = "anthropic-thinking-text.sse"
 TOOL_USE = "anthropic-thinking-tool-use.sse"
@@ -32,12 +32,7 @@ TOOL_USE = "anthropic-thinking-tool-use.sse"
 
 def parse(name: str) -> tuple[list[StreamEvent], list[str], AnthropicStreamParser]:
     parser = AnthropicStreamParser()
-    events: list[StreamEvent] = []
-    kinds: list[str] = []
-    for frame in SSEDecoder().feed(fixture_bytes(name)):
-        new, kind = parser.feed(frame)
-        events += new
-        kinds.append(kind)
+    events, kinds = feed_fixture(name, parser)
     return events, kinds, parser
 
 

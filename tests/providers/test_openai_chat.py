@@ -9,7 +9,7 @@ from gateway.providers.openai_chat import ChatStreamParser, parse_completion
 from gateway.stream.assembler import BlockAssembler
 from gateway.stream.events import BlockEnd, BlockStart, StreamEvent, StreamFailure
 from gateway.stream.sse import SSEDecoder, SSEFrame
-from tests.fakes import expected, fixture_bytes
+from tests.fakes import expected, feed_fixture, fixture_bytes
 
 CHAT = [
     "openai-chat-text-usage.sse",
@@ -23,11 +23,7 @@ CHAT = [
 
 def parse(name: str) -> tuple[list[StreamEvent], ChatStreamParser]:
     parser = ChatStreamParser()
-    events: list[StreamEvent] = []
-    decoder = SSEDecoder()
-    for frame in decoder.feed(fixture_bytes(name)):
-        events += parser.feed(frame)[0]
-    return events, parser
+    return feed_fixture(name, parser)[0], parser
 
 
 def joined(assembler: BlockAssembler, kind: str) -> str:

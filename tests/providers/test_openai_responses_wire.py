@@ -20,7 +20,7 @@ from gateway.stream.events import (
     Usage,
 )
 from gateway.stream.sse import SSEDecoder, SSEFrame
-from tests.fakes import expected, fixture_bytes
+from tests.fakes import expected, feed_fixture, fixture_bytes
 
 FUNCTION_CALL = "openai-responses-text-function-call.sse"
 SUMMARY = "openai-responses-reasoning-summary.sse"
@@ -28,12 +28,7 @@ SUMMARY = "openai-responses-reasoning-summary.sse"
 
 def parse(name: str) -> tuple[list[StreamEvent], list[str], ResponsesStreamParser]:
     parser = ResponsesStreamParser()
-    events: list[StreamEvent] = []
-    kinds: list[str] = []
-    for frame in SSEDecoder().feed(fixture_bytes(name)):
-        new, kind = parser.feed(frame)
-        events += new
-        kinds.append(kind)
+    events, kinds = feed_fixture(name, parser)
     return events, kinds, parser
 
 
