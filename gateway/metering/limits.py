@@ -8,7 +8,9 @@
   cost until its real cost is known, so concurrent requests cannot overshoot a hard budget by
   more than what is reserved in flight; spend so far is read once from the usage records.
 
-This is the in-process implementation: one replica's view.
+This is the in-process implementation: one replica's view. With `limits.redis_url` set,
+`gateway.metering.redis_limits.RedisLimiter` keeps the same windows in Redis for every replica;
+both build their headers and errors with `check_scope`.
 """
 
 from __future__ import annotations
@@ -72,6 +74,73 @@ def period_start(period: str, now: float) -> float:
     return start.timestamp()
 
 
+@dataclass(frozen=True)
+class ScopeState:
+    """One scope as an admission finds it, before the request is counted: the in-process
+    `Limiter` reads it from memory, `RedisLimiter` from its admission script."""
+
+    requests: int  # admitted in the last minute
+    requests_reset: float  # seconds until the oldest of them leaves the window
+    tokens: int  # taken in the last minute
+    tokens_reset: float  # seconds until enough tokens leave the window for this request
+    in_flight: int
+    spent: float  # USD in the budget's current period
+    reserved: float  # USD reserved by requests in flight
+
+
+def check_scope(
+    kind: str,
+    limits: Limits,
+    tokens: int,
+    cost: float,
+    state: ScopeState,
+    headers: dict[str, str],
+) -> None:
+    """Add the scope's x-ratelimit-* headers; raise the 429 if a limit is reached (a soft budget
+    only warns)."""
+    if limits.rpm is not None:
+        remaining = limits.rpm - state.requests
+        reset = state.requests_reset
+        headers.setdefault("x-ratelimit-limit-requests", str(limits.rpm))
+        headers.setdefault("x-ratelimit-remaining-requests", str(max(0, remaining - 1)))
+        headers.setdefault("x-ratelimit-reset-requests", f"{reset:.3f}s")
+        if remaining <= 0:
+            _refuse("rpm", kind, f"{limits.rpm} requests per minute", reset, headers)
+    if limits.tpm is not None:
+        remaining = limits.tpm - state.tokens
+        reset = state.tokens_reset
+        headers.setdefault("x-ratelimit-limit-tokens", str(limits.tpm))
+        headers.setdefault("x-ratelimit-remaining-tokens", str(max(0, remaining - tokens)))
+        headers.setdefault("x-ratelimit-reset-tokens", f"{reset:.3f}s")
+        if tokens > remaining:
+            _refuse("tpm", kind, f"{limits.tpm} tokens per minute", reset, headers)
+    if limits.max_concurrent is not None and state.in_flight >= limits.max_concurrent:
+        _refuse("concurrency", kind, f"{limits.max_concurrent} concurrent requests", 1.0, headers)
+    budget = limits.budget
+    if budget is not None and state.spent + state.reserved + cost > budget.usd:
+        detail = (
+            f"the {kind} budget of {budget.usd:g} USD per {budget.period} is spent"
+            f" ({state.spent:.6f} USD used, {state.reserved:.6f} USD reserved by requests"
+            " in flight)"
+        )
+        if budget.mode == "soft":
+            headers["X-Gateway-Budget-Warning"] = detail
+            metrics.BUDGET_WARNINGS.labels(kind).inc()
+        else:
+            metrics.LIMIT_REJECTIONS.labels("budget", kind).inc()
+            error = BudgetExceeded(f"Budget exceeded: {detail}.")
+            error.headers.update(headers)
+            raise error
+
+
+def _refuse(limit: str, kind: str, what: str, reset: float, headers: dict[str, str]) -> None:
+    metrics.LIMIT_REJECTIONS.labels(limit, kind).inc()
+    error = LimitExceeded(f"Rate limit reached for this {kind}: {what}. Retry after {reset:.1f}s.")
+    error.headers.update(headers)
+    error.headers["Retry-After"] = str(max(1, int(reset + 0.999)))
+    raise error
+
+
 @dataclass
 class _Scope:
     requests: deque[float] = field(default_factory=deque)
@@ -118,6 +187,8 @@ class Lease:
 
 
 class Limiter:
+    """One process's limits: windows and counters in memory (the default without Redis)."""
+
     def __init__(self, spend: SpendLoader) -> None:
         self._spend = spend
         self._scopes: dict[tuple[str, str], _Scope] = {}
@@ -166,41 +237,19 @@ class Limiter:
     ) -> None:
         scope = self._scope(kind, ident)
         scope.prune(now)
-        if limits.rpm is not None:
-            remaining = limits.rpm - len(scope.requests)
-            reset = scope.requests[0] + WINDOW_S - now if scope.requests else 0.0
-            headers.setdefault("x-ratelimit-limit-requests", str(limits.rpm))
-            headers.setdefault("x-ratelimit-remaining-requests", str(max(0, remaining - 1)))
-            headers.setdefault("x-ratelimit-reset-requests", f"{reset:.3f}s")
-            if remaining <= 0:
-                self._refuse("rpm", kind, f"{limits.rpm} requests per minute", reset, headers)
-        if limits.tpm is not None:
-            remaining = limits.tpm - scope.token_sum
-            reset = self._tokens_free_in(scope, tokens - remaining, now)
-            headers.setdefault("x-ratelimit-limit-tokens", str(limits.tpm))
-            headers.setdefault("x-ratelimit-remaining-tokens", str(max(0, remaining - tokens)))
-            headers.setdefault("x-ratelimit-reset-tokens", f"{reset:.3f}s")
-            if tokens > remaining:
-                self._refuse("tpm", kind, f"{limits.tpm} tokens per minute", reset, headers)
-        if limits.max_concurrent is not None and scope.in_flight >= limits.max_concurrent:
-            self._refuse(
-                "concurrency", kind, f"{limits.max_concurrent} concurrent requests", 1.0, headers
-            )
-        budget = limits.budget
-        if budget is not None and scope.spent + scope.reserved + cost > budget.usd:
-            detail = (
-                f"the {kind} budget of {budget.usd:g} USD per {budget.period} is spent"
-                f" ({scope.spent:.6f} USD used, {scope.reserved:.6f} USD reserved by requests"
-                " in flight)"
-            )
-            if budget.mode == "soft":
-                headers["X-Gateway-Budget-Warning"] = detail
-                metrics.BUDGET_WARNINGS.labels(kind).inc()
-            else:
-                metrics.LIMIT_REJECTIONS.labels("budget", kind).inc()
-                error = BudgetExceeded(f"Budget exceeded: {detail}.")
-                error.headers.update(headers)
-                raise error
+        remaining_tokens = (limits.tpm or 0) - scope.token_sum
+        state = ScopeState(
+            requests=len(scope.requests),
+            requests_reset=scope.requests[0] + WINDOW_S - now if scope.requests else 0.0,
+            tokens=scope.token_sum,
+            tokens_reset=self._tokens_free_in(scope, tokens - remaining_tokens, now)
+            if limits.tpm is not None
+            else 0.0,
+            in_flight=scope.in_flight,
+            spent=scope.spent,
+            reserved=scope.reserved,
+        )
+        check_scope(kind, limits, tokens, cost, state, headers)
 
     @staticmethod
     def _tokens_free_in(scope: _Scope, needed: int, now: float) -> float:
@@ -210,16 +259,6 @@ class Limiter:
             if freed >= needed:
                 return max(0.0, t + WINDOW_S - now)
         return WINDOW_S
-
-    @staticmethod
-    def _refuse(limit: str, kind: str, what: str, reset: float, headers: dict[str, str]) -> None:
-        metrics.LIMIT_REJECTIONS.labels(limit, kind).inc()
-        error = LimitExceeded(
-            f"Rate limit reached for this {kind}: {what}. Retry after {reset:.1f}s."
-        )
-        error.headers.update(headers)
-        error.headers["Retry-After"] = str(max(1, int(reset + 0.999)))
-        raise error
 
     def _settle(self, lease: Lease, cost: float | None, tokens: int | None) -> None:
         now = time.time()
@@ -232,6 +271,9 @@ class Limiter:
                 # Correct the estimate taken at admission to the real count.
                 scope.tokens.append((now, tokens - lease.tokens))
                 scope.token_sum += tokens - lease.tokens
+
+    async def close(self) -> None:
+        """Nothing to let go in process (`RedisLimiter` waits for its settles here)."""
 
 
 def scopes_of(
