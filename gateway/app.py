@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import asyncio
 import logging
+import time
 from collections.abc import AsyncIterator
 
 import aiohttp
@@ -14,7 +15,6 @@ from gateway.config import GatewayConfig
 from gateway.context import GATEWAY, Gateway
 from gateway.conversations.recorder import recover_open_turns
 from gateway.conversations.service import Conversations
-from gateway.conversations.sqlite import SQLiteStore
 from gateway.http.auth import authenticate
 from gateway.http.middleware import add_request_id, errors_and_ids
 from gateway.http.routes import add_routes
@@ -25,12 +25,18 @@ from gateway.metering.reports import UsageStore
 from gateway.metering.store import KeyStore
 from gateway.metering.usage import Meter
 from gateway.routing import Router
+from gateway.storage.backends import instance_id, make_store
+from gateway.storage.db import StoreUnavailable
 
 log = logging.getLogger(__name__)
 
 
-def create_app(config: GatewayConfig) -> web.Application:
-    store = SQLiteStore(config.store.sqlite_path)
+_HEARTBEAT_S = 10.0
+_ORPHAN_AFTER_S = 60.0
+
+
+def create_app(config: GatewayConfig, *, instance: str | None = None) -> web.Application:
+    store = make_store(config.store, instance or instance_id(config.server.port))
     conversations = Conversations(store, repair_interrupted=config.conversations.repair_interrupted)
     keys = KeyStore(store)
     usage = UsageStore(store)
@@ -45,6 +51,7 @@ def create_app(config: GatewayConfig) -> web.Application:
         limiter=Limiter(usage.spent),
     )
     metrics.STORE_QUEUE.set_function(store.queue_depth)
+    metrics.STORE_SPOOL_BYTES.set_function(store.spooled_bytes)
     app = web.Application(
         middlewares=[errors_and_ids, authenticate],
         client_max_size=int(config.server.max_body_mb * 1024 * 1024),
@@ -59,9 +66,12 @@ def create_app(config: GatewayConfig) -> web.Application:
 async def _resources(app: web.Application) -> AsyncIterator[None]:
     gateway = app[GATEWAY]
     await gateway.store.start()
-    recovered = await recover_open_turns(gateway.store)
+    started = time.time()
+    await gateway.store.heartbeat(started)
+    recovered = await recover_open_turns(gateway.store, at_start=True)
     if recovered:
         log.warning("closed %d turns left open by a previous process (crash_recovered)", recovered)
+    keeper = asyncio.create_task(_keep_alive(gateway, started), name="store-heartbeat")
     # One client session for every upstream: connection pooling, no per-request TLS handshakes.
     gateway.session = aiohttp.ClientSession(
         connector=aiohttp.TCPConnector(limit=0, limit_per_host=0, ttl_dns_cache=300),
@@ -73,7 +83,25 @@ async def _resources(app: web.Application) -> AsyncIterator[None]:
     # The tokenizer for estimates takes ~0.4 s to load: at start, not on the first cancel.
     await asyncio.to_thread(tokens.warm)
     yield
+    keeper.cancel()
     if gateway.background:
         await asyncio.gather(*gateway.background, return_exceptions=True)
     await gateway.session.close()
     await gateway.store.close()
+
+
+async def _keep_alive(gateway: Gateway, started: float) -> None:
+    """Heartbeat, and close the open turns of replicas that died and did not come back."""
+    while True:
+        await asyncio.sleep(_HEARTBEAT_S)
+        try:
+            await gateway.store.heartbeat(started)
+            recovered = await recover_open_turns(
+                gateway.store, at_start=False, stale_s=_ORPHAN_AFTER_S
+            )
+            if recovered:
+                log.warning("closed %d turns of a replica that stopped (crash_recovered)", recovered)
+        except StoreUnavailable as exc:
+            log.warning("store heartbeat failed: %s", exc)
+        except Exception:
+            log.exception("store heartbeat failed")

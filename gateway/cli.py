@@ -1,10 +1,11 @@
-"""gateway serve | check-config"""
+"""gateway serve | check-config | migrate | teams | keys | usage"""
 
 from __future__ import annotations
 
 import argparse
 import asyncio
 import logging
+import os
 import signal
 import sys
 from pathlib import Path
@@ -24,12 +25,13 @@ def _load(path: str | None) -> LoadedConfig:
     return loaded
 
 
-async def _serve(loaded: LoadedConfig, host: str, port: int) -> None:
+async def _serve(loaded: LoadedConfig, host: str, port: int, reuse_port: bool = False) -> None:
     from gateway.app import create_app
     from gateway.context import GATEWAY
+    from gateway.storage.backends import instance_id
 
     config = loaded.config
-    app = create_app(config)
+    app = create_app(config, instance=instance_id(port))
     # handler_cancellation: a client that leaves cancels its handler at once, wherever it waits,
     # so the upstream is closed and the delivered prefix recorded within milliseconds.
     runner = web.AppRunner(
@@ -44,7 +46,7 @@ async def _serve(loaded: LoadedConfig, host: str, port: int) -> None:
     for sig in (signal.SIGINT, signal.SIGTERM):
         loop.add_signal_handler(sig, stop.set)
     await runner.setup()
-    site = web.TCPSite(runner, host, port)
+    site = web.TCPSite(runner, host, port, reuse_port=reuse_port or None)
     await site.start()
     bound = runner.addresses[0] if runner.addresses else (host, port)
     log.info(
@@ -64,6 +66,32 @@ async def _serve(loaded: LoadedConfig, host: str, port: int) -> None:
     log.info("shutting down")
     app[GATEWAY].state["shutting_down"] = True
     await runner.cleanup()
+
+
+def _cli_store(loaded: LoadedConfig) -> Any:
+    from gateway.storage.backends import make_store
+
+    return make_store(loaded.config.store, f"cli-{os.getpid()}")
+
+
+async def _migrate(loaded: LoadedConfig) -> int:
+    from gateway.storage import schema
+    from gateway.storage.backends import make_backend
+    from gateway.storage.db import StoreUnavailable
+
+    backend = make_backend(loaded.config.store)
+    try:
+        await backend.start()
+        applied = await backend.transact(schema.migrate)
+        version = await backend.run(schema.current_version)
+    except StoreUnavailable as exc:
+        print(f"error: {exc}", file=sys.stderr)
+        return 1
+    finally:
+        await backend.close()
+    done = ", ".join(map(str, applied)) if applied else "nothing to apply"
+    print(f"{backend.where}: schema version {version} ({done})")
+    return 0
 
 
 def _admin_commands(sub: Any) -> None:
@@ -99,14 +127,13 @@ def _admin_commands(sub: Any) -> None:
 
 
 async def _admin(args: argparse.Namespace, loaded: LoadedConfig) -> int:
-    from gateway.conversations.sqlite import SQLiteStore
     from gateway.errors import GatewayError
     from gateway.metering.admin import Admin, NewKey, NewTeam
     from gateway.metering.auth import Authenticator
     from gateway.metering.store import KeyStore
 
     config = loaded.config
-    store = SQLiteStore(config.store.sqlite_path)
+    store = _cli_store(loaded)
     await store.start()
     keys = KeyStore(store)
     admin = Admin(keys, Authenticator(None, keys, 0), [m.name for m in config.models])
@@ -148,7 +175,6 @@ async def _admin(args: argparse.Namespace, loaded: LoadedConfig) -> int:
 async def _usage(args: argparse.Namespace, loaded: LoadedConfig) -> int:
     import time
 
-    from gateway.conversations.sqlite import SQLiteStore
     from gateway.metering.reports import GRANULARITY, GROUPS, UsageStore, parse_time
 
     if args.group_by not in GROUPS or args.granularity not in GRANULARITY:
@@ -159,7 +185,7 @@ async def _usage(args: argparse.Namespace, loaded: LoadedConfig) -> int:
         return 2
     end = parse_time(args.end, time.time())
     start = parse_time(args.start, end - 31 * 86400)
-    store = SQLiteStore(loaded.config.store.sqlite_path)
+    store = _cli_store(loaded)
     await store.start()
     try:
         rows = await UsageStore(store).report(
@@ -220,6 +246,16 @@ def main(argv: list[str] | None = None) -> int:
     )
     serve.add_argument("--host", help="Override server.host.")
     serve.add_argument("--port", type=int, help="Override server.port.")
+    serve.add_argument(
+        "--workers",
+        type=int,
+        default=1,
+        help="Processes sharing the port (SO_REUSEPORT), to use every core (default 1).",
+    )
+    migrate = sub.add_parser("migrate", help="Apply pending store schema migrations.")
+    migrate.add_argument(
+        "--config", help="Config file (default: $GATEWAY_CONFIG or config/gateway.yaml)."
+    )
     check = sub.add_parser("check-config", help="Validate a config file without serving.")
     check.add_argument(
         "--config", help="Config file (default: $GATEWAY_CONFIG or config/gateway.yaml)."
@@ -238,18 +274,25 @@ def main(argv: list[str] | None = None) -> int:
         return asyncio.run(_admin(args, loaded))
     if args.command == "usage":
         return asyncio.run(_usage(args, loaded))
+    if args.command == "migrate":
+        return asyncio.run(_migrate(loaded))
     if args.command == "check-config":
         names = ", ".join(m.name for m in loaded.config.models) or "(none)"
         print(f"{loaded.path}: OK ({len(loaded.config.models)} model aliases: {names})")
         return 0
     host = args.host or loaded.config.server.host
     port = args.port if args.port is not None else loaded.config.server.port
+    if args.workers > 1:
+        from gateway.workers import supervise
+
+        return supervise(args.workers, host, port, args.config)
+    reuse_port = os.environ.get("GATEWAY_WORKER") is not None
     try:
         import uvloop
 
-        uvloop.run(_serve(loaded, host, port))
+        uvloop.run(_serve(loaded, host, port, reuse_port))
     except ImportError:  # pragma: no cover - platforms without uvloop
-        asyncio.run(_serve(loaded, host, port))
+        asyncio.run(_serve(loaded, host, port, reuse_port))
     except OSError as exc:
         print(f"cannot start: {exc}", file=sys.stderr)
         return 1

@@ -43,19 +43,49 @@ class ServerConfig(_Model):
 class StoreConfig(_Model):
     url: str = Field(
         "sqlite:///data/gateway.db",
-        description="Conversation store. `sqlite:///relative/path.db` or `sqlite:////abs.db`.",
+        description="Conversation store. `sqlite:///relative/path.db`, `sqlite:////abs.db`, or"
+        " `postgresql://user:password@host:port/db` (several replicas share one PostgreSQL).",
     )
+    migrate_on_start: bool = Field(
+        True,
+        description="Apply pending schema migrations at start (else run `gateway migrate`"
+        " first; a store behind its migrations refuses to start).",
+    )
+    queue_max: int = Field(
+        10_000,
+        ge=1,
+        description="Writes waiting for the store before new ones spill to the spool file.",
+    )
+    spool_path: str = Field(
+        "data/spool",
+        description="Directory of the append-only spool that keeps writes while the store is"
+        " down or slow; they are replayed in order, once, when it returns.",
+    )
+    pool_size: int = Field(10, ge=1, description="PostgreSQL connections per process.")
 
     @field_validator("url")
     @classmethod
     def _known_scheme(cls, value: str) -> str:
-        if not value.startswith("sqlite:///"):
-            raise ValueError("only sqlite:///PATH is supported by this version")
+        if not value.startswith(("sqlite:///", "postgresql://", "postgres://")):
+            raise ValueError("use sqlite:///PATH or postgresql://user:password@host:port/db")
         return value
+
+    @property
+    def backend(self) -> str:
+        return "sqlite" if self.url.startswith("sqlite:") else "postgresql"
 
     @property
     def sqlite_path(self) -> Path:
         return Path(self.url.removeprefix("sqlite:///"))
+
+
+class LimitsConfig(_Model):
+    redis_url: str | None = Field(
+        None,
+        description="Redis shared by every replica for rate-limit windows, budget reservations"
+        " and deployment cooldowns (`redis://host:6379/0`). Unset: each process keeps its own.",
+    )
+    redis_prefix: str = Field("gw:", description="Prefix of every Redis key the gateway writes.")
 
 
 class TimeoutsConfig(_Model):
@@ -208,6 +238,7 @@ class GatewayConfig(_Model):
     store: StoreConfig = Field(default_factory=StoreConfig)
     conversations: ConversationsConfig = Field(default_factory=ConversationsConfig)
     auth: AuthConfig = Field(default_factory=AuthConfig)
+    limits: LimitsConfig = Field(default_factory=LimitsConfig)
     models: list[ModelConfig] = Field(default_factory=list)
 
     @model_validator(mode="after")

@@ -108,7 +108,32 @@ BUDGET_WARNINGS = Counter(
 )
 STORE_QUEUE = Gauge(
     "gateway_store_queue_depth",
-    "Store operations waiting for the writer.",
+    "Writes waiting in memory for the store writer.",
+    registry=REGISTRY,
+)
+STORE_SPOOL_BYTES = Gauge(
+    "gateway_store_spool_bytes",
+    "Bytes of writes waiting in the local spool file for the store to return.",
+    registry=REGISTRY,
+)
+STORE_SPOOLING = Gauge(
+    "gateway_store_spooling",
+    "1 while writes go to the spool (store down or slow), else 0.",
+    registry=REGISTRY,
+)
+STORE_SPOOLED = Counter(
+    "gateway_store_spooled_writes_total",
+    "Writes put in the spool instead of the store.",
+    registry=REGISTRY,
+)
+STORE_REPLAYED = Counter(
+    "gateway_store_replayed_writes_total",
+    "Spooled writes replayed into the store.",
+    registry=REGISTRY,
+)
+STORE_WRITE_ERRORS = Counter(
+    "gateway_store_write_errors_total",
+    "Writes the store refused for their content (logged, then dropped after retries).",
     registry=REGISTRY,
 )
 

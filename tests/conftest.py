@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import asyncio
+import os
 import sqlite3
 from collections.abc import AsyncIterator, Awaitable, Callable
 from dataclasses import dataclass, field
@@ -19,6 +20,8 @@ from gateway.app import create_app
 from gateway.config import parse_config
 from gateway.context import GATEWAY, Gateway
 from tests.fakes import FakeUpstream
+
+pytest_plugins = ["tests.postgres_server"]
 
 
 @dataclass
@@ -144,9 +147,11 @@ async def make_gateway(
         db_path = tmp_path / "gateway.db"
         # Open unless a test asks for a master key, whatever the environment says.
         sections.setdefault("auth", {"master_key": None})
-        raw = {"store": {"url": f"sqlite:///{db_path}"}, "models": models, **sections}
+        store = {"url": f"sqlite:///{db_path}", "spool_path": str(tmp_path / "spool")}
+        store.update(sections.pop("store", {}))
+        raw = {"store": store, "models": models, **sections}
         config = parse_config(raw).config
-        app = create_app(config)
+        app = create_app(config, instance=f"test-{os.urandom(4).hex()}")
         # aiohttp's test server runs with handler_cancellation=True, as `gateway serve` does.
         server = await aiohttp_server(app)
         made.append(GatewayUnderTest(server, app, db_path))

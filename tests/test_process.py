@@ -119,7 +119,8 @@ async def test_kill_9_leaves_a_turn_that_the_next_start_closes(tmp_path: Path) -
     except aiohttp.ClientError:
         pass
     assert [kind for kind, _ in events(tmp_path / "gw.db")] == ["user/message"]
-    again = await start(config, free_port())
+    # The restart (same host and port: the same instance) knows its previous life is over.
+    again = await start(config, port)
     try:
         recorded = events(tmp_path / "gw.db")
         assert [kind for kind, _ in recorded] == ["user/message", "turn/end"]

@@ -52,6 +52,8 @@ class NewEvent:
     type: str
     payload: dict[str, Any]
     created_at: float = field(default_factory=time.time)
+    # Makes its write idempotent: a write replayed from the spool twice lands once.
+    uid: str = field(default_factory=lambda: os.urandom(12).hex())
 
 
 @dataclass(slots=True, frozen=True)

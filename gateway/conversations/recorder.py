@@ -371,15 +371,19 @@ class TurnRecorder:
         self.store.append(NewEvent(self.conversation_id, self.turn_id, kind, payload))
 
 
-async def recover_open_turns(store: Store) -> int:
+async def recover_open_turns(store: Store, *, at_start: bool, stale_s: float = 60.0) -> int:
     """Close the turns a dead process left open (`kill -9`, a crash, a power cut).
 
-    Run at start, before serving: one process owns an SQLite file, so every open turn was left
-    by a process that is gone. What was recorded (the input) stays; the turn ends `aborted`
-    with reason `crash_recovered`, so it no longer blocks branching and reads as finished.
+    At start, the turns this process's previous life left (same owner id), and any from
+    before owners were recorded; later, periodically, those of replicas whose heartbeat
+    stopped more than `stale_s` ago. What was recorded (the input, any delivered prefix) stays;
+    the turn ends `aborted` with reason `crash_recovered`, so it no longer blocks branching and
+    reads as finished.
     """
-    open_turns = await store.open_turns()
-    for turn_id, conversation_id in open_turns:
+    orphans = await store.claim_orphaned_turns(
+        own=at_start, stale_before=time.time() - stale_s
+    )
+    for turn_id, conversation_id in orphans:
         store.append(
             NewEvent(
                 conversation_id,
@@ -388,6 +392,6 @@ async def recover_open_turns(store: Store) -> int:
                 {"status": "aborted", "reason": "crash_recovered", "attempts": None, "usage": None},
             )
         )
-    if open_turns:
+    if orphans:
         await store.flush()
-    return len(open_turns)
+    return len(orphans)

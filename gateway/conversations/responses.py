@@ -8,7 +8,6 @@ events: an interrupted answer is a `cancelled` response with `incomplete` items.
 
 from __future__ import annotations
 
-import sqlite3
 import time
 from dataclasses import dataclass
 from typing import Any
@@ -24,10 +23,11 @@ from gateway.conversations.events import (
     new_id,
 )
 from gateway.conversations.service import Conversations, Joined
-from gateway.conversations.sqlite import SQLiteStore
 from gateway.conversations.store import history_path
 from gateway.errors import InvalidRequest, NotFound
 from gateway.metering.keys import Principal
+from gateway.storage.db import Db, Row
+from gateway.storage.store import Store
 
 
 @dataclass(frozen=True)
@@ -43,39 +43,35 @@ class StoredResponse:
 
 
 class ResponseStore:
-    def __init__(self, store: SQLiteStore, conversations: Conversations) -> None:
+    def __init__(self, store: Store, conversations: Conversations) -> None:
         self._store = store
         self._conversations = conversations
 
     def save(self, response: StoredResponse) -> None:
-        row = (
-            response.id,
-            response.turn_id,
-            response.conversation_id,
-            response.team_id,
-            response.created_at,
-            orjson.dumps(response.request).decode(),
-            response.previous_response_id,
-            int(response.store),
-        )
-        self._store.submit(
-            lambda db: db.execute(
-                "INSERT INTO responses (id, turn_id, conversation_id, team_id, created_at,"
-                " request, previous_response_id, store) VALUES (?, ?, ?, ?, ?, ?, ?, ?)",
-                row,
-            )
+        self._store.write(
+            "response",
+            {
+                "id": response.id,
+                "turn_id": response.turn_id,
+                "conversation_id": response.conversation_id,
+                "team_id": response.team_id,
+                "created_at": response.created_at,
+                "request": orjson.dumps(response.request).decode(),
+                "previous_response_id": response.previous_response_id,
+                "store": int(response.store),
+            },
         )
 
     async def get(self, response_id: str, principal: Principal) -> StoredResponse:
-        def op(db: sqlite3.Connection) -> tuple[Any, ...] | None:
-            return db.execute(  # type: ignore[no-any-return]
+        async def op(db: Db) -> Row | None:
+            return await db.fetchrow(
                 "SELECT id, turn_id, conversation_id, team_id, created_at, request,"
                 " previous_response_id, store FROM responses"
                 " WHERE id = ? AND deleted_at IS NULL",
-                (response_id,),
-            ).fetchone()
+                response_id,
+            )
 
-        row = await self._store.call(op)
+        row = await self._store.run(op)
         if row is None or not row[7] or not principal.sees(row[3]):
             raise NotFound(f"No response found with id '{response_id}'.")
         return StoredResponse(
@@ -84,11 +80,13 @@ class ResponseStore:
 
     async def delete(self, response_id: str, principal: Principal) -> None:
         await self.get(response_id, principal)
-        await self._store.call(
-            lambda db: db.execute(
-                "UPDATE responses SET deleted_at = ? WHERE id = ?", (time.time(), response_id)
+
+        async def op(db: Db) -> None:
+            await db.execute(
+                "UPDATE responses SET deleted_at = ? WHERE id = ?", time.time(), response_id
             )
-        )
+
+        await self._store.run(op)
 
     async def turn_events(self, response: StoredResponse) -> list[Event]:
         events = await self._store.events(response.conversation_id)

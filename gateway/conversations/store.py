@@ -1,53 +1,9 @@
-"""The store protocol every backend implements (SQLite now, PostgreSQL later).
-
-Writes are queued and never block the event loop: `create_conversation`, `start_turn` and
-`append` return at once, and the backend applies them in submission order. Reads are ordered
-after every write submitted before them, so a request always sees the turns that ended before it
-began. `append` gives each event the next `seq` of its conversation; a branch's own events
-continue after its `parent_seq`.
-"""
+"""Reading a conversation's whole path through its branch points."""
 
 from __future__ import annotations
 
-from typing import Protocol
-
-from gateway.conversations.events import Conversation, Event, NewEvent, TurnStart
-
-
-class Store(Protocol):
-    async def start(self) -> None: ...
-
-    async def close(self) -> None: ...
-
-    def create_conversation(self, conversation: Conversation) -> None: ...
-
-    def start_turn(self, turn: TurnStart) -> None: ...
-
-    def append(self, event: NewEvent) -> None: ...
-
-    async def flush(self) -> None:
-        """Wait until everything submitted so far is durable."""
-
-    async def ping(self) -> None:
-        """Raise when the store cannot serve."""
-
-    async def get_conversation(self, conversation_id: str) -> Conversation | None: ...
-
-    async def events(self, conversation_id: str, up_to_seq: int | None = None) -> list[Event]:
-        """The conversation's own events (not its parent's), in seq order."""
-        ...
-
-    async def delete_conversation(self, conversation_id: str, when: float) -> None:
-        """Hide a conversation (its events stay, for audit)."""
-        ...
-
-    async def open_turns(self) -> list[tuple[str, str]]:
-        """(turn id, conversation id) of every turn without a turn/end."""
-        ...
-
-    async def turn_ended(self, turn_id: str) -> bool:
-        """True once the turn's `turn/end` is recorded."""
-        ...
+from gateway.conversations.events import Event
+from gateway.storage.store import Store
 
 
 async def history_path(

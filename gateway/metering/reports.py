@@ -4,17 +4,18 @@ from __future__ import annotations
 
 import csv
 import io
-import sqlite3
 from datetime import UTC, datetime
+from decimal import Decimal
 from typing import Any
 
-from gateway.conversations.sqlite import SQLiteStore
 from gateway.metering.usage import UsageRecord
+from gateway.storage.db import Db
+from gateway.storage.store import Store
 
 GROUPS = {
     "team": "team_id",
     "key": "key_id",
-    "user": "user",
+    "user": '"user"',
     "model": "alias",
     "deployment": "deployment",
 }
@@ -36,33 +37,26 @@ COLUMNS = [
 
 
 class UsageStore:
-    def __init__(self, store: SQLiteStore) -> None:
+    def __init__(self, store: Store) -> None:
         self._store = store
 
     def write(self, record: UsageRecord) -> None:
-        row = record.row()
-        columns = ", ".join(row)
-        marks = ", ".join("?" for _ in row)
-        values = tuple(row.values())
-        self._store.submit(
-            lambda db: db.execute(
-                f"INSERT OR REPLACE INTO usage ({columns}) VALUES ({marks})", values
-            )
-        )
+        self._store.write("usage", record.row())
 
     async def spent(self, kind: str, ident: str, since: float) -> float:
         """USD recorded for a key or team since a time (what a budget has used)."""
         column = "key_id" if kind == "key" else "team_id"
 
-        def op(db: sqlite3.Connection) -> float:
-            row = db.execute(
-                "SELECT COALESCE(SUM(cost_usd), 0) FROM usage"
-                f" WHERE {column} = ? AND created_at >= ?",
-                (ident, since),
-            ).fetchone()
-            return float(row[0])
+        async def op(db: Db) -> float:
+            value = await db.fetchval(
+                f"SELECT COALESCE(SUM(cost_usd), 0) FROM usage WHERE {column} = ?"
+                " AND created_at >= ?",
+                ident,
+                since,
+            )
+            return float(value)
 
-        return await self._store.call(op)
+        return await self._store.run(op)
 
     async def report(
         self,
@@ -80,26 +74,38 @@ class UsageStore:
         if team_id is not None:
             where += " AND team_id = ?"
             args.append(team_id)
-        sql = (
-            f"SELECT CAST(created_at / {bucket} AS INTEGER) * {bucket} AS period, {column},"
-            " COUNT(DISTINCT turn_id),"
-            " SUM(status = 'interrupted'), SUM(status = 'error'),"
-            " SUM(prompt_tokens), SUM(completion_tokens), SUM(completion_delivered),"
-            " SUM(reasoning_tokens), SUM(cached_tokens), SUM(usage_source = 'estimated'),"
-            " SUM(cost_usd)"
-            f" FROM usage WHERE {where} GROUP BY period, {column} ORDER BY period, {column}"
-        )
 
-        def op(db: sqlite3.Connection) -> list[dict[str, Any]]:
+        async def op(db: Db) -> list[dict[str, Any]]:
+            # Truncate to the bucket: SQLite's integer CAST truncates, PostgreSQL's rounds.
+            floor = "FLOOR" if db.dialect == "postgresql" else ""
+            period = f"CAST({floor}(created_at / {bucket}) AS BIGINT) * {bucket}"
+            sql = (
+                f"SELECT {period} AS period, {column},"
+                " COUNT(DISTINCT turn_id),"
+                " SUM(CASE WHEN status = 'interrupted' THEN 1 ELSE 0 END),"
+                " SUM(CASE WHEN status = 'error' THEN 1 ELSE 0 END),"
+                " SUM(prompt_tokens), SUM(completion_tokens), SUM(completion_delivered),"
+                " SUM(reasoning_tokens), SUM(cached_tokens),"
+                " SUM(CASE WHEN usage_source = 'estimated' THEN 1 ELSE 0 END),"
+                " SUM(cost_usd)"
+                f" FROM usage WHERE {where} GROUP BY period, {column} ORDER BY period, {column}"
+            )
             out = []
-            for row in db.execute(sql, args):
-                record = dict(zip(COLUMNS, row, strict=True))
+            for row in await db.fetch(sql, *args):
+                record = dict(zip(COLUMNS, (_plain(v) for v in row), strict=True))
                 record["period_start"] = datetime.fromtimestamp(row[0], UTC).isoformat()
                 record["cost_usd"] = round(row[-1], 10) if row[-1] is not None else None
                 out.append(record)
             return out
 
-        return await self._store.call(op)
+        return await self._store.run(op)
+
+
+def _plain(value: Any) -> Any:
+    """PostgreSQL's SUM of integers is a Decimal: report plain ints like SQLite does."""
+    if isinstance(value, Decimal):
+        return int(value) if value == value.to_integral_value() else float(value)
+    return value
 
 
 def to_csv(rows: list[dict[str, Any]]) -> str:

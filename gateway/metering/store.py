@@ -1,24 +1,24 @@
-"""Teams and virtual keys in the SQLite file, beside the conversations."""
+"""Teams and virtual keys in the store, beside the conversations."""
 
 from __future__ import annotations
 
-import sqlite3
 from typing import Any
 
 import orjson
 
-from gateway.conversations.sqlite import SQLiteStore
 from gateway.metering.keys import KeyRecord, Team
+from gateway.storage.db import Db, Row
+from gateway.storage.store import Store
 
 _KEY_COLUMNS = (
-    "id, hash, prefix, team_id, created_at, name, user, models, expires_at, revoked_at, metadata,"
+    'id, hash, prefix, team_id, created_at, name, "user", models, expires_at, revoked_at, metadata,'
     " limits"
 )
 # Fields an admin may change on a key.
 KEY_UPDATABLE = ("name", "user", "models", "expires_at", "metadata", "limits")
 
 
-def _key(row: tuple[Any, ...]) -> KeyRecord:
+def _key(row: Row) -> KeyRecord:
     id_, hash_, prefix, team, created, name, user, models, expires, revoked, metadata, limits = row
     return KeyRecord(
         id=id_,
@@ -47,31 +47,29 @@ def _encode(field: str, value: Any) -> Any:
 
 
 class KeyStore:
-    def __init__(self, store: SQLiteStore) -> None:
+    def __init__(self, store: Store) -> None:
         self._store = store
 
     async def create_team(self, team: Team) -> bool:
         """False when a team with that id exists."""
 
-        def op(db: sqlite3.Connection) -> bool:
-            cursor = db.execute(
-                "INSERT OR IGNORE INTO teams (id, name, created_at, metadata, limits)"
-                " VALUES (?, ?, ?, ?, ?)",
-                (
-                    team.id,
-                    team.name,
-                    team.created_at,
-                    orjson.dumps(team.metadata).decode(),
-                    _encode("limits", team.limits),
-                ),
+        async def op(db: Db) -> bool:
+            inserted = await db.execute(
+                "INSERT INTO teams (id, name, created_at, metadata, limits)"
+                " VALUES (?, ?, ?, ?, ?) ON CONFLICT (id) DO NOTHING",
+                team.id,
+                team.name,
+                team.created_at,
+                orjson.dumps(team.metadata).decode(),
+                _encode("limits", team.limits),
             )
-            return cursor.rowcount == 1
+            return inserted == 1
 
-        return await self._store.call(op)
+        return await self._store.run(op)
 
     async def teams(self) -> list[Team]:
-        def op(db: sqlite3.Connection) -> list[Team]:
-            rows = db.execute(
+        async def op(db: Db) -> list[Team]:
+            rows = await db.fetch(
                 "SELECT id, name, created_at, metadata, limits FROM teams ORDER BY created_at"
             )
             return [
@@ -79,7 +77,7 @@ class KeyStore:
                 for i, n, c, m, lim in rows
             ]
 
-        return await self._store.call(op)
+        return await self._store.run(op)
 
     async def team(self, team_id: str) -> Team | None:
         return next((t for t in await self.teams() if t.id == team_id), None)
@@ -99,59 +97,59 @@ class KeyStore:
             _encode("metadata", key.metadata),
             _encode("limits", key.limits),
         )
-        await self._store.call(
-            lambda db: db.execute(
+
+        async def op(db: Db) -> None:
+            await db.execute(
                 f"INSERT INTO keys ({_KEY_COLUMNS}) VALUES (?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?)",
-                values,
+                *values,
             )
-        )
+
+        await self._store.run(op)
 
     async def keys(self, team_id: str | None = None) -> list[KeyRecord]:
-        def op(db: sqlite3.Connection) -> list[KeyRecord]:
+        async def op(db: Db) -> list[KeyRecord]:
             if team_id is None:
-                rows = db.execute(f"SELECT {_KEY_COLUMNS} FROM keys ORDER BY created_at")
+                rows = await db.fetch(f"SELECT {_KEY_COLUMNS} FROM keys ORDER BY created_at")
             else:
-                rows = db.execute(
+                rows = await db.fetch(
                     f"SELECT {_KEY_COLUMNS} FROM keys WHERE team_id = ? ORDER BY created_at",
-                    (team_id,),
+                    team_id,
                 )
             return [_key(r) for r in rows]
 
-        return await self._store.call(op)
+        return await self._store.run(op)
 
     async def key(self, key_id: str) -> KeyRecord | None:
-        def op(db: sqlite3.Connection) -> KeyRecord | None:
-            row = db.execute(f"SELECT {_KEY_COLUMNS} FROM keys WHERE id = ?", (key_id,)).fetchone()
-            return _key(row) if row else None
-
-        return await self._store.call(op)
+        return await self._one("id", key_id)
 
     async def key_by_hash(self, key_hash: str) -> KeyRecord | None:
-        def op(db: sqlite3.Connection) -> KeyRecord | None:
-            row = db.execute(
-                f"SELECT {_KEY_COLUMNS} FROM keys WHERE hash = ?", (key_hash,)
-            ).fetchone()
+        return await self._one("hash", key_hash)
+
+    async def _one(self, column: str, value: str) -> KeyRecord | None:
+        async def op(db: Db) -> KeyRecord | None:
+            row = await db.fetchrow(f"SELECT {_KEY_COLUMNS} FROM keys WHERE {column} = ?", value)
             return _key(row) if row else None
 
-        return await self._store.call(op)
+        return await self._store.run(op)
 
     async def update_key(self, key_id: str, changes: dict[str, Any]) -> KeyRecord | None:
         fields = [f for f in changes if f in KEY_UPDATABLE or f == "revoked_at"]
 
-        def op(db: sqlite3.Connection) -> KeyRecord | None:
+        async def op(db: Db) -> KeyRecord | None:
             if fields:
-                assignments = ", ".join(f"{f} = ?" for f in fields)
+                assignments = ", ".join(f'"{f}" = ?' for f in fields)
                 values = [_encode(f, changes[f]) for f in fields]
-                db.execute(f"UPDATE keys SET {assignments} WHERE id = ?", (*values, key_id))
-            row = db.execute(f"SELECT {_KEY_COLUMNS} FROM keys WHERE id = ?", (key_id,)).fetchone()
+                await db.execute(f"UPDATE keys SET {assignments} WHERE id = ?", *values, key_id)
+            row = await db.fetchrow(f"SELECT {_KEY_COLUMNS} FROM keys WHERE id = ?", key_id)
             return _key(row) if row else None
 
-        return await self._store.call(op)
+        return await self._store.transact(op)
 
     async def update_team_limits(self, team_id: str, limits: dict[str, Any] | None) -> Team | None:
-        await self._store.call(
-            lambda db: db.execute(
-                "UPDATE teams SET limits = ? WHERE id = ?", (_encode("limits", limits), team_id)
+        async def op(db: Db) -> None:
+            await db.execute(
+                "UPDATE teams SET limits = ? WHERE id = ?", _encode("limits", limits), team_id
             )
-        )
+
+        await self._store.run(op)
         return await self.team(team_id)

@@ -1,32 +1,58 @@
-"""The store contract, on a real SQLite file."""
+"""The store contract: the same behaviour on a real SQLite file and a real PostgreSQL."""
 
 from __future__ import annotations
 
 import asyncio
 import sqlite3
-from collections.abc import AsyncIterator
+import time
+from collections.abc import AsyncIterator, Awaitable, Callable
 from pathlib import Path
 
 import pytest
 
+from gateway.config import StoreConfig
 from gateway.conversations.events import Conversation, NewEvent, TurnStart
-from gateway.conversations.sqlite import SQLiteStore
 from gateway.conversations.store import history_path
+from gateway.storage import schema
+from gateway.storage.backends import make_store
+from gateway.storage.db import Db
+from gateway.storage.store import SchemaBehind, Store
+
+MakeStore = Callable[..., Awaitable[Store]]
+
+
+@pytest.fixture(params=["sqlite", "postgresql"])
+async def make(request: pytest.FixtureRequest, tmp_path: Path) -> AsyncIterator[MakeStore]:
+    url = (
+        f"sqlite:///{tmp_path}/sub/store.db"
+        if request.param == "sqlite"
+        else request.getfixturevalue("pg_url")
+    )
+    made: list[Store] = []
+
+    async def start(owner: str = "test", **options: object) -> Store:
+        config = StoreConfig(url=url, spool_path=str(tmp_path / "spool"), **options)  # type: ignore[arg-type]
+        store = make_store(config, owner)
+        await store.start()
+        made.append(store)
+        return store
+
+    yield start
+    for store in made:
+        if store._writer is not None and not store._writer.done():
+            await store.close()
 
 
 @pytest.fixture
-async def store(tmp_path: Path) -> AsyncIterator[SQLiteStore]:
-    s = SQLiteStore(tmp_path / "sub" / "store.db")
-    await s.start()
-    yield s
-    await s.close()
+async def store(make: MakeStore) -> Store:
+    return await make()
 
 
 def event(cid: str, kind: str = "user/message", turn: str = "t1", **payload: object) -> NewEvent:
     return NewEvent(cid, turn, kind, dict(payload))
 
 
-async def test_appends_get_increasing_seqs_and_reads_see_earlier_writes(store: SQLiteStore) -> None:
+async def test_appends_get_increasing_seqs_and_reads_see_earlier_writes(store: Store) -> None:
     store.create_conversation(Conversation("c1", 1.0))
     for i in range(5):
         store.append(event("c1", n=i))
@@ -35,7 +61,7 @@ async def test_appends_get_increasing_seqs_and_reads_see_earlier_writes(store: S
     assert [e.seq for e in await store.events("c1", up_to_seq=3)] == [1, 2, 3]
 
 
-async def test_a_branch_continues_after_its_parent_seq(store: SQLiteStore) -> None:
+async def test_a_branch_continues_after_its_parent_seq(store: Store) -> None:
     store.create_conversation(Conversation("p", 1.0))
     for i in range(4):
         store.append(event("p", n=i))
@@ -49,7 +75,7 @@ async def test_a_branch_continues_after_its_parent_seq(store: SQLiteStore) -> No
         await history_path(store, "missing")
 
 
-async def test_turn_end_closes_the_turn(store: SQLiteStore) -> None:
+async def test_turn_end_closes_the_turn(store: Store) -> None:
     store.create_conversation(Conversation("c", 1.0))
     store.start_turn(TurnStart("t1", "c", 1.0, {"model": "demo"}))
     store.append(event("c"))
@@ -59,33 +85,49 @@ async def test_turn_end_closes_the_turn(store: SQLiteStore) -> None:
     assert await store.turn_ended("unknown") is False
 
 
-async def test_one_bad_operation_does_not_sink_its_batch(store: SQLiteStore) -> None:
+async def test_a_write_applied_twice_lands_once(store: Store) -> None:
+    """What makes spool replay exactly-once: every write is keyed."""
     store.create_conversation(Conversation("c", 1.0))
-    store.start_turn(TurnStart("dup", "c", 1.0, {}))
+    store.create_conversation(Conversation("c", 1.0))
+    store.start_turn(TurnStart("t", "c", 1.0, {}))
+    store.start_turn(TurnStart("t", "c", 1.0, {}))
+    once = event("c", n=1)
+    store.append(once)
+    store.append(once)
+    store.append(event("c", n=2))
+    assert [(e.seq, e.payload["n"]) for e in await store.events("c")] == [(1, 1), (2, 2)]
+
+
+async def test_one_bad_write_does_not_sink_its_batch(store: Store) -> None:
+    store.create_conversation(Conversation("c", 1.0))
     store.append(event("c", n=1))
-    store.start_turn(TurnStart("dup", "c", 1.0, {}))  # primary key violation
+    store.write("usage", {"id": "u1"})  # NOT NULL columns missing: refused by the database
     store.append(event("c", n=2))
     assert [e.payload["n"] for e in await store.events("c")] == [1, 2]
 
 
-async def test_it_is_a_wal_file_that_survives_a_restart(tmp_path: Path) -> None:
-    path = tmp_path / "store.db"
-    first = SQLiteStore(path)
-    await first.start()
+async def test_it_survives_a_restart(make: MakeStore) -> None:
+    first = await make()
     first.create_conversation(Conversation("c", 1.0))
     first.append(event("c", text="kept"))
     await first.close()
-    second = SQLiteStore(path)
-    await second.start()
+    second = await make()
     assert [e.payload for e in await second.events("c")] == [{"text": "kept"}]
     second.append(event("c", text="next"))
     assert [e.seq for e in await second.events("c")] == [1, 2]
-    await second.close()
-    with sqlite3.connect(path) as db:
+
+
+async def test_sqlite_is_a_wal_file(tmp_path: Path) -> None:
+    store = make_store(
+        StoreConfig(url=f"sqlite:///{tmp_path}/s.db", spool_path=str(tmp_path / "spool")), "t"
+    )
+    await store.start()
+    await store.close()
+    with sqlite3.connect(tmp_path / "s.db") as db:
         assert db.execute("PRAGMA journal_mode").fetchone() == ("wal",)
 
 
-async def test_writes_never_block_the_event_loop(store: SQLiteStore) -> None:
+async def test_writes_never_block_the_event_loop(store: Store) -> None:
     store.create_conversation(Conversation("c", 1.0))
     loop = asyncio.get_running_loop()
     ticks = 0
@@ -102,8 +144,55 @@ async def test_writes_never_block_the_event_loop(store: SQLiteStore) -> None:
     await store.flush()
     task.cancel()
     assert len(await store.events("c")) == 2000
-    assert ticks > 1  # the loop kept running while the thread wrote
+    assert ticks > 1  # the loop kept running while the writer wrote
 
 
-async def test_ping(store: SQLiteStore) -> None:
-    await store.ping()
+async def test_migrations_are_versioned_and_idempotent(store: Store) -> None:
+    async def version(db: Db) -> int:
+        return await schema.current_version(db)
+
+    assert await store.run(version) == schema.latest(store.dialect)
+    assert await store.transact(schema.migrate) == []  # nothing left to apply
+
+
+async def test_a_store_behind_its_migrations_refuses_to_start(
+    make: MakeStore, tmp_path: Path
+) -> None:
+    first = await make()
+
+    async def rewind(db: Db) -> None:
+        await db.execute("DELETE FROM schema_migrations WHERE version > 0")
+
+    await first.run(rewind)
+    await first.close()
+    with pytest.raises(SchemaBehind, match="gateway migrate"):
+        await make(migrate_on_start=False)
+
+
+async def test_orphaned_turns_are_claimed_once(make: MakeStore) -> None:
+    """A restarted process claims its previous life's open turns; a live replica's are left
+    alone until its heartbeat stops."""
+    me = await make(owner="a")
+    other = await make(owner="b")
+    await me.heartbeat(1.0)
+    await other.heartbeat(1.0)
+    me.create_conversation(Conversation("c", 1.0))
+    me.start_turn(TurnStart("mine", "c", 1.0, {}))
+    other.start_turn(TurnStart("theirs", "c", 2.0, {}))
+    await me.flush()
+    await other.flush()
+    assert await me.claim_orphaned_turns(own=True, stale_before=0.0) == [("mine", "c")]
+    assert await me.claim_orphaned_turns(own=True, stale_before=0.0) == [("mine", "c")]
+    minute_ago = time.time() - 60
+    assert await me.claim_orphaned_turns(own=False, stale_before=minute_ago) == []
+
+    async def b_stops_beating(db: Db) -> None:
+        await db.execute("UPDATE instances SET heartbeat_at = 1 WHERE id = 'b'")
+
+    await me.run(b_stops_beating)
+    third = await make(owner="c")
+    claims = await asyncio.gather(
+        me.claim_orphaned_turns(own=False, stale_before=minute_ago),
+        third.claim_orphaned_turns(own=False, stale_before=minute_ago),
+    )
+    assert sorted(claims, key=len) == [[], [("theirs", "c")]]

@@ -1,0 +1,123 @@
+"""PostgreSQL backend (asyncpg): what several replicas share.
+
+Operations run on the event loop over a small pool. A batch of writes is one transaction; two
+replicas appending to one conversation at the same moment collide on its next `seq`, and the
+loser's batch is retried by the store, one write at a time.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import functools
+import re
+from typing import Any, TypeVar
+
+import asyncpg
+
+from gateway.storage.db import Dialect, Op, Row, StoreUnavailable
+from gateway.storage.writes import Write, apply
+
+T = TypeVar("T")
+
+_ACQUIRE_TIMEOUT_S = 5.0
+_COMMAND_TIMEOUT_S = 15.0
+_UNAVAILABLE = (
+    OSError,
+    asyncio.TimeoutError,
+    asyncpg.PostgresConnectionError,
+    asyncpg.InterfaceError,
+    asyncpg.exceptions.OperatorInterventionError,  # admin shutdown, crash shutdown
+    asyncpg.exceptions.InsufficientResourcesError,  # disk full, too many connections
+)
+
+
+@functools.lru_cache(maxsize=512)
+def numbered(sql: str) -> str:
+    """`?` placeholders as `$1, $2, ...` (the SQL here never has a `?` inside a literal)."""
+    counter = iter(range(1, 10_000))
+    return re.sub(r"\?", lambda _: f"${next(counter)}", sql)
+
+
+class _Connection:
+    dialect: Dialect = "postgresql"
+
+    def __init__(self, conn: asyncpg.Connection) -> None:
+        self._conn = conn
+
+    async def execute(self, sql: str, *args: Any) -> int:
+        status = await self._conn.execute(numbered(sql), *args)
+        last = status.rsplit(" ", 1)[-1]
+        return int(last) if last.isdigit() else 0
+
+    async def fetch(self, sql: str, *args: Any) -> list[Row]:
+        return [tuple(r) for r in await self._conn.fetch(numbered(sql), *args)]
+
+    async def fetchrow(self, sql: str, *args: Any) -> Row | None:
+        row = await self._conn.fetchrow(numbered(sql), *args)
+        return None if row is None else tuple(row)
+
+    async def fetchval(self, sql: str, *args: Any) -> Any:
+        return await self._conn.fetchval(numbered(sql), *args)
+
+
+class PostgresBackend:
+    dialect: Dialect = "postgresql"
+
+    def __init__(self, url: str, pool_size: int = 10) -> None:
+        self.url = url
+        self.pool_size = pool_size
+        self._pool: asyncpg.Pool | None = None
+
+    @property
+    def where(self) -> str:
+        return re.sub(r"//[^@/]*@", "//***@", self.url)  # never log the password
+
+    async def start(self) -> None:
+        try:
+            self._pool = await asyncpg.create_pool(
+                self.url,
+                min_size=1,
+                max_size=self.pool_size,
+                command_timeout=_COMMAND_TIMEOUT_S,
+                timeout=_ACQUIRE_TIMEOUT_S,
+            )
+        except _UNAVAILABLE as exc:
+            raise StoreUnavailable(f"PostgreSQL at {self.where}: {exc}") from exc
+
+    async def close(self) -> None:
+        if self._pool is not None:
+            pool, self._pool = self._pool, None
+            try:
+                await asyncio.wait_for(pool.close(), 5)
+            except (asyncio.TimeoutError, *_UNAVAILABLE):
+                pool.terminate()
+
+    async def run(self, op: Op[T]) -> T:
+        assert self._pool is not None, "store not started"
+        try:
+            async with self._pool.acquire(timeout=_ACQUIRE_TIMEOUT_S) as conn:
+                return await op(_Connection(conn))
+        except _UNAVAILABLE as exc:
+            raise StoreUnavailable(f"PostgreSQL: {exc!r}") from exc
+
+    async def transact(self, op: Op[T]) -> T:
+        assert self._pool is not None, "store not started"
+        try:
+            async with self._pool.acquire(timeout=_ACQUIRE_TIMEOUT_S) as conn:
+                async with conn.transaction():
+                    return await op(_Connection(conn))
+        except _UNAVAILABLE as exc:
+            raise StoreUnavailable(f"PostgreSQL: {exc!r}") from exc
+
+    async def apply(self, writes: list[Write]) -> None:
+        async def op(db: Any) -> None:
+            for write in writes:
+                await apply(db, write)
+
+        await self.transact(op)
+
+    async def ping(self) -> None:
+        async def select(db: Any) -> Any:
+            return await db.fetchval("SELECT 1")
+
+        await self.run(select)

@@ -1,0 +1,192 @@
+"""Versioned schema migrations, one list per database.
+
+`schema_migrations` records each applied version. `gateway migrate` applies what is pending
+(and so does every start unless `store.migrate_on_start` is off); a store whose schema is
+behind the code refuses to start rather than fail on its first write. Migrations only add:
+a version, once shipped, never changes.
+"""
+
+from __future__ import annotations
+
+import logging
+import time
+from dataclasses import dataclass
+
+from gateway.storage.db import Db, Dialect
+
+log = logging.getLogger(__name__)
+
+
+@dataclass(frozen=True)
+class Migration:
+    version: int
+    name: str
+    statements: tuple[str, ...]
+
+
+_SQLITE_V1 = (
+    """CREATE TABLE IF NOT EXISTS conversations (
+        id TEXT PRIMARY KEY, created_at REAL NOT NULL, parent_id TEXT, parent_seq INTEGER,
+        team_id TEXT, key_id TEXT, metadata TEXT, deleted_at REAL)""",
+    """CREATE TABLE IF NOT EXISTS turns (
+        id TEXT PRIMARY KEY, conversation_id TEXT NOT NULL, started_at REAL NOT NULL,
+        ended_at REAL, status TEXT, request TEXT NOT NULL, team_id TEXT, key_id TEXT)""",
+    """CREATE TABLE IF NOT EXISTS teams (
+        id TEXT PRIMARY KEY, name TEXT NOT NULL, created_at REAL NOT NULL,
+        metadata TEXT NOT NULL, limits TEXT)""",
+    """CREATE TABLE IF NOT EXISTS keys (
+        id TEXT PRIMARY KEY, hash TEXT NOT NULL UNIQUE, prefix TEXT NOT NULL,
+        team_id TEXT NOT NULL, created_at REAL NOT NULL, name TEXT, "user" TEXT, models TEXT,
+        expires_at REAL, revoked_at REAL, metadata TEXT NOT NULL, limits TEXT)""",
+    "CREATE INDEX IF NOT EXISTS keys_by_team ON keys (team_id)",
+    """CREATE TABLE IF NOT EXISTS usage (
+        id TEXT PRIMARY KEY, turn_id TEXT NOT NULL, conversation_id TEXT NOT NULL,
+        team_id TEXT, key_id TEXT, "user" TEXT, alias TEXT, deployment TEXT NOT NULL,
+        provider TEXT NOT NULL, model TEXT NOT NULL, created_at REAL NOT NULL,
+        status TEXT NOT NULL, prompt_tokens INTEGER NOT NULL, completion_tokens INTEGER NOT NULL,
+        completion_delivered INTEGER NOT NULL, reasoning_tokens INTEGER NOT NULL,
+        cached_tokens INTEGER NOT NULL, usage_source TEXT NOT NULL, cost_usd REAL,
+        ttft_ms REAL, duration_ms REAL)""",
+    "CREATE INDEX IF NOT EXISTS usage_by_time ON usage (created_at)",
+    """CREATE TABLE IF NOT EXISTS responses (
+        id TEXT PRIMARY KEY, turn_id TEXT NOT NULL, conversation_id TEXT NOT NULL,
+        team_id TEXT, created_at REAL NOT NULL, request TEXT NOT NULL,
+        previous_response_id TEXT, store INTEGER NOT NULL, deleted_at REAL)""",
+    "CREATE INDEX IF NOT EXISTS usage_by_team ON usage (team_id, created_at)",
+    "CREATE INDEX IF NOT EXISTS turns_by_conversation ON turns (conversation_id, started_at)",
+    """CREATE TABLE IF NOT EXISTS events (
+        conversation_id TEXT NOT NULL, seq INTEGER NOT NULL, turn_id TEXT NOT NULL,
+        type TEXT NOT NULL, created_at REAL NOT NULL, payload TEXT NOT NULL,
+        PRIMARY KEY (conversation_id, seq)) WITHOUT ROWID""",
+)
+
+# Files made before versioned migrations lack some columns that v1 now creates.
+SQLITE_LEGACY_COLUMNS = (
+    ("conversations", "team_id", "TEXT"),
+    ("conversations", "key_id", "TEXT"),
+    ("turns", "team_id", "TEXT"),
+    ("turns", "key_id", "TEXT"),
+    ("teams", "limits", "TEXT"),
+    ("conversations", "metadata", "TEXT"),
+    ("conversations", "deleted_at", "REAL"),
+    ("keys", "limits", "TEXT"),
+)
+
+_SQLITE_V2 = (
+    # Idempotent event writes (the spool may replay one) and turn ownership across processes.
+    "ALTER TABLE events ADD COLUMN uid TEXT",
+    "CREATE UNIQUE INDEX events_uid ON events (uid)",
+    "ALTER TABLE turns ADD COLUMN owner TEXT",
+    "CREATE INDEX turns_open ON turns (owner) WHERE ended_at IS NULL",
+    """CREATE TABLE instances (
+        id TEXT PRIMARY KEY, started_at REAL NOT NULL, heartbeat_at REAL NOT NULL)""",
+    "CREATE INDEX usage_by_key ON usage (key_id, created_at)",
+    "CREATE INDEX conversations_by_time ON conversations (created_at)",
+    "CREATE INDEX conversations_by_team ON conversations (team_id, created_at)",
+)
+
+# PostgreSQL starts at the current shape. Times are Unix seconds (double precision) as in
+# SQLite, so every query reads the same on both.
+_POSTGRES_V1 = (
+    """CREATE TABLE conversations (
+        id TEXT PRIMARY KEY, created_at DOUBLE PRECISION NOT NULL, parent_id TEXT,
+        parent_seq BIGINT, team_id TEXT, key_id TEXT, metadata TEXT,
+        deleted_at DOUBLE PRECISION)""",
+    "CREATE INDEX conversations_by_time ON conversations (created_at)",
+    "CREATE INDEX conversations_by_team ON conversations (team_id, created_at)",
+    """CREATE TABLE turns (
+        id TEXT PRIMARY KEY, conversation_id TEXT NOT NULL,
+        started_at DOUBLE PRECISION NOT NULL, ended_at DOUBLE PRECISION, status TEXT,
+        request TEXT NOT NULL, team_id TEXT, key_id TEXT, owner TEXT)""",
+    "CREATE INDEX turns_by_conversation ON turns (conversation_id, started_at)",
+    "CREATE INDEX turns_open ON turns (owner) WHERE ended_at IS NULL",
+    """CREATE TABLE events (
+        conversation_id TEXT NOT NULL, seq BIGINT NOT NULL, turn_id TEXT NOT NULL,
+        type TEXT NOT NULL, created_at DOUBLE PRECISION NOT NULL, payload TEXT NOT NULL,
+        uid TEXT, PRIMARY KEY (conversation_id, seq))""",
+    "CREATE UNIQUE INDEX events_uid ON events (uid)",
+    """CREATE TABLE teams (
+        id TEXT PRIMARY KEY, name TEXT NOT NULL, created_at DOUBLE PRECISION NOT NULL,
+        metadata TEXT NOT NULL, limits TEXT)""",
+    """CREATE TABLE keys (
+        id TEXT PRIMARY KEY, hash TEXT NOT NULL UNIQUE, prefix TEXT NOT NULL,
+        team_id TEXT NOT NULL, created_at DOUBLE PRECISION NOT NULL, name TEXT, "user" TEXT,
+        models TEXT, expires_at DOUBLE PRECISION, revoked_at DOUBLE PRECISION,
+        metadata TEXT NOT NULL, limits TEXT)""",
+    "CREATE INDEX keys_by_team ON keys (team_id)",
+    """CREATE TABLE usage (
+        id TEXT PRIMARY KEY, turn_id TEXT NOT NULL, conversation_id TEXT NOT NULL,
+        team_id TEXT, key_id TEXT, "user" TEXT, alias TEXT, deployment TEXT NOT NULL,
+        provider TEXT NOT NULL, model TEXT NOT NULL, created_at DOUBLE PRECISION NOT NULL,
+        status TEXT NOT NULL, prompt_tokens BIGINT NOT NULL, completion_tokens BIGINT NOT NULL,
+        completion_delivered BIGINT NOT NULL, reasoning_tokens BIGINT NOT NULL,
+        cached_tokens BIGINT NOT NULL, usage_source TEXT NOT NULL,
+        cost_usd DOUBLE PRECISION, ttft_ms DOUBLE PRECISION, duration_ms DOUBLE PRECISION)""",
+    "CREATE INDEX usage_by_time ON usage (created_at)",
+    "CREATE INDEX usage_by_team ON usage (team_id, created_at)",
+    "CREATE INDEX usage_by_key ON usage (key_id, created_at)",
+    """CREATE TABLE responses (
+        id TEXT PRIMARY KEY, turn_id TEXT NOT NULL, conversation_id TEXT NOT NULL,
+        team_id TEXT, created_at DOUBLE PRECISION NOT NULL, request TEXT NOT NULL,
+        previous_response_id TEXT, store INTEGER NOT NULL, deleted_at DOUBLE PRECISION)""",
+    """CREATE TABLE instances (
+        id TEXT PRIMARY KEY, started_at DOUBLE PRECISION NOT NULL,
+        heartbeat_at DOUBLE PRECISION NOT NULL)""",
+)
+
+MIGRATIONS: dict[Dialect, tuple[Migration, ...]] = {
+    "sqlite": (
+        Migration(1, "conversations, turns, events, teams, keys, usage, responses", _SQLITE_V1),
+        Migration(2, "event uids, turn owners, instances, more indexes", _SQLITE_V2),
+    ),
+    "postgresql": (Migration(1, "the whole schema", _POSTGRES_V1),),
+}
+
+_TRACKING = (
+    "CREATE TABLE IF NOT EXISTS schema_migrations"
+    " (version INTEGER PRIMARY KEY, name TEXT NOT NULL, applied_at DOUBLE PRECISION NOT NULL)"
+)
+
+
+async def current_version(db: Db) -> int:
+    await db.execute(_TRACKING)
+    return int(await db.fetchval("SELECT COALESCE(MAX(version), 0) FROM schema_migrations"))
+
+
+def latest(dialect: Dialect) -> int:
+    return MIGRATIONS[dialect][-1].version
+
+
+async def migrate(db: Db) -> list[int]:
+    """Apply every pending migration, all in the caller's transaction; the versions applied."""
+    if db.dialect == "postgresql":
+        # Replicas starting together: one migrates, the others wait, then find nothing to do.
+        await db.execute("SELECT pg_advisory_xact_lock(7426173)")
+    else:
+        await _sqlite_legacy_columns(db)
+    version = await current_version(db)
+    applied = []
+    for migration in MIGRATIONS[db.dialect]:
+        if migration.version <= version:
+            continue
+        for statement in migration.statements:
+            await db.execute(statement)
+        await db.execute(
+            "INSERT INTO schema_migrations (version, name, applied_at) VALUES (?, ?, ?)",
+            migration.version,
+            migration.name,
+            time.time(),
+        )
+        log.info("store migrated to version %d (%s)", migration.version, migration.name)
+        applied.append(migration.version)
+    return applied
+
+
+async def _sqlite_legacy_columns(db: Db) -> None:
+    tables = {r[0] for r in await db.fetch("SELECT name FROM sqlite_master WHERE type='table'")}
+    for table, column, kind in SQLITE_LEGACY_COLUMNS:
+        if table not in tables:
+            continue
+        present = {row[1] for row in await db.fetch(f"PRAGMA table_info({table})")}
+        if column not in present:
+            await db.execute(f"ALTER TABLE {table} ADD COLUMN {column} {kind}")

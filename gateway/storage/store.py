@@ -1,0 +1,440 @@
+"""The store every part of the gateway talks to, over either backend.
+
+Writes (conversations, turns, events, usage, responses) return at once: they join an in-memory
+queue that one writer task applies in order, a batch per transaction. When the database is down
+or the queue is longer than `queue_max`, batches go to the fsync'd spool instead, and a replay
+task puts them into the database, in order, once it answers again; until the spool is empty
+every new write follows them through it, so order is never lost. A user request never waits
+for the database to write.
+
+Reads and admin operations (`run`, `transact`) go to the database directly, after every write
+submitted before them has been handled, so a request sees the turns that ended before it began.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import logging
+import time
+from collections import deque
+from typing import Any, Protocol, TypeVar
+
+import orjson
+
+from gateway import metrics
+from gateway.conversations.events import (
+    TURN_END,
+    Conversation,
+    Event,
+    NewEvent,
+    TurnStart,
+)
+from gateway.storage import schema
+from gateway.storage.db import Db, Dialect, Op, StoreUnavailable
+from gateway.storage.spool import Spool
+from gateway.storage.writes import Kind, Write
+
+log = logging.getLogger(__name__)
+
+T = TypeVar("T")
+
+_BATCH = 512
+_RETRIES = 3
+
+
+class Backend(Protocol):
+    dialect: Dialect
+
+    @property
+    def where(self) -> str: ...
+
+    async def start(self) -> None: ...
+
+    async def close(self) -> None: ...
+
+    async def run(self, op: Op[T]) -> T: ...
+
+    async def transact(self, op: Op[T]) -> T: ...
+
+    async def apply(self, writes: list[Write]) -> None: ...
+
+    async def ping(self) -> None: ...
+
+
+class SchemaBehind(Exception):
+    pass
+
+
+class Store:
+    def __init__(
+        self,
+        backend: Backend,
+        spool: Spool,
+        *,
+        owner: str,
+        queue_max: int = 10_000,
+        migrate: bool = True,
+    ) -> None:
+        self.backend = backend
+        self.dialect = backend.dialect
+        self.owner = owner  # this process, as recorded on the turns it starts
+        self._spool = spool
+        self._queue_max = queue_max
+        self._migrate = migrate
+        self._queue: deque[Write] = deque()
+        self._wake = asyncio.Event()
+        self._submitted = 0
+        self._handled = 0  # in the database, or fsync'd in the spool
+        self._waiters: list[tuple[int, asyncio.Future[None]]] = []
+        self._spooling = False
+        self._spool_lock = asyncio.Lock()
+        self._writer: asyncio.Task[None] | None = None
+        self._replayer: asyncio.Task[None] | None = None
+        self._closing = False
+
+    # -- lifecycle -------------------------------------------------------------------------
+
+    async def start(self) -> None:
+        await self.backend.start()
+        if self._migrate:
+            await self.backend.transact(schema.migrate)
+        else:
+            version = await self.backend.run(schema.current_version)
+            if version < schema.latest(self.dialect):
+                await self.backend.close()
+                raise SchemaBehind(
+                    f"the store at {self.backend.where} is at schema version {version}, this"
+                    f" gateway needs {schema.latest(self.dialect)}: run `gateway migrate`"
+                )
+        await asyncio.to_thread(self._spool.open)
+        if self._spool.pending_bytes:
+            # What a previous run could not write goes in before anything new, so recovery
+            # and reads see it.
+            log.warning(
+                "replaying %d bytes of spooled writes into %s",
+                self._spool.pending_bytes,
+                self.backend.where,
+            )
+            await self._replay_all()
+        self._writer = asyncio.create_task(self._write_loop(), name="store-writer")
+
+    async def close(self) -> None:
+        self._closing = True
+        self._wake.set()
+        if self._writer is not None:
+            await self._writer
+        if self._replayer is not None and not self._replayer.done():
+            try:  # one last chance to empty the spool; what stays is replayed at next start
+                await asyncio.wait_for(asyncio.shield(self._replayer), 5)
+            except TimeoutError:
+                self._replayer.cancel()
+        await self.backend.close()
+
+    # -- writes ----------------------------------------------------------------------------
+
+    def write(self, kind: Kind, row: dict[str, Any]) -> None:
+        self._queue.append(Write(kind, row))
+        self._submitted += 1
+        if len(self._queue) == 1:
+            self._wake.set()
+
+    def create_conversation(self, conversation: Conversation) -> None:
+        self.write(
+            "conversation",
+            {
+                "id": conversation.id,
+                "created_at": conversation.created_at,
+                "parent_id": conversation.parent_id,
+                "parent_seq": conversation.parent_seq,
+                "team_id": conversation.team_id,
+                "key_id": conversation.key_id,
+                "metadata": orjson.dumps(conversation.metadata).decode()
+                if conversation.metadata
+                else None,
+            },
+        )
+
+    def start_turn(self, turn: TurnStart) -> None:
+        self.write(
+            "turn",
+            {
+                "id": turn.id,
+                "conversation_id": turn.conversation_id,
+                "started_at": turn.started_at,
+                "request": orjson.dumps(turn.request).decode(),
+                "team_id": turn.team_id,
+                "key_id": turn.key_id,
+                "owner": self.owner,
+            },
+        )
+
+    def append(self, event: NewEvent) -> None:
+        row = {
+            "conversation_id": event.conversation_id,
+            "turn_id": event.turn_id,
+            "type": event.type,
+            "created_at": event.created_at,
+            "payload": orjson.dumps(event.payload).decode(),
+            "uid": event.uid,
+        }
+        if event.type == TURN_END:
+            row["status"] = event.payload.get("status")
+        self.write("event", row)
+
+    async def flush(self) -> None:
+        """Wait until everything submitted so far is durable (in the database or the spool)."""
+        await self._caught_up()
+
+    # -- reads and direct operations -------------------------------------------------------
+
+    async def run(self, op: Op[T]) -> T:
+        await self._caught_up()
+        return await self.backend.run(op)
+
+    async def transact(self, op: Op[T]) -> T:
+        await self._caught_up()
+        return await self.backend.transact(op)
+
+    async def ping(self) -> None:
+        await self.backend.ping()
+
+    @property
+    def spooling(self) -> bool:
+        return self._spooling
+
+    def queue_depth(self) -> int:
+        return len(self._queue)
+
+    def spooled_bytes(self) -> int:
+        return self._spool.pending_bytes
+
+    async def _caught_up(self) -> None:
+        mark = self._submitted
+        if self._handled >= mark or self._writer is None:
+            return
+        future = asyncio.get_running_loop().create_future()
+        self._waiters.append((mark, future))
+        await future
+
+    def _handled_up_to(self, count: int) -> None:
+        self._handled += count
+        if not self._waiters:
+            return
+        still = []
+        for mark, future in self._waiters:
+            if mark <= self._handled:
+                if not future.done():
+                    future.set_result(None)
+            else:
+                still.append((mark, future))
+        self._waiters = still
+
+    # -- the writer ------------------------------------------------------------------------
+
+    async def _write_loop(self) -> None:
+        while True:
+            if not self._queue:
+                if self._closing:
+                    return
+                self._wake.clear()
+                await self._wake.wait()
+                continue
+            batch = [self._queue.popleft() for _ in range(min(_BATCH, len(self._queue)))]
+            try:
+                await self._write(batch)
+            except Exception:  # the writer must outlive anything one batch does
+                log.exception("store writer: %d writes could not be handled", len(batch))
+                metrics.STORE_WRITE_ERRORS.inc(len(batch))
+            self._handled_up_to(len(batch))
+
+    async def _write(self, batch: list[Write]) -> None:
+        if self._spooling or len(self._queue) > self._queue_max:
+            if await self._to_spool(batch):
+                return
+        try:
+            await self.backend.apply(batch)
+        except StoreUnavailable as exc:
+            log.warning("store unavailable (%s): spooling writes until it returns", exc)
+            await self._to_spool(batch, force=True)
+        except Exception:
+            await self._one_by_one(batch)
+
+    async def _one_by_one(self, batch: list[Write]) -> None:
+        """A batch failed on its content (or lost a race for a seq): retry each write alone,
+        so one bad write does not sink the rest."""
+        for index, write in enumerate(batch):
+            for attempt in range(_RETRIES):
+                try:
+                    await self.backend.apply([write])
+                    break
+                except StoreUnavailable:
+                    await self._to_spool(batch[index:], force=True)
+                    return
+                except Exception:
+                    if attempt == _RETRIES - 1:
+                        log.exception("store: dropping a %s write that keeps failing", write.kind)
+                        metrics.STORE_WRITE_ERRORS.inc()
+
+    async def _to_spool(self, batch: list[Write], force: bool = False) -> bool:
+        """Append to the spool if spooling (or `force`: start spooling). False: not spooling
+        any more (the replay caught up meanwhile), so write to the database instead."""
+        async with self._spool_lock:
+            if not (self._spooling or force or len(self._queue) > self._queue_max):
+                return False
+            await asyncio.to_thread(self._spool.append, batch)
+            metrics.STORE_SPOOLED.inc(len(batch))
+            if not self._spooling:
+                self._spooling = True
+                metrics.STORE_SPOOLING.set(1)
+                self._replayer = asyncio.create_task(self._replay_loop(), name="store-replay")
+            return True
+
+    async def _replay_loop(self) -> None:
+        delay = 0.1
+        while True:
+            try:
+                await self.backend.ping()
+                if await self._replay_batch():
+                    log.info("store is back: the spool is replayed")
+                    return
+                delay = 0.1
+            except StoreUnavailable:
+                await asyncio.sleep(delay)
+                delay = min(delay * 2, 5.0)
+
+    async def _replay_all(self) -> None:
+        while not await self._replay_batch():
+            pass
+
+    async def _replay_batch(self) -> bool:
+        """Apply the next spooled batch; True when the spool is empty and writes go direct."""
+        async with self._spool_lock:
+            writes, pos = await asyncio.to_thread(self._spool.read, _BATCH)
+            if not writes:
+                await asyncio.to_thread(self._spool.reset)
+                self._spooling = False
+                metrics.STORE_SPOOLING.set(0)
+                return True
+        try:
+            await self.backend.apply(writes)
+        except StoreUnavailable:
+            raise
+        except Exception:
+            await self._replay_one_by_one(writes)
+        async with self._spool_lock:
+            await asyncio.to_thread(self._spool.advance, pos)
+        metrics.STORE_REPLAYED.inc(len(writes))
+        return False
+
+    async def _replay_one_by_one(self, writes: list[Write]) -> None:
+        for write in writes:
+            for attempt in range(_RETRIES):
+                try:
+                    await self.backend.apply([write])
+                    break
+                except StoreUnavailable:
+                    raise
+                except Exception:
+                    if attempt == _RETRIES - 1:
+                        log.exception("spool replay: dropping a %s write that keeps failing",
+                                      write.kind)
+                        metrics.STORE_WRITE_ERRORS.inc()
+
+    # -- conversations ---------------------------------------------------------------------
+
+    async def get_conversation(self, conversation_id: str) -> Conversation | None:
+        async def read(db: Db) -> Conversation | None:
+            row = await db.fetchrow(
+                "SELECT id, created_at, parent_id, parent_seq, team_id, key_id, metadata,"
+                " deleted_at FROM conversations WHERE id = ?",
+                conversation_id,
+            )
+            if row is None:
+                return None
+            id_, created, parent, parent_seq, team, key, metadata, deleted = row
+            return Conversation(
+                id_,
+                created,
+                parent_id=parent,
+                parent_seq=parent_seq,
+                team_id=team,
+                key_id=key,
+                metadata=orjson.loads(metadata) if metadata else None,
+                deleted_at=deleted,
+            )
+
+        return await self.run(read)
+
+    async def events(self, conversation_id: str, up_to_seq: int | None = None) -> list[Event]:
+        """The conversation's own events (not its parent's), in seq order."""
+        limit = up_to_seq if up_to_seq is not None else 2**62
+
+        async def read(db: Db) -> list[Event]:
+            rows = await db.fetch(
+                "SELECT seq, turn_id, type, created_at, payload FROM events"
+                " WHERE conversation_id = ? AND seq <= ? ORDER BY seq",
+                conversation_id,
+                limit,
+            )
+            return [Event(conversation_id, s, t, ty, c, orjson.loads(p)) for s, t, ty, c, p in rows]
+
+        return await self.run(read)
+
+    async def delete_conversation(self, conversation_id: str, when: float) -> None:
+        """Hide a conversation (its events stay, for audit)."""
+
+        async def update(db: Db) -> None:
+            await db.execute(
+                "UPDATE conversations SET deleted_at = ? WHERE id = ?", when, conversation_id
+            )
+
+        await self.run(update)
+
+    async def turn_ended(self, turn_id: str) -> bool:
+        """True once the turn's `turn/end` is recorded."""
+
+        async def read(db: Db) -> bool:
+            ended = await db.fetchrow("SELECT ended_at FROM turns WHERE id = ?", turn_id)
+            return ended is not None and ended[0] is not None
+
+        return await self.run(read)
+
+    async def claim_orphaned_turns(self, *, own: bool, stale_before: float) -> list[tuple[str, str]]:
+        """Take over the open turns whose process is gone: (turn id, conversation id) each.
+
+        `own`: this process's own earlier life (same owner id: it was restarted), and turns
+        from before owners were recorded. Otherwise only turns of instances whose heartbeat
+        stopped before `stale_before`. The claim is one UPDATE, so two replicas sweeping at
+        once never both close a turn."""
+
+        async def claim(db: Db) -> list[tuple[str, str]]:
+            condition = "owner IN (SELECT id FROM instances WHERE heartbeat_at < ? AND id <> ?)"
+            args: list[Any] = [stale_before, self.owner]
+            if own:
+                condition = f"(owner IS NULL OR owner = ? OR {condition})"
+                args.insert(0, self.owner)
+            rows = await db.fetch(
+                f"UPDATE turns SET owner = ? WHERE ended_at IS NULL AND {condition}"
+                " RETURNING id, conversation_id, started_at",
+                self.owner,
+                *args,
+            )
+            return [(r[0], r[1]) for r in sorted(rows, key=lambda r: r[2])]
+
+        return await self.transact(claim)
+
+    async def heartbeat(self, started_at: float) -> None:
+        """Note that this process is alive (its open turns are not orphans)."""
+        now = time.time()
+
+        async def beat(db: Db) -> None:
+            await db.execute(
+                "INSERT INTO instances (id, started_at, heartbeat_at) VALUES (?, ?, ?)"
+                " ON CONFLICT (id) DO UPDATE SET heartbeat_at = excluded.heartbeat_at,"
+                " started_at = excluded.started_at",
+                self.owner,
+                started_at,
+                now,
+            )
+
+        await self.backend.run(beat)

@@ -1,0 +1,132 @@
+"""The writes a turn makes, as plain records, and how each lands in the database.
+
+A write is data rather than a closure so that it can wait in the spool file while the database
+is away and be replayed later. Every write is idempotent (keyed by an id, `ON CONFLICT DO
+NOTHING`), so a record replayed twice (applied, then the process died before noting it) lands
+once.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+from typing import Any, Literal
+
+import orjson
+
+from gateway.storage.db import Db
+
+Kind = Literal["conversation", "turn", "event", "usage", "response"]
+
+
+@dataclass(slots=True, frozen=True)
+class Write:
+    kind: Kind
+    row: dict[str, Any]
+
+    def encode(self) -> bytes:
+        return orjson.dumps({"k": self.kind, "r": self.row})
+
+    @staticmethod
+    def decode(line: bytes) -> Write:
+        data = orjson.loads(line)
+        return Write(data["k"], data["r"])
+
+
+def _insert(table: str, columns: tuple[str, ...], conflict: str) -> str:
+    names = ", ".join(f'"{c}"' for c in columns)
+    marks = ", ".join("?" for _ in columns)
+    return f"INSERT INTO {table} ({names}) VALUES ({marks}) {conflict}"
+
+
+_CONVERSATION = (
+    "id",
+    "created_at",
+    "parent_id",
+    "parent_seq",
+    "team_id",
+    "key_id",
+    "metadata",
+)
+_TURN = ("id", "conversation_id", "started_at", "request", "team_id", "key_id", "owner")
+_RESPONSE = (
+    "id",
+    "turn_id",
+    "conversation_id",
+    "team_id",
+    "created_at",
+    "request",
+    "previous_response_id",
+    "store",
+)
+USAGE_COLUMNS = (
+    "id",
+    "turn_id",
+    "conversation_id",
+    "team_id",
+    "key_id",
+    "user",
+    "alias",
+    "deployment",
+    "provider",
+    "model",
+    "created_at",
+    "status",
+    "prompt_tokens",
+    "completion_tokens",
+    "completion_delivered",
+    "reasoning_tokens",
+    "cached_tokens",
+    "usage_source",
+    "cost_usd",
+    "ttft_ms",
+    "duration_ms",
+)
+
+_SQL = {
+    "conversation": _insert("conversations", _CONVERSATION, "ON CONFLICT (id) DO NOTHING"),
+    "turn": _insert("turns", _TURN, "ON CONFLICT (id) DO NOTHING"),
+    "response": _insert("responses", _RESPONSE, "ON CONFLICT (id) DO NOTHING"),
+    # A drained stream's usage replaces the first estimate of the same attempt.
+    "usage": _insert(
+        "usage",
+        USAGE_COLUMNS,
+        "ON CONFLICT (id) DO UPDATE SET "
+        + ", ".join(f'"{c}" = excluded."{c}"' for c in USAGE_COLUMNS if c != "id"),
+    ),
+}
+_COLUMNS: dict[str, tuple[str, ...]] = {
+    "conversation": _CONVERSATION,
+    "turn": _TURN,
+    "response": _RESPONSE,
+    "usage": USAGE_COLUMNS,
+}
+
+# The next seq of a conversation: after its own last event, or after its branch point.
+_EVENT = (
+    "INSERT INTO events (conversation_id, seq, turn_id, type, created_at, payload, uid)"
+    " VALUES (?, COALESCE((SELECT MAX(seq) FROM events WHERE conversation_id = ?),"
+    " (SELECT parent_seq FROM conversations WHERE id = ?), 0) + 1, ?, ?, ?, ?, ?)"
+    " ON CONFLICT (uid) DO NOTHING"
+)
+_END_TURN = "UPDATE turns SET ended_at = ?, status = ? WHERE id = ?"
+
+
+async def apply(db: Db, write: Write) -> None:
+    row = write.row
+    if write.kind == "event":
+        cid = row["conversation_id"]
+        inserted = await db.execute(
+            _EVENT,
+            cid,
+            cid,
+            cid,
+            row["turn_id"],
+            row["type"],
+            row["created_at"],
+            row["payload"],
+            row["uid"],
+        )
+        if inserted and row["type"] == "turn/end":
+            await db.execute(_END_TURN, row["created_at"], row.get("status"), row["turn_id"])
+        return
+    await db.execute(_SQL[write.kind], *(row.get(c) for c in _COLUMNS[write.kind]))

@@ -1,0 +1,65 @@
+"""`gateway serve --workers N`: N processes on one port, so one host uses all its cores.
+
+Each worker is a plain `gateway serve` with `GATEWAY_WORKER=i`, which binds with SO_REUSEPORT;
+the kernel spreads new connections across them. The supervisor only forwards SIGTERM/SIGINT
+(each worker drains its own streams) and restarts a worker that dies on its own; that worker's
+restart keeps its instance id, so it closes the turns its previous life left open.
+"""
+
+from __future__ import annotations
+
+import logging
+import os
+import signal
+import subprocess
+import sys
+import time
+
+log = logging.getLogger("gateway.workers")
+
+_RESTART_BACKOFF_S = (0.5, 1, 2, 5)
+
+
+def supervise(count: int, host: str, port: int, config: str | None) -> int:
+    if port == 0:
+        print("error: --workers needs a fixed port (server.port or --port)", file=sys.stderr)
+        return 2
+    stopping = False
+
+    def spawn(index: int) -> subprocess.Popen[bytes]:
+        command = [sys.executable, "-m", "gateway", "serve", "--host", host, "--port", str(port)]
+        if config:
+            command += ["--config", config]
+        env = {**os.environ, "GATEWAY_WORKER": str(index)}
+        return subprocess.Popen(command, env=env)
+
+    def stop(signum: int, _frame: object) -> None:
+        nonlocal stopping
+        stopping = True
+        for worker in workers.values():
+            if worker.poll() is None:
+                worker.send_signal(signum)
+
+    workers = {i: spawn(i) for i in range(count)}
+    restarts = dict.fromkeys(workers, 0)
+    signal.signal(signal.SIGTERM, stop)
+    signal.signal(signal.SIGINT, stop)
+    log.info("supervising %d workers on port %d (pids %s)", count, port,
+             ", ".join(str(w.pid) for w in workers.values()))
+    worst = 0
+    while workers:
+        for index, worker in list(workers.items()):
+            code = worker.poll()
+            if code is None:
+                continue
+            if stopping:
+                del workers[index]
+                worst = max(worst, abs(code))
+                continue
+            delay = _RESTART_BACKOFF_S[min(restarts[index], len(_RESTART_BACKOFF_S) - 1)]
+            log.error("worker %d exited with %s; restarting in %.1fs", index, code, delay)
+            restarts[index] += 1
+            time.sleep(delay)
+            workers[index] = spawn(index)
+        time.sleep(0.1)
+    return worst
