@@ -71,7 +71,7 @@ class ResponseStore:
                 response_id,
             )
 
-        row = await self._store.run(op)
+        row = await self._store.settled(lambda: self._store.run(op), lambda r: r is not None)
         if row is None or not row[7] or not principal.sees(row[3]):
             raise NotFound(f"No response found with id '{response_id}'.")
         return StoredResponse(
@@ -102,7 +102,9 @@ class ResponseStore:
         unanswered: the new input may answer them; see `close_unanswered`)."""
         if previous_response_id is not None:
             previous = await self.get(previous_response_id, principal)
-            own = await self.turn_events(previous)
+            own = await self._store.settled(
+                lambda: self.turn_events(previous), lambda e: bool(e) and e[-1].type == TURN_END
+            )
             if not own or own[-1].type != TURN_END:
                 raise InvalidRequest(
                     f"The response '{previous_response_id}' has not finished yet.",

@@ -16,6 +16,7 @@ from gateway.errors import Conflict, InvalidRequest, NotFound
 from gateway.metering.keys import Principal
 
 _CONVERSATION_ID = re.compile(r"^[A-Za-z0-9._:-]{1,128}$")
+_GENERATED_ID = re.compile(r"^conv_[0-9a-f]{32}$")
 
 
 @dataclass(frozen=True)
@@ -45,10 +46,19 @@ class Conversations:
                 param="X-Conversation-Id",
             )
         existing = await self.store.get_conversation(requested_id)
+        if existing is None and _GENERATED_ID.match(requested_id):
+            # An id this gateway made: another replica may be committing it right now.
+            existing = await self.store.settled(
+                lambda: self.store.get_conversation(requested_id), lambda c: c is not None
+            )
         if existing is None:
             return Joined(*self._new(requested_id, principal), history)
         self._check(existing, principal)
         path = await history_path(self.store, requested_id)
+        if path and self.store.shared and not await self.store.turn_ended(path[-1].turn_id):
+            # The last turn ended on another replica a moment ago, or is still running there.
+            if await self.store.settled(lambda: self.store.turn_ended(path[-1].turn_id), bool):
+                path = await history_path(self.store, requested_id)
         match = match_history(path, messages, repair=self.repair_interrupted)
         if match.branch_at is None:
             return Joined(requested_id, None, match.new_messages, match.repaired)

@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import asyncio
+import os
 import time
 
 from aiohttp import web
@@ -17,7 +18,10 @@ _STARTED = int(time.time())
 
 
 async def live(request: web.Request) -> web.Response:
-    return web.json_response({"status": "ok"})
+    # Which process answered: with `--workers N` or replicas, a probe tells them apart.
+    return web.json_response(
+        {"status": "ok", "instance": request.app[GATEWAY].store.owner, "pid": os.getpid()}
+    )
 
 
 async def ready(request: web.Request) -> web.Response:

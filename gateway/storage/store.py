@@ -15,8 +15,10 @@ from __future__ import annotations
 
 import asyncio
 import logging
+import os
 import time
 from collections import deque
+from collections.abc import Awaitable, Callable
 from typing import Any, Protocol, TypeVar
 
 import orjson
@@ -197,6 +199,29 @@ class Store:
 
     async def ping(self) -> None:
         await self.backend.ping()
+
+    @property
+    def shared(self) -> bool:
+        """Other processes write this store too (replicas, workers): a write they made just
+        before a client came here may still be on its way."""
+        return self.dialect == "postgresql" or os.environ.get("GATEWAY_WORKER") is not None
+
+    async def settled(
+        self, read: Callable[[], Awaitable[T]], ok: Callable[[T], bool], within_s: float = 2.0
+    ) -> T:
+        """`read()` until `ok` (or `within_s` passes) when the store is shared, else once.
+
+        A client that got its answer from one replica and asks another for what follows may
+        be a few milliseconds ahead of the first replica's commit; this waits for it only in
+        that case (something missing that should be there), never on the usual path."""
+        value = await read()
+        if ok(value) or not self.shared:
+            return value
+        deadline = time.monotonic() + within_s
+        while not ok(value) and time.monotonic() < deadline:
+            await asyncio.sleep(0.02)
+            value = await read()
+        return value
 
     @property
     def spooling(self) -> bool:
