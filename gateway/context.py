@@ -12,13 +12,13 @@ from aiohttp import web
 
 from gateway.config import GatewayConfig
 from gateway.conversations.service import Conversations
-from gateway.conversations.store import Store
 from gateway.metering.auth import Authenticator
 from gateway.metering.limits import Limiter
 from gateway.metering.reports import UsageStore
 from gateway.metering.store import KeyStore
 from gateway.metering.usage import Meter
 from gateway.routing import Router
+from gateway.storage.store import Store
 
 
 @dataclass

@@ -44,8 +44,12 @@ def supervise(count: int, host: str, port: int, config: str | None) -> int:
     restarts = dict.fromkeys(workers, 0)
     signal.signal(signal.SIGTERM, stop)
     signal.signal(signal.SIGINT, stop)
-    log.info("supervising %d workers on port %d (pids %s)", count, port,
-             ", ".join(str(w.pid) for w in workers.values()))
+    log.info(
+        "supervising %d workers on port %d (pids %s)",
+        count,
+        port,
+        ", ".join(str(w.pid) for w in workers.values()),
+    )
     worst = 0
     while workers:
         for index, worker in list(workers.items()):

@@ -64,14 +64,33 @@ class PostgresServer:
             " -c fsync=off -c synchronous_commit=off -c full_page_writes=off"
             " -c max_connections=200"
         )
-        self._run("pg_ctl", "start", "-w", "-t", "60", "-D", str(self.data),
-                  "-l", str(self.root / "log"), "-o", options)
+        self._run(
+            "pg_ctl",
+            "start",
+            "-w",
+            "-t",
+            "60",
+            "-D",
+            str(self.data),
+            "-l",
+            str(self.root / "log"),
+            "-o",
+            options,
+        )
 
     def create_database(self) -> str:
         name = f"t_{os.urandom(6).hex()}"
         subprocess.run(
-            [str(self.bindir / "createdb"), "-h", "127.0.0.1", "-p", str(self.port), "-U", USER,
-             name],
+            [
+                str(self.bindir / "createdb"),
+                "-h",
+                "127.0.0.1",
+                "-p",
+                str(self.port),
+                "-U",
+                USER,
+                name,
+            ],
             check=True,
             capture_output=True,
             timeout=60,

@@ -34,8 +34,9 @@ async def test_two_workers_share_the_port_and_stop_together(tmp_path: Path) -> N
             while len(pids) < 2:
                 try:
                     async with (
-                        aiohttp.ClientSession(connector=aiohttp.TCPConnector(force_close=True))
-                        as session,
+                        aiohttp.ClientSession(
+                            connector=aiohttp.TCPConnector(force_close=True)
+                        ) as session,
                         session.get(f"http://127.0.0.1:{port}/health/live") as response,
                     ):
                         body = await response.json()

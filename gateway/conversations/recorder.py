@@ -31,7 +31,7 @@ from gateway.conversations.events import (
     NewEvent,
     TurnStart,
 )
-from gateway.conversations.store import Store
+from gateway.storage.store import Store
 
 if TYPE_CHECKING:
     from gateway.metering.limits import Lease

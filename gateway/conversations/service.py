@@ -11,9 +11,10 @@ from gateway.conversations.derive import derive_messages
 from gateway.conversations.events import Conversation, Event, new_id
 from gateway.conversations.history import HISTORY_ROLES, match_history
 from gateway.conversations.recorder import TurnRecorder
-from gateway.conversations.store import Store, history_path
+from gateway.conversations.store import history_path
 from gateway.errors import Conflict, InvalidRequest, NotFound
 from gateway.metering.keys import Principal
+from gateway.storage.store import Store
 
 _CONVERSATION_ID = re.compile(r"^[A-Za-z0-9._:-]{1,128}$")
 _GENERATED_ID = re.compile(r"^conv_[0-9a-f]{32}$")
@@ -55,10 +56,15 @@ class Conversations:
             return Joined(*self._new(requested_id, principal), history)
         self._check(existing, principal)
         path = await history_path(self.store, requested_id)
-        if path and self.store.shared and not await self.store.turn_ended(path[-1].turn_id):
+        last_turn = path[-1].turn_id if path else None
+        if (
+            last_turn is not None
+            and self.store.shared
+            and not await self.store.turn_ended(last_turn)
             # The last turn ended on another replica a moment ago, or is still running there.
-            if await self.store.settled(lambda: self.store.turn_ended(path[-1].turn_id), bool):
-                path = await history_path(self.store, requested_id)
+            and await self.store.settled(lambda: self.store.turn_ended(last_turn), bool)
+        ):
+            path = await history_path(self.store, requested_id)
         match = match_history(path, messages, repair=self.repair_interrupted)
         if match.branch_at is None:
             return Joined(requested_id, None, match.new_messages, match.repaired)

@@ -2,7 +2,7 @@
 
 from __future__ import annotations
 
-from gateway.conversations.events import Event
+from gateway.conversations.events import Conversation, Event
 from gateway.storage.store import Store
 
 

@@ -28,7 +28,7 @@ from gateway.http.chat import complete
 
 def _store(request: web.Request) -> ResponseStore:
     gateway = request.app[GATEWAY]
-    return ResponseStore(gateway.store, gateway.conversations)  # type: ignore[arg-type]
+    return ResponseStore(gateway.store, gateway.conversations)
 
 
 async def create(request: web.Request) -> web.StreamResponse:

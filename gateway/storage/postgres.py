@@ -15,7 +15,7 @@ from typing import Any, TypeVar
 import asyncpg
 
 from gateway.storage.db import Dialect, Op, Row, StoreUnavailable
-from gateway.storage.writes import Write, apply
+from gateway.storage.writes import Write, apply_batch
 
 T = TypeVar("T")
 
@@ -48,6 +48,9 @@ class _Connection:
         status = await self._conn.execute(numbered(sql), *args)
         last = status.rsplit(" ", 1)[-1]
         return int(last) if last.isdigit() else 0
+
+    async def executemany(self, sql: str, rows: list[tuple[Any, ...]]) -> None:
+        await self._conn.executemany(numbered(sql), rows)
 
     async def fetch(self, sql: str, *args: Any) -> list[Row]:
         return [tuple(r) for r in await self._conn.fetch(numbered(sql), *args)]
@@ -89,7 +92,7 @@ class PostgresBackend:
             pool, self._pool = self._pool, None
             try:
                 await asyncio.wait_for(pool.close(), 5)
-            except (asyncio.TimeoutError, *_UNAVAILABLE):
+            except (TimeoutError, *_UNAVAILABLE):
                 pool.terminate()
 
     async def run(self, op: Op[T]) -> T:
@@ -103,16 +106,17 @@ class PostgresBackend:
     async def transact(self, op: Op[T]) -> T:
         assert self._pool is not None, "store not started"
         try:
-            async with self._pool.acquire(timeout=_ACQUIRE_TIMEOUT_S) as conn:
-                async with conn.transaction():
-                    return await op(_Connection(conn))
+            async with (
+                self._pool.acquire(timeout=_ACQUIRE_TIMEOUT_S) as conn,
+                conn.transaction(),
+            ):
+                return await op(_Connection(conn))
         except _UNAVAILABLE as exc:
             raise StoreUnavailable(f"PostgreSQL: {exc!r}") from exc
 
     async def apply(self, writes: list[Write]) -> None:
         async def op(db: Any) -> None:
-            for write in writes:
-                await apply(db, write)
+            await apply_batch(db, writes)
 
         await self.transact(op)
 

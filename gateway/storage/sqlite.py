@@ -15,7 +15,7 @@ from pathlib import Path
 from typing import Any, TypeVar
 
 from gateway.storage.db import Dialect, Op, Row, StoreUnavailable, run_now
-from gateway.storage.writes import Write, apply
+from gateway.storage.writes import Write, apply_batch
 
 T = TypeVar("T")
 
@@ -31,6 +31,9 @@ class _Connection:
 
     async def execute(self, sql: str, *args: Any) -> int:
         return self._db.execute(sql, args).rowcount
+
+    async def executemany(self, sql: str, rows: list[tuple[Any, ...]]) -> None:
+        self._db.executemany(sql, rows)
 
     async def fetch(self, sql: str, *args: Any) -> list[Row]:
         return self._db.execute(sql, args).fetchall()
@@ -83,7 +86,7 @@ class SQLiteBackend:
         def job(db: _Connection) -> T:
             db._db.execute("BEGIN IMMEDIATE")
             try:
-                value = run_now(op(db))  # type: ignore[arg-type]
+                value: T = run_now(op(db))  # type: ignore[arg-type]
             except BaseException:
                 if db._db.in_transaction:
                     db._db.execute("ROLLBACK")
@@ -95,8 +98,7 @@ class SQLiteBackend:
 
     async def apply(self, writes: list[Write]) -> None:
         async def op(db: Any) -> None:
-            for write in writes:
-                await apply(db, write)
+            await apply_batch(db, writes)
 
         await self.transact(op)
 

@@ -273,9 +273,9 @@ class Store:
             self._handled_up_to(len(batch))
 
     async def _write(self, batch: list[Write]) -> None:
-        if self._spooling or len(self._queue) > self._queue_max:
-            if await self._to_spool(batch):
-                return
+        spill = self._spooling or len(self._queue) > self._queue_max
+        if spill and await self._to_spool(batch):
+            return
         try:
             await self.backend.apply(batch)
         except StoreUnavailable as exc:
@@ -361,8 +361,9 @@ class Store:
                     raise
                 except Exception:
                     if attempt == _RETRIES - 1:
-                        log.exception("spool replay: dropping a %s write that keeps failing",
-                                      write.kind)
+                        log.exception(
+                            "spool replay: dropping a %s write that keeps failing", write.kind
+                        )
                         metrics.STORE_WRITE_ERRORS.inc()
 
     # -- conversations ---------------------------------------------------------------------
@@ -424,7 +425,9 @@ class Store:
 
         return await self.run(read)
 
-    async def claim_orphaned_turns(self, *, own: bool, stale_before: float) -> list[tuple[str, str]]:
+    async def claim_orphaned_turns(
+        self, *, own: bool, stale_before: float
+    ) -> list[tuple[str, str]]:
         """Take over the open turns whose process is gone: (turn id, conversation id) each.
 
         `own`: this process's own earlier life (same owner id: it was restarted), and turns

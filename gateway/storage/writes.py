@@ -111,6 +111,52 @@ _EVENT = (
 _END_TURN = "UPDATE turns SET ended_at = ?, status = ? WHERE id = ?"
 
 
+_ORDER: tuple[Kind, ...] = ("conversation", "turn", "event", "usage", "response")
+
+
+async def apply_batch(db: Db, writes: list[Write]) -> None:
+    """A batch in one transaction, one statement per kind (executemany): rows a turn's
+    events need (its conversation, its turn) go first; events keep their order, which is what
+    gives them their seqs."""
+    if len(writes) == 1:
+        await apply(db, writes[0])
+        return
+    by_kind: dict[str, list[Write]] = {}
+    for write in writes:
+        by_kind.setdefault(write.kind, []).append(write)
+    for kind in _ORDER:
+        group = by_kind.get(kind)
+        if not group:
+            continue
+        if kind != "event":
+            columns = _COLUMNS[kind]
+            await db.executemany(_SQL[kind], [tuple(w.row.get(c) for c in columns) for w in group])
+            continue
+        rows = []
+        ends = []
+        for w in group:
+            row = w.row
+            cid = row["conversation_id"]
+            rows.append(
+                (
+                    cid,
+                    cid,
+                    cid,
+                    row["turn_id"],
+                    row["type"],
+                    row["created_at"],
+                    row["payload"],
+                    row["uid"],
+                )
+            )
+            if row["type"] == "turn/end":
+                ends.append((row["created_at"], row.get("status"), row["turn_id"]))
+        await db.executemany(_EVENT, rows)
+        if ends:
+            # Unconditional (unlike `apply`): setting the same end twice changes nothing.
+            await db.executemany(_END_TURN, ends)
+
+
 async def apply(db: Db, write: Write) -> None:
     row = write.row
     if write.kind == "event":
