@@ -2,9 +2,45 @@
 
 from __future__ import annotations
 
-from prometheus_client import CollectorRegistry, Counter, Gauge, Histogram, generate_latest
+from typing import Any
+
+import prometheus_client
+from prometheus_client import CollectorRegistry, generate_latest
 
 REGISTRY = CollectorRegistry(auto_describe=True)
+
+
+class _KeptChildren:
+    """`labels()` from a dict: prometheus_client validates and locks on every call (~2 us),
+    and a request makes about ten. Label values here are few by design (no key or team ids)."""
+
+    _kept: dict[tuple[Any, ...], Any]
+
+    def labels(self, *values: Any, **by_name: Any) -> Any:
+        if by_name:
+            return super().labels(*values, **by_name)  # type: ignore[misc]
+        try:
+            return self._kept[values]
+        except AttributeError:
+            self._kept = {}
+        except KeyError:
+            pass
+        child = super().labels(*values)  # type: ignore[misc]
+        self._kept[values] = child
+        return child
+
+
+class Counter(_KeptChildren, prometheus_client.Counter):
+    pass
+
+
+class Gauge(_KeptChildren, prometheus_client.Gauge):
+    pass
+
+
+class Histogram(_KeptChildren, prometheus_client.Histogram):
+    pass
+
 
 REQUESTS = Counter(
     "gateway_requests_total",

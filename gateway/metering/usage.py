@@ -10,7 +10,7 @@ from __future__ import annotations
 
 import time
 from collections.abc import Callable
-from dataclasses import asdict, dataclass
+from dataclasses import dataclass
 from typing import TYPE_CHECKING, Any
 
 from gateway import metrics
@@ -49,7 +49,7 @@ class UsageRecord:
     duration_ms: float | None
 
     def row(self) -> dict[str, Any]:
-        return asdict(self)
+        return dict(self.__dict__)  # flat fields: asdict's deep copy costs 20x more
 
 
 def _int(value: Any) -> int:
