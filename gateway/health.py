@@ -4,12 +4,16 @@ A deployment that fails `failures` times within `window_s` is skipped for `coold
 one request probes it (half-open). The probe's success makes it healthy again; its failure
 starts another cooldown. Only faults that say something about the deployment count (5xx, 429,
 timeouts, connection errors), never the client's own mistakes or disconnects.
+
+With Redis, `gateway.cooldowns` shares cooldowns between replicas: `on_cooldown` tells it when
+this replica starts or ends one, and `cool_until` applies another replica's.
 """
 
 from __future__ import annotations
 
 import time
 from collections import deque
+from collections.abc import Callable
 from dataclasses import dataclass, field
 from typing import Any, Literal
 
@@ -35,6 +39,10 @@ class DeploymentHealth:
     failures_total: int = 0
     last_error: str | None = None
     _failures: deque[float] = field(default_factory=deque)
+    # Called with True when this replica starts a cooldown, False when a probe ends one.
+    on_cooldown: Callable[[DeploymentHealth, bool], None] | None = field(
+        default=None, repr=False, compare=False
+    )
 
     def available(self, now: float | None = None) -> bool:
         now = time.monotonic() if now is None else now
@@ -67,6 +75,8 @@ class DeploymentHealth:
         if self.state != "healthy":
             self._failures.clear()
             self._move("healthy")
+            if self.on_cooldown is not None:
+                self.on_cooldown(self, False)
         self.probing = False
 
     def failed(self, label: str, now: float | None = None) -> None:
@@ -87,6 +97,19 @@ class DeploymentHealth:
         self.cooling_until = now + self.cooldown.cooldown_s
         self._failures.clear()
         self._move("cooling")
+        if self.on_cooldown is not None:
+            self.on_cooldown(self, True)
+
+    def cool_until(self, until: float, now: float | None = None) -> None:
+        """Another replica's cooldown: skip this deployment until `until` (this process's
+        monotonic clock); a time already past ends a cooldown (then one request probes)."""
+        now = time.monotonic() if now is None else now
+        if until > now:
+            self.cooling_until = until
+            self._failures.clear()
+            self._move("cooling")
+        elif self.state == "cooling":
+            self.cooling_until = until
 
     def _move(self, state: State) -> None:
         if state == self.state:
