@@ -21,6 +21,7 @@ from gateway.http.routes import add_routes
 from gateway.metering import tokens
 from gateway.metering.auth import Authenticator
 from gateway.metering.limits import Limiter
+from gateway.metering.redis_limits import RedisLimiter
 from gateway.metering.reports import UsageStore
 from gateway.metering.store import KeyStore
 from gateway.metering.usage import Meter
@@ -48,7 +49,10 @@ def create_app(config: GatewayConfig, *, instance: str | None = None) -> web.App
         keys=keys,
         auth=auth,
         usage=usage,
-        limiter=Limiter(usage.spent),
+        # Limits in Redis are shared by every replica; else each process keeps its own.
+        limiter=Limiter(usage.spent)
+        if config.limits.redis_url is None
+        else RedisLimiter(config.limits.redis_url, usage.spent, prefix=config.limits.redis_prefix),
     )
     metrics.STORE_QUEUE.set_function(store.queue_depth)
     metrics.STORE_SPOOL_BYTES.set_function(store.spooled_bytes)
@@ -88,6 +92,7 @@ async def _resources(app: web.Application) -> AsyncIterator[None]:
         await asyncio.gather(*gateway.background, return_exceptions=True)
     await gateway.session.close()
     await gateway.store.close()
+    await gateway.limiter.close()  # the limits' settles still under way
 
 
 async def _keep_alive(gateway: Gateway, started: float) -> None:
