@@ -15,6 +15,7 @@ from gateway.config import GatewayConfig
 from gateway.context import GATEWAY, Gateway
 from gateway.conversations.recorder import recover_open_turns
 from gateway.conversations.service import Conversations
+from gateway.cooldowns import CooldownSync
 from gateway.http.auth import authenticate
 from gateway.http.middleware import add_request_id, errors_and_ids
 from gateway.http.routes import add_routes
@@ -82,6 +83,12 @@ async def _resources(app: web.Application) -> AsyncIterator[None]:
         auto_decompress=True,
     )
     gateway.router = Router(gateway.config, gateway.session)
+    cooldowns = None
+    if (redis_url := gateway.config.limits.redis_url) is not None:
+        # A deployment cooling down on one replica is skipped by all of them.
+        healths = [d.health for d in gateway.router.deployments()]
+        cooldowns = CooldownSync(redis_url, gateway.config.limits.redis_prefix, healths)
+        cooldowns.start()
     prices = {d.name: d.price for d in gateway.router.deployments()}
     gateway.meter = Meter(prices.get, gateway.usage.write)
     # The tokenizer for estimates takes ~0.4 s to load: at start, not on the first cancel.
@@ -92,6 +99,8 @@ async def _resources(app: web.Application) -> AsyncIterator[None]:
         await asyncio.gather(*gateway.background, return_exceptions=True)
     await gateway.session.close()
     await gateway.store.close()
+    if cooldowns is not None:
+        await cooldowns.close()
     await gateway.limiter.close()  # the limits' settles still under way
 
 

@@ -1,0 +1,158 @@
+"""Deployment cooldowns shared through a real Redis: two Routers with a CooldownSync each are
+two replicas."""
+
+from __future__ import annotations
+
+import asyncio
+import logging
+import time
+from collections.abc import AsyncIterator, Awaitable, Callable
+from typing import Any
+
+import aiohttp
+import pytest
+
+from gateway.config import parse_config
+from gateway.cooldowns import CooldownSync
+from gateway.health import DeploymentHealth
+from gateway.redis_client import REDIS_ERRORS
+from gateway.routing import Router
+
+pytest_plugins = ["tests.redis_server"]
+
+BODY = {"messages": [{"role": "user", "content": "Hello"}]}
+INTERVAL_S = 0.5  # the default poll interval
+
+
+class Replica:
+    def __init__(self, router: Router, sync: CooldownSync) -> None:
+        self.router = router
+        self.sync = sync
+
+    def plan(self) -> list[str]:
+        return [d.name for d in self.router.plan(self.router.alias("m"), BODY)]
+
+    def health(self, name: str) -> DeploymentHealth:
+        return next(d.health for d in self.router.deployments() if d.name == name)
+
+
+MakeReplica = Callable[..., Awaitable[Replica]]
+
+
+@pytest.fixture
+async def replica(redis_url: str, redis_prefix: str) -> AsyncIterator[MakeReplica]:
+    made: list[Replica] = []
+
+    async def make(
+        cooldown_s: float = 1.0, url: str = redis_url, interval_s: float = INTERVAL_S
+    ) -> Replica:
+        config = parse_config(
+            {
+                "models": [
+                    {
+                        "name": "m",
+                        "cooldown": {"failures": 2, "window_s": 60, "cooldown_s": cooldown_s},
+                        "deployments": [
+                            {"provider": "demo", "name": "a"},
+                            {"provider": "demo", "name": "b", "priority": 1},
+                        ],
+                    }
+                ]
+            }
+        ).config
+        async with aiohttp.ClientSession() as session:  # demo deployments never use it
+            router = Router(config, session)
+        healths = [d.health for d in router.deployments()]
+        sync = CooldownSync(url, redis_prefix, healths, interval_s=interval_s)
+        sync.start()
+        made.append(Replica(router, sync))
+        return made[-1]
+
+    yield make
+    for one in made:
+        await one.sync.close()
+
+
+async def until(condition: Callable[[], Any], timeout: float) -> float:
+    """Seconds until `condition()` holds, checked every 10 ms; fails after `timeout`."""
+    started = time.monotonic()
+    async with asyncio.timeout(timeout):
+        while not condition():
+            await asyncio.sleep(0.01)
+    return time.monotonic() - started
+
+
+async def test_a_deployment_cooling_on_one_replica_is_skipped_by_the_other(
+    replica: MakeReplica,
+) -> None:
+    one, two = await replica(cooldown_s=1.5), await replica(cooldown_s=1.5)
+    assert one.plan() == two.plan() == ["a", "b"]
+    one.health("a").failed("http_500")
+    one.health("a").failed("http_500")
+    assert one.plan() == ["b"]
+    waited = await until(lambda: two.plan() == ["b"], timeout=2 * INTERVAL_S + 0.5)
+    assert waited <= INTERVAL_S + 0.25  # within one poll (and the publish's round trip)
+    snapshot = two.health("a").snapshot()
+    assert snapshot["state"] == "cooling" and 0.5 < snapshot["cooldown_remaining_s"] <= 1.5
+    # The cooldown ends on both: one request may probe a again.
+    await until(lambda: two.plan() == ["a", "b"], timeout=3)
+    assert two.health("a").state == "half_open"
+    assert one.plan() == ["a", "b"]
+
+
+async def test_a_successful_probe_ends_the_cooldown_everywhere(replica: MakeReplica) -> None:
+    one, two = await replica(cooldown_s=60), await replica(cooldown_s=60)
+    a = one.health("a")
+    a.failed("http_500")
+    a.failed("http_500")
+    await until(lambda: two.plan() == ["b"], timeout=2)
+    # On replica one the cooldown is over (as a minute later) and its probe succeeds.
+    assert a.available(now=time.monotonic() + 61) and a.state == "half_open"
+    a.acquire()
+    a.succeeded(120.0)
+    a.release()
+    assert one.plan() == ["a", "b"]
+    await until(lambda: two.plan() == ["a", "b"], timeout=2)
+    assert two.health("a").state == "half_open"  # two probes it once itself
+
+
+async def test_a_probe_clears_only_the_cooldown_it_knows_of(replica: MakeReplica) -> None:
+    one = await replica(cooldown_s=60, interval_s=3600)  # polls once, at its start
+    two = await replica(cooldown_s=60)
+    a = one.health("a")
+    a.failed("http_500")
+    a.failed("http_500")
+    await until(lambda: two.plan() == ["b"], timeout=2)
+    # Two probes a (as a minute later) and fails: a newer cooldown, which one has not read.
+    elsewhere = two.health("a")
+    assert elsewhere.available(now=time.monotonic() + 61)
+    elsewhere.acquire()
+    elsewhere.failed("http_500")
+    elsewhere.release()
+    await two.sync.flush()
+    # One's own probe succeeds: it may end its cooldown, not the one two started since.
+    assert a.available(now=time.monotonic() + 61)
+    a.acquire()
+    a.succeeded(100.0)
+    a.release()
+    await one.sync.flush()
+    assert one.plan() == ["a", "b"]
+    three = await replica(cooldown_s=60)
+    await until(lambda: three.plan() == ["b"], timeout=2)
+
+
+async def test_redis_down_keeps_cooldowns_local(
+    replica: MakeReplica, unused_tcp_port: int, caplog: pytest.LogCaptureFixture
+) -> None:
+    errors = REDIS_ERRORS.labels("cooldown_poll")._value.get()
+    with caplog.at_level(logging.WARNING, logger="gateway.cooldowns"):
+        one = await replica(url=f"redis://127.0.0.1:{unused_tcp_port}/0")
+        one.health("a").failed("http_500")
+        one.health("a").failed("http_500")
+        assert one.plan() == ["b"]
+        await until(
+            lambda: REDIS_ERRORS.labels("cooldown_poll")._value.get() >= errors + 2, timeout=3
+        )
+    assert one.plan() == ["b"]
+    warnings = [r for r in caplog.records if "Redis unreachable" in r.getMessage()]
+    assert len(warnings) == 1
