@@ -8,6 +8,7 @@ from gateway.http import (
     admin,
     chat,
     conversations,
+    conversations_list,
     embeddings,
     messages,
     responses,
@@ -29,6 +30,7 @@ def add_routes(app: web.Application) -> None:
     app.router.add_get("/v1/models", system.models)
     app.router.add_get("/v1/usage", usage.usage)
     app.router.add_post("/v1/conversations", conversations.create)
+    app.router.add_get("/v1/conversations", conversations_list.list_)
     app.router.add_get("/v1/conversations/{id}", conversations.retrieve)
     app.router.add_delete("/v1/conversations/{id}", conversations.delete)
     app.router.add_get("/v1/conversations/{id}/items", conversations.list_items)
@@ -36,6 +38,7 @@ def add_routes(app: web.Application) -> None:
     app.router.add_get("/v1/conversations/{id}/events", conversations.events)
     app.router.add_get("/v1/conversations/{id}/messages", conversations.messages)
     app.router.add_post("/v1/conversations/{id}/branches", conversations.branch)
+    app.router.add_get("/v1/conversations/{id}/usage", conversations_list.usage)
     app.router.add_get("/v1/gateway/deployments", admin.deployments)
     app.router.add_post("/v1/gateway/teams", admin.create_team)
     app.router.add_get("/v1/gateway/teams", admin.list_teams)

@@ -1,0 +1,252 @@
+"""Listing conversations for operators: filters, search and cursor pagination.
+
+One query, in SQL both SQLite and PostgreSQL accept (only the JSON accessor differs), newest
+first. A conversation's status is its last turn's outcome: `turn/end` `completed` is
+completed, `aborted` (the client left or cancelled) is interrupted, `error` is error, and a turn
+still open is active.
+"""
+
+from __future__ import annotations
+
+import time
+from dataclasses import dataclass
+from typing import Any
+
+import orjson
+
+from gateway.metering.reports import parse_time
+from gateway.storage.db import Db, Dialect
+from gateway.storage.store import Store
+
+STATUSES = {
+    "completed": "completed",
+    "interrupted": "aborted",
+    "error": "error",
+}
+_FROM_TURN_STATUS = {turn: shown for shown, turn in STATUSES.items()}
+MAX_LIMIT = 100
+PREVIEW_CHARS = 160
+_PARENT_HOPS = 16  # how far up a branch chain the preview is looked for
+
+
+@dataclass(frozen=True)
+class ListQuery:
+    team_id: str | None = None  # a team key's own team, or the admin's filter
+    key_id: str | None = None
+    model: str | None = None
+    status: str | None = None  # completed | interrupted | error | active
+    since: float | None = None
+    until: float | None = None
+    q: str | None = None
+    parent_id: str | None = None  # the branches made from one conversation
+    id: str | None = None  # one conversation's row
+    limit: int = 20
+    after: str | None = None  # the last id of the previous page
+
+
+@dataclass(frozen=True)
+class Page:
+    data: list[dict[str, Any]]
+    has_more: bool
+
+    @property
+    def last_id(self) -> str | None:
+        return self.data[-1]["id"] if self.data else None
+
+
+def _json_text(dialect: Dialect, column: str, field: str) -> str:
+    if dialect == "postgresql":
+        return f"(CAST({column} AS jsonb) ->> '{field}')"
+    return f"json_extract({column}, '$.{field}')"
+
+
+def _like(value: str) -> str:
+    escaped = value.lower().replace("\\", "\\\\").replace("%", "\\%").replace("_", "\\_")
+    return f"%{escaped}%"
+
+
+_LAST_TURN = (
+    "(SELECT t.{col} FROM turns t WHERE t.conversation_id = c.id"
+    " ORDER BY t.started_at DESC, t.id DESC LIMIT 1)"
+)
+_FIRST_USER = (
+    "(SELECT e.payload FROM events e WHERE e.conversation_id = {cid}"
+    " AND e.type = 'user/message' ORDER BY e.seq LIMIT 1)"
+)
+
+
+def _sql(dialect: Dialect, query: ListQuery) -> tuple[str, list[Any]]:
+    where = ["c.deleted_at IS NULL"]
+    args: list[Any] = []
+    if query.team_id is not None:
+        where.append("c.team_id = ?")
+        args.append(query.team_id)
+    if query.key_id is not None:
+        where.append(
+            "(c.key_id = ? OR EXISTS (SELECT 1 FROM turns t WHERE t.conversation_id = c.id"
+            " AND t.key_id = ?))"
+        )
+        args += [query.key_id, query.key_id]
+    if query.model is not None:
+        model = _json_text(dialect, "t.request", "model")
+        where.append(
+            f"EXISTS (SELECT 1 FROM turns t WHERE t.conversation_id = c.id AND {model} = ?)"
+        )
+        args.append(query.model)
+    if query.since is not None:
+        where.append("c.created_at >= ?")
+        args.append(query.since)
+    if query.until is not None:
+        where.append("c.created_at < ?")
+        args.append(query.until)
+    if query.id is not None:
+        where.append("c.id = ?")
+        args.append(query.id)
+    if query.parent_id is not None:
+        where.append("c.parent_id = ?")
+        args.append(query.parent_id)
+    if query.q:
+        pattern = _like(query.q)
+        content = _json_text(dialect, "e.payload", "content")
+        # The first user message of the conversation itself, or (a branch) of its parent.
+        where.append(
+            "(LOWER(c.id) LIKE ? ESCAPE '\\' OR EXISTS (SELECT 1 FROM events e"
+            " WHERE e.conversation_id IN (c.id, c.parent_id) AND e.type = 'user/message'"
+            " AND e.seq = (SELECT MIN(f.seq) FROM events f WHERE f.conversation_id ="
+            " e.conversation_id AND f.type = 'user/message')"
+            f" AND LOWER({content}) LIKE ? ESCAPE '\\'))"
+        )
+        args += [pattern, pattern]
+    status = _LAST_TURN.format(col="status")
+    ended = _LAST_TURN.format(col="ended_at")
+    if query.status == "active":
+        # Turns that have started and not ended; a conversation with no turn is not active.
+        where.append(f"EXISTS (SELECT 1 FROM turns t WHERE t.conversation_id = c.id) AND {ended}"
+                     " IS NULL")
+    elif query.status is not None:
+        where.append(f"{status} = ?")
+        args.append(STATUSES[query.status])
+    if query.after is not None:
+        # Newest first, ties broken by id: the page after the row with this id.
+        where.append(
+            "(c.created_at < (SELECT a.created_at FROM conversations a WHERE a.id = ?)"
+            " OR (c.created_at = (SELECT a.created_at FROM conversations a WHERE a.id = ?)"
+            " AND c.id < ?))"
+        )
+        args += [query.after, query.after, query.after]
+    sql = (
+        "SELECT c.id, c.created_at, c.team_id, c.key_id, c.parent_id, c.parent_seq,"
+        " (SELECT COUNT(*) FROM turns t WHERE t.conversation_id = c.id),"
+        f" {status}, {ended}, {_LAST_TURN.format(col='request')},"
+        " (SELECT MAX(COALESCE(t.ended_at, t.started_at)) FROM turns t"
+        " WHERE t.conversation_id = c.id),"
+        f" {_FIRST_USER.format(cid='c.id')}"
+        f" FROM conversations c WHERE {' AND '.join(where)}"
+        " ORDER BY c.created_at DESC, c.id DESC LIMIT ?"
+    )
+    args.append(max(1, min(MAX_LIMIT, query.limit)) + 1)
+    return sql, args
+
+
+def _text_of(payload: str | None) -> str | None:
+    if payload is None:
+        return None
+    content = orjson.loads(payload).get("content")
+    if isinstance(content, list):
+        content = " ".join(
+            str(part.get("text", "")) for part in content if isinstance(part, dict)
+        )
+    if not isinstance(content, str):
+        return None
+    text = " ".join(content.split())
+    return text if len(text) <= PREVIEW_CHARS else text[: PREVIEW_CHARS - 1] + "…"
+
+
+def _model_of(request: str | None) -> str | None:
+    if request is None:
+        return None
+    model = orjson.loads(request).get("model")
+    return model if isinstance(model, str) else None
+
+
+async def list_conversations(store: Store, query: ListQuery) -> Page:
+    if query.status is not None and query.status not in (*STATUSES, "active"):
+        raise ValueError(f"unknown status {query.status!r}")
+    limit = max(1, min(MAX_LIMIT, query.limit))
+
+    async def op(db: Db) -> tuple[list[Any], dict[str, str | None]]:
+        sql, args = _sql(db.dialect, query)
+        rows = await db.fetch(sql, *args)
+        # A branch without its own user message shows its nearest ancestor's first one.
+        previews: dict[str, str | None] = {}
+        ancestors: dict[str, tuple[str | None, str | None]] = {}  # id -> (parent, first user)
+        for row in rows[:limit]:
+            parent, hops = row[4], 0
+            while row[11] is None and parent is not None and hops < _PARENT_HOPS:
+                if parent not in ancestors:
+                    found = await db.fetchrow(
+                        "SELECT c.parent_id, " + _FIRST_USER.format(cid="c.id")
+                        + " FROM conversations c WHERE c.id = ?",
+                        parent,
+                    )
+                    ancestors[parent] = (found[0], found[1]) if found else (None, None)
+                grandparent, first_user = ancestors[parent]
+                if first_user is not None:
+                    previews[row[0]] = first_user
+                    break
+                parent, hops = grandparent, hops + 1
+        return rows, previews
+
+    rows, inherited = await store.run(op)
+    data = []
+    for row in rows[:limit]:
+        (id_, created, team, key, parent, parent_seq, turns, status, ended, request, last,
+         first_user) = row
+        open_turn = turns and ended is None
+        data.append(
+            {
+                "id": id_,
+                "object": "conversation",
+                "created_at": created,
+                "team_id": team,
+                "key_id": key,
+                "model": _model_of(request),
+                "status": "active" if open_turn else _FROM_TURN_STATUS.get(status, status),
+                "turns": int(turns),
+                "last_activity": last if last is not None else created,
+                "preview": _text_of(first_user if first_user is not None else inherited.get(id_)),
+                "parent_id": parent,
+                "parent_seq": parent_seq,
+            }
+        )
+    return Page(data, has_more=len(rows) > limit)
+
+
+async def attempt_usage(store: Store, conversation_ids: list[str]) -> list[dict[str, Any]]:
+    """The usage records (one per attempt) of some conversations, oldest first."""
+    if not conversation_ids:
+        return []
+    columns = (
+        "id, turn_id, conversation_id, alias, deployment, provider, model, created_at, status,"
+        " prompt_tokens, completion_tokens, completion_delivered, reasoning_tokens,"
+        " cached_tokens, usage_source, cost_usd, ttft_ms, duration_ms"
+    )
+    names = [c.strip() for c in columns.split(",")]
+    marks = ", ".join("?" for _ in conversation_ids)
+
+    async def op(db: Db) -> list[dict[str, Any]]:
+        rows = await db.fetch(
+            f"SELECT {columns} FROM usage WHERE conversation_id IN ({marks})"
+            " ORDER BY created_at, id",
+            *conversation_ids,
+        )
+        return [dict(zip(names, row, strict=True)) for row in rows]
+
+    return await store.run(op)
+
+
+def parse_when(value: str | None) -> float | None:
+    """Unix seconds or an ISO 8601 date or time (UTC without a zone); None when absent."""
+    if value is None or value == "":
+        return None
+    return parse_time(value, time.time())
