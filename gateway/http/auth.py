@@ -13,11 +13,12 @@ PRINCIPAL = web.RequestKey("principal", Principal)
 
 PUBLIC = frozenset({"/health/live", "/health/ready", "/metrics"})
 ADMIN_PREFIX = "/v1/gateway/"
+UI = "/ui"  # the admin UI's static files: public, its data calls carry the key
 
 
 @web.middleware
 async def authenticate(request: web.Request, handler: Handler) -> web.StreamResponse:
-    if request.path in PUBLIC:
+    if request.path in PUBLIC or request.path == UI or request.path.startswith(UI + "/"):
         return await handler(request)
     principal = await request.app[GATEWAY].auth.principal(request.headers)
     if request.path.startswith(ADMIN_PREFIX) and not principal.is_admin:

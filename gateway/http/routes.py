@@ -13,6 +13,7 @@ from gateway.http import (
     messages,
     responses,
     system,
+    ui,
     usage,
 )
 
@@ -28,6 +29,7 @@ def add_routes(app: web.Application) -> None:
     app.router.add_post("/v1/responses/{id}/cancel", responses.cancel)
     app.router.add_post("/v1/embeddings", embeddings.embeddings)
     app.router.add_get("/v1/models", system.models)
+    app.router.add_get("/v1/me", ui.me)
     app.router.add_get("/v1/usage", usage.usage)
     app.router.add_post("/v1/conversations", conversations.create)
     app.router.add_get("/v1/conversations", conversations_list.list_)
@@ -51,3 +53,6 @@ def add_routes(app: web.Application) -> None:
     app.router.add_get("/health/live", system.live)
     app.router.add_get("/health/ready", system.ready)
     app.router.add_get("/metrics", system.metrics)
+    app.router.add_get("/ui", ui.redirect)
+    app.router.add_get("/ui/", ui.index)
+    app.router.add_get("/ui/{file}", ui.asset)

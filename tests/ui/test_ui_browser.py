@@ -1,0 +1,449 @@
+"""The admin UI end to end, in a real headless Chromium driven by Playwright.
+
+The gateway runs in-process on loopback with two fake upstreams: `a` fails or stalls on cue,
+`b` answers. The browser logs in with the master key, reads a conversation with a fallback and
+an interrupted turn in both views, makes a branch and continues it from the page, creates and
+revokes a key, and sees usage charts with data; then a team key gets its read-only view. Every
+page is screenshotted (under the test's tmp dir and build/ui-screenshots/) and must log no
+console error.
+"""
+
+from __future__ import annotations
+
+import re
+import shutil
+from collections.abc import AsyncIterator
+from pathlib import Path
+from typing import Any
+
+import aiohttp
+import pytest
+
+from gateway.conversations.events import Conversation, NewEvent, TurnStart
+from tests.conftest import GatewayUnderTest, MakeGateway, MakeUpstream
+from tests.fakes import DONE, USAGE, FakeUpstream, chunk, frames, status
+
+playwright_api = pytest.importorskip("playwright.async_api", reason="pip install playwright")
+Page = playwright_api.Page
+expect = playwright_api.expect
+
+CHROMIUM = Path("/usr/bin/chromium")
+if not CHROMIUM.exists():
+    pytest.skip("needs Debian's chromium: apt-get install -y chromium", allow_module_level=True)
+
+MASTER = "sk-ui-master-key-0123456789"
+REVIEW_DIR = Path(__file__).resolve().parents[2] / "build" / "ui-screenshots"
+QUESTION = "Which capital is on the Thames?"
+FOLLOW_UP = "List three fruits, slowly."
+TEXT = "The capital of the UK is London."  # the captured stream `b` replays
+PIECES = ["1. Apples", " are red.\n", "2. Pears", " are green.\n", "3. Plums"]
+BRANCH_ANSWER = ["Branching ", "works ", "from the page."]
+BROWSER_ARGS = [
+    "--no-sandbox",
+    "--disable-gpu",
+    "--disable-dev-shm-usage",
+    "--disable-background-networking",
+    "--disable-component-update",
+    "--disable-sync",
+    "--no-first-run",
+]
+
+pytestmark = pytest.mark.timeout(90)
+
+
+def deployment(fake: FakeUpstream, name: str) -> dict[str, Any]:
+    return {
+        "provider": "openai",
+        "api_base": fake.url,
+        "name": name,
+        "model": f"{name}-model",
+        "input_cost_per_mtok": 150.0,
+        "output_cost_per_mtok": 600.0,
+    }
+
+
+async def call(gw: GatewayUnderTest, method: str, path: str, body: Any = None,
+               key: str = MASTER) -> tuple[int, Any]:
+    async with aiohttp.ClientSession() as session:
+        async with session.request(
+            method, gw.url + path, json=body, headers={"Authorization": f"Bearer {key}"}
+        ) as response:
+            return response.status, await response.json()
+
+
+class Shots:
+    """Screenshots of every page, and the console errors each page logged."""
+
+    def __init__(self, page: Page, directory: Path) -> None:
+        self.page = page
+        self.directory = directory
+        self.errors: list[str] = []
+        page.on("console", self._console)
+        page.on("pageerror", lambda error: self.errors.append(f"pageerror: {error}"))
+
+    def _console(self, message: Any) -> None:
+        if message.type == "error":
+            self.errors.append(f"console: {message.text}")
+
+    async def take(self, name: str) -> None:
+        # The whole page in one viewport as tall as it is, so the fixed sidebar spans it (a
+        # full_page capture keeps fixed elements at the viewport's size and scroll position).
+        viewport = self.page.viewport_size
+        height = await self.page.evaluate("document.documentElement.scrollHeight")
+        await self.page.set_viewport_size({"width": viewport["width"], "height": height})
+        await self.page.screenshot(path=str(self.directory / f"{name}.png"))
+        await self.page.set_viewport_size(viewport)
+        assert self.errors == [], f"console errors on {name}: {self.errors}"
+
+
+@pytest.fixture
+async def scene(
+    make_gateway: MakeGateway, make_upstream: MakeUpstream
+) -> tuple[GatewayUnderTest, FakeUpstream, FakeUpstream]:
+    a, b = await make_upstream(), await make_upstream()
+    gw = await make_gateway(
+        models=[
+            {
+                "name": "m",
+                "deployments": [deployment(a, "a"), deployment(b, "b")],
+                "retry": {"backoff_s": 0.01, "max_backoff_s": 0.05},
+            }
+        ],
+        auth={"master_key": MASTER},
+    )
+    return gw, a, b
+
+
+@pytest.fixture
+async def browser() -> AsyncIterator[Any]:
+    async with playwright_api.async_playwright() as p:
+        launched = await p.chromium.launch(
+            executable_path=str(CHROMIUM), headless=True, args=BROWSER_ARGS
+        )
+        yield launched
+        await launched.close()
+
+
+async def stream_all(gw: GatewayUnderTest, key: str, question: str) -> tuple[str, Any]:
+    """A whole streamed answer (the fake upstreams replay a captured stream by default)."""
+    response = await gw.client(key).chat.completions.with_raw_response.create(
+        model="m", messages=[{"role": "user", "content": question}], stream=True
+    )
+    parts = [c.choices[0].delta.content or "" async for c in response.parse() if c.choices]
+    return "".join(parts), response.headers
+
+
+async def interrupted_conversation(
+    gw: GatewayUnderTest, a: FakeUpstream
+) -> tuple[str, str]:
+    """Turn 1 falls back from `a` (500) to `b`; turn 2 is cut by its client mid-stream.
+    Returns the conversation id and the delivered text the store recorded."""
+    a.push(status(500, {"error": {"message": "upstream exploded", "type": "server_error"}}))
+    client = gw.client(MASTER)
+    text, headers = await stream_all(gw, MASTER, QUESTION)
+    conversation_id = headers["X-Conversation-Id"]
+    assert headers["X-Gateway-Deployment"] == "b"
+    assert text == TEXT
+
+    a.push(frames(*(chunk(p) for p in PIECES[:3]), then="stall"))
+    history = [
+        {"role": "user", "content": QUESTION},
+        {"role": "assistant", "content": TEXT},
+        {"role": "user", "content": FOLLOW_UP},
+    ]
+    second = await client.chat.completions.with_raw_response.create(
+        model="m",
+        messages=history,  # type: ignore[arg-type]
+        stream=True,
+        extra_headers={"X-Conversation-Id": conversation_id},
+    )
+    stream = second.parse()
+    got = 0
+    async for _ in stream:
+        got += 1
+        if got == 3:
+            break
+    await stream.close()
+    events = await gw.wait_turn_end(conversation_id, count=2)
+    message = [e for e in events if e["type"] == "assistant/message"][-1]["payload"]
+    assert message["interrupted"] is True
+    delivered = "".join(b["text"] for b in message["content"] if b["type"] == "text")
+    assert delivered == "".join(PIECES[:3])
+    return conversation_id, delivered
+
+
+async def test_the_admin_ui_end_to_end(
+    scene: tuple[GatewayUnderTest, FakeUpstream, FakeUpstream], browser: Any, tmp_path: Path
+) -> None:
+    gw, a, _b = scene
+    conversation_id, delivered = await interrupted_conversation(gw, a)
+    # A team with a budget, and its key's own conversation, for the usage and read-only views.
+    status_code, _ = await call(
+        gw, "POST", "/v1/gateway/teams",
+        {"name": "Search", "id": "search", "limits": {"budget": {"usd": 0.05, "mode": "soft"}}},
+    )
+    assert status_code == 201
+    status_code, team_key = await call(
+        gw, "POST", "/v1/gateway/keys", {"team_id": "search", "name": "search-bot"}
+    )
+    assert status_code == 201
+    _, headers = await stream_all(gw, team_key["key"], "A team question")
+    team_conversation = headers["X-Conversation-Id"]
+    await gw.wait_turn_end(team_conversation)
+
+    shots_dir = tmp_path / "ui-screenshots"
+    shots_dir.mkdir()
+    context = await browser.new_context(viewport={"width": 1440, "height": 960})
+    page = await context.new_page()
+    page.set_default_timeout(10_000)
+    shots = Shots(page, shots_dir)
+    try:
+        await walk_through(gw, a, page, shots, conversation_id, delivered, team_key["key"],
+                           team_conversation)
+    except BaseException:
+        # What the page showed when it went wrong, for the report.
+        await page.screenshot(path=str(shots_dir / "failure.png"), full_page=True)
+        print("console errors:", shots.errors)
+        raise
+    finally:
+        await context.close()
+        REVIEW_DIR.mkdir(parents=True, exist_ok=True)
+        for shot in shots_dir.iterdir():
+            shutil.copy(shot, REVIEW_DIR / shot.name)
+
+
+async def walk_through(
+    gw: GatewayUnderTest,
+    a: FakeUpstream,
+    page: Page,
+    shots: Shots,
+    conversation_id: str,
+    delivered: str,
+    team_secret: str,
+    team_conversation: str,
+) -> None:
+
+    # -- log in
+    await page.goto(gw.url + "/ui")
+    await expect(page.get_by_test_id("login-key")).to_be_visible()
+    await shots.take("01-login")
+    await page.get_by_test_id("login-key").fill(MASTER)
+    await page.get_by_test_id("login-submit").click()
+
+    # -- the list
+    rows = page.locator("tr[data-conversation-id]")
+    await expect(rows).to_have_count(2)
+    row = page.locator(f'tr[data-conversation-id="{conversation_id}"]')
+    await expect(row.locator("[data-status]")).to_have_text("interrupted")
+    await expect(row).to_contain_text(QUESTION)
+    await shots.take("02-conversations")
+    await page.get_by_test_id("filter-q").fill("team question")
+    await page.get_by_test_id("filter-q").press("Enter")
+    await expect(rows).to_have_count(1)
+    await expect(page.locator(f'tr[data-conversation-id="{team_conversation}"]')).to_be_visible()
+    await page.goto(gw.url + "/ui/#/conversations")
+
+    # -- chat: the interrupted answer exactly as delivered, marked Stopped
+    await page.locator(f'tr[data-conversation-id="{conversation_id}"] a.conv-preview').click()
+    stopped = page.get_by_test_id("stopped-marker")
+    await expect(stopped).to_be_visible()
+    await expect(stopped).to_contain_text("Stopped")
+    interrupted = page.locator(".msg-assistant.interrupted [data-testid=assistant-text]")
+    assert await interrupted.text_content() == delivered
+    await expect(page.get_by_test_id("assistant-text").first).to_have_text(TEXT)
+    await shots.take("03-chat")
+
+    # -- trajectory: the failed attempt on `a`, then the fallback's success on `b`
+    await page.get_by_test_id("tab-trajectory").click()
+    failed = page.locator('[data-testid=attempt][data-outcome=error][data-deployment="a"]')
+    await expect(failed).to_have_count(1)
+    await expect(failed.get_by_test_id("attempt-error")).to_contain_text("500")
+    await expect(failed.get_by_test_id("attempt-error")).to_contain_text("upstream exploded")
+    fallback = page.locator('[data-testid=attempt][data-outcome=completed][data-deployment="b"]')
+    await expect(fallback).to_have_count(1)
+    await expect(fallback).to_contain_text("Time to first token")
+    cut = page.locator("[data-testid=attempt][data-outcome=cancelled]")
+    await cut.get_by_test_id("replay-button").click()
+    await expect(cut.locator("[data-testid=replay][data-done=true]")).to_have_count(1)
+    assert await cut.get_by_test_id("replay-text").text_content() == delivered
+    await shots.take("04-trajectory")
+
+    # -- branch at the first (finished) turn, then continue the branch from the composer
+    await page.get_by_test_id("tab-chat").click()
+    await page.get_by_test_id("branch-here").first.click()
+    await expect(page).not_to_have_url(re.compile(re.escape(conversation_id)))
+    branch_id = page.url.rsplit("/", 1)[-1].split("?")[0]
+    await expect(page.locator(".divider").first).to_contain_text("Inherited")
+    await expect(page.get_by_test_id("stopped-marker")).to_have_count(0)  # cut before turn 2
+    a.push(
+        frames(
+            *(chunk(p) for p in BRANCH_ANSWER),
+            chunk(finish="stop"),
+            chunk(no_choices=True, usage=USAGE),
+            DONE,
+        )
+    )
+    await page.get_by_test_id("composer-input").fill("Does branching work?")
+    await page.get_by_test_id("composer-send").click()
+    answer = page.locator(".turn:not(.inherited) [data-testid=assistant-text]")
+    await expect(answer).to_have_text("".join(BRANCH_ANSWER))
+    events = [e["type"] for e in await gw.wait_turn_end(branch_id)]
+    assert events == ["user/message", "assistant/message", "turn/end"]
+    assert [m["content"] for m in await gw_messages(gw, branch_id)] == [
+        QUESTION, TEXT, "Does branching work?", "".join(BRANCH_ANSWER)
+    ]
+    await shots.take("05-branch")
+    await page.goto(f"{gw.url}/ui/#/conversations/{conversation_id}")
+    await expect(page.locator(f'[data-branch-id="{branch_id}"]')).to_be_visible()
+
+    # -- keys: create one (its secret shown once), then revoke it
+    await page.locator(".nav-link", has_text="Keys").click()
+    await page.get_by_test_id("key-name").fill("ui-made")
+    await page.get_by_test_id("create-key").click()
+    secret = await page.get_by_test_id("new-secret").text_content()
+    assert secret is not None and secret.startswith("gw-")
+    assert (await call(gw, "GET", "/v1/models", key=secret))[0] == 200
+    made = page.locator("tr[data-key-id]", has_text="ui-made")
+    await expect(made.get_by_test_id("key-state")).to_have_text("active")
+    await shots.take("06-keys-created")
+    await made.get_by_test_id("revoke").click()
+    await made.get_by_test_id("revoke-confirm").click()
+    await expect(page.get_by_test_id("new-secret")).to_have_count(0)  # never shown again
+    await expect(
+        page.locator("tr[data-key-id]", has_text="ui-made").get_by_test_id("key-state")
+    ).to_have_text("revoked")
+    assert (await call(gw, "GET", "/v1/models", key=secret))[0] == 401
+    # Limits and a budget for the team, from the page.
+    team_row = page.locator('tr[data-team-id="search"]')
+    await team_row.get_by_test_id("edit-limits").click()
+    await team_row.locator("input[name=rpm]").fill("120")
+    await team_row.locator("input[name=budget_usd]").fill("0.06")
+    await team_row.locator("select[name=budget_mode]").select_option("soft")
+    await team_row.get_by_role("button", name="Save limits").click()
+    await expect(page.locator('tr[data-team-id="search"]')).to_contain_text("120 rpm")
+    assert (await call(gw, "GET", "/v1/gateway/teams"))[1]["data"][0]["limits"] == {
+        "rpm": 120,
+        "budget": {"usd": 0.06, "period": "month", "mode": "soft"},
+    }
+    await shots.take("07-keys-revoked")
+
+    # -- usage: charts drawn from real data
+    await page.locator(".nav-link", has_text="Usage").click()
+    for chart in ("spend", "tokens"):
+        bars = page.locator(f'svg.chart[data-chart="{chart}"] rect.bar')
+        await expect(bars.first).to_be_visible()
+        values = [float(v) for v in await bars.evaluate_all("rs => rs.map(r => r.dataset.value)")]
+        assert values and all(v > 0 for v in values)
+        heights = await bars.evaluate_all("rs => rs.map(r => r.getBBox().height)")
+        assert all(height > 0 for height in heights)
+    await expect(page.get_by_test_id("budget")).to_contain_text("of $0.06")
+    await shots.take("08-usage")
+    async with page.expect_download() as download_info:
+        await page.get_by_test_id("usage-csv").click()
+    download = await download_info.value
+    csv = (await download.path()).read_text()
+    assert csv.startswith("period_start,group,requests") and ",m," in csv
+    await page.get_by_test_id("usage-group-by").select_option("deployment")
+    for name in ("a", "b"):
+        bar = page.locator(f'svg.chart[data-chart="tokens"] rect.bar[data-group="{name}"]')
+        await expect(bar).to_be_visible()
+    await shots.take("08-usage-by-deployment")
+
+    # -- deployments
+    await page.locator(".nav-link", has_text="Deployments").click()
+    await expect(page.locator('tr[data-deployment="a"]')).to_contain_text("1 failed")
+    await expect(page.locator('tr[data-deployment="b"] [data-status]')).to_have_text("healthy")
+    await shots.take("09-deployments")
+
+    # -- a team key: its own team's conversations only, no admin sections
+    await page.get_by_test_id("sign-out").click()
+    await page.get_by_test_id("login-key").fill(team_secret)
+    await page.get_by_test_id("login-submit").click()
+    await expect(page.locator(f'tr[data-conversation-id="{team_conversation}"]')).to_be_visible()
+    await expect(page.locator("tr[data-conversation-id]")).to_have_count(1)
+    await expect(page.locator(".nav-link", has_text="Keys")).to_have_count(0)
+    await expect(page.locator(".sidebar")).to_contain_text("read-only")
+    await shots.take("10-team-view")
+    await page.locator(f'tr[data-conversation-id="{team_conversation}"] a.conv-preview').click()
+    await expect(page.get_by_test_id("assistant-text")).to_have_text(TEXT)
+    await expect(page.get_by_test_id("composer")).to_have_count(0)
+    await expect(page.get_by_test_id("branch-here")).to_have_count(0)
+    await shots.take("11-team-conversation")
+
+
+
+async def gw_messages(gw: GatewayUnderTest, conversation_id: str) -> list[dict[str, Any]]:
+    code, body = await call(gw, "GET", f"/v1/conversations/{conversation_id}/messages")
+    assert code == 200, body
+    return body["data"]  # type: ignore[no-any-return]
+
+
+async def test_a_wrong_key_is_refused_on_the_login_page(
+    scene: tuple[GatewayUnderTest, FakeUpstream, FakeUpstream], browser: Any
+) -> None:
+    gw, _a, _b = scene
+    page = await browser.new_page()
+    await page.goto(gw.url + "/ui/")
+    await page.get_by_test_id("login-key").fill("sk-not-the-master-key")
+    await page.get_by_test_id("login-submit").click()
+    await expect(page.locator(".login-error")).to_contain_text("refused")
+    await expect(page.get_by_test_id("login-key")).to_be_visible()
+    await page.close()
+
+
+async def test_chat_shows_reasoning_tools_and_failures(
+    scene: tuple[GatewayUnderTest, FakeUpstream, FakeUpstream], browser: Any, tmp_path: Path
+) -> None:
+    """Reasoning collapsed, tool calls and results (a synthetic one marked), an error turn."""
+    gw, _a, _b = scene
+    store = gw.gateway.store
+    cid = "conv_tools"
+    store.create_conversation(Conversation(cid, 1_780_000_000.0))
+    route = {"provider": "openai", "deployment": "a", "model": "a-model"}
+
+    def add(turn: str, kind: str, payload: dict[str, Any]) -> None:
+        store.append(NewEvent(cid, turn, kind, payload))
+
+    store.start_turn(TurnStart("t1", cid, 1_780_000_001.0, {"model": "m"}))
+    add("t1", "user/message", {"content": "Weather in Paris and Rome?"})
+    call_blocks = [
+        {"type": "reasoning", "text": "Two cities: two calls."},
+        {"type": "text", "text": "Checking both."},
+        {"type": "tool_call", "id": "call_paris", "name": "weather", "arguments": '{"q":"Paris"}'},
+        {"type": "tool_call", "id": "call_rome", "name": "weather", "arguments": '{"q":"Rome"}'},
+    ]
+    add("t1", "assistant/message", {"content": call_blocks, "interrupted": False,
+                                    "route": route, "attempt": 1, "stream": []})
+    add("t1", "turn/end", {"status": "completed", "reason": None})
+    store.start_turn(TurnStart("t2", cid, 1_780_000_002.0, {"model": "m"}))
+    add("t2", "tool/result", {"tool_call_id": "call_paris", "content": "18C", "synthetic": False})
+    add("t2", "user/message", {"content": "And tomorrow?"})  # Rome's result never came
+    add("t2", "assistant/attempt", {"reason": "provider_error", "attempt": 1, "route": route,
+                                    "stream": [], "usage": None})
+    add("t2", "request/error", {"attempt": 1, "route": route, "status": 503,
+                                "code": "upstream_error", "message": "overloaded",
+                                "retryable": True})
+    add("t2", "turn/end", {"status": "error", "reason": "provider_error"})
+    await store.flush()
+
+    page = await browser.new_page(viewport={"width": 1440, "height": 960})
+    shots = Shots(page, tmp_path)
+    await page.goto(gw.url + "/ui/")
+    await page.get_by_test_id("login-key").fill(MASTER)
+    await page.get_by_test_id("login-submit").click()
+    await page.goto(f"{gw.url}/ui/#/conversations/{cid}")
+    reasoning = page.locator("details.reasoning")
+    await expect(reasoning).to_have_count(1)
+    await expect(reasoning.locator(".reasoning-text")).to_be_hidden()  # collapsed
+    await reasoning.locator("summary").click()
+    await expect(reasoning.locator(".reasoning-text")).to_have_text("Two cities: two calls.")
+    await expect(page.locator(".tool-call")).to_have_count(2)
+    await expect(page.locator(".msg-tool:not(.synthetic)")).to_contain_text("18C")
+    synthetic = page.get_by_test_id("synthetic-result")
+    await expect(synthetic).to_have_count(1)
+    await expect(synthetic).to_contain_text("call_rome")
+    await expect(page.locator(".msg-error")).to_contain_text("503 upstream_error: overloaded")
+    await shots.take("12-tools-and-errors")
+    REVIEW_DIR.mkdir(parents=True, exist_ok=True)
+    shutil.copy(tmp_path / "12-tools-and-errors.png", REVIEW_DIR)
+    await page.close()
