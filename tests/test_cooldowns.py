@@ -22,6 +22,8 @@ pytest_plugins = ["tests.redis_server"]
 
 BODY = {"messages": [{"role": "user", "content": "Hello"}]}
 INTERVAL_S = 0.5  # the default poll interval
+# Names of their own: the deployment metrics are process-wide, other tests count theirs.
+A, B = "cooldowns-a", "cooldowns-b"
 
 
 class Replica:
@@ -53,8 +55,8 @@ async def replica(redis_url: str, redis_prefix: str) -> AsyncIterator[MakeReplic
                         "name": "m",
                         "cooldown": {"failures": 2, "window_s": 60, "cooldown_s": cooldown_s},
                         "deployments": [
-                            {"provider": "demo", "name": "a"},
-                            {"provider": "demo", "name": "b", "priority": 1},
+                            {"provider": "demo", "name": A},
+                            {"provider": "demo", "name": B, "priority": 1},
                         ],
                     }
                 ]
@@ -86,45 +88,45 @@ async def test_a_deployment_cooling_on_one_replica_is_skipped_by_the_other(
     replica: MakeReplica,
 ) -> None:
     one, two = await replica(cooldown_s=1.5), await replica(cooldown_s=1.5)
-    assert one.plan() == two.plan() == ["a", "b"]
-    one.health("a").failed("http_500")
-    one.health("a").failed("http_500")
-    assert one.plan() == ["b"]
-    waited = await until(lambda: two.plan() == ["b"], timeout=2 * INTERVAL_S + 0.5)
+    assert one.plan() == two.plan() == [A, B]
+    one.health(A).failed("http_500")
+    one.health(A).failed("http_500")
+    assert one.plan() == [B]
+    waited = await until(lambda: two.plan() == [B], timeout=2 * INTERVAL_S + 0.5)
     assert waited <= INTERVAL_S + 0.25  # within one poll (and the publish's round trip)
-    snapshot = two.health("a").snapshot()
+    snapshot = two.health(A).snapshot()
     assert snapshot["state"] == "cooling" and 0.5 < snapshot["cooldown_remaining_s"] <= 1.5
     # The cooldown ends on both: one request may probe a again.
-    await until(lambda: two.plan() == ["a", "b"], timeout=3)
-    assert two.health("a").state == "half_open"
-    assert one.plan() == ["a", "b"]
+    await until(lambda: two.plan() == [A, B], timeout=3)
+    assert two.health(A).state == "half_open"
+    assert one.plan() == [A, B]
 
 
 async def test_a_successful_probe_ends_the_cooldown_everywhere(replica: MakeReplica) -> None:
     one, two = await replica(cooldown_s=60), await replica(cooldown_s=60)
-    a = one.health("a")
+    a = one.health(A)
     a.failed("http_500")
     a.failed("http_500")
-    await until(lambda: two.plan() == ["b"], timeout=2)
+    await until(lambda: two.plan() == [B], timeout=2)
     # On replica one the cooldown is over (as a minute later) and its probe succeeds.
     assert a.available(now=time.monotonic() + 61) and a.state == "half_open"
     a.acquire()
     a.succeeded(120.0)
     a.release()
-    assert one.plan() == ["a", "b"]
-    await until(lambda: two.plan() == ["a", "b"], timeout=2)
-    assert two.health("a").state == "half_open"  # two probes it once itself
+    assert one.plan() == [A, B]
+    await until(lambda: two.plan() == [A, B], timeout=2)
+    assert two.health(A).state == "half_open"  # two probes it once itself
 
 
 async def test_a_probe_clears_only_the_cooldown_it_knows_of(replica: MakeReplica) -> None:
     one = await replica(cooldown_s=60, interval_s=3600)  # polls once, at its start
     two = await replica(cooldown_s=60)
-    a = one.health("a")
+    a = one.health(A)
     a.failed("http_500")
     a.failed("http_500")
-    await until(lambda: two.plan() == ["b"], timeout=2)
+    await until(lambda: two.plan() == [B], timeout=2)
     # Two probes a (as a minute later) and fails: a newer cooldown, which one has not read.
-    elsewhere = two.health("a")
+    elsewhere = two.health(A)
     assert elsewhere.available(now=time.monotonic() + 61)
     elsewhere.acquire()
     elsewhere.failed("http_500")
@@ -136,9 +138,9 @@ async def test_a_probe_clears_only_the_cooldown_it_knows_of(replica: MakeReplica
     a.succeeded(100.0)
     a.release()
     await one.sync.flush()
-    assert one.plan() == ["a", "b"]
+    assert one.plan() == [A, B]
     three = await replica(cooldown_s=60)
-    await until(lambda: three.plan() == ["b"], timeout=2)
+    await until(lambda: three.plan() == [B], timeout=2)
 
 
 async def test_redis_down_keeps_cooldowns_local(
@@ -147,12 +149,12 @@ async def test_redis_down_keeps_cooldowns_local(
     errors = REDIS_ERRORS.labels("cooldown_poll")._value.get()
     with caplog.at_level(logging.WARNING, logger="gateway.cooldowns"):
         one = await replica(url=f"redis://127.0.0.1:{unused_tcp_port}/0")
-        one.health("a").failed("http_500")
-        one.health("a").failed("http_500")
-        assert one.plan() == ["b"]
+        one.health(A).failed("http_500")
+        one.health(A).failed("http_500")
+        assert one.plan() == [B]
         await until(
             lambda: REDIS_ERRORS.labels("cooldown_poll")._value.get() >= errors + 2, timeout=3
         )
-    assert one.plan() == ["b"]
+    assert one.plan() == [B]
     warnings = [r for r in caplog.records if "Redis unreachable" in r.getMessage()]
     assert len(warnings) == 1
