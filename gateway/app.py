@@ -114,7 +114,7 @@ async def _keep_alive(gateway: Gateway, started: float) -> None:
                 gateway.store, at_start=False, stale_s=_ORPHAN_AFTER_S
             )
             if recovered:
-                log.warning("closed %d turns of a replica that stopped (crash_recovered)", recovered)
+                log.warning("closed %d turns of a stopped replica (crash_recovered)", recovered)
         except StoreUnavailable as exc:
             log.warning("store heartbeat failed: %s", exc)
         except Exception:

@@ -18,8 +18,6 @@ from gateway.health import DeploymentHealth
 from gateway.redis_client import REDIS_ERRORS
 from gateway.routing import Router
 
-pytest_plugins = ["tests.redis_server"]
-
 BODY = {"messages": [{"role": "user", "content": "Hello"}]}
 INTERVAL_S = 0.5  # the default poll interval
 # Names of their own: the deployment metrics are process-wide, other tests count theirs.

@@ -20,7 +20,6 @@ from tests.conftest import GatewayUnderTest, MakeGateway
 if TYPE_CHECKING:
     from tests.redis_server import RedisServer
 
-pytest_plugins = ["tests.redis_server"]
 
 MakeLimiter = Callable[..., RedisLimiter]
 # Dyadic amounts, so that sums of them are exact in binary floating point.

@@ -1,0 +1,242 @@
+"""Two gateway processes on one PostgreSQL and one Redis, as replicas behind a load balancer:
+a conversation goes on across them, limits and budgets hold across them, and what one recorded
+the other reads."""
+
+from __future__ import annotations
+
+import asyncio
+import json
+import os
+import sys
+from collections.abc import AsyncIterator, Awaitable, Callable
+from pathlib import Path
+from typing import Any
+
+import aiohttp
+import openai
+import pytest
+
+from tests.conftest import MakeUpstream
+from tests.fakes import USAGE, FakeUpstream, completion
+from tests.postgres_server import PostgresServer
+from tests.test_cli import free_port
+
+MASTER = "replica-test-master-key"
+HELLO = [{"role": "user", "content": "hello"}]
+
+
+class Replica:
+    def __init__(self, process: asyncio.subprocess.Process, port: int) -> None:
+        self.process = process
+        self.url = f"http://127.0.0.1:{port}"
+
+    def client(self, key: str) -> openai.AsyncOpenAI:
+        return openai.AsyncOpenAI(base_url=self.url + "/v1", api_key=key, max_retries=0)
+
+    async def call(self, method: str, path: str, body: Any = None, key: str = MASTER) -> Any:
+        headers = {"Authorization": f"Bearer {key}"}
+        async with (
+            aiohttp.ClientSession() as session,
+            session.request(method, self.url + path, json=body, headers=headers) as response,
+        ):
+            assert response.status < 300, await response.text()
+            return await response.json()
+
+
+StartReplicas = Callable[[FakeUpstream], Awaitable[tuple[Replica, Replica]]]
+
+
+@pytest.fixture
+async def replicas(
+    postgres: PostgresServer, redis_url: str, tmp_path: Path
+) -> AsyncIterator[StartReplicas]:
+    started: list[Replica] = []
+    database = postgres.create_database()
+    prefix = f"rep{os.urandom(4).hex()}:"
+
+    async def start(upstream: FakeUpstream) -> tuple[Replica, Replica]:
+        async def one(n: int) -> Replica:
+            port = free_port()
+            config = tmp_path / f"replica{n}.yaml"
+            config.write_text(
+                json.dumps(
+                    {
+                        "store": {"url": database, "spool_path": str(tmp_path / f"spool{n}")},
+                        "limits": {"redis_url": redis_url, "redis_prefix": prefix},
+                        "auth": {"master_key": MASTER},
+                        "models": [
+                            {
+                                "name": "fake",
+                                "retry": {"max_attempts": 1},
+                                "deployments": [
+                                    {
+                                        "provider": "openai",
+                                        "model": "fake-model",
+                                        "api_base": upstream.url,
+                                        "api_key": "sk-up",
+                                        # 1 USD per token: budgets in round numbers.
+                                        "input_cost_per_mtok": 1_000_000,
+                                        "output_cost_per_mtok": 1_000_000,
+                                    }
+                                ],
+                            },
+                            {
+                                "name": "demo",
+                                "deployments": [{"provider": "demo", "chunk_delay_ms": 30}],
+                            },
+                        ],
+                    }
+                )
+            )
+            process = await asyncio.create_subprocess_exec(
+                sys.executable, "-m", "gateway", "serve", "--config", str(config),
+                "--port", str(port),
+                stderr=asyncio.subprocess.PIPE,
+                env={**os.environ, "PYTHONUNBUFFERED": "1"},
+            )  # fmt: skip
+            assert process.stderr is not None
+            async with asyncio.timeout(60):
+                while b"listening on" not in (line := await process.stderr.readline()):
+                    assert line, "the replica exited before listening"
+            replica = Replica(process, port)
+            started.append(replica)
+            return replica
+
+        a, b = await asyncio.gather(one(1), one(2))
+        return a, b
+
+    yield start
+    for replica in started:
+        replica.process.terminate()
+        await replica.process.wait()
+        assert replica.process.returncode == 0
+
+
+async def team_key(replica: Replica, limits: dict[str, Any] | None = None) -> str:
+    team = f"team-{os.urandom(3).hex()}"
+    await replica.call("POST", "/v1/gateway/teams", {"id": team, "name": team})
+    body: dict[str, Any] = {"team_id": team}
+    if limits:
+        body["limits"] = limits
+    return str((await replica.call("POST", "/v1/gateway/keys", body))["key"])
+
+
+async def test_a_conversation_begun_on_one_replica_continues_on_the_other(
+    replicas: StartReplicas, make_upstream: MakeUpstream
+) -> None:
+    upstream = await make_upstream()
+    a, b = await replicas(upstream)
+    key = await team_key(a)
+    upstream.push(completion("first answer"), completion("second answer"))
+    first = await a.client(key).chat.completions.with_raw_response.create(
+        model="fake", messages=[{"role": "user", "content": "q1"}]
+    )
+    conversation = first.headers["X-Conversation-Id"]
+    second = await b.client(key).chat.completions.with_raw_response.create(
+        model="fake",
+        messages=[
+            {"role": "user", "content": "q1"},
+            {"role": "assistant", "content": "first answer"},
+            {"role": "user", "content": "q2"},
+        ],
+        extra_headers={"X-Conversation-Id": conversation},
+    )
+    assert second.headers["X-Conversation-Id"] == conversation  # the same one, not a branch
+    assert [m["content"] for m in upstream.requests[-1]["messages"]] == [
+        "q1",
+        "first answer",
+        "q2",
+    ]
+    history = await a.call("GET", f"/v1/conversations/{conversation}/messages", key=key)
+    assert [m["content"] for m in history["data"]] == ["q1", "first answer", "q2", "second answer"]
+
+    # The Responses API: previous_response_id made on A, continued on B.
+    upstream.push(completion("third answer"), completion("fourth answer"))
+    one = await a.client(key).responses.create(model="fake", input="q3")
+    two = await b.client(key).responses.create(
+        model="fake", input="q4", previous_response_id=one.id
+    )
+    assert two.output_text == "fourth answer"
+    assert [m["content"] for m in upstream.requests[-1]["messages"]] == [
+        "q3",
+        "third answer",
+        "q4",
+    ]
+
+
+async def test_an_rpm_limit_and_a_hard_budget_hold_across_replicas(
+    replicas: StartReplicas, make_upstream: MakeUpstream
+) -> None:
+    upstream = await make_upstream()
+    a, b = await replicas(upstream)
+    limited = await team_key(a, {"rpm": 4})
+    outcomes = []
+    for n in range(6):
+        try:
+            await (
+                (a, b)[n % 2].client(limited).chat.completions.create(model="demo", messages=HELLO)
+            )
+            outcomes.append(200)
+        except openai.RateLimitError as error:
+            outcomes.append(error.status_code)
+    assert outcomes == [200, 200, 200, 200, 429, 429]
+
+    per_request = USAGE["prompt_tokens"] + USAGE["completion_tokens"]  # USD, at 1 USD a token
+    budget = per_request * 2.5
+    spender = await team_key(b, {"budget": {"usd": budget, "period": "total", "mode": "hard"}})
+    upstream.push(*[completion("ok")] * 6)
+    spent_on: list[int] = []
+    refused = None
+    for n in range(6):
+        try:
+            await (
+                (a, b)[n % 2]
+                .client(spender)
+                .chat.completions.create(
+                    model="fake", messages=HELLO, max_tokens=USAGE["completion_tokens"]
+                )
+            )
+            spent_on.append(n % 2)
+        except openai.RateLimitError as error:
+            refused = error
+            break
+    assert refused is not None and refused.code == "budget_exceeded"
+    assert len(spent_on) <= 3 and set(spent_on) == {0, 1}  # both replicas spent from it
+    for replica in (a, b):  # and now both refuse it
+        with pytest.raises(openai.RateLimitError, match="budget"):
+            await replica.client(spender).chat.completions.create(model="fake", messages=HELLO)
+
+
+async def test_what_one_replica_recorded_of_a_cancelled_stream_the_other_reads(
+    replicas: StartReplicas, make_upstream: MakeUpstream
+) -> None:
+    upstream = await make_upstream()
+    a, b = await replicas(upstream)
+    key = await team_key(a)
+    received = ""
+    stream = await a.client(key).chat.completions.with_raw_response.create(
+        model="demo", messages=HELLO, stream=True
+    )
+    conversation = stream.headers["X-Conversation-Id"]
+    chunks = 0
+    async for chunk in stream.parse():
+        if chunk.choices and chunk.choices[0].delta.content:
+            received += chunk.choices[0].delta.content
+            chunks += 1
+            if chunks == 3:
+                break
+    await stream.parse().close()  # the client leaves mid-answer
+
+    async with asyncio.timeout(20):  # until B sees the turn recorded by A
+        while True:
+            events = (await b.call("GET", f"/v1/conversations/{conversation}/events", key=key))[
+                "data"
+            ]
+            if any(e["type"] == "turn/end" for e in events):
+                break
+            await asyncio.sleep(0.05)
+    message = next(e for e in events if e["type"] == "assistant/message")["payload"]
+    assert message["interrupted"] is True
+    assert message["content"][0]["text"] == received
+    history = await b.call("GET", f"/v1/conversations/{conversation}/messages", key=key)
+    assert history["data"][-1] == {"role": "assistant", "content": received}
