@@ -4,7 +4,8 @@
 wrk.method = "POST"
 wrk.body = os.getenv("BENCH_BODY")
 wrk.headers["Content-Type"] = "application/json"
-wrk.headers["Authorization"] = "Bearer sk-bench"
+-- The gateway's virtual key (the other targets ignore it).
+wrk.headers["Authorization"] = "Bearer " .. (os.getenv("BENCH_KEY") or "sk-bench")
 
 function done(summary, latency, requests)
   local e = summary.errors

@@ -35,6 +35,7 @@ TARGETS = ("direct", "passthrough", "gateway")
 CONCURRENCY = (1, 16, 64)
 WARMUP_S = 1
 CHAT_PATH = "/v1/chat/completions"
+MASTER_KEY = "bench-master-key-0123456789"
 
 
 @dataclass(frozen=True)
@@ -90,7 +91,9 @@ def write_gateway_config(tmp: Path, upstream_port: int) -> Path:
         orjson.dumps(
             {
                 "server": {"host": HOST, "port": 0},
-                "store": {"url": f"sqlite:///{tmp / 'bench.db'}"},
+                "store": {"url": f"sqlite:///{tmp / 'bench.db'}", "spool_path": str(tmp)},
+                # Every feature on: requests carry a virtual key, checked against the store.
+                "auth": {"master_key": MASTER_KEY},
                 "models": [
                     {
                         "name": "bench",
@@ -111,12 +114,25 @@ def write_gateway_config(tmp: Path, upstream_port: int) -> Path:
     return config
 
 
-def smoke_check(port: int, stream: bool) -> str | None:
+def create_virtual_key(gateway_bin: Path, config: Path) -> str:
+    """A team and a key in the bench store, made with the CLI as an operator would."""
+    def cli(*args: str) -> str:
+        return subprocess.run(
+            [str(gateway_bin), *args, "--config", str(config)],
+            capture_output=True, text=True, check=True, cwd=REPO,
+        ).stdout  # fmt: skip
+
+    cli("teams", "create", "bench", "--id", "bench")
+    out = cli("keys", "create", "--team", "bench", "--name", "bench")
+    return out.split("secret (shown once, store it now): ", 1)[1].split()[0]
+
+
+def smoke_check(port: int, stream: bool, api_key: str) -> str | None:
     """One request through a target before loading it: a 200 that is not a full answer (e.g.
     an error event inside the stream) would otherwise be counted as a success by wrk."""
     conn = http.client.HTTPConnection(HOST, port, timeout=10)
     try:
-        headers = {"Content-Type": "application/json"}
+        headers = {"Content-Type": "application/json", "Authorization": f"Bearer {api_key}"}
         conn.request("POST", CHAT_PATH, body=request_body(stream), headers=headers)
         response = conn.getresponse()
         data = response.read()
@@ -224,6 +240,7 @@ class Bench:
         self.wrk = ensure_wrk()
         self.upstream_core, self.target_core, self.core_warning = pick_cores()
         self.children: dict[str, Child] = {}
+        self.api_key = "sk-bench"
         self.ports: dict[str, int] = {}
         self.results: dict[tuple[Cell, str], list[WrkResult]] = {}
         self.warmup_errors: dict[str, int] = {}
@@ -268,6 +285,7 @@ class Bench:
         self.ports["gateway"] = gw_port
         gateway_bin = Path(py).parent / "gateway"
         config = write_gateway_config(tmp, up_port)
+        self.api_key = create_virtual_key(gateway_bin, config)
         gateway = spawn(
             "gateway",
             [str(gateway_bin), "serve", "--config", str(config), "--host", HOST,
@@ -285,7 +303,7 @@ class Bench:
     def smoke(self) -> None:
         for target in TARGETS:
             for stream in (False, True):
-                problem = smoke_check(self.ports[target], stream)
+                problem = smoke_check(self.ports[target], stream, self.api_key)
                 if problem:
                     mode = "stream" if stream else "non-stream"
                     self.failures.append(f"smoke check {target} {mode}: {problem}")
@@ -302,10 +320,10 @@ class Bench:
                     label = f"round {round_no + 1}/{self.rounds} {cell.name:<18} {target:<12}"
                     print(label, end="", flush=True)
                     run = (self.wrk, url, body, cell.concurrency)
-                    warm = run_wrk(*run, WARMUP_S, self.target_core)
+                    warm = run_wrk(*run, WARMUP_S, self.target_core, self.api_key)
                     if warm.error_total:
                         self.warmup_errors[f"{cell.name} {target}"] = warm.error_total
-                    result = run_wrk(*run, self.duration_s, self.target_core)
+                    result = run_wrk(*run, self.duration_s, self.target_core, self.api_key)
                     self.results.setdefault((cell, target), []).append(result)
                     flag = f"  !!! ERRORS {result.errors}" if result.error_total else ""
                     print(f"{result.rps:9.0f} req/s  p50 {result.p50_ms:7.2f} ms{flag}", flush=True)

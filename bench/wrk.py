@@ -69,14 +69,20 @@ def wrk_version(wrk: str) -> str:
 
 
 def run_wrk(
-    wrk: str, url: str, body: bytes, connections: int, duration_s: int, core: int
+    wrk: str,
+    url: str,
+    body: bytes,
+    connections: int,
+    duration_s: int,
+    core: int,
+    api_key: str = "sk-bench",
 ) -> WrkResult:
     argv = [
         "taskset", "-c", str(core),
         wrk, "-t1", f"-c{connections}", f"-d{duration_s}s", "--timeout", "10s",
         "-s", LUA_SCRIPT, url,
     ]  # fmt: skip
-    env = {**os.environ, "BENCH_BODY": body.decode()}
+    env = {**os.environ, "BENCH_BODY": body.decode(), "BENCH_KEY": api_key}
     # wrk stops by itself after duration_s; the timeout only guards against a hung wrk.
     out = subprocess.run(
         argv, env=env, capture_output=True, text=True, timeout=duration_s + 30, check=False

@@ -15,14 +15,12 @@ from gateway.config import GatewayConfig
 from gateway.context import GATEWAY, Gateway
 from gateway.conversations.recorder import recover_open_turns
 from gateway.conversations.service import Conversations
-from gateway.cooldowns import CooldownSync
 from gateway.http.auth import authenticate
 from gateway.http.middleware import add_request_id, errors_and_ids
 from gateway.http.routes import add_routes
 from gateway.metering import tokens
 from gateway.metering.auth import Authenticator
 from gateway.metering.limits import Limiter
-from gateway.metering.redis_limits import RedisLimiter
 from gateway.metering.reports import UsageStore
 from gateway.metering.store import KeyStore
 from gateway.metering.usage import Meter
@@ -35,6 +33,16 @@ log = logging.getLogger(__name__)
 
 _HEARTBEAT_S = 10.0
 _ORPHAN_AFTER_S = 60.0
+
+
+def _limiter(config: GatewayConfig, usage: UsageStore) -> Limiter:
+    """Limits in Redis are shared by every replica; else each process keeps its own."""
+    if config.limits.redis_url is None:
+        return Limiter(usage.spent)
+    # Imported only when configured: redis-py takes ~0.15 s to import (cold start).
+    from gateway.metering.redis_limits import RedisLimiter
+
+    return RedisLimiter(config.limits.redis_url, usage.spent, prefix=config.limits.redis_prefix)
 
 
 def create_app(config: GatewayConfig, *, instance: str | None = None) -> web.Application:
@@ -50,10 +58,7 @@ def create_app(config: GatewayConfig, *, instance: str | None = None) -> web.App
         keys=keys,
         auth=auth,
         usage=usage,
-        # Limits in Redis are shared by every replica; else each process keeps its own.
-        limiter=Limiter(usage.spent)
-        if config.limits.redis_url is None
-        else RedisLimiter(config.limits.redis_url, usage.spent, prefix=config.limits.redis_prefix),
+        limiter=_limiter(config, usage),
     )
     metrics.STORE_QUEUE.set_function(store.queue_depth)
     metrics.STORE_SPOOL_BYTES.set_function(store.spooled_bytes)
@@ -85,15 +90,19 @@ async def _resources(app: web.Application) -> AsyncIterator[None]:
     gateway.router = Router(gateway.config, gateway.session)
     cooldowns = None
     if (redis_url := gateway.config.limits.redis_url) is not None:
+        from gateway.cooldowns import CooldownSync
+
         # A deployment cooling down on one replica is skipped by all of them.
         healths = [d.health for d in gateway.router.deployments()]
         cooldowns = CooldownSync(redis_url, gateway.config.limits.redis_prefix, healths)
         cooldowns.start()
     prices = {d.name: d.price for d in gateway.router.deployments()}
     gateway.meter = Meter(prices.get, gateway.usage.write)
-    # The tokenizer for estimates takes ~0.4 s to load: at start, not on the first cancel.
-    await asyncio.to_thread(tokens.warm)
+    # The tokenizer for estimates takes ~0.4 s to load: in the background from the start, not
+    # on the first cancel, and without holding up the first request (cold start).
+    warming = asyncio.create_task(asyncio.to_thread(tokens.warm), name="tokenizer-warm")
     yield
+    await warming
     keeper.cancel()
     if gateway.background:
         await asyncio.gather(*gateway.background, return_exceptions=True)

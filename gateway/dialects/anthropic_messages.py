@@ -74,14 +74,14 @@ _EFFORT_CAPS = ((2048, "low"), (8192, "medium"))
 
 
 class AnthropicTextBlock(BaseModel):
-    model_config = ConfigDict(extra="allow")
+    model_config = ConfigDict(extra="allow", defer_build=True)
 
     type: Literal["text"]
     text: str
 
 
 class AnthropicMessage(BaseModel):
-    model_config = ConfigDict(extra="allow")
+    model_config = ConfigDict(extra="allow", defer_build=True)
 
     role: Literal["user", "assistant"]
     content: str | list[dict[str, Any]]
@@ -101,7 +101,7 @@ class AnthropicMessage(BaseModel):
 
 
 class AnthropicTool(BaseModel):
-    model_config = ConfigDict(extra="allow")
+    model_config = ConfigDict(extra="allow", defer_build=True)
 
     type: str | None = None  # absent or "custom"; Anthropic's server tools have their own
     name: str = Field(min_length=1)
@@ -110,7 +110,7 @@ class AnthropicTool(BaseModel):
 
 
 class AnthropicToolChoice(BaseModel):
-    model_config = ConfigDict(extra="allow")
+    model_config = ConfigDict(extra="allow", defer_build=True)
 
     type: Literal["auto", "any", "tool", "none"]
     name: str | None = None
@@ -118,20 +118,20 @@ class AnthropicToolChoice(BaseModel):
 
 
 class AnthropicThinking(BaseModel):
-    model_config = ConfigDict(extra="allow")
+    model_config = ConfigDict(extra="allow", defer_build=True)
 
     type: str  # enabled, disabled, adaptive, ... (newer types pass through)
     budget_tokens: int | None = Field(None, ge=1024, strict=True)
 
 
 class AnthropicMetadata(BaseModel):
-    model_config = ConfigDict(extra="allow")
+    model_config = ConfigDict(extra="allow", defer_build=True)
 
     user_id: str | None = None
 
 
 class AnthropicRequest(BaseModel):
-    model_config = ConfigDict(extra="allow")
+    model_config = ConfigDict(extra="allow", defer_build=True)
 
     model: str = Field(description="A model alias from the gateway's config.")
     messages: list[AnthropicMessage] = Field(min_length=1)

@@ -65,7 +65,7 @@ INCOMPLETE_REASONS = {"length": "max_output_tokens", "content_filter": "content_
 
 
 class ResponsesTool(BaseModel):
-    model_config = ConfigDict(extra="allow")
+    model_config = ConfigDict(extra="allow", defer_build=True)
 
     type: str
     name: str | None = None
@@ -75,20 +75,20 @@ class ResponsesTool(BaseModel):
 
 
 class ResponsesReasoning(BaseModel):
-    model_config = ConfigDict(extra="allow")
+    model_config = ConfigDict(extra="allow", defer_build=True)
 
     effort: str | None = None
     summary: str | None = None
 
 
 class ConversationRef(BaseModel):
-    model_config = ConfigDict(extra="allow")
+    model_config = ConfigDict(extra="allow", defer_build=True)
 
     id: str = Field(min_length=1)
 
 
 class ResponsesRequest(BaseModel):
-    model_config = ConfigDict(extra="allow")
+    model_config = ConfigDict(extra="allow", defer_build=True)
 
     model: str = Field(description="A model alias from the gateway's config.")
     input: str | list[dict[str, Any]] | None = None

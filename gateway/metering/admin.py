@@ -19,7 +19,7 @@ _TEAM_ID = re.compile(r"^[A-Za-z0-9._-]{1,64}$")
 
 
 class _Request(BaseModel):
-    model_config = ConfigDict(extra="forbid")
+    model_config = ConfigDict(extra="forbid", defer_build=True)
 
 
 class NewTeam(_Request):

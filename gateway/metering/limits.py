@@ -32,7 +32,7 @@ WINDOW_S = 60.0
 
 
 class Budget(BaseModel):
-    model_config = ConfigDict(extra="forbid", frozen=True)
+    model_config = ConfigDict(extra="forbid", frozen=True, defer_build=True)
 
     usd: float = Field(gt=0, description="The budget in USD.")
     period: Literal["day", "week", "month", "total"] = "month"
@@ -40,7 +40,7 @@ class Budget(BaseModel):
 
 
 class Limits(BaseModel):
-    model_config = ConfigDict(extra="forbid", frozen=True)
+    model_config = ConfigDict(extra="forbid", frozen=True, defer_build=True)
 
     rpm: int | None = Field(None, ge=1, description="Requests per minute.")
     tpm: int | None = Field(None, ge=1, description="Tokens per minute (prompt + completion).")

@@ -6,7 +6,6 @@ import os
 import socket
 
 from gateway.config import StoreConfig
-from gateway.storage.postgres import PostgresBackend
 from gateway.storage.spool import Spool
 from gateway.storage.sqlite import SQLiteBackend
 from gateway.storage.store import Backend, Store
@@ -29,6 +28,8 @@ def instance_id(port: int) -> str:
 def make_backend(config: StoreConfig) -> Backend:
     if config.backend == "sqlite":
         return SQLiteBackend(config.sqlite_path)
+    from gateway.storage.postgres import PostgresBackend  # asyncpg only when configured
+
     return PostgresBackend(config.url, config.pool_size)
 
 
