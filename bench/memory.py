@@ -1,0 +1,198 @@
+"""`python -m bench.memory`: the gateway's memory, idle, under one very long stream, and with
+1,000 streams open at once.
+
+Starts a small fake upstream (model `long`: one stream of `--chunks` content chunks; model
+`idle`: one chunk, then nothing until the client leaves) and `gateway serve` (SQLite store, a
+virtual key, every feature on), then reads the gateway's RSS from /proc:
+- idle, after one warm-up request;
+- the peak (VmHWM) while one `--chunks`-chunk stream goes through, minus the RSS before it,
+  next to the size of the text that stream records;
+- with `--idle-streams` streams open and waiting at once.
+Prints the figures and writes them to bench/results/memory-<UTC>.json.
+"""
+
+from __future__ import annotations
+
+import argparse
+import asyncio
+import json
+import os
+import subprocess
+import sys
+import tempfile
+import time
+from datetime import UTC, datetime
+from pathlib import Path
+
+import aiohttp
+from aiohttp import web
+
+from bench.procs import free_port
+from bench.run import MASTER_KEY, RESULTS, create_virtual_key
+
+WORD = "word "
+
+
+def _chunk(content: str | None, finish: str | None = None) -> bytes:
+    delta = {"content": content} if content is not None else {}
+    body = {
+        "id": "chatcmpl-mem",
+        "object": "chat.completion.chunk",
+        "created": 1,
+        "model": "m",
+        "choices": [{"index": 0, "delta": delta, "finish_reason": finish}],
+    }
+    return b"data: " + json.dumps(body).encode() + b"\n\n"
+
+
+async def upstream(request: web.Request) -> web.StreamResponse:
+    body = await request.json()
+    response = web.StreamResponse(headers={"Content-Type": "text/event-stream"})
+    await response.prepare(request)
+    if body["model"] == "idle":
+        await response.write(_chunk("hello"))
+        await asyncio.Event().wait()  # until the gateway closes the connection
+    chunks = int(request.app["chunks"])
+    piece = _chunk(WORD)
+    batch = piece * 1000
+    for _ in range(chunks // 1000):
+        await response.write(batch)
+    await response.write(_chunk(None, "stop") + b"data: [DONE]\n\n")
+    return response
+
+
+def serve_upstream(port: int, chunks: int) -> None:
+    app = web.Application()
+    app["chunks"] = chunks
+    app.router.add_post("/v1/chat/completions", upstream)
+    web.run_app(app, host="127.0.0.1", port=port, print=None)
+
+
+def rss_kib(pid: int, field: str = "VmRSS") -> int:
+    for line in Path(f"/proc/{pid}/status").read_text().splitlines():
+        if line.startswith(field + ":"):
+            return int(line.split()[1])
+    raise RuntimeError(field)
+
+
+def reset_peak(pid: int) -> None:
+    # Writing 5 to clear_refs resets VmHWM to the current RSS (Linux >= 4.0).
+    Path(f"/proc/{pid}/clear_refs").write_text("5")
+
+
+async def drive(gw: str, key: str, pid: int, idle_streams: int) -> dict[str, float]:
+    headers = {"Authorization": f"Bearer {key}"}
+    out: dict[str, float] = {}
+    connector = aiohttp.TCPConnector(limit=0)
+    async with aiohttp.ClientSession(headers=headers, connector=connector) as session:
+        body = {"model": "idle-demo", "messages": [{"role": "user", "content": "hi"}]}
+        async with session.post(gw + "/v1/chat/completions", json=body) as r:
+            assert r.status == 200, await r.text()
+            await r.read()
+        await asyncio.sleep(0.5)  # let the warm-up's writes settle before reading RSS
+        out["idle_rss_mib"] = rss_kib(pid) / 1024
+
+        before = rss_kib(pid)
+        reset_peak(pid)
+        body = {"model": "long", "messages": [{"role": "user", "content": "go"}], "stream": True}
+        received = 0
+        async with session.post(gw + "/v1/chat/completions", json=body) as r:
+            async for line in r.content:
+                received += len(line)
+        peak = rss_kib(pid, "VmHWM")
+        out["long_stream_bytes_received"] = received
+        out["long_stream_peak_added_mib"] = (peak - before) / 1024
+        out["long_stream_after_mib"] = rss_kib(pid) / 1024
+
+        opened = asyncio.Event()
+        count = 0
+
+        async def one() -> None:
+            nonlocal count
+            body = {"model": "idle", "messages": [{"role": "user", "content": "wait"}],
+                    "stream": True}  # fmt: skip
+            async with session.post(gw + "/v1/chat/completions", json=body) as r:
+                await r.content.readuntil(b"\n\n")
+                count += 1
+                if count == idle_streams:
+                    opened.set()
+                await asyncio.Event().wait()
+
+        before = rss_kib(pid)
+        tasks = [asyncio.create_task(one()) for _ in range(idle_streams)]
+        await asyncio.wait_for(opened.wait(), 120)
+        out["idle_streams"] = idle_streams
+        out["idle_streams_rss_mib"] = rss_kib(pid) / 1024
+        out["idle_streams_added_mib"] = (rss_kib(pid) - before) / 1024
+        for task in tasks:
+            task.cancel()
+        await asyncio.gather(*tasks, return_exceptions=True)
+    return out
+
+
+def main() -> None:
+    parser = argparse.ArgumentParser(description=__doc__)
+    parser.add_argument("--chunks", type=int, default=100_000)
+    parser.add_argument("--idle-streams", type=int, default=1000)
+    args = parser.parse_args()
+    tmp = Path(tempfile.mkdtemp(prefix="gw-mem-"))
+    up_port, gw_port = free_port(), free_port()
+    up = subprocess.Popen(
+        [sys.executable, "-c", f"from bench.memory import serve_upstream; "
+         f"serve_upstream({up_port}, {args.chunks})"],
+    )  # fmt: skip
+    config = tmp / "gw.yaml"
+    deployment = {
+        "provider": "openai",
+        "api_base": f"http://127.0.0.1:{up_port}/v1",
+        "api_key": "sk-mem",
+        "timeouts": {"idle_s": 600, "first_token_s": 600},
+    }
+    config.write_text(json.dumps({
+        "server": {"host": "127.0.0.1", "port": gw_port},
+        "store": {"url": f"sqlite:///{tmp / 'gw.db'}", "spool_path": str(tmp)},
+        "auth": {"master_key": MASTER_KEY},
+        "models": [
+            {"name": "long", "deployments": [{**deployment, "model": "long"}]},
+            {"name": "idle", "deployments": [{**deployment, "model": "idle"}]},
+            {"name": "idle-demo", "deployments": [{"provider": "demo", "chunk_delay_ms": 0}]},
+        ],
+    }))  # fmt: skip
+    gateway_bin = Path(sys.executable).parent / "gateway"
+    key = create_virtual_key(gateway_bin, config)
+    gw = subprocess.Popen([str(gateway_bin), "serve", "--config", str(config)],
+                          stderr=subprocess.DEVNULL)  # fmt: skip
+    try:
+        deadline = time.monotonic() + 30
+        while True:
+            try:
+                import http.client
+
+                conn = http.client.HTTPConnection("127.0.0.1", gw_port, timeout=1)
+                conn.request("GET", "/health/ready")
+                if conn.getresponse().status == 200:
+                    break
+            except OSError:
+                pass
+            if time.monotonic() > deadline:
+                raise SystemExit("the gateway did not start")
+            time.sleep(0.05)
+        figures = asyncio.run(
+            drive(f"http://127.0.0.1:{gw_port}", key, gw.pid, args.idle_streams)
+        )
+    finally:
+        gw.terminate()
+        up.terminate()
+        gw.wait()
+        up.wait()
+    figures["recorded_text_mib"] = args.chunks * len(WORD) / 1024 / 1024
+    for name, value in figures.items():
+        print(f"{name:32} {value:10.2f}")
+    RESULTS.mkdir(parents=True, exist_ok=True)
+    stamp = datetime.now(UTC).strftime("%Y%m%dT%H%M%SZ")
+    (RESULTS / f"memory-{stamp}.json").write_text(json.dumps(figures, indent=2))
+
+
+if __name__ == "__main__":
+    os.environ.pop("GATEWAY_MASTER_KEY", None)
+    main()
