@@ -64,6 +64,7 @@ from gateway.stream.events import (
     StreamFailure,
 )
 from gateway.stream.sse import SSEDecoder, SSEFrameTooLarge
+from gateway.upstream import credentials, redact_error
 
 log = logging.getLogger(__name__)
 
@@ -218,6 +219,8 @@ class _Relay:
             if self.upstream is not None:
                 self.upstream.close()
                 self.upstream = None
+            config = deployment.config
+            redact_error(error, [config.api_key or "", *credentials(config.extra_headers)])
             self.turn.attempt_failed(
                 attempt, error, aborted_finish=isinstance(error, UpstreamIncompleteStream)
             )

@@ -7,13 +7,15 @@ provider. Adapters differ only in URL, headers, and how they translate bodies an
 
 from __future__ import annotations
 
-from collections.abc import Callable, Mapping
+import re
+from collections.abc import Callable, Iterable, Mapping
 from typing import Any
 
 import aiohttp
 import orjson
 
 from gateway.errors import (
+    GatewayError,
     UpstreamConnectError,
     UpstreamHTTPError,
     UpstreamProtocolError,
@@ -21,6 +23,9 @@ from gateway.errors import (
 )
 
 _ERROR_BODY_LIMIT = 1 << 20
+# Request headers whose values are credentials (Authorization, api-key, x-api-key, ...).
+_CREDENTIAL_HEADER = re.compile(r"auth|key|token|secret|cookie|password", re.IGNORECASE)
+REDACTED = "[redacted]"
 
 # Turns a provider's error JSON into the OpenAI error shape (None: it is not the provider's).
 ErrorConverter = Callable[[int, dict[str, Any]], dict[str, Any] | None]
@@ -67,8 +72,42 @@ async def post(
     except aiohttp.ClientConnectionError as exc:
         raise UpstreamConnectError(f"cannot reach the upstream: {exc}") from None
     if response.status >= 400:
-        raise await _http_error(response, convert)
+        raise await _http_error(response, convert, credentials(headers))
     return response
+
+
+def credentials(headers: Mapping[str, str]) -> list[str]:
+    """The secrets among request headers: each credential header's value, and its token after
+    a scheme (`Bearer sk-...`), longest first."""
+    found: set[str] = set()
+    for name, value in headers.items():
+        if value and _CREDENTIAL_HEADER.search(name):
+            found.update((value, value.rpartition(" ")[2]))
+    return sorted((s for s in found if len(s) >= 4), key=len, reverse=True)
+
+
+def redact(text: str, secrets: Iterable[str]) -> str:
+    for secret in secrets:
+        if len(secret) >= 4:
+            text = text.replace(secret, REDACTED)
+    return text
+
+
+def redact_error(error: GatewayError, secrets: Iterable[str]) -> None:
+    """Take the upstream's credentials out of an error, in place, before it is logged, recorded
+    or answered: an upstream that quotes the key it was sent (a proxy's error page, a self-hosted
+    server's "invalid key sk-...") must not hand it to the gateway's clients or its logs."""
+    secrets = [s for s in secrets if s and len(s) >= 4]
+    if not secrets:
+        return
+    error.message = redact(error.message, secrets)
+    error.args = (error.message,)
+    body = getattr(error, "body", None)
+    if isinstance(body, dict):
+        dumped = orjson.dumps(body).decode()
+        cleaned = redact(dumped, secrets)
+        if cleaned != dumped:
+            error.body = orjson.loads(cleaned)  # type: ignore[attr-defined]
 
 
 async def read_all(response: aiohttp.ClientResponse) -> bytes:
@@ -81,7 +120,7 @@ async def read_all(response: aiohttp.ClientResponse) -> bytes:
 
 
 async def _http_error(
-    response: aiohttp.ClientResponse, convert: ErrorConverter
+    response: aiohttp.ClientResponse, convert: ErrorConverter, secrets: list[str]
 ) -> UpstreamHTTPError:
     status = response.status
     try:
@@ -90,6 +129,8 @@ async def _http_error(
         raw = b""
     finally:
         response.release()
+    for secret in secrets:  # an upstream quoting back the key it was sent
+        raw = raw.replace(secret.encode(), REDACTED.encode())
     retry_after = retry_after_seconds(response.headers.get("Retry-After"))
     try:
         parsed = orjson.loads(raw) if raw else None
