@@ -15,6 +15,24 @@ from gateway.errors import InvalidRequest
 
 M = TypeVar("M", bound=BaseModel)
 
+# orjson reads JSON nested up to 1024 levels deep but writes at most 254, and the gateway writes
+# every body again (forwarded upstream, recorded inside its own envelopes): a body nested deeper
+# than it can write used to fail later as a 500. Bodies deeper than this are refused up front.
+MAX_JSON_DEPTH = 128
+_ORJSON_MAX_DEPTH = 254
+
+
+def _too_deep(body: Any) -> bool:
+    """Whether `body` nests deeper than MAX_JSON_DEPTH: orjson, asked to write it inside
+    enough empty levels, reaches its own limit exactly then (at C speed, no Python walk)."""
+    for _ in range(_ORJSON_MAX_DEPTH - MAX_JSON_DEPTH):
+        body = [body]
+    try:
+        orjson.dumps(body)
+    except orjson.JSONEncodeError:
+        return True
+    return False
+
 
 def parse_json_object(raw: bytes) -> dict[str, Any]:
     if not raw:
@@ -25,6 +43,8 @@ def parse_json_object(raw: bytes) -> dict[str, Any]:
         raise InvalidRequest(f"The request body is not valid JSON: {exc}") from None
     if not isinstance(body, dict):
         raise InvalidRequest("The request body must be a JSON object.")
+    if _too_deep(body):
+        raise InvalidRequest(f"The request body is nested more than {MAX_JSON_DEPTH} levels deep.")
     return body
 
 
