@@ -11,7 +11,7 @@ import time
 from typing import Any, Literal
 
 import orjson
-from pydantic import BaseModel, ConfigDict, Field
+from pydantic import BaseModel, ConfigDict, Field, field_validator
 
 from gateway.conversations.derive import assistant_message
 from gateway.dialects.requests import parse_json_object, validated
@@ -29,11 +29,47 @@ from gateway.stream.events import (
 )
 
 
+class ChatFunction(BaseModel):
+    model_config = ConfigDict(extra="allow")
+
+    name: str | None = None
+    arguments: str | None = None
+
+
+class ChatToolCall(BaseModel):
+    model_config = ConfigDict(extra="allow")
+
+    id: str | None = None
+    type: str | None = None
+    function: ChatFunction | None = None
+
+
 class ChatMessage(BaseModel):
+    """The fields the gateway itself reads (to record, compare and count) are checked; a bad
+    one used to be recorded as is and fail the request, or a later read, with a 500."""
+
     model_config = ConfigDict(extra="allow")
 
     role: Literal["system", "developer", "user", "assistant", "tool", "function"]
     content: Any = None
+    name: str | None = None
+    tool_call_id: str | None = None
+    tool_calls: list[ChatToolCall] | None = None
+    reasoning_content: str | None = None
+
+    @field_validator("content", mode="before")
+    @classmethod
+    def _content_shape(cls, value: Any) -> Any:
+        if value is None or isinstance(value, str):
+            return value
+        if isinstance(value, list):
+            for i, part in enumerate(value):
+                if not isinstance(part, dict) or not isinstance(part.get("type"), str):
+                    raise ValueError(f"content[{i}] must be a content part object with a type")
+                if "text" in part and not isinstance(part["text"], str):
+                    raise ValueError(f"content[{i}].text must be a string")
+            return value
+        raise ValueError("content must be a string, an array of content parts or null")
 
 
 class ChatCompletionRequest(BaseModel):
