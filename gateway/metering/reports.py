@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import csv
 import io
+import math
 from datetime import UTC, datetime
 from decimal import Decimal
 from typing import Any
@@ -121,9 +122,15 @@ def parse_time(value: str | None, default: float) -> float:
     if value is None or value == "":
         return default
     try:
-        return float(value)
+        seconds = float(value)
     except ValueError:
         pass
+    else:
+        # nan and inf parse as floats, and were echoed into the JSON answer as bare NaN and
+        # Infinity, which is not JSON: a 400 instead.
+        if not math.isfinite(seconds):
+            raise ValueError(f"not a finite time: {value!r}")
+        return seconds
     moment = datetime.fromisoformat(value)
     if moment.tzinfo is None:
         moment = moment.replace(tzinfo=UTC)
