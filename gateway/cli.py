@@ -54,7 +54,7 @@ async def _serve(loaded: LoadedConfig, host: str, port: int, reuse_port: bool = 
         bound[0],
         bound[1],
         loaded.path,
-        config.store.url,
+        app[GATEWAY].store.backend.where,  # a PostgreSQL URL without its password
     )
     log.info("model aliases: %s", ", ".join(m.name for m in config.models) or "(none)")
     if config.auth.master_key is None:

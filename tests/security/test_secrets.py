@@ -10,12 +10,14 @@ misconfigured self-hosted server may not mask it).
 
 from __future__ import annotations
 
+import asyncio
 import hashlib
 import hmac
 import json
 import logging
 import os
 import socket
+import sys
 from collections.abc import Awaitable, Callable
 from pathlib import Path
 from typing import Any, cast
@@ -30,6 +32,8 @@ from gateway.metering import auth as auth_module
 from gateway.metering.auth import Authenticator
 from gateway.metering.keys import ADMIN, KeyRecord, hash_key
 from tests.conftest import GatewayUnderTest, MakeGateway
+from tests.postgres_server import USER as PG_USER
+from tests.postgres_server import PostgresServer
 
 TAG = os.urandom(4).hex()
 MASTER = f"secrets-master-{TAG}-0123456789"
@@ -297,3 +301,55 @@ async def test_keys_are_never_in_the_store_in_the_clear(
     raw = files_bytes(tmp_path)
     for secret in [MASTER, *made]:
         assert secret.encode() not in raw
+
+
+async def test_serve_logs_no_secret_of_its_config(postgres: PostgresServer, tmp_path: Path) -> None:
+    """`gateway serve` names its store when it starts listening: without the password."""
+    password = f"pg-pass-{TAG}-0123456789"
+    database = postgres.create_database()
+    # The test cluster trusts loopback, so the password is accepted and ignored.
+    url = database.replace(f"{PG_USER}@", f"{PG_USER}:{password}@")
+    config = tmp_path / "gw.json"
+    config.write_text(
+        json.dumps(
+            {
+                "store": {"url": url, "spool_path": str(tmp_path / "spool")},
+                "auth": {"master_key": MASTER},
+                "models": [
+                    {
+                        "name": "m",
+                        "deployments": [
+                            {
+                                "provider": "openai",
+                                "api_base": "http://127.0.0.1:9/v1",
+                                "api_key": PROVIDER_KEYS["openai"],
+                                "extra_headers": {"X-Api-Token": PROVIDER_KEYS["html"]},
+                            }
+                        ],
+                    }
+                ],
+            }
+        )
+    )
+    process = await asyncio.create_subprocess_exec(
+        sys.executable, "-m", "gateway", "serve", "--config", str(config),
+        "--port", str(_closed_port()),
+        stderr=asyncio.subprocess.PIPE,
+        env={**os.environ, "PYTHONUNBUFFERED": "1"},
+    )  # fmt: skip
+    assert process.stderr is not None
+    output = b""
+    try:
+        async with asyncio.timeout(60):
+            while b"listening on" not in output:
+                line = await process.stderr.readline()
+                assert line, output.decode()
+                output += line
+    finally:
+        process.terminate()
+        output += await process.stderr.read()
+        await process.wait()
+    text = output.decode()
+    assert f"store postgresql://***@127.0.0.1:{postgres.port}/" in text, text
+    for secret in (password, MASTER, PROVIDER_KEYS["openai"], PROVIDER_KEYS["html"]):
+        assert secret not in text
