@@ -11,7 +11,7 @@ from gateway.metering.keys import Principal
 
 PRINCIPAL = web.RequestKey("principal", Principal)
 
-PUBLIC = frozenset({"/health/live", "/health/ready", "/metrics"})
+PUBLIC = frozenset({"/health/live", "/health/ready", "/metrics", "/openapi.json"})
 ADMIN_PREFIX = "/v1/gateway/"
 UI = "/ui"  # the admin UI's static files: public, its data calls carry the key
 

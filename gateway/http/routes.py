@@ -11,6 +11,7 @@ from gateway.http import (
     conversations_list,
     embeddings,
     messages,
+    openapi,
     responses,
     system,
     ui,
@@ -53,6 +54,7 @@ def add_routes(app: web.Application) -> None:
     app.router.add_get("/health/live", system.live)
     app.router.add_get("/health/ready", system.ready)
     app.router.add_get("/metrics", system.metrics)
+    app.router.add_get("/openapi.json", openapi.openapi)
     app.router.add_get("/ui", ui.redirect)
     app.router.add_get("/ui/", ui.index)
     app.router.add_get("/ui/{file}", ui.asset)

@@ -1,0 +1,397 @@
+"""GET /openapi.json: the gateway's own OpenAPI 3.1 document.
+
+Every route in `gateway.http.routes` is described here with the status codes it really returns;
+`tests/security/test_openapi.py` fails when a route is added without its description, and
+schemathesis checks the live gateway against this document.
+"""
+
+from __future__ import annotations
+
+from typing import Any
+
+from aiohttp import web
+
+from gateway.context import GATEWAY
+from gateway.http.openapi_schemas import Schema, components, ref
+
+JSON = "application/json"
+SSE = "text/event-stream"
+
+_REASONS = {
+    200: "OK",
+    201: "Created",
+    304: "Not modified (If-None-Match matched the ETag)",
+    308: "Permanent redirect to /ui/",
+    400: "Invalid request: the body or a parameter (`param` names it)",
+    401: "Missing, unknown, revoked or expired API key",
+    403: "A team key on a master-key endpoint",
+    404: "Unknown resource, model alias or endpoint",
+    408: "The request body did not arrive within server.body_timeout_s",
+    409: "Conflict with the resource's current state",
+    413: "The request body is larger than server.max_body_mb",
+    429: "A rate limit, concurrency limit or hard budget was reached",
+    502: "The upstream could not be reached or answered with a broken stream",
+    503: "The conversation store is unavailable, or the gateway is shutting down",
+    504: "The upstream timed out",
+}
+
+# Error statuses shared by kinds of route.
+_AUTH = (401, 503)  # 503: a key is looked up in the store
+_BODY = (400, 408, 413)
+_COMPLETION = (*_AUTH, *_BODY, 404, 429, 502, 503, 504)
+_ADMIN = (401, 403, 503)
+
+Operation = dict[str, Any]
+
+
+def _error(status: int, shape: str) -> dict[str, Any]:
+    return {"description": _REASONS[status], "content": {JSON: {"schema": ref(shape)}}}
+
+
+def _ok(schema: Schema, *, status: int = 200, extra: dict[str, Schema] | None = None) -> Operation:
+    content = {JSON: {"schema": schema}, **{k: {"schema": v} for k, v in (extra or {}).items()}}
+    return {str(status): {"description": _REASONS[status], "content": content}}
+
+
+def op(
+    summary: str,
+    ok: Operation,
+    errors: tuple[int, ...] = (),
+    *,
+    body: Schema | None = None,
+    required_body: bool = True,
+    params: list[dict[str, Any]] | None = None,
+    public: bool = False,
+    error_shape: str = "Error",
+    upstream: bool = False,
+) -> Operation:
+    responses: dict[str, Any] = dict(ok)
+    for status in sorted(set(errors)):
+        responses[str(status)] = _error(status, error_shape)
+    if upstream:
+        responses["default"] = {
+            "description": "The upstream's own HTTP error, status and body passed through",
+            "content": {JSON: {"schema": ref(error_shape)}},
+        }
+    out: Operation = {"summary": summary, "responses": responses}
+    if params:
+        out["parameters"] = params
+    if body is not None:
+        out["requestBody"] = {"required": required_body, "content": {JSON: {"schema": body}}}
+    if public:
+        out["security"] = []
+    return out
+
+
+def path_param(name: str = "id", description: str = "") -> dict[str, Any]:
+    return {
+        "name": name,
+        "in": "path",
+        "required": True,
+        "schema": {"type": "string", "minLength": 1},
+        "description": description,
+    }
+
+
+def query(name: str, schema: Schema, description: str = "") -> dict[str, Any]:
+    return {
+        "name": name,
+        "in": "query",
+        "required": False,
+        "schema": schema,
+        "description": description,
+    }
+
+
+CONVERSATION_HEADER = {
+    "name": "X-Conversation-Id",
+    "in": "header",
+    "required": False,
+    "schema": {"type": "string", "pattern": "^[A-Za-z0-9._:-]{1,128}$"},
+    "description": "Join (or start) this conversation.",
+}
+_ID = [path_param()]
+_TIME = {"type": "string", "description": "Unix seconds or ISO 8601"}
+_STREAM = {SSE: {"type": "string"}}
+
+
+def paths() -> dict[str, dict[str, Operation]]:
+    conv = {
+        "type": "object",
+        "required": ["id", "object"],
+        "properties": {"id": {"type": "string"}},
+    }
+    obj: Schema = {"type": "object"}
+    listing = ref("List")
+    completion_params = [CONVERSATION_HEADER]
+    return {
+        "/v1/chat/completions": {
+            "post": op(
+                "Chat completion, streamed (text/event-stream) or not",
+                _ok(ref("ChatCompletion"), extra=_STREAM),
+                _COMPLETION,
+                body=ref("ChatCompletionRequest"),
+                params=completion_params,
+                upstream=True,
+            )
+        },
+        "/v1/chat/completions/{request_id}/cancel": {
+            "post": op(
+                "Stop an in-flight chat completion from another connection",
+                _ok(obj),
+                (*_AUTH, 404, 409),
+                params=[path_param("request_id", "The stream's X-Request-Id")],
+            )
+        },
+        "/v1/messages": {
+            "post": op(
+                "The Anthropic Messages API, for any provider",
+                _ok(ref("AnthropicMessage"), extra=_STREAM),
+                _COMPLETION,
+                body=ref("MessagesRequest"),
+                params=completion_params,
+                error_shape="AnthropicError",
+                upstream=True,
+            )
+        },
+        "/v1/responses": {
+            "post": op(
+                "The OpenAI Responses API, for any provider",
+                _ok(ref("Response"), extra=_STREAM),
+                _COMPLETION,
+                body=ref("ResponsesRequest"),
+                upstream=True,
+            )
+        },
+        "/v1/responses/{id}": {
+            "get": op("A stored response", _ok(ref("Response")), (*_AUTH, 404), params=_ID),
+            "delete": op("Delete a stored response", _ok(obj), (*_AUTH, 404), params=_ID),
+        },
+        "/v1/responses/{id}/input_items": {
+            "get": op(
+                "The input items of a stored response",
+                _ok(listing),
+                (*_AUTH, 404),
+                params=[*_ID, query("order", {"enum": ["asc", "desc"]})],
+            )
+        },
+        "/v1/responses/{id}/cancel": {
+            "post": op(
+                "Stop an in-flight response",
+                _ok(ref("Response")),
+                (*_AUTH, 404, 409),
+                params=_ID,
+            )
+        },
+        "/v1/embeddings": {
+            "post": op(
+                "Embeddings, routed like completions; not recorded",
+                _ok(listing),
+                (*_AUTH, *_BODY, 404, 502, 504),
+                body=ref("EmbeddingsRequest"),
+                upstream=True,
+            )
+        },
+        "/v1/models": {"get": op("The configured model aliases", _ok(listing), _AUTH)},
+        "/v1/me": {"get": op("What the presented key acts as", _ok(obj), _AUTH)},
+        "/v1/usage": {
+            "get": op(
+                "Usage and cost, grouped",
+                _ok(listing, extra={"text/csv": {"type": "string"}}),
+                (*_AUTH, 400),
+                params=[
+                    query("group_by", {"enum": ["team", "key", "user", "model", "deployment"]}),
+                    query("granularity", {"enum": ["hour", "day"]}),
+                    query("from", _TIME),
+                    query("to", _TIME),
+                    query("team_id", {"type": "string"}, "The master key's filter"),
+                    query("format", {"enum": ["json", "csv"]}),
+                ],
+            )
+        },
+        "/v1/conversations": {
+            "post": op(
+                "Create a conversation (OpenAI Conversations API)",
+                _ok(conv),
+                (*_AUTH, *_BODY),
+                body=ref("NewConversation"),
+                required_body=False,
+            ),
+            "get": op(
+                "List conversations, newest first",
+                _ok(listing),
+                (*_AUTH, 400),
+                params=[
+                    query("team_id", {"type": "string"}),
+                    query("key_id", {"type": "string"}),
+                    query("model", {"type": "string"}),
+                    query("status", {"enum": ["completed", "interrupted", "error", "active"]}),
+                    query("since", _TIME),
+                    query("until", _TIME),
+                    query("q", {"type": "string"}),
+                    query("parent_id", {"type": "string"}),
+                    query("id", {"type": "string"}),
+                    query("limit", {"type": "integer", "minimum": 1, "maximum": 100}),
+                    query("after", {"type": "string"}),
+                ],
+            ),
+        },
+        "/v1/conversations/{id}": {
+            "get": op("A conversation", _ok(conv), (*_AUTH, 404), params=_ID),
+            "delete": op("Hide a conversation", _ok(obj), (*_AUTH, 404), params=_ID),
+        },
+        "/v1/conversations/{id}/items": {
+            "get": op(
+                "A conversation's items",
+                _ok(listing),
+                (*_AUTH, 400, 404),
+                params=[
+                    *_ID,
+                    query("limit", {"type": "integer", "minimum": 1, "maximum": 100}),
+                    query("after", {"type": "string"}),
+                    query("order", {"enum": ["asc", "desc"]}),
+                ],
+            ),
+            "post": op(
+                "Add items to a conversation",
+                _ok(listing),
+                (*_AUTH, *_BODY, 404),
+                body=ref("NewItems"),
+                params=_ID,
+            ),
+        },
+        "/v1/conversations/{id}/events": {
+            "get": op("The event log", _ok(listing), (*_AUTH, 404), params=_ID)
+        },
+        "/v1/conversations/{id}/messages": {
+            "get": op("The derived model history", _ok(listing), (*_AUTH, 404), params=_ID)
+        },
+        "/v1/conversations/{id}/branches": {
+            "post": op(
+                "Branch a conversation at a seq",
+                _ok(conv, status=201),
+                (*_AUTH, *_BODY, 404, 409),
+                body=ref("NewBranch"),
+                params=_ID,
+            )
+        },
+        "/v1/conversations/{id}/usage": {
+            "get": op("Usage of every attempt", _ok(listing), (*_AUTH, 404), params=_ID)
+        },
+        "/v1/gateway/deployments": {
+            "get": op("Every deployment's live state", _ok(listing), _ADMIN)
+        },
+        "/v1/gateway/teams": {
+            "post": op(
+                "Create a team",
+                _ok(obj, status=201),
+                (*_ADMIN, *_BODY, 409),
+                body=ref("NewTeam"),
+            ),
+            "get": op("All teams", _ok(listing), _ADMIN),
+        },
+        "/v1/gateway/teams/{id}": {
+            "patch": op(
+                "Change a team's limits",
+                _ok(obj),
+                (*_ADMIN, *_BODY, 404),
+                body=ref("TeamChanges"),
+                params=_ID,
+            )
+        },
+        "/v1/gateway/keys": {
+            "post": op(
+                "Create a virtual key (its secret is in `key`, shown once)",
+                _ok(obj, status=201),
+                (*_ADMIN, *_BODY),
+                body=ref("NewKey"),
+            ),
+            "get": op(
+                "All keys, never their secrets",
+                _ok(listing),
+                _ADMIN,
+                params=[query("team_id", {"type": "string"})],
+            ),
+        },
+        "/v1/gateway/keys/{id}": {
+            "get": op("One key", _ok(obj), (*_ADMIN, 404), params=_ID),
+            "patch": op(
+                "Change a key",
+                _ok(obj),
+                (*_ADMIN, *_BODY, 404),
+                body=ref("KeyChanges"),
+                params=_ID,
+            ),
+            "delete": op("Revoke a key", _ok(obj), (*_ADMIN, 404), params=_ID),
+        },
+        "/health/live": {"get": op("Liveness", _ok(obj), public=True)},
+        "/health/ready": {"get": op("Readiness: checks the store", _ok(obj), (503,), public=True)},
+        "/metrics": {
+            "get": op(
+                "Prometheus metrics",
+                {"200": {"description": "OK", "content": {"text/plain": {"schema": {}}}}},
+                public=True,
+            )
+        },
+        "/openapi.json": {"get": op("This document", _ok(obj), public=True)},
+        "/ui": {
+            "get": op(
+                "Redirect to the admin UI",
+                {"308": {"description": _REASONS[308]}},
+                public=True,
+            )
+        },
+        "/ui/": {"get": op("The admin UI's page", _page(("text/html",)), public=True)},
+        "/ui/{file}": {
+            "get": op(
+                "A static file of the admin UI",
+                _page(("text/html", "text/javascript", "text/css", "image/svg+xml")),
+                (404,),
+                params=[path_param("file")],
+                public=True,
+            )
+        },
+    }
+
+
+def _page(types: tuple[str, ...]) -> Operation:
+    return {
+        "200": {"description": "OK", "content": {t: {"schema": {}} for t in types}},
+        "304": {"description": _REASONS[304]},
+    }
+
+
+def document(aliases: list[str]) -> dict[str, Any]:
+    """The document; `aliases` (the config's model aliases) are given as `model` examples."""
+    schemas = components()
+    for name in (
+        "ChatCompletionRequest",
+        "MessagesRequest",
+        "ResponsesRequest",
+        "EmbeddingsRequest",
+    ):
+        properties = schemas[name]["properties"]
+        model = {**properties["model"], "examples": aliases}
+        schemas[name] = {**schemas[name], "properties": {**properties, "model": model}}
+    return {
+        "openapi": "3.1.0",
+        "info": {
+            "title": "gateway",
+            "version": "0.1.0",
+            "description": "An OpenAI-compatible LLM gateway that records what each user saw.",
+        },
+        "servers": [{"url": "/"}],
+        "security": [{"bearer": []}, {"apiKey": []}],
+        "paths": paths(),
+        "components": {
+            "schemas": schemas,
+            "securitySchemes": {
+                "bearer": {"type": "http", "scheme": "bearer"},
+                "apiKey": {"type": "apiKey", "in": "header", "name": "x-api-key"},
+            },
+        },
+    }
+
+
+async def openapi(request: web.Request) -> web.Response:
+    return web.json_response(document(list(request.app[GATEWAY].routes.aliases)))

@@ -1,0 +1,388 @@
+"""JSON Schemas (OpenAPI 3.1 dialect) of the gateway's request and response bodies.
+
+The admin bodies come from their pydantic models; the client dialects' bodies are written by
+hand, covering the fields the parsers in `gateway.dialects` read and check. Those parsers
+forward fields they do not know, so the dialect schemas leave `additionalProperties` open.
+`tests/security/test_openapi.py` checks the examples here against these schemas and against a
+live gateway, and schemathesis fuzzes the gateway with them.
+"""
+
+from __future__ import annotations
+
+from typing import Any
+
+from pydantic import BaseModel
+
+from gateway.metering.admin import KeyChanges, NewKey, NewTeam, TeamChanges
+
+Schema = dict[str, Any]
+
+STRING: Schema = {"type": "string"}
+NULLABLE_STRING: Schema = {"type": ["string", "null"]}
+OBJECT: Schema = {"type": "object"}
+TEXT_PART: Schema = {
+    "type": "object",
+    "required": ["type"],
+    "properties": {"type": STRING, "text": STRING},
+}
+
+
+def ref(name: str) -> Schema:
+    return {"$ref": f"#/components/schemas/{name}"}
+
+
+def _pydantic(*models: type[BaseModel]) -> dict[str, Schema]:
+    """The models' JSON Schemas, their `$defs` hoisted into components."""
+    out: dict[str, Schema] = {}
+    for model in models:
+        schema = model.model_json_schema(ref_template="#/components/schemas/{model}")
+        out.update(schema.pop("$defs", {}))
+        out[model.__name__] = schema
+    return out
+
+
+# -- errors --------------------------------------------------------------------------------------
+
+ERROR: Schema = {
+    "type": "object",
+    "description": "The OpenAI error shape. Upstream errors passed through keep their own"
+    " `error` object, which always has a `message`.",
+    "required": ["error"],
+    "properties": {
+        "error": {
+            "type": "object",
+            "required": ["message"],
+            "properties": {
+                "message": STRING,
+                "type": NULLABLE_STRING,
+                "code": {"type": ["string", "integer", "null"]},
+                "param": NULLABLE_STRING,
+            },
+        }
+    },
+}
+
+ANTHROPIC_ERROR: Schema = {
+    "type": "object",
+    "description": "Anthropic's error shape, on /v1/messages.",
+    "required": ["type", "error"],
+    "properties": {
+        "type": {"const": "error"},
+        "error": {
+            "type": "object",
+            "required": ["type", "message"],
+            "properties": {"type": STRING, "message": STRING},
+        },
+    },
+}
+
+# -- OpenAI Chat Completions ---------------------------------------------------------------------
+
+CHAT_MESSAGE: Schema = {
+    "type": "object",
+    "required": ["role"],
+    "properties": {
+        "role": {"enum": ["system", "developer", "user", "assistant", "tool", "function"]},
+        "content": {
+            "anyOf": [STRING, {"type": "array", "items": TEXT_PART}, {"type": "null"}],
+        },
+        "name": NULLABLE_STRING,
+        "tool_call_id": NULLABLE_STRING,
+        "reasoning_content": NULLABLE_STRING,
+        "tool_calls": {
+            "type": ["array", "null"],
+            "items": {
+                "type": "object",
+                "properties": {
+                    "id": NULLABLE_STRING,
+                    "type": NULLABLE_STRING,
+                    "function": {
+                        "type": ["object", "null"],
+                        "properties": {"name": NULLABLE_STRING, "arguments": NULLABLE_STRING},
+                    },
+                },
+            },
+        },
+    },
+}
+
+CHAT_REQUEST: Schema = {
+    "type": "object",
+    "description": "Fields not listed are forwarded to the upstream unchanged.",
+    "required": ["model", "messages"],
+    "properties": {
+        "model": {"type": "string", "description": "A model alias from the gateway's config."},
+        "messages": {"type": "array", "minItems": 1, "items": ref("ChatMessage")},
+        "stream": {"type": ["boolean", "null"]},
+        "stream_options": {
+            "type": ["object", "null"],
+            "properties": {"include_usage": {"type": "boolean"}},
+        },
+        "max_tokens": {"type": ["integer", "null"], "minimum": 1},
+        "max_completion_tokens": {"type": ["integer", "null"], "minimum": 1},
+        "temperature": {"type": ["number", "null"], "minimum": 0, "maximum": 2},
+        "top_p": {"type": ["number", "null"], "minimum": 0, "maximum": 1},
+        "stop": {"anyOf": [STRING, {"type": "array", "items": STRING}, {"type": "null"}]},
+        "tools": {"type": "array", "items": OBJECT},
+        "tool_choice": {"anyOf": [STRING, OBJECT]},
+        "response_format": OBJECT,
+        "reasoning_effort": STRING,
+        "user": STRING,
+    },
+    "example": {
+        "model": "demo",
+        "messages": [{"role": "user", "content": "Hello!"}],
+        "max_tokens": 64,
+    },
+}
+
+CHAT_COMPLETION: Schema = {
+    "type": "object",
+    "required": ["id", "object", "choices"],
+    "properties": {
+        "id": STRING,
+        "object": {"const": "chat.completion"},
+        "model": STRING,
+        "choices": {"type": "array", "items": OBJECT},
+        "usage": {"type": ["object", "null"]},
+    },
+}
+
+# -- Anthropic Messages --------------------------------------------------------------------------
+
+ANTHROPIC_BLOCK: Schema = {"type": "object", "required": ["type"], "properties": {"type": STRING}}
+
+MESSAGES_REQUEST: Schema = {
+    "type": "object",
+    "description": "Anthropic's Messages API. Unknown top-level fields are ignored.",
+    "required": ["model", "messages", "max_tokens"],
+    "properties": {
+        "model": {"type": "string", "description": "A model alias from the gateway's config."},
+        "messages": {
+            "type": "array",
+            "minItems": 1,
+            "items": {
+                "type": "object",
+                "required": ["role", "content"],
+                "properties": {
+                    "role": {"enum": ["user", "assistant"]},
+                    "content": {
+                        "anyOf": [STRING, {"type": "array", "items": ANTHROPIC_BLOCK}],
+                    },
+                },
+            },
+        },
+        "max_tokens": {"type": "integer", "minimum": 1},
+        "system": {
+            "anyOf": [
+                STRING,
+                {
+                    "type": "array",
+                    "items": {
+                        "type": "object",
+                        "required": ["type", "text"],
+                        "properties": {"type": {"const": "text"}, "text": STRING},
+                    },
+                },
+                {"type": "null"},
+            ]
+        },
+        "stream": {"type": ["boolean", "null"]},
+        "temperature": {"type": ["number", "null"], "minimum": 0, "maximum": 1},
+        "top_p": {"type": ["number", "null"], "minimum": 0, "maximum": 1},
+        "top_k": {"type": ["integer", "null"], "minimum": 0},
+        "stop_sequences": {"type": ["array", "null"], "items": STRING},
+        "tools": {
+            "type": ["array", "null"],
+            "items": {
+                "type": "object",
+                "required": ["name", "input_schema"],
+                "properties": {
+                    "name": {"type": "string", "minLength": 1},
+                    "description": NULLABLE_STRING,
+                    "input_schema": OBJECT,
+                },
+            },
+        },
+        "tool_choice": {
+            "type": ["object", "null"],
+            "required": ["type"],
+            "properties": {"type": {"enum": ["auto", "any", "tool", "none"]}, "name": STRING},
+        },
+        "thinking": {
+            "type": ["object", "null"],
+            "required": ["type"],
+            "properties": {
+                "type": STRING,
+                "budget_tokens": {"type": ["integer", "null"], "minimum": 1024},
+            },
+        },
+        "metadata": {"type": ["object", "null"], "properties": {"user_id": NULLABLE_STRING}},
+    },
+    "example": {
+        "model": "demo",
+        "max_tokens": 256,
+        "messages": [{"role": "user", "content": "Hello"}],
+    },
+}
+
+ANTHROPIC_MESSAGE: Schema = {
+    "type": "object",
+    "required": ["id", "type", "role", "content"],
+    "properties": {
+        "id": STRING,
+        "type": {"const": "message"},
+        "role": {"const": "assistant"},
+        "content": {"type": "array", "items": ANTHROPIC_BLOCK},
+    },
+}
+
+# -- OpenAI Responses ----------------------------------------------------------------------------
+
+RESPONSES_REQUEST: Schema = {
+    "type": "object",
+    "description": "The OpenAI Responses API; only function tools are supported.",
+    "required": ["model", "input"],
+    "properties": {
+        "model": {"type": "string", "description": "A model alias from the gateway's config."},
+        "input": {
+            "anyOf": [
+                STRING,
+                {
+                    "type": "array",
+                    "minItems": 1,
+                    "items": {
+                        "type": "object",
+                        "properties": {
+                            "type": {
+                                "enum": [
+                                    "message",
+                                    "function_call",
+                                    "function_call_output",
+                                    "reasoning",
+                                ]
+                            },
+                            "role": {"enum": ["user", "assistant", "system", "developer"]},
+                        },
+                    },
+                },
+            ]
+        },
+        "instructions": NULLABLE_STRING,
+        "tools": {
+            "type": ["array", "null"],
+            "items": {
+                "type": "object",
+                "required": ["type", "name"],
+                "properties": {
+                    "type": {"const": "function"},
+                    "name": {"type": "string", "minLength": 1},
+                    "description": NULLABLE_STRING,
+                    "parameters": {"type": ["object", "null"]},
+                    "strict": {"type": ["boolean", "null"]},
+                },
+            },
+        },
+        "tool_choice": {"anyOf": [{"enum": ["auto", "none", "required"]}, OBJECT]},
+        "parallel_tool_calls": {"type": ["boolean", "null"]},
+        "previous_response_id": NULLABLE_STRING,
+        "conversation": {
+            "anyOf": [
+                STRING,
+                {"type": "object", "required": ["id"], "properties": {"id": STRING}},
+            ]
+        },
+        "store": {"type": "boolean"},
+        "stream": {"type": ["boolean", "null"]},
+        "max_output_tokens": {"type": ["integer", "null"], "minimum": 1},
+        "temperature": {"type": ["number", "null"], "minimum": 0, "maximum": 2},
+        "top_p": {"type": ["number", "null"], "minimum": 0, "maximum": 1},
+        "reasoning": {
+            "type": ["object", "null"],
+            "properties": {"effort": NULLABLE_STRING, "summary": NULLABLE_STRING},
+        },
+        "text": {"type": ["object", "null"]},
+        "metadata": {"type": ["object", "null"], "additionalProperties": STRING},
+        "user": NULLABLE_STRING,
+    },
+    "example": {"model": "demo", "input": "Give me three tips."},
+}
+
+RESPONSE: Schema = {
+    "type": "object",
+    "required": ["id", "object", "status", "output"],
+    "properties": {
+        "id": STRING,
+        "object": {"const": "response"},
+        "status": {"enum": ["completed", "incomplete", "in_progress", "failed", "cancelled"]},
+        "output": {"type": "array", "items": OBJECT},
+    },
+}
+
+# -- the rest ------------------------------------------------------------------------------------
+
+EMBEDDINGS_REQUEST: Schema = {
+    "type": "object",
+    "required": ["model", "input"],
+    "properties": {
+        "model": {"type": "string", "description": "A model alias from the gateway's config."},
+        "input": {"anyOf": [STRING, {"type": "array", "minItems": 1}]},
+        "encoding_format": {"enum": ["float", "base64"]},
+        "dimensions": {"type": "integer", "minimum": 1},
+        "user": STRING,
+    },
+    "example": {"model": "demo", "input": "The food was delicious."},
+}
+
+ITEM: Schema = {
+    "type": "object",
+    "description": "A conversation item: a message, function_call or function_call_output.",
+    "properties": {
+        "type": {"enum": ["message", "function_call", "function_call_output"]},
+        "role": {"enum": ["user", "assistant", "system", "developer"]},
+    },
+}
+
+NEW_CONVERSATION: Schema = {
+    "type": "object",
+    "properties": {"items": {"type": "array", "items": ITEM}, "metadata": OBJECT},
+    "example": {"items": [{"type": "message", "role": "user", "content": "Hi"}]},
+}
+
+NEW_ITEMS: Schema = {
+    "type": "object",
+    "required": ["items"],
+    "properties": {"items": {"type": "array", "items": ITEM}},
+}
+
+NEW_BRANCH: Schema = {
+    "type": "object",
+    "required": ["at_seq"],
+    "properties": {"at_seq": {"type": "integer", "minimum": 0}},
+}
+
+LIST: Schema = {
+    "type": "object",
+    "required": ["object", "data"],
+    "properties": {"object": {"const": "list"}, "data": {"type": "array"}},
+}
+
+
+def components() -> dict[str, Schema]:
+    return {
+        "Error": ERROR,
+        "AnthropicError": ANTHROPIC_ERROR,
+        "ChatMessage": CHAT_MESSAGE,
+        "ChatCompletionRequest": CHAT_REQUEST,
+        "ChatCompletion": CHAT_COMPLETION,
+        "MessagesRequest": MESSAGES_REQUEST,
+        "AnthropicMessage": ANTHROPIC_MESSAGE,
+        "ResponsesRequest": RESPONSES_REQUEST,
+        "Response": RESPONSE,
+        "EmbeddingsRequest": EMBEDDINGS_REQUEST,
+        "NewConversation": NEW_CONVERSATION,
+        "NewItems": NEW_ITEMS,
+        "NewBranch": NEW_BRANCH,
+        "List": LIST,
+        **_pydantic(NewTeam, TeamChanges, NewKey, KeyChanges),
+    }
