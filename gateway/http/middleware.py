@@ -47,6 +47,8 @@ def _from_http_exception(exc: web.HTTPException) -> GatewayError:
     if exc.status == 405:
         not_allowed = InvalidRequest(f"Method not allowed: {exc.reason}.", code="not_allowed")
         not_allowed.status = 405
+        if "Allow" in exc.headers:  # a 405 must say what is allowed (RFC 9110)
+            not_allowed.headers["Allow"] = exc.headers["Allow"]
         return not_allowed
     error = GatewayError(exc.reason or "HTTP error", code=f"http_{exc.status}")
     error.status = exc.status
