@@ -28,14 +28,17 @@ def _load(path: str | None) -> LoadedConfig:
 async def _serve(loaded: LoadedConfig, host: str, port: int, reuse_port: bool = False) -> None:
     from gateway.app import create_app
     from gateway.context import GATEWAY
+    from gateway.http.slow_clients import guarded_runner
     from gateway.storage.backends import instance_id
 
     config = loaded.config
     app = create_app(config, instance=instance_id(port))
     # handler_cancellation: a client that leaves cancels its handler at once, wherever it waits,
     # so the upstream is closed and the delivered prefix recorded within milliseconds.
-    runner = web.AppRunner(
+    # guarded_runner: a request head must arrive within server.header_timeout_s (slowloris).
+    runner = guarded_runner(
         app,
+        config.server,
         handler_cancellation=True,
         access_log=None,
         shutdown_timeout=config.server.shutdown_grace_s,

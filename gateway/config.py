@@ -38,6 +38,16 @@ class ServerConfig(_Model):
     shutdown_grace_s: float = Field(
         10, ge=0, description="How long in-flight streams may finish after SIGTERM."
     )
+    header_timeout_s: float = Field(
+        10,
+        gt=0,
+        description="A request head (request line and headers) must arrive whole within this"
+        " long of its first byte (of the connection, for the first request); else the"
+        " connection is closed (slowloris).",
+    )
+    body_timeout_s: float = Field(
+        60, gt=0, description="A request body must arrive whole within this long; else 408."
+    )
 
 
 class StoreConfig(_Model):

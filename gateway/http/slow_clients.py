@@ -1,0 +1,227 @@
+"""Bounds on how long a client may take to send a request, and clear 4xx for malformed ones.
+
+A slowloris client opens connections and sends a request head a byte at a time, holding a
+connection (and its buffers) for as long as it likes; a slow-POST client does the same with a
+body. aiohttp alone does not stop either: its keep-alive timer is an idle timeout (an hour by
+default), and nothing times a body a handler is reading. So:
+
+- **Head** (`server.header_timeout_s`): a new connection must deliver its first request head
+  whole within the limit, and on a kept-alive connection a head must be whole within the limit
+  of its first byte. Otherwise the connection is closed, after a `408` when part of a head came.
+  Idle keep-alive connections (no byte of a next request) are left to aiohttp's keep-alive
+  timeout, so a load balancer's pooled connections are not cut. This lives in a subclass of
+  aiohttp's `RequestHandler` (the protocol of one connection), made by `guarded_runner`: used by
+  `gateway serve` and by the tests that exercise it.
+- **Body** (`server.body_timeout_s`): `bounded_bodies` times the body from the moment the
+  handler starts; a body still incomplete then fails the handler's read with `408`, and the
+  connection is closed after that answer. A declared `Content-Length` over `server.max_body_mb`
+  is refused with `413` before anything is read.
+- **Malformed heads** (aiohttp's parser limits: request line and header fields of at most 8190
+  bytes, at most 128 headers): `414` for a request line that is too long, `431` for header
+  fields too long or too many, `400` otherwise, each as an OpenAI error JSON (aiohttp's own
+  answer is plain text, logged with a traceback).
+
+The guard reads two of `RequestHandler`'s attributes (`_request_count`, `_waiter`), stable
+across aiohttp 3.x; tests/security/test_limits_and_slow_clients.py pins the behaviour.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import logging
+from typing import Any
+
+import orjson
+from aiohttp import web
+from aiohttp.http_exceptions import BadHttpMessage, HttpProcessingError, LineTooLong
+from aiohttp.typedefs import Handler, Middleware
+from aiohttp.web_protocol import RequestHandler
+from aiohttp.web_request import BaseRequest
+from aiohttp.web_server import Server
+
+from gateway.config import ServerConfig
+from gateway.errors import GatewayError, InvalidRequest, PayloadTooLarge
+
+log = logging.getLogger(__name__)
+
+
+class RequestTimeout(InvalidRequest, TimeoutError):
+    """408: the request did not arrive in time.
+
+    Also a TimeoutError so that aiohttp, draining the rest of the abandoned body after the
+    answer, takes it as the timeout it is and closes the connection quietly.
+    """
+
+    status = 408
+    code = "request_timeout"
+
+
+# -- the body ------------------------------------------------------------------------------------
+
+
+def bounded_bodies(body_timeout_s: float) -> Middleware:
+    """Middleware: 413 for a declared body over the limit; 408 for one that comes too slowly."""
+
+    def expire(request: web.Request) -> None:
+        if not request.content.is_eof():  # not all of it received yet
+            request.content.set_exception(
+                RequestTimeout(f"The request body did not arrive within {body_timeout_s:g} s.")
+            )
+
+    @web.middleware
+    async def middleware(request: web.Request, handler: Handler) -> web.StreamResponse:
+        length = request.content_length
+        if length is not None and length > request.client_max_size:
+            raise PayloadTooLarge(
+                f"The request body is too large: {length} bytes, the limit is"
+                f" {request.client_max_size}."
+            )
+        if request.content.is_eof():  # no body, or all of it here already
+            return await handler(request)
+        timer = asyncio.get_running_loop().call_later(body_timeout_s, expire, request)
+        try:
+            return await handler(request)
+        finally:
+            timer.cancel()
+
+    return middleware
+
+
+# -- the head ------------------------------------------------------------------------------------
+
+
+def _raw_error(status: int, reason: str, error: GatewayError) -> bytes:
+    body = orjson.dumps(error.to_openai())
+    head = (
+        f"HTTP/1.1 {status} {reason}\r\nContent-Type: application/json\r\n"
+        f"Content-Length: {len(body)}\r\nConnection: close\r\n\r\n"
+    )
+    return head.encode() + body
+
+
+class SlowClientGuard(RequestHandler):
+    """aiohttp's connection protocol, with a deadline on each request head."""
+
+    def __init__(self, manager: Server, *, header_timeout_s: float, **kwargs: Any) -> None:
+        super().__init__(manager, **kwargs)
+        self._header_timeout_s = header_timeout_s
+        self._deadline: asyncio.TimerHandle | None = None
+        self._partial = False  # part of a head has arrived
+
+    def connection_made(self, transport: asyncio.BaseTransport) -> None:
+        super().connection_made(transport)
+        self._arm()  # a new connection owes its first head within the limit
+
+    def connection_lost(self, exc: BaseException | None) -> None:
+        self._disarm()
+        super().connection_lost(exc)
+
+    def data_received(self, data: bytes) -> None:
+        # Waiting for a next request: these bytes begin its head.
+        waiting = self._waiter is not None and not self._waiter.done()
+        heads = self._request_count
+        super().data_received(data)
+        if self._request_count != heads:
+            self._disarm()  # a head arrived whole (or was refused)
+        elif data and (waiting or self._deadline is not None):
+            if self._deadline is None:
+                self._arm()
+            self._partial = True
+
+    def _arm(self) -> None:
+        self._deadline = self._loop.call_later(self._header_timeout_s, self._expired)
+        self._partial = False
+
+    def _disarm(self) -> None:
+        if self._deadline is not None:
+            self._deadline.cancel()
+            self._deadline = None
+
+    def _expired(self) -> None:
+        self._deadline = None
+        if self.transport is None:
+            return
+        if self._partial:  # else the connection sent nothing at all: just close it
+            log.info("closing a connection whose request head was not whole in time")
+            error = RequestTimeout(
+                f"The request head did not arrive within {self._header_timeout_s:g} s."
+            )
+            self.transport.write(_raw_error(408, "Request Timeout", error))
+        self.force_close()
+
+    def handle_error(
+        self,
+        request: BaseRequest,
+        status: int = 500,
+        exc: BaseException | None = None,
+        message: str | None = None,
+    ) -> web.StreamResponse:
+        """A request aiohttp could not parse (or a failure outside the app's middleware), as an
+        OpenAI error JSON with the most precise status."""
+        if request.writer.output_size > 0:
+            raise ConnectionError("the response has begun; no error answer can follow")
+        error = _parse_error(status, exc, message)
+        if error.status >= 500:
+            self.log_exception("Error handling request", exc_info=exc)
+        else:
+            log.info("refused a malformed request (%d): %s", error.status, error.message)
+        response = web.Response(
+            status=error.status,
+            body=orjson.dumps(error.to_openai()),
+            content_type="application/json",
+        )
+        response.force_close()
+        return response
+
+
+def _parse_error(status: int, exc: BaseException | None, message: str | None) -> GatewayError:
+    if status >= 500:
+        return GatewayError("The gateway failed to handle the request.")
+    detail = exc.message if isinstance(exc, HttpProcessingError) else (message or "")
+    if isinstance(exc, LineTooLong):
+        line = exc.args[0] if exc.args else b""
+        if isinstance(line, bytes | bytearray | str) and line[:1] in (b"/", "/"):  # the target
+            error = InvalidRequest(f"The request line is too long: {detail}", code="uri_too_long")
+            error.status = 414
+            return error
+        error = InvalidRequest(f"A header field is too long: {detail}", code="header_too_large")
+        error.status = 431
+        return error
+    if isinstance(exc, BadHttpMessage) and "Too many headers" in detail:
+        error = InvalidRequest(f"{detail}.", code="header_too_large")
+        error.status = 431
+        return error
+    error = InvalidRequest(f"The HTTP request is malformed: {detail}", code="bad_http_request")
+    error.status = status if 400 <= status < 500 else 400
+    return error
+
+
+class _GuardedServer(Server):
+    def __init__(self, inner: Server, header_timeout_s: float) -> None:
+        super().__init__(
+            inner.request_handler,
+            request_factory=inner.request_factory,
+            handler_cancellation=inner.handler_cancellation,
+            loop=inner._loop,
+            **inner._kwargs,
+        )
+        self.header_timeout_s = header_timeout_s
+
+    def __call__(self) -> RequestHandler:
+        return SlowClientGuard(
+            self, loop=self._loop, header_timeout_s=self.header_timeout_s, **self._kwargs
+        )
+
+
+class _GuardedRunner(web.AppRunner):
+    def __init__(self, app: web.Application, *, header_timeout_s: float, **kwargs: Any) -> None:
+        super().__init__(app, **kwargs)
+        self.header_timeout_s = header_timeout_s
+
+    async def _make_server(self) -> Server:
+        return _GuardedServer(await super()._make_server(), self.header_timeout_s)
+
+
+def guarded_runner(app: web.Application, server: ServerConfig, **kwargs: Any) -> web.AppRunner:
+    """An AppRunner whose connections have the head deadline of `server.header_timeout_s`."""
+    return _GuardedRunner(app, header_timeout_s=server.header_timeout_s, **kwargs)
