@@ -93,10 +93,21 @@ class Conversations:
 
     async def path(self, conversation_id: str, principal: Principal) -> list[Event]:
         conversation = await self.store.get_conversation(conversation_id)
+        if conversation is None and _GENERATED_ID.match(conversation_id):
+            conversation = await self.store.settled(
+                lambda: self.store.get_conversation(conversation_id), lambda c: c is not None
+            )
         if conversation is None:
             raise NotFound(f"No conversation found with id '{conversation_id}'.")
         self._check(conversation, principal)
-        return await history_path(self.store, conversation_id)
+        path = await history_path(self.store, conversation_id)
+        if path and self.store.shared and not await self.store.turn_ended(path[-1].turn_id):
+            # A client that just got its answer from another replica reads it here: wait the
+            # moment that replica takes to commit (a turn really still running costs a second).
+            last = path[-1].turn_id
+            if await self.store.settled(lambda: self.store.turn_ended(last), bool, within_s=1.0):
+                path = await history_path(self.store, conversation_id)
+        return path
 
     async def messages(self, conversation_id: str, principal: Principal) -> list[dict[str, Any]]:
         return derive_messages(await self.path(conversation_id, principal))

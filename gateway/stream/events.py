@@ -16,7 +16,7 @@ TOOL_CALL = "tool_call"
 KNOWN_KINDS = frozenset({TEXT, REASONING, TOOL_CALL})
 
 
-@dataclass(slots=True, frozen=True)
+@dataclass(slots=True)
 class BlockStart:
     index: int
     kind: str
@@ -25,13 +25,13 @@ class BlockStart:
     data: dict[str, Any] | None = None  # whatever an unknown kind carries
 
 
-@dataclass(slots=True, frozen=True)
+@dataclass(slots=True)
 class BlockDelta:
     index: int
     text: str  # text, reasoning, or a fragment of a tool call's JSON arguments
 
 
-@dataclass(slots=True, frozen=True)
+@dataclass(slots=True)
 class BlockEnd:
     """The wire format says the block is complete (or a later block started in another channel)."""
 
@@ -39,17 +39,17 @@ class BlockEnd:
     data: dict[str, Any] | None = None  # e.g. a reasoning signature
 
 
-@dataclass(slots=True, frozen=True)
+@dataclass(slots=True)
 class Usage:
     usage: dict[str, Any]
 
 
-@dataclass(slots=True, frozen=True)
+@dataclass(slots=True)
 class Finish:
     reason: str
 
 
-@dataclass(slots=True, frozen=True)
+@dataclass(slots=True)
 class StreamFailure:
     """An error reported inside the stream; the attempt has failed."""
 

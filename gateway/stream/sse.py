@@ -85,9 +85,18 @@ class SSEDecoder:
             end = data.find(b"\n\n", search)
             if end < 0:
                 break
-            for line in data[start:end].split(b"\n"):
-                self._field(line)
-            frames.append(self._dispatch(data[start : end + 2]))
+            if (
+                not self._first
+                and data.startswith(b"data: ", start)
+                and data.find(b"\n", start, end) < 0
+            ):
+                # The common frame, one `data:` line: no line splitting, no field parsing.
+                text = data[start + 6 : end].decode("utf-8", "replace")
+                frames.append(SSEFrame(data[start : end + 2], None, text, None))
+            else:
+                for line in data[start:end].split(b"\n"):
+                    self._field(line)
+                frames.append(self._dispatch(data[start : end + 2]))
             start = search = end + 2
         self._pending = data[start:]
         # Resume the search one byte early: a "\n" at the end may be half of "\n\n".
