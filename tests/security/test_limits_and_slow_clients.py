@@ -51,7 +51,9 @@ async def served(tmp_path: Path) -> AsyncIterator[Served]:
             },
             "auth": {"master_key": None},
             "store": {"url": f"sqlite:///{tmp_path / 'gw.db'}", "spool_path": str(tmp_path)},
-            "models": [{"name": "demo", "deployments": [{"provider": "demo", "chunk_delay_ms": 0}]}],
+            "models": [
+                {"name": "demo", "deployments": [{"provider": "demo", "chunk_delay_ms": 0}]}
+            ],
         }
     ).config
     app = create_app(config, instance=f"test-{os.urandom(4).hex()}")
@@ -157,7 +159,9 @@ async def test_an_over_long_header_is_a_431(served: Served) -> None:
 
 async def test_too_many_headers_is_a_431(served: Served) -> None:
     fields = b"".join(b"X-H%d: v\r\n" % i for i in range(200))
-    status, _, body = parse(await exchange(served, b"GET / HTTP/1.1\r\nHost: x\r\n" + fields + b"\r\n"))
+    status, _, body = parse(
+        await exchange(served, b"GET / HTTP/1.1\r\nHost: x\r\n" + fields + b"\r\n")
+    )
     assert status == 431
     assert_openai_error(body, "header_too_large")
 
@@ -270,14 +274,18 @@ async def test_an_idle_kept_alive_connection_is_not_a_slow_head(served: Served) 
         for _ in range(2):
             async with session.post(served.url + "/v1/chat/completions", json=CHAT) as response:
                 assert response.status == 200
-                assert not response.headers.get("Connection", "").lower() == "close"
+                assert response.headers.get("Connection", "").lower() != "close"
             await asyncio.sleep(TIMEOUT_S * 2)  # the pause under test, not a synchronisation
 
 
 async def test_a_head_split_across_quick_writes_is_served(served: Served) -> None:
     reader, writer = await asyncio.open_connection(served.host, served.port)
     try:
-        for part in (b"GET /health/li", b"ve HTTP/1.1\r\nHo", b"st: x\r\nConnection: close\r\n\r\n"):
+        for part in (
+            b"GET /health/li",
+            b"ve HTTP/1.1\r\nHo",
+            b"st: x\r\nConnection: close\r\n\r\n",
+        ):
             writer.write(part)
             await writer.drain()
         async with asyncio.timeout(BOUND_S):
