@@ -65,7 +65,13 @@ async def post(
     """POST JSON; an HTTP error status raises `UpstreamHTTPError` with an OpenAI-shaped body."""
     try:
         response = await session.post(
-            url, data=orjson.dumps(payload), headers=headers, timeout=timeout
+            url,
+            data=orjson.dumps(payload),
+            headers=headers,
+            timeout=timeout,
+            # Never followed: a redirect would take the request, and key headers other than
+            # Authorization (x-api-key, api-key), to a URL that is not in the config.
+            allow_redirects=False,
         )
     except aiohttp.ConnectionTimeoutError:
         raise UpstreamTimeout("connecting to the upstream timed out", phase="connect") from None
@@ -73,6 +79,13 @@ async def post(
         raise UpstreamConnectError(f"cannot reach the upstream: {exc}") from None
     if response.status >= 400:
         raise await _http_error(response, convert, credentials(headers))
+    if response.status >= 300:
+        response.release()
+        raise UpstreamProtocolError(
+            f"the upstream answered HTTP {response.status}, a redirect; the gateway calls only"
+            " the api_base of its config",
+            code="upstream_redirect",
+        )
     return response
 
 
