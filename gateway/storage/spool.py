@@ -63,9 +63,14 @@ class Spool:
     def append(self, writes: list[Write]) -> None:
         data = b"".join(w.encode() + b"\n" for w in writes)
         with open(self.log_path, "ab") as file:
-            file.write(data)
-            file.flush()
-            os.fsync(file.fileno())
+            try:
+                file.write(data)
+                file.flush()
+                os.fsync(file.fileno())
+            except OSError:
+                # A partial append (disk full) must not leave a torn record for the next one.
+                file.truncate(self._size)
+                raise
         self._size += len(data)
 
     def read(self, limit: int) -> tuple[list[Write], int]:

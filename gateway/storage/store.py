@@ -42,6 +42,7 @@ T = TypeVar("T")
 
 _BATCH = 512
 _RETRIES = 3
+_STUCK_RETRY_S = 0.5
 
 
 class Backend(Protocol):
@@ -65,6 +66,14 @@ class Backend(Protocol):
 
 class SchemaBehind(Exception):
     pass
+
+
+class _Unwritable(Exception):
+    """These writes could go neither to the database nor to the spool."""
+
+    def __init__(self, writes: list[Write]) -> None:
+        super().__init__(f"{len(writes)} writes")
+        self.writes = writes
 
 
 class Store:
@@ -267,6 +276,13 @@ class Store:
             batch = [self._queue.popleft() for _ in range(min(_BATCH, len(self._queue)))]
             try:
                 await self._write(batch)
+            except _Unwritable as stuck:
+                # Neither the database nor the spool's disk takes them: keep them in memory, in
+                # order, and try again shortly. Nothing is dropped while memory lasts.
+                self._handled_up_to(len(batch) - len(stuck.writes))
+                self._queue.extendleft(reversed(stuck.writes))
+                await asyncio.sleep(_STUCK_RETRY_S)
+                continue
             except Exception:  # the writer must outlive anything one batch does
                 log.exception("store writer: %d writes could not be handled", len(batch))
                 metrics.STORE_WRITE_ERRORS.inc(len(batch))
@@ -306,7 +322,11 @@ class Store:
         async with self._spool_lock:
             if not (self._spooling or force or len(self._queue) > self._queue_max):
                 return False
-            await asyncio.to_thread(self._spool.append, batch)
+            try:
+                await asyncio.to_thread(self._spool.append, batch)
+            except OSError as exc:
+                log.error("the spool cannot be written either (%s): holding writes in memory", exc)
+                raise _Unwritable(batch) from exc
             metrics.STORE_SPOOLED.inc(len(batch))
             if not self._spooling:
                 self._spooling = True

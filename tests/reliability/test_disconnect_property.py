@@ -262,6 +262,7 @@ MISMATCHES: list[str] = []
 OUTCOMES: dict[str, int] = {}  # how the cuts ended: what the property was checked against
 
 
+@pytest.mark.timeout(3600 if LONG else 300)
 @settings(
     max_examples=1000 if LONG else 45,
     deadline=None,
