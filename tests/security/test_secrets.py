@@ -34,6 +34,7 @@ from gateway.metering.keys import ADMIN, KeyRecord, hash_key
 from tests.conftest import GatewayUnderTest, MakeGateway
 from tests.postgres_server import USER as PG_USER
 from tests.postgres_server import PostgresServer
+from tests.security.log_scan import LogScan, active
 
 TAG = os.urandom(4).hex()
 MASTER = f"secrets-master-{TAG}-0123456789"
@@ -353,3 +354,55 @@ async def test_serve_logs_no_secret_of_its_config(postgres: PostgresServer, tmp_
     assert f"store postgresql://***@127.0.0.1:{postgres.port}/" in text, text
     for secret in (password, MASTER, PROVIDER_KEYS["openai"], PROVIDER_KEYS["html"]):
         assert secret not in text
+
+
+# -- the session-wide log scan (tests/security/log_scan.py) ------------------------------------
+
+
+def test_the_log_scan_finds_secrets_in_records_and_subprocess_stderr(tmp_path: Path) -> None:
+    scan = LogScan(tmp_path)
+    virtual = "gw-" + "Q" * 43
+    scan.secret("sk-up", "a provider key")
+    scan.secret("unused", "too short and too plain to mean anything")
+    scan.secret(MASTER, "a master key")
+    assert set(scan.secrets) == {"sk-up", MASTER}
+    for message, args in (
+        ("upstream said %s", ("Bearer sk-up",)),
+        ("task-update sk-upper %s", ("fine",)),  # not the token sk-up
+        ("key %s", (virtual,)),
+    ):
+        scan.keep(logging.LogRecord("gateway.x", logging.WARNING, __file__, 1, message, args, None))
+    (tmp_path / "123.log").write_text(f"INFO gateway: listening (master {MASTER})\n")
+    leaks = {(leak.secret, leak.where.split(", in the ")[1]) for leak in scan.leaks()}
+    assert leaks == {
+        ("sk-up", "log records of the test process"),
+        (virtual, "log records of the test process"),
+        (MASTER, "stderr of subprocess 123"),
+    }
+
+
+async def test_the_session_scan_sees_this_process_and_its_subprocesses(
+    request: pytest.FixtureRequest,
+) -> None:
+    scan = active(request.config)
+    if scan is None:
+        pytest.skip("the log scan plugin is not loaded (pytest_plugins in tests/conftest.py)")
+    marker = f"log-scan-probe-{os.urandom(4).hex()}"
+    logging.getLogger("some.quiet.logger").info("probe %s", marker)
+    assert any(marker in text for text in scan.texts)
+    process = await asyncio.create_subprocess_exec(
+        sys.executable, "-c", f"import logging; logging.basicConfig(); logging.error('{marker}')"
+    )
+    assert await process.wait() == 0
+    assert any(marker in text for _, text in scan.sources())
+
+
+def test_no_secret_in_any_log_of_the_session(request: pytest.FixtureRequest) -> None:
+    """Moved to the end of the run by tests/security/log_scan.py: every log record of the test
+    process and every subprocess's stderr so far, against every secret the suite made or used."""
+    scan = active(request.config)
+    if scan is None:
+        pytest.skip("the log scan plugin is not loaded (pytest_plugins in tests/conftest.py)")
+    assert scan.secrets, "no secret was seen: the scan does not observe the gateway"
+    leaks = scan.leaks()
+    assert not leaks, "secrets in logs:\n" + "\n".join(map(str, leaks[:20]))
