@@ -112,7 +112,10 @@ CONVERSATION_HEADER = {
 }
 _ID = [path_param()]
 _TIME = {"type": "string", "description": "Unix seconds or ISO 8601"}
-_STREAM = {SSE: {"type": "string"}}
+# Each server-sent event: the JSON of a chunk (or `[DONE]`) in `data`, its type in `event`.
+_STREAM = {
+    SSE: {"type": "object", "properties": {"data": {"type": "string"}, "event": {"type": "string"}}}
+}
 
 
 def paths() -> dict[str, dict[str, Operation]]:
