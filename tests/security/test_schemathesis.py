@@ -22,6 +22,7 @@ from collections.abc import Iterator
 from pathlib import Path
 from typing import Any
 
+import aiohttp
 import pytest
 import schemathesis
 from aiohttp import web
@@ -40,6 +41,7 @@ from gateway.http.slow_clients import guarded_runner
 from tests.fakes import FakeUpstream, completion, replay
 
 MASTER = "sk-master-0123456789abcdef"
+SEED_TEAM = "seed"
 LONG = os.environ.get("GATEWAY_LONG_TESTS") == "1"
 EXAMPLES = int(os.environ.get("GATEWAY_SCHEMATHESIS_EXAMPLES", "300" if LONG else "8"))
 CHECKS = [
@@ -79,6 +81,8 @@ class LiveGateway:
         # operation -> status -> count, and seconds spent
         self.statuses: dict[str, dict[int, int]] = {}
         self.seconds: dict[str, float] = {}
+        self.known: dict[str, str] = {}  # kind of resource (path segment) -> an existing id
+        self.calls = 0
 
     def record(self, operation: str, status: int, seconds: float) -> None:
         counts = self.statuses.setdefault(operation, {})
@@ -150,12 +154,47 @@ class LiveGateway:
         site = web.TCPSite(runner, "127.0.0.1", 0)
         await site.start()
         self.url = f"http://127.0.0.1:{site.port}"
+        await self._seed()
         self._ready.set()
         try:
             await self._stop.wait()
         finally:
             await runner.cleanup()
             await up_runner.cleanup()
+
+    async def _seed(self) -> None:
+        """A team, a key, a conversation and a response, for examples to name (random ids
+        only ever reach the 404 paths)."""
+        async with aiohttp.ClientSession(
+            self.url, headers={"Authorization": f"Bearer {MASTER}"}
+        ) as session:
+            team = {"name": "Seed", "id": SEED_TEAM}
+            async with session.post("/v1/gateway/teams", json=team) as response:
+                assert response.status == 201
+            async with session.post("/v1/gateway/keys", json={"team_id": SEED_TEAM}) as response:
+                self.known["keys"] = (await response.json())["id"]
+            chat = {"model": "demo", "messages": [{"role": "user", "content": "Hi"}]}
+            async with session.post("/v1/chat/completions", json=chat) as response:
+                self.known["conversations"] = response.headers["X-Conversation-Id"]
+            async with session.post("/v1/responses", json={"model": "demo", "input": "Hi"}) as r:
+                self.known["responses"] = (await r.json())["id"]
+        self.known["teams"] = SEED_TEAM
+
+    def name_known(self, case: Any) -> None:
+        """Every other example names a resource that exists (never for a DELETE, which would
+        take it away from the examples after it)."""
+        self.calls += 1
+        if self.calls % 2 or case.method == "DELETE":
+            return
+        for kind, value in self.known.items():
+            if f"/{kind}/{{id}}" in case.path:
+                case.path_parameters = {**(case.path_parameters or {}), "id": value}
+        if (
+            case.path == "/v1/gateway/keys"
+            and isinstance(case.body, dict)
+            and "team_id" in case.body
+        ):
+            case.body = {**case.body, "team_id": SEED_TEAM}
 
 
 @pytest.fixture(scope="module")
@@ -190,6 +229,7 @@ def test_the_live_gateway_serves_the_fuzzed_document(live: LiveGateway) -> None:
     suppress_health_check=list(HealthCheck),
 )
 def test_no_server_errors_and_documented_answers(case: Any, live: LiveGateway) -> None:
+    live.name_known(case)
     started = time.monotonic()
     response = case.call_and_validate(
         base_url=live.url,
