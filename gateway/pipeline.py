@@ -272,6 +272,7 @@ class _Relay:
         renderer = self.renderer
         self.holding = True
         held: list[bytes] = []
+        terminator = b""  # the stream's last frame: sent once the turn is durably recorded
         while not parser.done:
             if self.cancel_requested:
                 raise _ClientCancelled()
@@ -301,9 +302,12 @@ class _Relay:
                 else:
                     data = renderer.render(events)
                     if kind == "done":
-                        data += renderer.done()
+                        terminator = renderer.done()
                     if not data:
                         continue
+                if kind == "done" and passthrough:
+                    terminator = data
+                    continue
                 held.append(data)
                 attempt.frame_written()
             if held and not self.holding:
@@ -320,11 +324,16 @@ class _Relay:
         if not parser.finished:
             raise UpstreamIncompleteStream("the upstream stream ended without a finish_reason")
         if not passthrough and not parser.done:
-            held.append(renderer.done())
-            attempt.frame_written()
+            terminator = renderer.done()
         if held:
             await self._write(deployment, held)
         self.turn.completed(attempt, self.segments)
+        # Committed (or spooled) before the client sees the end: a crash from here on loses
+        # no turn the client saw complete.
+        await self.turn.store.flush()
+        if terminator:
+            attempt.frame_written()
+            await self._write(deployment, [terminator])
         if self.response is None:  # an upstream that finished without a single frame
             await self._start_response(deployment)
         assert self.response is not None
@@ -406,6 +415,7 @@ class _Relay:
                 str(self.call.body.get("model")), BlockAssembler.of(events)
             )
         self.turn.completed(attempt)
+        await self.turn.store.flush()  # durable before the client has its answer
         return web.Response(
             body=raw, content_type="application/json", headers=self._headers(deployment)
         )
