@@ -14,6 +14,7 @@ from typing import Any, TypeVar
 
 import asyncpg
 
+from gateway.errors import InvalidRequest
 from gateway.storage.db import Dialect, Op, Row, StoreUnavailable
 from gateway.storage.writes import Write, apply_batch
 
@@ -29,6 +30,12 @@ _UNAVAILABLE = (
     asyncpg.exceptions.OperatorInterventionError,  # admin shutdown, crash shutdown
     asyncpg.exceptions.InsufficientResourcesError,  # disk full, too many connections
 )
+
+
+def _unstorable() -> InvalidRequest:
+    # PostgreSQL text cannot hold NUL: an id, name or filter from a client carrying one failed
+    # every query it reached with a 500. (JSON payloads are stored escaped and are unaffected.)
+    return InvalidRequest("A value in the request contains a NUL character (\\u0000).")
 
 
 @functools.lru_cache(maxsize=512)
@@ -102,6 +109,8 @@ class PostgresBackend:
                 return await op(_Connection(conn))
         except _UNAVAILABLE as exc:
             raise StoreUnavailable(f"PostgreSQL: {exc!r}") from exc
+        except asyncpg.exceptions.CharacterNotInRepertoireError as exc:
+            raise _unstorable() from exc
 
     async def transact(self, op: Op[T]) -> T:
         assert self._pool is not None, "store not started"
@@ -113,6 +122,8 @@ class PostgresBackend:
                 return await op(_Connection(conn))
         except _UNAVAILABLE as exc:
             raise StoreUnavailable(f"PostgreSQL: {exc!r}") from exc
+        except asyncpg.exceptions.CharacterNotInRepertoireError as exc:
+            raise _unstorable() from exc
 
     async def apply(self, writes: list[Write]) -> None:
         async def op(db: Any) -> None:
