@@ -18,7 +18,7 @@ from gateway.conversations.service import Conversations
 from gateway.http.auth import authenticate
 from gateway.http.middleware import add_request_id, errors_and_ids
 from gateway.http.routes import add_routes
-from gateway.http.slow_clients import bounded_bodies
+from gateway.http.slow_clients import request_limits
 from gateway.metering import tokens
 from gateway.metering.auth import Authenticator
 from gateway.metering.limits import Limiter
@@ -64,8 +64,8 @@ def create_app(config: GatewayConfig, *, instance: str | None = None) -> web.App
     metrics.STORE_QUEUE.set_function(store.queue_depth)
     metrics.STORE_SPOOL_BYTES.set_function(store.spooled_bytes)
     app = web.Application(
-        # Bodies are timed (408) and a declared size over the limit refused (413) before auth.
-        middlewares=[errors_and_ids, bounded_bodies(config.server.body_timeout_s), authenticate],
+        # Before auth: bodies are timed (408), a declared size over the limit is refused (413).
+        middlewares=[errors_and_ids, request_limits(config.server.body_timeout_s), authenticate],
         client_max_size=int(config.server.max_body_mb * 1024 * 1024),
     )
     app[GATEWAY] = gateway

@@ -66,6 +66,8 @@ def op(
     upstream: bool = False,
 ) -> Operation:
     responses: dict[str, Any] = dict(ok)
+    if params and any(p["in"] in ("path", "query") for p in params):
+        errors = (*errors, 400)  # a malformed parameter, or a NUL in the URL
     for status in sorted(set(errors)):
         responses[str(status)] = _error(status, error_shape)
     if upstream:

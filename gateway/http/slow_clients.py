@@ -12,10 +12,10 @@ default), and nothing times a body a handler is reading. So:
   timeout, so a load balancer's pooled connections are not cut. This lives in a subclass of
   aiohttp's `RequestHandler` (the protocol of one connection), made by `guarded_runner`: used by
   `gateway serve` and by the tests that exercise it.
-- **Body** (`server.body_timeout_s`): `bounded_bodies` times the body from the moment the
+- **Body** (`server.body_timeout_s`): `request_limits` times the body from the moment the
   handler starts; a body still incomplete then fails the handler's read with `408`, and the
   connection is closed after that answer. A declared `Content-Length` over `server.max_body_mb`
-  is refused with `413` before anything is read.
+  is refused with `413` before anything is read, and a NUL in the path or query with `400`.
 - **Malformed heads** (aiohttp's parser limits: request line and header fields of at most 8190
   bytes, at most 128 headers): `414` for a request line that is too long, `431` for header
   fields too long or too many, `400` otherwise, each as an OpenAI error JSON (aiohttp's own
@@ -59,8 +59,9 @@ class RequestTimeout(InvalidRequest, TimeoutError):
 # -- the body ------------------------------------------------------------------------------------
 
 
-def bounded_bodies(body_timeout_s: float) -> Middleware:
-    """Middleware: 413 for a declared body over the limit; 408 for one that comes too slowly."""
+def request_limits(body_timeout_s: float) -> Middleware:
+    """Middleware: 400 for a NUL in the URL, 413 for a declared body over the limit, 408 for
+    a body that comes too slowly."""
 
     def expire(request: web.Request) -> None:
         if not request.content.is_eof():  # not all of it received yet
@@ -70,6 +71,10 @@ def bounded_bodies(body_timeout_s: float) -> Middleware:
 
     @web.middleware
     async def middleware(request: web.Request, handler: Handler) -> web.StreamResponse:
+        # No store holds NUL in an id or a filter (PostgreSQL text refuses it): one answer on
+        # every backend rather than a 404 on one and a refusal on another.
+        if "\x00" in request.path or any("\x00" in k + v for k, v in request.query.items()):
+            raise InvalidRequest("The URL contains a NUL character (%00).")
         length = request.content_length
         if length is not None and length > request.client_max_size:
             raise PayloadTooLarge(

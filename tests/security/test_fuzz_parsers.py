@@ -428,3 +428,35 @@ async def test_hostile_bodies_through_http_are_4xx_and_record_nothing(
 
     await asyncio.to_thread(one)
     assert any(s < 300 for s in seen) and any(400 <= s < 500 for s in seen), seen
+
+
+NUL_REQUESTS: list[tuple[str, str, dict[str, Any] | None]] = [
+    ("GET", "/v1/conversations/%00/events", None),
+    ("GET", "/v1/conversations?q=%00", None),
+    ("GET", "/v1/gateway/keys?team_id=%00", None),
+    ("GET", "/v1/responses/a%00", None),
+    ("POST", "/v1/gateway/teams", {"name": "a\u0000b"}),
+    ("POST", "/v1/responses", {"model": "demo", "input": "x", "previous_response_id": "a\u0000"}),
+]
+
+
+async def test_nul_characters_are_a_400_on_postgresql_too(
+    make_gateway: MakeGateway, pg_url: str
+) -> None:
+    """PostgreSQL text cannot hold NUL: ids, names and filters carrying one were 500s there."""
+    gw = await make_gateway(store={"url": pg_url})
+    loop = asyncio.get_running_loop()
+
+    def send(method: str, path: str, body: dict[str, Any] | None) -> tuple[int, Any]:
+        data = None if body is None else json.dumps(body).encode()
+        request = urllib.request.Request(gw.url + path, data=data, method=method)
+        try:
+            with urllib.request.urlopen(request, timeout=30) as response:
+                return response.status, json.load(response)
+        except urllib.error.HTTPError as error:
+            return error.code, json.load(error)
+
+    for method, path, body in NUL_REQUESTS:
+        status, answer = await loop.run_in_executor(None, send, method, path, body)
+        assert status == 400, (path, answer)
+        assert "NUL" in answer["error"]["message"]
