@@ -277,7 +277,14 @@ class _Relay:
             if self.cancel_requested:
                 raise _ClientCancelled()
             timer.reschedule(self._deadline())
-            chunk = await upstream.read()
+            try:
+                chunk = await upstream.read()
+            except UpstreamProtocolError:
+                if not parser.finished:
+                    raise
+                # Cut after the finish_reason (before its usage or [DONE]): the client has the
+                # whole answer, so the turn is complete, as a clean end there would be.
+                chunk = b""
             try:
                 frames = decoder.feed(chunk) if chunk else decoder.flush()
             except SSEFrameTooLarge as exc:
