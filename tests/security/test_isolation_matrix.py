@@ -197,6 +197,7 @@ TABLE: list[Probe] = [
     Probe("GET", "/health/live", PUBLIC),
     Probe("GET", "/health/ready", PUBLIC),
     Probe("GET", "/metrics", PUBLIC),
+    Probe("GET", "/openapi.json", PUBLIC),
     Probe("GET", "/ui", PUBLIC, owner=308),
     Probe("GET", "/ui/", PUBLIC),
     Probe("GET", "/ui/{file}", PUBLIC, path="/ui/app.js"),
