@@ -70,8 +70,9 @@ class Upstream(FakeUpstream):
 class LiveGateway:
     """The gateway and its fake upstream on a loop in a thread of their own."""
 
-    def __init__(self, root: Path) -> None:
+    def __init__(self, root: Path, store_url: str) -> None:
         self.root = root
+        self.store_url = store_url
         self.url = ""
         self._ready = threading.Event()
         self._loop = asyncio.new_event_loop()
@@ -127,10 +128,7 @@ class LiveGateway:
         config = parse_config(
             {
                 "auth": {"master_key": MASTER},
-                "store": {
-                    "url": f"sqlite:///{self.root / 'gateway.db'}",
-                    "spool_path": str(self.root / "spool"),
-                },
+                "store": {"url": self.store_url, "spool_path": str(self.root / "spool")},
                 "models": [
                     {"name": "demo", "deployments": [{"provider": "demo", "chunk_delay_ms": 0}]},
                     {
@@ -197,11 +195,19 @@ class LiveGateway:
             case.body = {**case.body, "team_id": SEED_TEAM}
 
 
-@pytest.fixture(scope="module")
-def live(tmp_path_factory: pytest.TempPathFactory) -> Iterator[LiveGateway]:
-    with LiveGateway(tmp_path_factory.mktemp("schemathesis")) as gateway:
+# The long run fuzzes a PostgreSQL store too (its text refuses what SQLite takes: NUL).
+@pytest.fixture(scope="module", params=["sqlite", "postgresql"] if LONG else ["sqlite"])
+def live(
+    request: pytest.FixtureRequest, tmp_path_factory: pytest.TempPathFactory
+) -> Iterator[LiveGateway]:
+    root = tmp_path_factory.mktemp("schemathesis")
+    if request.param == "postgresql":
+        store_url = request.getfixturevalue("postgres").create_database()
+    else:
+        store_url = f"sqlite:///{root / 'gateway.db'}"
+    with LiveGateway(root, store_url) as gateway:
         yield gateway
-    print("\n" + gateway.report())  # shown with -s (or -rA)
+    print(f"\n[{request.param}] " + gateway.report())  # shown with -s
 
 
 ALIASES = ["demo", "fake"]
