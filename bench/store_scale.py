@@ -10,11 +10,9 @@ from __future__ import annotations
 
 import argparse
 import asyncio
-import shutil
 import statistics
 import tempfile
 import time
-from pathlib import Path
 
 import asyncpg
 
@@ -108,17 +106,7 @@ if __name__ == "__main__":
     if args.url:
         asyncio.run(main(args.url, args.events, args.usage))
     else:
-        from tests.postgres_server import PostgresServer, _bindir, _free_port
+        from tests.postgres_server import throwaway_postgres
 
-        bindir = _bindir()
-        assert bindir is not None, "apt-get install -y postgresql"
-        root = Path(tempfile.mkdtemp(prefix="gw-scale-"))
-        root.chmod(0o755)
-        server = PostgresServer(bindir, root / "cluster", _free_port())
-        server.init()
-        server.start()
-        try:
+        with throwaway_postgres("gw-scale-") as server:
             asyncio.run(main(server.create_database(), args.events, args.usage))
-        finally:
-            server.stop()
-            shutil.rmtree(root, ignore_errors=True)

@@ -337,7 +337,7 @@ class _Relay:
         self.turn.completed(attempt, self.segments)
         # Committed (or spooled) before the client sees the end: a crash from here on loses
         # no turn the client saw complete.
-        await self.turn.store.flush()
+        await self.turn.store.durable_enough()
         if terminator:
             attempt.frame_written()
             await self._write(deployment, [terminator])
@@ -422,7 +422,7 @@ class _Relay:
                 str(self.call.body.get("model")), BlockAssembler.of(events)
             )
         self.turn.completed(attempt)
-        await self.turn.store.flush()  # durable before the client has its answer
+        await self.turn.store.durable_enough()  # durable before the client has its answer
         return web.Response(
             body=raw, content_type="application/json", headers=self._headers(deployment)
         )

@@ -4,6 +4,7 @@ Each test gets a fresh database in it."""
 
 from __future__ import annotations
 
+import contextlib
 import glob
 import os
 import shutil
@@ -101,12 +102,13 @@ class PostgresServer:
         self._run("pg_ctl", "stop", "-w", "-m", "fast", "-D", str(self.data))
 
 
-@pytest.fixture(scope="session")
-def postgres() -> Iterator[PostgresServer]:
+@contextlib.contextmanager
+def throwaway_postgres(prefix: str = "gw-pg-") -> Iterator[PostgresServer]:
+    """A cluster of its own, started, and removed afterwards."""
     bindir = _bindir()
     if bindir is None:
         pytest.fail("PostgreSQL is not installed: apt-get install -y postgresql (make test does)")
-    root = Path(tempfile.mkdtemp(prefix="gw-pg-"))
+    root = Path(tempfile.mkdtemp(prefix=prefix))
     if os.geteuid() == 0:
         os.chmod(root, 0o755)
     server = PostgresServer(bindir, root / "cluster", _free_port())
@@ -118,8 +120,14 @@ def postgres() -> Iterator[PostgresServer]:
         try:
             server.stop()
         except subprocess.CalledProcessError:
-            pass
+            pass  # stopped already (a test stopped it)
         shutil.rmtree(root, ignore_errors=True)
+
+
+@pytest.fixture(scope="session")
+def postgres() -> Iterator[PostgresServer]:
+    with throwaway_postgres() as server:
+        yield server
 
 
 @pytest.fixture

@@ -43,6 +43,7 @@ T = TypeVar("T")
 _BATCH = 512
 _RETRIES = 3
 _STUCK_RETRY_S = 0.5
+_ACK_WAIT_S = 5.0
 
 
 class Backend(Protocol):
@@ -98,6 +99,8 @@ class Store:
         self._handled = 0  # in the database, or fsync'd in the spool
         self._waiters: list[tuple[int, asyncio.Future[None]]] = []
         self._spooling = False
+        self._stuck = False  # neither the database nor the spool takes writes right now
+        self._progress = asyncio.Event()  # set whenever writes are handled or `_stuck` changes
         self._spool_lock = asyncio.Lock()
         self._writer: asyncio.Task[None] | None = None
         self._replayer: asyncio.Task[None] | None = None
@@ -196,6 +199,25 @@ class Store:
         """Wait until everything submitted so far is durable (in the database or the spool)."""
         await self._caught_up()
 
+    async def durable_enough(self) -> None:
+        """Before a client sees a turn's end: wait until what was submitted is durable, so a
+        crash after the answer loses none of it. Unless nothing can be made durable right now
+        (database and spool both refuse), or it takes longer than a few seconds: then answer
+        anyway. A gateway that stops answering because its disk is full is worse than one
+        that keeps the turn in memory until the disk has room."""
+        mark = self._submitted
+        if self._writer is None:
+            return
+        try:
+            async with asyncio.timeout(_ACK_WAIT_S):
+                while self._handled < mark and not self._stuck:
+                    self._progress.clear()
+                    await self._progress.wait()
+        except TimeoutError:
+            log.warning(
+                "the store took over %.0f s: answering before the turn is durable", _ACK_WAIT_S
+            )
+
     # -- reads and direct operations -------------------------------------------------------
 
     async def run(self, op: Op[T]) -> T:
@@ -252,6 +274,7 @@ class Store:
 
     def _handled_up_to(self, count: int) -> None:
         self._handled += count
+        self._progress.set()
         if not self._waiters:
             return
         still = []
@@ -279,6 +302,7 @@ class Store:
             except _Unwritable as stuck:
                 # Neither the database nor the spool's disk takes them: keep them in memory, in
                 # order, and try again shortly. Nothing is dropped while memory lasts.
+                self._stuck = True
                 self._handled_up_to(len(batch) - len(stuck.writes))
                 self._queue.extendleft(reversed(stuck.writes))
                 await asyncio.sleep(_STUCK_RETRY_S)
@@ -286,6 +310,7 @@ class Store:
             except Exception:  # the writer must outlive anything one batch does
                 log.exception("store writer: %d writes could not be handled", len(batch))
                 metrics.STORE_WRITE_ERRORS.inc(len(batch))
+            self._stuck = False
             self._handled_up_to(len(batch))
 
     async def _write(self, batch: list[Write]) -> None:

@@ -132,47 +132,37 @@ async def apply_batch(db: Db, writes: list[Write]) -> None:
             columns = _COLUMNS[kind]
             await db.executemany(_SQL[kind], [tuple(w.row.get(c) for c in columns) for w in group])
             continue
-        rows = []
-        ends = []
-        for w in group:
-            row = w.row
-            cid = row["conversation_id"]
-            rows.append(
-                (
-                    cid,
-                    cid,
-                    cid,
-                    row["turn_id"],
-                    row["type"],
-                    row["created_at"],
-                    row["payload"],
-                    row["uid"],
-                )
-            )
-            if row["type"] == "turn/end":
-                ends.append((row["created_at"], row.get("status"), row["turn_id"]))
+        rows = [_event_args(w.row) for w in group]
+        ends = [_end_args(w.row) for w in group if w.row["type"] == "turn/end"]
         await db.executemany(_EVENT, rows)
         if ends:
             # Unconditional (unlike `apply`): setting the same end twice changes nothing.
             await db.executemany(_END_TURN, ends)
 
 
+def _event_args(row: dict[str, Any]) -> tuple[Any, ...]:
+    cid = row["conversation_id"]  # three times: the row, and the two lookups of its next seq
+    return (
+        cid,
+        cid,
+        cid,
+        row["turn_id"],
+        row["type"],
+        row["created_at"],
+        row["payload"],
+        row["uid"],
+    )
+
+
+def _end_args(row: dict[str, Any]) -> tuple[Any, ...]:
+    return (row["created_at"], row.get("status"), row["turn_id"])
+
+
 async def apply(db: Db, write: Write) -> None:
     row = write.row
     if write.kind == "event":
-        cid = row["conversation_id"]
-        inserted = await db.execute(
-            _EVENT,
-            cid,
-            cid,
-            cid,
-            row["turn_id"],
-            row["type"],
-            row["created_at"],
-            row["payload"],
-            row["uid"],
-        )
+        inserted = await db.execute(_EVENT, *_event_args(row))
         if inserted and row["type"] == "turn/end":
-            await db.execute(_END_TURN, row["created_at"], row.get("status"), row["turn_id"])
+            await db.execute(_END_TURN, *_end_args(row))
         return
     await db.execute(_SQL[write.kind], *(row.get(c) for c in _COLUMNS[write.kind]))

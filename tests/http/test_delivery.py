@@ -3,14 +3,13 @@
 from __future__ import annotations
 
 import asyncio
-import fcntl
 import json
 import socket
 import struct
-import termios
 
 from aiohttp import web
 
+from tests.client_bytes import dechunk, unread
 from tests.conftest import GatewayUnderTest
 from tests.fakes import FakeUpstream, chunk
 
@@ -31,25 +30,6 @@ def flood(count: int) -> object:
         return response
 
     return script
-
-
-def _unread(sock: socket.socket) -> int:
-    return struct.unpack("i", fcntl.ioctl(sock.fileno(), termios.FIONREAD, b"\0\0\0\0"))[0]
-
-
-def _dechunk(body: bytes) -> bytes:
-    """HTTP/1.1 chunked body -> payload; a torn last chunk gives what arrived of it."""
-    out = bytearray()
-    while body:
-        line, sep, rest = body.partition(b"\r\n")
-        if not sep:
-            break
-        size = int(line, 16)
-        out += rest[:size]
-        body = rest[size + 2 :]
-        if size == 0:
-            break
-    return bytes(out)
 
 
 def _complete_sse_text(payload: bytes) -> str:
@@ -92,12 +72,12 @@ async def test_a_client_that_stops_reading_gets_only_what_it_received(
     async with asyncio.timeout(20):
         while stable < 10:
             await asyncio.sleep(0.02)
-            now = _unread(sock)
+            now = unread(sock)
             stable = stable + 1 if now == last and now > 0 else 0
             last = now
     # Take what the kernel holds without reading it (reading would reopen the window), then
     # reset the connection: this is exactly what reached the client's side.
-    received += sock.recv(_unread(sock), socket.MSG_PEEK)
+    received += sock.recv(unread(sock), socket.MSG_PEEK)
     sock.setsockopt(socket.SOL_SOCKET, socket.SO_LINGER, struct.pack("ii", 1, 0))
     sock.close()
 
@@ -107,7 +87,7 @@ async def test_a_client_that_stops_reading_gets_only_what_it_received(
         for line in head.split(b"\r\n")
         if line.lower().startswith(b"x-conversation-id")
     )
-    client_text = _complete_sse_text(_dechunk(chunked))
+    client_text = _complete_sse_text(dechunk(chunked))
     await asyncio.wait_for(upstream.disconnected.wait(), 10)
     events = await gw.wait_turn_end(conversation_id)
     message = events[1]["payload"]

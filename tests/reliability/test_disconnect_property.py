@@ -16,13 +16,11 @@ long variant: 1,000 cuts under 64 concurrent streams.
 from __future__ import annotations
 
 import asyncio
-import fcntl
 import http.client
 import json
 import os
 import socket
 import struct
-import termios
 import threading
 import time
 from collections.abc import Coroutine, Iterator
@@ -38,6 +36,7 @@ from hypothesis import strategies as st
 
 from gateway.app import create_app
 from gateway.config import parse_config
+from tests.client_bytes import dechunk, unread
 from tests.fakes import FAKE, FakeUpstream, fixture_bytes
 
 T = TypeVar("T")
@@ -159,10 +158,6 @@ def cut_at(source: bytes, size: int, sent: threading.Event, closed: threading.Ev
     return script
 
 
-def _unread(sock: socket.socket) -> int:
-    return int(struct.unpack("i", fcntl.ioctl(sock.fileno(), termios.FIONREAD, b"\0\0\0\0"))[0])
-
-
 def _quiet(sock: socket.socket) -> None:
     """Until what the gateway wrote has all arrived: the unread count holds still. (The kernel
     offers no event for this; the gateway has nothing left to write once the upstream is
@@ -171,24 +166,10 @@ def _quiet(sock: socket.socket) -> None:
     deadline = time.monotonic() + 10
     while same < 4:
         time.sleep(0.01)
-        now = _unread(sock)
+        now = unread(sock)
         same = same + 1 if now == last else 0
         last = now
         assert time.monotonic() < deadline
-
-
-def _dechunk(body: bytes) -> bytes:
-    out = bytearray()
-    while body:
-        line, sep, rest = body.partition(b"\r\n")
-        if not sep:
-            break
-        size = int(line, 16)
-        out += rest[:size]
-        body = rest[size + 2 :]
-        if size == 0:
-            break
-    return bytes(out)
 
 
 def client_content(dialect: str, payload: bytes) -> dict[str, str]:
@@ -294,13 +275,13 @@ def test_the_recorded_answer_is_what_reached_the_client(
         sock.sendall(head + data)
         assert sent.wait(10), "the upstream was never asked"
         _quiet(sock)
-        available = _unread(sock)
+        available = unread(sock)
         received = bytearray()
         wanted = int(read * available)
         while len(received) < wanted:  # the client read this much ...
             received += sock.recv(wanted - len(received))
-        if _unread(sock):  # ... and the rest waits in its kernel: received all the same
-            received += sock.recv(_unread(sock), socket.MSG_PEEK)
+        if unread(sock):  # ... and the rest waits in its kernel: received all the same
+            received += sock.recv(unread(sock), socket.MSG_PEEK)
         # "Delivered" is what the client's kernel acknowledged. A kernel may hold back its ACK
         # for up to ~40 ms (delayed ACK); one that resets meanwhile never tells the gateway about
         # its last bytes, and the gateway records less than arrived (docs/reliability.md).
@@ -326,7 +307,7 @@ def test_the_recorded_answer_is_what_reached_the_client(
     assert all(k in ("assistant/attempt", "assistant/message") for k in kinds[1:-1]), kinds
     end = turn[-1]["payload"]
     _, _, chunked = bytes(received).partition(b"\r\n\r\n")
-    seen = client_content(dialect, _dechunk(chunked))
+    seen = client_content(dialect, dechunk(chunked))
     label = f"{end['status']}, client saw {'content' if any(seen.values()) else 'nothing'}"
     OUTCOMES[label] = OUTCOMES.get(label, 0) + 1
     if end["status"] != "completed":

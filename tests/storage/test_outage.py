@@ -4,37 +4,21 @@ and once PostgreSQL is back every turn is there exactly once."""
 from __future__ import annotations
 
 import asyncio
-import shutil
-import tempfile
 from collections.abc import Iterator
-from pathlib import Path
 
 import asyncpg
 import pytest
 
 from tests.conftest import MakeGateway
 from tests.fakes import FakeUpstream, completion
-from tests.postgres_server import PostgresServer, _bindir, _free_port
+from tests.postgres_server import PostgresServer, throwaway_postgres
 
 
 @pytest.fixture
 def own_postgres() -> Iterator[PostgresServer]:
     """A cluster of this test's own: it is stopped and started again."""
-    bindir = _bindir()
-    assert bindir is not None, "PostgreSQL is not installed: apt-get install -y postgresql"
-    root = Path(tempfile.mkdtemp(prefix="gw-pg-outage-"))
-    root.chmod(0o755)
-    server = PostgresServer(bindir, root / "cluster", _free_port())
-    server.init()
-    server.start()
-    try:
+    with throwaway_postgres("gw-pg-outage-") as server:
         yield server
-    finally:
-        try:
-            server.stop()
-        except Exception:
-            pass
-        shutil.rmtree(root, ignore_errors=True)
 
 
 async def wait_for(condition: object, timeout: float = 30) -> None:
