@@ -316,9 +316,23 @@ def mutated(draw: st.DrawFn, seeds: list[dict[str, Any]]) -> Any:
     return root
 
 
+@st.composite
+def deep(draw: st.DrawFn, seeds: list[dict[str, Any]]) -> bytes:
+    """A valid request with a value nested 100 to 400 levels deep somewhere inside it (orjson
+    reads 1024 levels but writes only 254)."""
+    root: Any = copy.deepcopy(draw(st.sampled_from(seeds)))
+    value: Any = draw(LEAVES)
+    for _ in range(draw(st.integers(100, 400))):
+        value = draw(st.sampled_from([[value], {"content": value}]))
+    path = draw(st.sampled_from([p for p in _paths(root) if p]))
+    _get(root, path[:-1])[path[-1]] = value
+    return json.dumps(root).encode()  # json: orjson itself refuses to write it
+
+
 def bodies(seeds: list[dict[str, Any]]) -> st.SearchStrategy[bytes]:
     return st.one_of(
         mutated(seeds).map(orjson.dumps),
+        deep(seeds),
         JSON.map(orjson.dumps),
         st.dictionaries(KEYS, JSON, max_size=6).map(orjson.dumps),
         st.binary(max_size=40),
@@ -375,6 +389,52 @@ def test_responses_parser(raw: bytes) -> None:
 # -- through HTTP --------------------------------------------------------------------------------
 
 TABLES = ("conversations", "turns", "events", "usage", "responses")
+
+# Inputs that were 500s before the fixes they name; kept as a regression corpus.
+DEEP: Any = "x"
+for _ in range(300):
+    DEEP = [DEEP]
+HI = [{"role": "user", "content": "hi"}]
+BAD_CALLS = {"role": "assistant", "tool_calls": 5}
+BAD_CALL = {"role": "assistant", "tool_calls": [5]}
+BAD_PART = {"role": "assistant", "content": [{"type": "text", "text": 5}]}
+FOUND: list[tuple[str, str, Any]] = [
+    # nested deeper than orjson writes (dialects/requests.py)
+    ("POST", "/v1/chat/completions", {"model": "demo", "messages": HI, "x": DEEP}),
+    ("POST", "/v1/messages", {"model": "demo", "max_tokens": 5, "messages": HI, "x": DEEP}),
+    ("POST", "/v1/responses", {"model": "demo", "input": "hi", "text": {"format": DEEP}}),
+    ("POST", "/v1/conversations", {"metadata": {"a": DEEP}}),
+    ("POST", "/v1/gateway/teams", {"name": "t", "metadata": {"a": DEEP}}),
+    # chat message fields the recorder reads (dialects/openai_chat.py)
+    ("POST", "/v1/chat/completions", {"model": "demo", "messages": [*HI, BAD_CALLS]}),
+    ("POST", "/v1/chat/completions", {"model": "demo", "messages": [*HI, BAD_CALL]}),
+    ("POST", "/v1/chat/completions", {"model": "demo", "messages": [BAD_PART]}),
+    # non-finite times, echoed as bare NaN / Infinity (metering/reports.py)
+    ("GET", "/v1/usage?from=nan", None),
+    ("GET", "/v1/usage?to=1e400", None),
+    ("GET", "/v1/conversations?since=inf", None),
+]  # fmt: skip
+
+
+async def test_inputs_that_were_server_errors_are_4xx(make_gateway: MakeGateway) -> None:
+    gw = await make_gateway()
+    loop = asyncio.get_running_loop()
+
+    def send(method: str, path: str, body: Any) -> tuple[int, bytes]:
+        data = None if body is None else json.dumps(body).encode()
+        request = urllib.request.Request(gw.url + path, data=data, method=method)
+        try:
+            with urllib.request.urlopen(request, timeout=30) as response:
+                return response.status, response.read()
+        except urllib.error.HTTPError as error:
+            return error.code, error.read()
+
+    for method, path, body in FOUND:
+        status, answer = await loop.run_in_executor(None, send, method, path, body)
+        assert status == 400, (path, answer[:200])
+        json.loads(answer)  # valid JSON
+    await gw.flush()
+    assert [gw.query(f"SELECT count(*) FROM {t}")[0][0] for t in TABLES] == [0] * len(TABLES)
 
 
 async def test_hostile_bodies_through_http_are_4xx_and_record_nothing(
