@@ -274,6 +274,17 @@ def test_the_recorded_answer_is_what_reached_the_client(
     try:
         sock.sendall(head + data)
         assert sent.wait(10), "the upstream was never asked"
+        # Everything the upstream sent that can reach the client has reached it: the content
+        # of its complete frames (read independently of the gateway, from the capture) is all
+        # in the client's kernel. Then the flow is over.
+        expected = client_content("chat", source[:size])
+        deadline = time.monotonic() + 20
+        while any(expected.values()):
+            waiting = sock.recv(unread(sock), socket.MSG_PEEK) if unread(sock) else b""
+            if client_content(dialect, dechunk(waiting.partition(b"\r\n\r\n")[2])) == expected:
+                break
+            assert time.monotonic() < deadline, "the gateway did not pass on what it received"
+            time.sleep(0.005)
         _quiet(sock)
         available = unread(sock)
         received = bytearray()
