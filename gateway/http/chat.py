@@ -13,7 +13,7 @@ from gateway.conversations.recorder import TurnRecorder
 from gateway.conversations.service import Joined
 from gateway.dialects.base import Dialect
 from gateway.dialects.openai_chat import OPENAI_CHAT, parse_chat_request
-from gateway.errors import Conflict, NotFound
+from gateway.errors import Conflict, InvalidRequest, NotFound
 from gateway.http.auth import PRINCIPAL
 from gateway.http.middleware import REQUEST_ID
 from gateway.metering.keys import Principal
@@ -45,6 +45,10 @@ async def complete(
     the conversation, record the turn, run the pipeline."""
     gateway = request.app[GATEWAY]
     principal = request[PRINCIPAL]
+    if isinstance(body.get("user"), str) and "\x00" in body["user"]:
+        # Recorded with the turn's usage, where PostgreSQL text refuses NUL: the usage row was
+        # dropped and the request went unmetered (a way round budgets).
+        raise InvalidRequest("'user' may not contain a NUL character.", param="user")
     alias = gateway.routes.alias(body.get("model"), principal)
     plan = gateway.routes.plan(alias, body)
     lease = await admit(gateway.limiter, principal, body, plan)

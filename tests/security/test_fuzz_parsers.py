@@ -497,13 +497,17 @@ NUL_REQUESTS: list[tuple[str, str, dict[str, Any] | None]] = [
     ("GET", "/v1/responses/a%00", None),
     ("POST", "/v1/gateway/teams", {"name": "a\u0000b"}),
     ("POST", "/v1/responses", {"model": "demo", "input": "x", "previous_response_id": "a\u0000"}),
+    # recorded with the usage row, which the store refused: the request went unmetered
+    ("POST", "/v1/chat/completions", {"model": "demo", "user": "a\u0000", "messages": HI}),
+    ("POST", "/v1/responses", {"model": "demo", "input": "x", "user": "\u0000"}),
 ]
 
 
 async def test_nul_characters_are_a_400_on_postgresql_too(
     make_gateway: MakeGateway, pg_url: str
 ) -> None:
-    """PostgreSQL text cannot hold NUL: ids, names and filters carrying one were 500s there."""
+    """PostgreSQL text cannot hold NUL: ids, names and filters carrying one were 500s there,
+    and a `user` carrying one left its request unmetered."""
     gw = await make_gateway(store={"url": pg_url})
     loop = asyncio.get_running_loop()
 
