@@ -39,6 +39,7 @@ run: setup
 test: setup system
 	$(BIN)/ruff check gateway tests bench
 	$(BIN)/mypy
+	$(BIN)/python .ci/audit
 	$(BIN)/pytest -q -p no:cacheprovider
 
 lint: setup

@@ -21,7 +21,7 @@ from gateway.config import parse_config
 from gateway.context import GATEWAY, Gateway
 from tests.fakes import FakeUpstream
 
-pytest_plugins = ["tests.postgres_server", "tests.redis_server"]
+pytest_plugins = ["tests.postgres_server", "tests.redis_server", "tests.security.log_scan"]
 
 
 @dataclass
