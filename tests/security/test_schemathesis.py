@@ -44,6 +44,7 @@ MASTER = "sk-master-0123456789abcdef"
 SEED_TEAM = "seed"
 LONG = os.environ.get("GATEWAY_LONG_TESTS") == "1"
 EXAMPLES = int(os.environ.get("GATEWAY_SCHEMATHESIS_EXAMPLES", "300" if LONG else "8"))
+pytestmark = pytest.mark.timeout(1800 if LONG else 120)  # one operation's examples
 CHECKS = [
     not_a_server_error,
     status_code_conformance,
