@@ -46,25 +46,11 @@ class Conversations:
                 "X-Conversation-Id must be 1-128 characters: letters, digits, '.', '_', ':', '-'.",
                 param="X-Conversation-Id",
             )
-        existing = await self.store.get_conversation(requested_id)
-        if existing is None and _GENERATED_ID.match(requested_id):
-            # An id this gateway made: another replica may be committing it right now.
-            existing = await self.store.settled(
-                lambda: self.store.get_conversation(requested_id), lambda c: c is not None
-            )
+        existing = await self._conversation(requested_id)
         if existing is None:
             return Joined(*self._new(requested_id, principal), history)
         self._check(existing, principal)
-        path = await history_path(self.store, requested_id)
-        last_turn = path[-1].turn_id if path else None
-        if (
-            last_turn is not None
-            and self.store.shared
-            and not await self.store.turn_ended(last_turn)
-            # The last turn ended on another replica a moment ago, or is still running there.
-            and await self.store.settled(lambda: self.store.turn_ended(last_turn), bool)
-        ):
-            path = await history_path(self.store, requested_id)
+        path = await self._settled_path(requested_id, within_s=2.0)
         match = match_history(path, messages, repair=self.repair_interrupted)
         if match.branch_at is None:
             return Joined(requested_id, None, match.new_messages, match.repaired)
@@ -92,21 +78,32 @@ class Conversations:
             raise NotFound(f"No conversation found with id '{conversation.id}'.")
 
     async def path(self, conversation_id: str, principal: Principal) -> list[Event]:
-        conversation = await self.store.get_conversation(conversation_id)
-        if conversation is None and _GENERATED_ID.match(conversation_id):
-            conversation = await self.store.settled(
-                lambda: self.store.get_conversation(conversation_id), lambda c: c is not None
-            )
+        conversation = await self._conversation(conversation_id)
         if conversation is None:
             raise NotFound(f"No conversation found with id '{conversation_id}'.")
         self._check(conversation, principal)
+        return await self._settled_path(conversation_id, within_s=1.0)
+
+    async def _conversation(self, conversation_id: str) -> Conversation | None:
+        conversation = await self.store.get_conversation(conversation_id)
+        if conversation is None and _GENERATED_ID.match(conversation_id):
+            # An id this gateway made: another replica may be committing it right now.
+            conversation = await self.store.settled(
+                lambda: self.store.get_conversation(conversation_id), lambda c: c is not None
+            )
+        return conversation
+
+    async def _settled_path(self, conversation_id: str, *, within_s: float) -> list[Event]:
+        """The path; on a shared store, once its last turn has ended (it may have ended on
+        another replica a moment ago; a turn really still running costs `within_s`)."""
         path = await history_path(self.store, conversation_id)
-        if path and self.store.shared and not await self.store.turn_ended(path[-1].turn_id):
-            # A client that just got its answer from another replica reads it here: wait the
-            # moment that replica takes to commit (a turn really still running costs a second).
-            last = path[-1].turn_id
-            if await self.store.settled(lambda: self.store.turn_ended(last), bool, within_s=1.0):
-                path = await history_path(self.store, conversation_id)
+        if not path or not self.store.shared:
+            return path
+        last = path[-1].turn_id
+        if not await self.store.turn_ended(last) and await self.store.settled(
+            lambda: self.store.turn_ended(last), bool, within_s=within_s
+        ):
+            path = await history_path(self.store, conversation_id)
         return path
 
     async def messages(self, conversation_id: str, principal: Principal) -> list[dict[str, Any]]:

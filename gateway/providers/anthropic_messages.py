@@ -11,7 +11,7 @@ reasoning block's end so that a later turn could hand them back.
 from __future__ import annotations
 
 import re
-from typing import Any, Literal, TypeGuard
+from typing import Any, TypeGuard
 
 import orjson
 
@@ -24,13 +24,12 @@ from gateway.stream.events import (
     BlockEnd,
     BlockStart,
     Finish,
+    FrameKind,
     StreamEvent,
     StreamFailure,
     Usage,
 )
 from gateway.stream.sse import SSEFrame
-
-FrameKind = Literal["data", "done", "comment", "usage_only", "error"]
 
 DEFAULT_MAX_TOKENS = 4096
 THINKING_BUDGETS = {"minimal": 1024, "low": 1024, "medium": 4096, "high": 16384}

@@ -8,7 +8,7 @@ side by side until text, reasoning or the finish arrives.
 
 from __future__ import annotations
 
-from typing import Any, Literal
+from typing import Any
 
 import orjson
 
@@ -21,13 +21,12 @@ from gateway.stream.events import (
     BlockEnd,
     BlockStart,
     Finish,
+    FrameKind,
     StreamEvent,
     StreamFailure,
     Usage,
 )
 from gateway.stream.sse import SSEFrame
-
-FrameKind = Literal["data", "done", "comment", "usage_only", "error"]
 
 
 def _error_message(error: Any) -> str:

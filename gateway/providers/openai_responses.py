@@ -12,7 +12,7 @@ the item itself.
 
 from __future__ import annotations
 
-from typing import Any, Literal, TypeGuard
+from typing import Any, TypeGuard
 
 import orjson
 
@@ -25,13 +25,12 @@ from gateway.stream.events import (
     BlockEnd,
     BlockStart,
     Finish,
+    FrameKind,
     StreamEvent,
     StreamFailure,
     Usage,
 )
 from gateway.stream.sse import SSEFrame
-
-FrameKind = Literal["data", "done", "comment", "usage_only", "error"]
 
 # `incomplete_details.reason` -> the OpenAI chat finish_reason.
 INCOMPLETE_REASONS = {"max_output_tokens": "length", "content_filter": "content_filter"}

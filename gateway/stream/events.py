@@ -8,12 +8,15 @@ unique within one attempt.
 from __future__ import annotations
 
 from dataclasses import dataclass
-from typing import Any
+from typing import Any, Literal
 
 TEXT = "text"
 REASONING = "reasoning"
 TOOL_CALL = "tool_call"
 KNOWN_KINDS = frozenset({TEXT, REASONING, TOOL_CALL})
+
+# What one upstream frame was, as every wire-format parser reports it next to its events.
+FrameKind = Literal["data", "done", "comment", "usage_only", "error"]
 
 
 @dataclass(slots=True)
