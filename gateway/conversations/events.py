@@ -18,9 +18,18 @@ TURN_END = "turn/end"
 SURFACE_TYPES = frozenset({USER_MESSAGE, TOOL_RESULT, ASSISTANT_MESSAGE})
 
 
+def sortable_hex() -> str:
+    """32 hex digits: the time in milliseconds, then 80 random bits.
+
+    Ids that grow with time land at the right edge of the store's indexes, so a turn's inserts
+    touch a few index pages instead of one random page per index and row (which the write-ahead
+    log then writes whole); 80 random bits keep them as unguessable as any id needs to be.
+    """
+    return f"{time.time_ns() // 1_000_000:012x}{os.urandom(10).hex()}"
+
+
 def new_id(prefix: str) -> str:
-    # 128 random bits, like uuid4, at a fifth of its cost (it is called several times a request).
-    return f"{prefix}_{os.urandom(16).hex()}"
+    return f"{prefix}_{sortable_hex()}"
 
 
 @dataclass(slots=True, frozen=True)
@@ -53,7 +62,7 @@ class NewEvent:
     payload: dict[str, Any]
     created_at: float = field(default_factory=time.time)
     # Makes its write idempotent: a write replayed from the spool twice lands once.
-    uid: str = field(default_factory=lambda: os.urandom(12).hex())
+    uid: str = field(default_factory=sortable_hex)
 
 
 @dataclass(slots=True, frozen=True)
