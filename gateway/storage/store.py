@@ -100,7 +100,9 @@ class Store:
         self._waiters: list[tuple[int, asyncio.Future[None]]] = []
         self._spooling = False
         self._stuck = False  # neither the database nor the spool takes writes right now
-        self._progress = asyncio.Event()  # set whenever writes are handled or `_stuck` changes
+        # durable_enough(): (mark, future, deadline) of each turn waiting to be durable.
+        self._durable: list[tuple[int, asyncio.Future[None], float]] = []
+        self._watchdog: asyncio.TimerHandle | None = None
         self._spool_lock = asyncio.Lock()
         self._writer: asyncio.Task[None] | None = None
         self._replayer: asyncio.Task[None] | None = None
@@ -206,17 +208,48 @@ class Store:
         anyway. A gateway that stops answering because its disk is full is worse than one
         that keeps the turn in memory until the disk has room."""
         mark = self._submitted
-        if self._writer is None:
+        if self._handled >= mark or self._writer is None or self._stuck:
             return
-        try:
-            async with asyncio.timeout(_ACK_WAIT_S):
-                while self._handled < mark and not self._stuck:
-                    self._progress.clear()
-                    await self._progress.wait()
-        except TimeoutError:
-            log.warning(
-                "the store took over %.0f s: answering before the turn is durable", _ACK_WAIT_S
-            )
+        # A future per waiting turn and one shared watchdog timer, rather than a timeout per
+        # turn: this runs on every request.
+        future = asyncio.get_running_loop().create_future()
+        self._durable.append((mark, future, time.monotonic() + _ACK_WAIT_S))
+        if self._watchdog is None:
+            self._watchdog = asyncio.get_running_loop().call_later(_ACK_WAIT_S, self._expire)
+        await future
+
+    def _expire(self) -> None:
+        """The durability waits past their deadline answer anyway (the store is that slow)."""
+        self._watchdog = None
+        now = time.monotonic()
+        still = []
+        for mark, future, deadline in self._durable:
+            if deadline <= now:
+                if not future.done():
+                    log.warning(
+                        "the store took over %.0f s: answering before the turn is durable",
+                        _ACK_WAIT_S,
+                    )
+                    future.set_result(None)
+            else:
+                still.append((mark, future, deadline))
+        self._durable = still
+        if still:
+            delay = min(d for _, _, d in still) - now
+            self._watchdog = asyncio.get_running_loop().call_later(delay, self._expire)
+
+    def _release_durable(self) -> None:
+        still = []
+        for waiter in self._durable:
+            if self._stuck or waiter[0] <= self._handled:
+                if not waiter[1].done():
+                    waiter[1].set_result(None)
+            else:
+                still.append(waiter)
+        self._durable = still
+        if not still and self._watchdog is not None:
+            self._watchdog.cancel()
+            self._watchdog = None
 
     # -- reads and direct operations -------------------------------------------------------
 
@@ -274,7 +307,8 @@ class Store:
 
     def _handled_up_to(self, count: int) -> None:
         self._handled += count
-        self._progress.set()
+        if self._durable:
+            self._release_durable()
         if not self._waiters:
             return
         still = []
@@ -304,6 +338,7 @@ class Store:
                 # order, and try again shortly. Nothing is dropped while memory lasts.
                 self._stuck = True
                 self._handled_up_to(len(batch) - len(stuck.writes))
+                self._release_durable()
                 self._queue.extendleft(reversed(stuck.writes))
                 await asyncio.sleep(_STUCK_RETRY_S)
                 continue

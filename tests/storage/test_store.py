@@ -196,3 +196,38 @@ async def test_orphaned_turns_are_claimed_once(make: MakeStore) -> None:
         third.claim_orphaned_turns(own=False, stale_before=minute_ago),
     )
     assert sorted(claims, key=len) == [[], [("theirs", "c")]]
+
+
+async def test_durable_enough_returns_once_the_writes_before_it_are_committed(
+    store: Store,
+) -> None:
+    store.create_conversation(Conversation("d", 1.0))
+    store.append(event("d", n=1))
+    await store.durable_enough()
+    # Read behind the store's back: the write is in the database, not only in the queue.
+    assert store._handled >= store._submitted
+    assert [e.payload["n"] for e in await store.events("d")] == [1]
+
+
+async def test_durable_enough_answers_anyway_when_the_store_hangs(
+    store: Store, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    from gateway.storage import store as store_module
+
+    monkeypatch.setattr(store_module, "_ACK_WAIT_S", 0.05)
+    release = asyncio.Event()
+    applied = store.backend.apply
+
+    async def hanging(writes: list[object]) -> None:
+        await release.wait()
+        await applied(writes)  # type: ignore[arg-type]
+
+    monkeypatch.setattr(store.backend, "apply", hanging)
+    store.create_conversation(Conversation("h", 1.0))
+    waits = [asyncio.create_task(store.durable_enough()) for _ in range(3)]
+    _, pending = await asyncio.wait(waits, timeout=10)
+    assert not pending  # the cap released every waiter, though nothing was committed
+    assert store._handled < store._submitted
+    release.set()
+    await store.flush()
+    assert await store.get_conversation("h") is not None  # and nothing was lost
