@@ -103,3 +103,29 @@ def test_non_streaming_completion_gives_the_same_blocks() -> None:
     ]
     assert assembler.finish_reason == "tool_calls"
     assert assembler.usage == {"prompt_tokens": 1, "completion_tokens": 2, "total_tokens": 3}
+
+
+@pytest.mark.parametrize("name", CHAT)
+def test_the_fast_text_path_gives_the_events_the_general_walk_gives(
+    name: str, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    fast, _ = parse(name)
+    monkeypatch.setattr(ChatStreamParser, "_more_text", lambda self, obj, choices: None)
+    general, _ = parse(name)
+    assert fast == general
+
+
+def test_chunks_that_are_not_plain_text_leave_the_fast_path() -> None:
+    # After a plain text chunk, each of these ends or adds a block, or carries usage.
+    opening = {"choices": [{"index": 0, "delta": {"content": "a"}}]}
+    others = [
+        {"choices": [{"index": 0, "delta": {"content": "b"}, "finish_reason": "stop"}]},
+        {"choices": [{"index": 0, "delta": {"reasoning_content": "r"}}]},
+        {"choices": [{"index": 0, "delta": {"reasoning": "r", "content": None}}]},
+        {"choices": [{"index": 0, "delta": {"tool_calls": [{"index": 0, "id": "c"}]}}]},
+        {"choices": [{"index": 0, "delta": {"content": "b"}}], "usage": {"total_tokens": 1}},
+    ]
+    for other in others:
+        parser = ChatStreamParser()
+        parser.chunk(opening)
+        assert parser._more_text(other, other["choices"]) is None, other
