@@ -33,17 +33,11 @@ _BYTES_ACKED = struct.Struct("=Q")  # tcpi_bytes_acked at offset 120
 _BYTES_ACKED_OFFSET = 120
 
 
-def tcp_bytes_acked(fd: int) -> int | None:
-    try:
-        sock = socket.socket(fileno=fd)
-    except OSError:
-        return None
+def tcp_bytes_acked(sock: socket.socket) -> int | None:
     try:
         info = sock.getsockopt(socket.IPPROTO_TCP, socket.TCP_INFO, _TCP_INFO_LEN)
     except OSError:
         return None
-    finally:
-        sock.detach()
     if len(info) < _BYTES_ACKED_OFFSET + 8:
         return None
     return int(_BYTES_ACKED.unpack_from(info, _BYTES_ACKED_OFFSET)[0])
@@ -59,7 +53,7 @@ class DeliveryTracker:
 
     def __init__(self, request: web.BaseRequest) -> None:
         self._transport = request.transport
-        self._fd: int | None = None
+        self._sock: socket.socket | None = None  # a duplicate of the connection's socket
         self.level: DeliveryLevel = "sent"
         self._base = 0
         self._ends: list[int] = []  # end offset of each written frame
@@ -68,29 +62,27 @@ class DeliveryTracker:
         # Chunked transfer encoding puts a 2-byte CRLF after each written chunk.
         self.chunked = True
         sock = self._transport.get_extra_info("socket") if self._transport else None
-        if (
-            sock is not None
-            and sys.platform == "linux"
-            and sock.family
-            in (
-                socket.AF_INET,
-                socket.AF_INET6,
-            )
-        ):
+        if sock is None or sys.platform != "linux":
+            return
+        family = sock.family
+        if family in (socket.AF_INET, socket.AF_INET6):
             try:
-                self._fd = os.dup(sock.fileno())
+                # Family and type given: the socket object skips asking the kernel for them.
+                self._sock = socket.socket(family, socket.SOCK_STREAM, 0, os.dup(sock.fileno()))
             except OSError:
-                self._fd = None
-            if self._fd is not None and tcp_bytes_acked(self._fd) is not None:
-                self.level = "acked"
+                self._sock = None
 
     def begin(self) -> None:
-        """Call right before the response's first byte: fixes the connection's base offset."""
-        if self._fd is None or self.level != "acked":
+        """Call right before the response's first byte: decides the level (TCP_INFO readable or
+        not) and fixes the connection's base offset."""
+        if self._sock is None:
             return
-        acked = tcp_bytes_acked(self._fd) or 0
+        acked = tcp_bytes_acked(self._sock)
+        if acked is None:
+            return
+        self.level = "acked"
         try:
-            queued = _unacked_in_kernel(self._fd)
+            queued = _unacked_in_kernel(self._sock.fileno())
         except OSError:
             queued = 0
         buffered = self._transport.get_write_buffer_size() if self._transport else 0
@@ -125,13 +117,13 @@ class DeliveryTracker:
     def delivered_frames(self, output_size: int) -> int:
         """How many written frames the client's side has, counted from the first."""
         self.after_write(output_size)  # a write interrupted in drain still reached the kernel
-        if self.level == "acked" and self._fd is not None:
-            acked = tcp_bytes_acked(self._fd)
+        if self.level == "acked" and self._sock is not None:
+            acked = tcp_bytes_acked(self._sock)
             if acked is not None:
                 return bisect.bisect_right(self._ends, acked - self._base)
         return bisect.bisect_right(self._ends, self._handed)
 
     def close(self) -> None:
-        if self._fd is not None:
-            os.close(self._fd)
-            self._fd = None
+        if self._sock is not None:
+            self._sock.close()
+            self._sock = None
