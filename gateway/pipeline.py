@@ -89,6 +89,12 @@ class ChatCall:
     dialect: Dialect  # the client's: how answers, errors and cancels are rendered
 
 
+class _EventStream(web.StreamResponse):
+    # The relay starts a response only when it has frames to write at once: its status line
+    # and headers then leave with them in one send, not in a send of their own.
+    _send_headers_immediately = False
+
+
 class _ClientCancelled(Exception):
     """Raised inside the relay when the client asked, on another connection, to stop."""
 
@@ -348,7 +354,7 @@ class _Relay:
         return self.response
 
     async def _start_response(self, deployment: Deployment) -> web.StreamResponse:
-        response = web.StreamResponse(
+        response = _EventStream(
             status=200,
             headers={
                 **self._headers(deployment),
