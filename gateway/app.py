@@ -7,7 +7,6 @@ import logging
 import time
 from collections.abc import AsyncIterator
 
-import aiohttp
 from aiohttp import web
 
 from gateway import metrics
@@ -28,6 +27,7 @@ from gateway.metering.usage import Meter
 from gateway.routing import Router
 from gateway.storage.backends import instance_id, make_store
 from gateway.storage.db import StoreUnavailable
+from gateway.upstream_http import UpstreamPool
 
 log = logging.getLogger(__name__)
 
@@ -84,12 +84,9 @@ async def _resources(app: web.Application) -> AsyncIterator[None]:
     if recovered:
         log.warning("closed %d turns left open by a previous process (crash_recovered)", recovered)
     keeper = asyncio.create_task(_keep_alive(gateway, started), name="store-heartbeat")
-    # One client session for every upstream: connection pooling, no per-request TLS handshakes.
-    gateway.session = aiohttp.ClientSession(
-        connector=aiohttp.TCPConnector(limit=0, limit_per_host=0, ttl_dns_cache=300),
-        auto_decompress=True,
-    )
-    gateway.router = Router(gateway.config, gateway.session)
+    # One pool for every upstream: kept-alive connections, no per-request TLS handshakes.
+    gateway.upstreams = UpstreamPool()
+    gateway.router = Router(gateway.config, gateway.upstreams)
     cooldowns = None
     if (redis_url := gateway.config.limits.redis_url) is not None:
         from gateway.cooldowns import CooldownSync
@@ -108,7 +105,7 @@ async def _resources(app: web.Application) -> AsyncIterator[None]:
     keeper.cancel()
     if gateway.background:
         await asyncio.gather(*gateway.background, return_exceptions=True)
-    await gateway.session.close()
+    await gateway.upstreams.close()
     await gateway.store.close()
     if cooldowns is not None:
         await cooldowns.close()

@@ -7,7 +7,6 @@ from collections.abc import Callable, Coroutine
 from dataclasses import dataclass, field
 from typing import Any
 
-import aiohttp
 from aiohttp import web
 
 from gateway.config import GatewayConfig
@@ -19,6 +18,7 @@ from gateway.metering.store import KeyStore
 from gateway.metering.usage import Meter
 from gateway.routing import Router
 from gateway.storage.store import Store
+from gateway.upstream_http import UpstreamPool
 
 
 @dataclass
@@ -34,7 +34,7 @@ class Gateway:
     limiter: Limiter
     meter: Meter | None = None
     router: Router | None = None
-    session: aiohttp.ClientSession | None = None
+    upstreams: UpstreamPool | None = None  # keep-alive connections to every upstream
     state: dict[str, bool] = field(default_factory=lambda: {"shutting_down": False})
     # Work that outlives its request (draining an upstream); awaited at shutdown.
     background: set[asyncio.Task[None]] = field(default_factory=set)

@@ -13,8 +13,6 @@ import random
 from dataclasses import dataclass
 from typing import Any
 
-import aiohttp
-
 from gateway.config import DeploymentConfig, GatewayConfig, ModelConfig, RetryConfig
 from gateway.errors import ModelNotFound
 from gateway.health import DeploymentHealth
@@ -27,6 +25,7 @@ from gateway.providers.openai_compatible import (
     OpenAICompatibleProvider,
     OpenAIResponsesProvider,
 )
+from gateway.upstream_http import UpstreamPool
 
 
 @dataclass(frozen=True, eq=False)
@@ -76,23 +75,23 @@ class Alias:
         return self.config.retry
 
 
-def _provider(config: DeploymentConfig, model: str, session: aiohttp.ClientSession) -> Provider:
+def _provider(config: DeploymentConfig, model: str, pool: UpstreamPool) -> Provider:
     if config.provider == "demo":
         return DemoProvider(config, model)
     if config.provider == "anthropic":
         from gateway.providers.anthropic import AnthropicProvider
 
-        return AnthropicProvider(config, session, model)
+        return AnthropicProvider(config, pool, model)
     if config.provider == "azure":
-        return AzureOpenAIProvider(config, session, model)
+        return AzureOpenAIProvider(config, pool, model)
     if config.api == "responses":
-        return OpenAIResponsesProvider(config, session, model)
+        return OpenAIResponsesProvider(config, pool, model)
     if config.provider == "litellm":
         # Imported only when configured: litellm takes seconds to import.
         from gateway.providers.litellm_adapter import LiteLLMProvider
 
         return LiteLLMProvider(config, model)
-    return OpenAICompatibleProvider(config, session, model)
+    return OpenAICompatibleProvider(config, pool, model)
 
 
 def estimate_tokens(body: dict[str, Any]) -> tuple[int, int]:
@@ -107,7 +106,7 @@ class Router:
     def __init__(
         self,
         config: GatewayConfig,
-        session: aiohttp.ClientSession,
+        pool: UpstreamPool,
         rng: random.Random | None = None,
     ) -> None:
         self._aliases: dict[str, Alias] = {}
@@ -122,7 +121,7 @@ class Router:
                     raise ValueError(f"deployment name {name!r} is used twice")
                 names.add(name)
                 health = DeploymentHealth(name, model.cooldown, dep.max_concurrency)
-                provider = _provider(dep, upstream_model, session)
+                provider = _provider(dep, upstream_model, pool)
                 deployments.append(
                     Deployment(
                         name, model.name, dep.provider, upstream_model, provider, dep, health

@@ -1,8 +1,11 @@
-"""The HTTP seam to upstreams: one place that posts, reads bodies and maps aiohttp's faults.
+"""The HTTP seam to upstreams: one place that posts, reads bodies and maps HTTP statuses.
 
 Every HTTP adapter sends through `post()` and reads through `UpstreamBody`, so a connection
 error, a reset mid-stream or an HTTP error status becomes the same `UpstreamError` whatever the
 provider. Adapters differ only in URL, headers, and how they translate bodies and error JSON.
+The client underneath (gateway.upstream_http) maps connection faults itself; here an error
+status becomes `UpstreamHTTPError` (the provider's error JSON converted, credentials redacted)
+and a redirect is refused.
 """
 
 from __future__ import annotations
@@ -11,16 +14,15 @@ import re
 from collections.abc import Callable, Iterable, Mapping
 from typing import Any
 
-import aiohttp
 import orjson
 
 from gateway.errors import (
     GatewayError,
-    UpstreamConnectError,
+    UpstreamError,
     UpstreamHTTPError,
     UpstreamProtocolError,
-    UpstreamTimeout,
 )
+from gateway.upstream_http import Endpoint, Response, UpstreamPool
 
 _ERROR_BODY_LIMIT = 1 << 20
 # Request headers whose values are credentials (Authorization, api-key, x-api-key, ...).
@@ -30,24 +32,8 @@ REDACTED = "[redacted]"
 # Turns a provider's error JSON into the OpenAI error shape (None: it is not the provider's).
 ErrorConverter = Callable[[int, dict[str, Any]], dict[str, Any] | None]
 
-
-class UpstreamBody:
-    """A successful upstream response, read piece by piece."""
-
-    def __init__(self, response: aiohttp.ClientResponse, usage_injected: bool = False) -> None:
-        self._response = response
-        self.usage_injected = usage_injected
-
-    async def read(self) -> bytes:
-        try:
-            return await self._response.content.readany()
-        except (aiohttp.ClientPayloadError, aiohttp.ClientConnectionError) as exc:
-            raise UpstreamProtocolError(
-                f"the upstream connection broke mid-stream: {exc}"
-            ) from None
-
-    def close(self) -> None:
-        self._response.close()
+# A successful upstream response, read piece by piece (gateway.providers.base.UpstreamResponse).
+UpstreamBody = Response
 
 
 def openai_error(status: int, body: dict[str, Any]) -> dict[str, Any] | None:
@@ -55,38 +41,28 @@ def openai_error(status: int, body: dict[str, Any]) -> dict[str, Any] | None:
 
 
 async def post(
-    session: aiohttp.ClientSession,
-    url: str,
+    pool: UpstreamPool,
+    endpoint: Endpoint,
     payload: Any,
-    headers: Mapping[str, str],
-    timeout: aiohttp.ClientTimeout,
     convert: ErrorConverter = openai_error,
-) -> aiohttp.ClientResponse:
-    """POST JSON; an HTTP error status raises `UpstreamHTTPError` with an OpenAI-shaped body."""
-    try:
-        response = await session.post(
-            url,
-            data=orjson.dumps(payload),
-            headers=headers,
-            timeout=timeout,
-            # Never followed: a redirect would take the request, and key headers other than
-            # Authorization (x-api-key, api-key), to a URL that is not in the config.
-            allow_redirects=False,
-        )
-    except aiohttp.ConnectionTimeoutError:
-        raise UpstreamTimeout("connecting to the upstream timed out", phase="connect") from None
-    except aiohttp.ClientConnectionError as exc:
-        raise UpstreamConnectError(f"cannot reach the upstream: {exc}") from None
-    if response.status >= 400:
-        raise await _http_error(response, convert, credentials(headers))
-    if response.status >= 300:
-        response.release()
-        raise UpstreamProtocolError(
-            f"the upstream answered HTTP {response.status}, a redirect; the gateway calls only"
-            " the api_base of its config",
-            code="upstream_redirect",
-        )
-    return response
+) -> Response:
+    """POST JSON; an HTTP error status raises `UpstreamHTTPError` with an OpenAI-shaped body.
+    Connection faults come from the client as `UpstreamConnectError`, `UpstreamTimeout` (the
+    connect phase) or `UpstreamProtocolError`."""
+    response = await pool.post(endpoint, orjson.dumps(payload))
+    status = response.status
+    if status < 300:
+        return response
+    if status >= 400:
+        raise await _http_error(response, convert, credentials(endpoint.headers))
+    # Never followed: a redirect would take the request, and key headers other than
+    # Authorization (x-api-key, api-key), to a URL that is not in the config.
+    response.close()
+    raise UpstreamProtocolError(
+        f"the upstream answered HTTP {status}, a redirect; the gateway calls only"
+        " the api_base of its config",
+        code="upstream_redirect",
+    )
 
 
 def credentials(headers: Mapping[str, str]) -> list[str]:
@@ -123,28 +99,33 @@ def redact_error(error: GatewayError, secrets: Iterable[str]) -> None:
             error.body = orjson.loads(cleaned)  # type: ignore[attr-defined]
 
 
-async def read_all(response: aiohttp.ClientResponse) -> bytes:
+async def read_all(response: Response, limit: int | None = None) -> bytes:
+    """The whole body, or its first `limit` bytes; then the connection is pooled or dropped."""
+    parts: list[bytes] = []
+    size = 0
     try:
-        return await response.read()
-    except (aiohttp.ClientPayloadError, aiohttp.ClientConnectionError) as exc:
-        raise UpstreamProtocolError(f"the upstream connection broke: {exc}") from None
+        while chunk := await response.read():
+            parts.append(chunk)
+            size += len(chunk)
+            if limit is not None and size >= limit:
+                break
     finally:
-        response.release()
+        response.close()
+    body = b"".join(parts)
+    return body if limit is None else body[:limit]
 
 
 async def _http_error(
-    response: aiohttp.ClientResponse, convert: ErrorConverter, secrets: list[str]
+    response: Response, convert: ErrorConverter, secrets: list[str]
 ) -> UpstreamHTTPError:
     status = response.status
     try:
-        raw = await response.content.read(_ERROR_BODY_LIMIT)
-    except (aiohttp.ClientError, TimeoutError):
-        raw = b""
-    finally:
-        response.release()
+        raw = await read_all(response, _ERROR_BODY_LIMIT)
+    except UpstreamError:
+        raw = b""  # the body broke off: the status alone is the answer
     for secret in secrets:  # an upstream quoting back the key it was sent
         raw = raw.replace(secret.encode(), REDACTED.encode())
-    retry_after = retry_after_seconds(response.headers.get("Retry-After"))
+    retry_after = retry_after_seconds(response.headers.get("retry-after"))
     try:
         parsed = orjson.loads(raw) if raw else None
     except orjson.JSONDecodeError:

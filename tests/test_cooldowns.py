@@ -9,7 +9,6 @@ import time
 from collections.abc import AsyncIterator, Awaitable, Callable
 from typing import Any
 
-import aiohttp
 import pytest
 
 from gateway.config import parse_config
@@ -17,6 +16,7 @@ from gateway.cooldowns import CooldownSync
 from gateway.health import DeploymentHealth
 from gateway.redis_client import REDIS_ERRORS
 from gateway.routing import Router
+from gateway.upstream_http import UpstreamPool
 
 BODY = {"messages": [{"role": "user", "content": "Hello"}]}
 INTERVAL_S = 0.5  # the default poll interval
@@ -60,8 +60,7 @@ async def replica(redis_url: str, redis_prefix: str) -> AsyncIterator[MakeReplic
                 ]
             }
         ).config
-        async with aiohttp.ClientSession() as session:  # demo deployments never use it
-            router = Router(config, session)
+        router = Router(config, UpstreamPool())  # demo deployments never use the pool
         healths = [d.health for d in router.deployments()]
         sync = CooldownSync(url, redis_prefix, healths, interval_s=interval_s)
         sync.start()

@@ -6,19 +6,18 @@ import random
 from collections import Counter
 from typing import Any
 
-import aiohttp
 import pytest
 
 from gateway.config import parse_config
 from gateway.routing import Router
+from gateway.upstream_http import UpstreamPool
 
 
 async def router(strategy: str, deployments: list[dict[str, Any]], **alias: Any) -> Router:
     config = parse_config(
         {"models": [{"name": "m", "strategy": strategy, "deployments": deployments, **alias}]}
     ).config
-    async with aiohttp.ClientSession() as session:
-        return Router(config, session, rng=random.Random(7))
+    return Router(config, UpstreamPool(), rng=random.Random(7))
 
 
 def demo(name: str, **extra: Any) -> dict[str, Any]:

@@ -1,4 +1,4 @@
-"""Adapter for Anthropic's Messages API (`POST /v1/messages`), over the shared session.
+"""Adapter for Anthropic's Messages API (`POST /v1/messages`), over the shared upstream pool.
 
 It behaves like the OpenAI-compatible adapter in everything the pipeline relies on (only the
 connect timeout lives here, the same error classes, a body read in pieces), so the retry and
@@ -11,12 +11,10 @@ from __future__ import annotations
 
 from typing import Any
 
-import aiohttp
-from multidict import CIMultiDict
-
 from gateway.config import DeploymentConfig
 from gateway.providers.anthropic_messages import openai_error_body, to_anthropic_request
 from gateway.upstream import UpstreamBody, post
+from gateway.upstream_http import Endpoint, UpstreamPool
 
 DEFAULT_API_BASE = "https://api.anthropic.com"
 ANTHROPIC_VERSION = "2023-06-01"
@@ -25,31 +23,24 @@ ANTHROPIC_VERSION = "2023-06-01"
 class AnthropicProvider:
     wire = "anthropic"
 
-    def __init__(
-        self, config: DeploymentConfig, session: aiohttp.ClientSession, model: str
-    ) -> None:
+    def __init__(self, config: DeploymentConfig, pool: UpstreamPool, model: str) -> None:
         base = (config.api_base or DEFAULT_API_BASE).rstrip("/")
-        self._url = base + ("/messages" if base.endswith("/v1") else "/v1/messages")
-        self._session = session
+        url = base + ("/messages" if base.endswith("/v1") else "/v1/messages")
+        self._pool = pool
         self._model = model
-        # Case-insensitive, so an extra `Anthropic-Version` replaces the default, not doubles it.
-        headers: CIMultiDict[str] = CIMultiDict(
-            {"content-type": "application/json", "anthropic-version": ANTHROPIC_VERSION}
-        )
+        headers = {"content-type": "application/json", "anthropic-version": ANTHROPIC_VERSION}
         if config.api_key:
             headers["x-api-key"] = config.api_key
+        # Merged case-insensitively by the endpoint: an extra `Anthropic-Version` replaces the
+        # default, not doubles it.
         headers.update(config.extra_headers)
-        self._headers = headers
         # First-token, idle and total timeouts are the pipeline's; only connecting is timed here.
-        self._timeout = aiohttp.ClientTimeout(total=None, sock_connect=config.timeouts.connect_s)
+        self._messages = Endpoint(url, headers, config.timeouts.connect_s)
 
     async def chat(self, body: dict[str, Any], *, stream: bool) -> UpstreamBody:
         payload = to_anthropic_request(body, self._model, stream=stream)
-        response = await post(
-            self._session, self._url, payload, self._headers, self._timeout, _error_body
-        )
         # Anthropic always reports usage; the gateway never adds a request for it.
-        return UpstreamBody(response)
+        return await post(self._pool, self._messages, payload, _error_body)
 
 
 def _error_body(status: int, body: dict[str, Any]) -> dict[str, Any] | None:

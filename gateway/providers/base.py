@@ -17,7 +17,8 @@ class UpstreamResponse(Protocol):
         ...
 
     def close(self) -> None:
-        """Drop the upstream connection now (the upstream sees its client go away)."""
+        """Drop the upstream connection now (the upstream sees its client go away). After the
+        whole body has arrived the connection was already kept for reuse, and this is a no-op."""
         ...
 
 

@@ -4,29 +4,35 @@ from __future__ import annotations
 
 from typing import Any
 
-import aiohttp
-
 from gateway.config import DeploymentConfig
 from gateway.providers.responses_request import to_responses_request
 from gateway.upstream import UpstreamBody, post, read_all
+from gateway.upstream_http import Endpoint, UpstreamPool
 
 
 class OpenAICompatibleProvider:
     wire = "openai_chat"
 
-    def __init__(
-        self, config: DeploymentConfig, session: aiohttp.ClientSession, model: str
-    ) -> None:
+    def __init__(self, config: DeploymentConfig, pool: UpstreamPool, model: str) -> None:
         assert config.api_base is not None
-        self._url = config.api_base.rstrip("/") + "/chat/completions"
-        self._embeddings_url = config.api_base.rstrip("/") + "/embeddings"
-        self._session = session
+        self._pool = pool
         self._model = model
-        self._headers = {"Content-Type": "application/json", **config.extra_headers}
-        if config.api_key:
-            self._headers["Authorization"] = f"Bearer {config.api_key}"
+        chat_url, embeddings_url = self._urls(config.api_base.rstrip("/"), config, model)
+        headers = self._headers(config)
         # First-token, idle and total timeouts are the pipeline's; only connecting is timed here.
-        self._timeout = aiohttp.ClientTimeout(total=None, sock_connect=config.timeouts.connect_s)
+        connect_s = config.timeouts.connect_s
+        self._chat = Endpoint(chat_url, headers, connect_s)
+        self._embeddings = Endpoint(embeddings_url, headers, connect_s)
+
+    def _urls(self, base: str, config: DeploymentConfig, model: str) -> tuple[str, str]:
+        """The chat and embeddings URLs."""
+        return base + "/chat/completions", base + "/embeddings"
+
+    def _headers(self, config: DeploymentConfig) -> dict[str, str]:
+        headers = {"Content-Type": "application/json", **config.extra_headers}
+        if config.api_key:
+            headers["Authorization"] = f"Bearer {config.api_key}"
+        return headers
 
     async def chat(self, body: dict[str, Any], *, stream: bool) -> UpstreamBody:
         payload = dict(body)
@@ -38,33 +44,30 @@ class OpenAICompatibleProvider:
                 # Metering needs the provider's count; the client never sees this extra chunk.
                 payload["stream_options"] = {**(options or {}), "include_usage": True}
                 usage_injected = True
-        response = await post(self._session, self._url, payload, self._headers, self._timeout)
-        return UpstreamBody(response, usage_injected)
+        response = await post(self._pool, self._chat, payload)
+        response.usage_injected = usage_injected
+        return response
 
     async def embeddings(self, body: dict[str, Any]) -> bytes:
         """The upstream's embeddings JSON, unchanged."""
         payload = {**body, "model": self._model}
-        response = await post(
-            self._session, self._embeddings_url, payload, self._headers, self._timeout
-        )
-        return await read_all(response)
+        return await read_all(await post(self._pool, self._embeddings, payload))
 
 
 class AzureOpenAIProvider(OpenAICompatibleProvider):
     """Azure OpenAI: the deployment is in the URL, the key in `api-key`, plus `api-version`."""
 
-    def __init__(
-        self, config: DeploymentConfig, session: aiohttp.ClientSession, model: str
-    ) -> None:
-        super().__init__(config, session, model)
-        assert config.api_base is not None
-        base = f"{config.api_base.rstrip('/')}/openai/deployments/{model}"
+    def _urls(self, base: str, config: DeploymentConfig, model: str) -> tuple[str, str]:
+        deployment = f"{base}/openai/deployments/{model}"
         query = f"?api-version={config.api_version}"
-        self._url = f"{base}/chat/completions{query}"
-        self._embeddings_url = f"{base}/embeddings{query}"
-        self._headers.pop("Authorization", None)
+        return f"{deployment}/chat/completions{query}", f"{deployment}/embeddings{query}"
+
+    def _headers(self, config: DeploymentConfig) -> dict[str, str]:
+        headers = super()._headers(config)
+        headers.pop("Authorization", None)
         if config.api_key:
-            self._headers["api-key"] = config.api_key
+            headers["api-key"] = config.api_key
+        return headers
 
 
 class OpenAIResponsesProvider(OpenAICompatibleProvider):
@@ -72,14 +75,9 @@ class OpenAIResponsesProvider(OpenAICompatibleProvider):
 
     wire = "openai_responses"
 
-    def __init__(
-        self, config: DeploymentConfig, session: aiohttp.ClientSession, model: str
-    ) -> None:
-        super().__init__(config, session, model)
-        assert config.api_base is not None
-        self._url = config.api_base.rstrip("/") + "/responses"
+    def _urls(self, base: str, config: DeploymentConfig, model: str) -> tuple[str, str]:
+        return base + "/responses", base + "/embeddings"
 
     async def chat(self, body: dict[str, Any], *, stream: bool) -> UpstreamBody:
         payload = to_responses_request(body, self._model, stream=stream)
-        response = await post(self._session, self._url, payload, self._headers, self._timeout)
-        return UpstreamBody(response)
+        return await post(self._pool, self._chat, payload)

@@ -6,7 +6,6 @@ from collections.abc import AsyncIterator, Awaitable, Callable
 from dataclasses import dataclass, field
 from typing import Any
 
-import aiohttp
 import orjson
 import pytest
 from aiohttp import web
@@ -19,6 +18,7 @@ from gateway.providers.anthropic import AnthropicProvider
 from gateway.providers.anthropic_messages import parse_message
 from gateway.stream.assembler import BlockAssembler
 from gateway.upstream import UpstreamBody
+from gateway.upstream_http import UpstreamPool
 from tests.fakes import fixture_bytes
 
 KEY = "sk-ant-test"
@@ -77,14 +77,15 @@ async def fake(aiohttp_server: Callable[..., Awaitable[TestServer]]) -> FakeAnth
 
 
 @pytest.fixture
-async def session() -> AsyncIterator[aiohttp.ClientSession]:
-    async with aiohttp.ClientSession() as session:
-        yield session
+async def pool() -> AsyncIterator[UpstreamPool]:
+    pool = UpstreamPool()
+    yield pool
+    await pool.close()
 
 
-def provider(session: aiohttp.ClientSession, api_base: str, **config: Any) -> AnthropicProvider:
+def provider(pool: UpstreamPool, api_base: str, **config: Any) -> AnthropicProvider:
     deployment = DeploymentConfig(provider="anthropic", api_base=api_base, api_key=KEY, **config)
-    return AnthropicProvider(deployment, session, "claude-sonnet-4-5")
+    return AnthropicProvider(deployment, pool, "claude-sonnet-4-5")
 
 
 async def read_all(response: UpstreamBody) -> bytes:
@@ -97,9 +98,9 @@ async def read_all(response: UpstreamBody) -> bytes:
 
 @pytest.mark.parametrize("suffix", ["", "/v1", "/v1/"])
 async def test_streaming_read_returns_the_exact_bytes(
-    fake: FakeAnthropic, session: aiohttp.ClientSession, suffix: str
+    fake: FakeAnthropic, pool: UpstreamPool, suffix: str
 ) -> None:
-    response = await provider(session, fake.url + suffix).chat(BODY, stream=True)
+    response = await provider(pool, fake.url + suffix).chat(BODY, stream=True)
     assert response.usage_injected is False
     assert await read_all(response) == fixture_bytes("anthropic-thinking-tool-use.sse")
     [(_, body)] = fake.requests
@@ -112,19 +113,17 @@ async def test_streaming_read_returns_the_exact_bytes(
 
 
 async def test_extra_headers_are_sent_and_can_override(
-    fake: FakeAnthropic, session: aiohttp.ClientSession
+    fake: FakeAnthropic, pool: UpstreamPool
 ) -> None:
     extra = {"anthropic-beta": "interleaved-thinking-2025-05-14", "Anthropic-Version": "2023-06-01"}
-    response = await provider(session, fake.url, extra_headers=extra).chat(BODY, stream=True)
+    response = await provider(pool, fake.url, extra_headers=extra).chat(BODY, stream=True)
     await read_all(response)
     [(headers, _)] = fake.requests
     assert headers["anthropic-beta"] == "interleaved-thinking-2025-05-14"
     assert headers.getall("anthropic-version") == ["2023-06-01"]  # replaced, not doubled
 
 
-async def test_non_streaming_body_parses(
-    fake: FakeAnthropic, session: aiohttp.ClientSession
-) -> None:
+async def test_non_streaming_body_parses(fake: FakeAnthropic, pool: UpstreamPool) -> None:
     message = {
         "id": "msg_1",
         "type": "message",
@@ -134,7 +133,7 @@ async def test_non_streaming_body_parses(
         "usage": {"input_tokens": 3, "output_tokens": 2},
     }
     fake.reply = status(200, message)
-    response = await provider(session, fake.url).chat(BODY, stream=False)
+    response = await provider(pool, fake.url).chat(BODY, stream=False)
     raw = await read_all(response)
     assembler = BlockAssembler.of(parse_message(orjson.loads(raw)))
     assert [b.to_content() for b in assembler.blocks()] == [{"type": "text", "text": "Hello."}]
@@ -143,11 +142,11 @@ async def test_non_streaming_body_parses(
 
 
 async def test_overloaded_is_a_retryable_http_error(
-    fake: FakeAnthropic, session: aiohttp.ClientSession
+    fake: FakeAnthropic, pool: UpstreamPool
 ) -> None:
     fake.reply = status(529, _error("overloaded_error", "Overloaded"), {"retry-after": "3"})
     with pytest.raises(UpstreamHTTPError) as info:
-        await provider(session, fake.url).chat(BODY, stream=True)
+        await provider(pool, fake.url).chat(BODY, stream=True)
     error = info.value
     assert error.status == 529
     assert error.retryable is True
@@ -163,12 +162,10 @@ async def test_overloaded_is_a_retryable_http_error(
     }
 
 
-async def test_bad_request_is_not_retryable(
-    fake: FakeAnthropic, session: aiohttp.ClientSession
-) -> None:
+async def test_bad_request_is_not_retryable(fake: FakeAnthropic, pool: UpstreamPool) -> None:
     fake.reply = status(400, _error("invalid_request_error", "max_tokens: too large"))
     with pytest.raises(UpstreamHTTPError) as info:
-        await provider(session, fake.url).chat(BODY, stream=True)
+        await provider(pool, fake.url).chat(BODY, stream=True)
     assert info.value.status == 400
     assert info.value.retryable is False
     assert info.value.to_openai()["error"]["message"] == "max_tokens: too large"
@@ -176,29 +173,27 @@ async def test_bad_request_is_not_retryable(
 
 
 async def test_wrong_key_is_an_authentication_error(
-    fake: FakeAnthropic, session: aiohttp.ClientSession
+    fake: FakeAnthropic, pool: UpstreamPool
 ) -> None:
     deployment = DeploymentConfig(provider="anthropic", api_base=fake.url, api_key="sk-wrong")
     with pytest.raises(UpstreamHTTPError) as info:
-        await AnthropicProvider(deployment, session, "claude").chat(BODY, stream=True)
+        await AnthropicProvider(deployment, pool, "claude").chat(BODY, stream=True)
     assert info.value.status == 401
     assert info.value.code == "invalid_api_key"
 
 
-async def test_non_json_error_body_keeps_its_text(
-    fake: FakeAnthropic, session: aiohttp.ClientSession
-) -> None:
+async def test_non_json_error_body_keeps_its_text(fake: FakeAnthropic, pool: UpstreamPool) -> None:
     fake.reply = status(502, "<html>Bad Gateway</html>")
     with pytest.raises(UpstreamHTTPError) as info:
-        await provider(session, fake.url).chat(BODY, stream=True)
+        await provider(pool, fake.url).chat(BODY, stream=True)
     assert info.value.status == 502
     assert info.value.retryable is True
     assert "Bad Gateway" in info.value.message
 
 
 async def test_connection_refused_is_a_connect_error(
-    session: aiohttp.ClientSession, unused_tcp_port: int
+    pool: UpstreamPool, unused_tcp_port: int
 ) -> None:
     url = f"http://127.0.0.1:{unused_tcp_port}"
     with pytest.raises(UpstreamConnectError):
-        await provider(session, url).chat(BODY, stream=True)
+        await provider(pool, url).chat(BODY, stream=True)
