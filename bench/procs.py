@@ -41,14 +41,10 @@ class Child:
 
     def peak_rss_kib(self) -> int | None:
         """VmHWM: the high-water mark of resident memory over the process's life."""
-        try:
-            status = Path(f"/proc/{self.pid}/status").read_text()
-        except OSError:
-            return None
-        for line in status.splitlines():
-            if line.startswith("VmHWM:"):
-                return int(line.split()[1])
-        return None
+        return peak_rss_kib(self.pid)
+
+    def descendants(self) -> list[int]:
+        return descendants(self.pid)
 
     def stop(self) -> None:
         if self.alive():
@@ -61,9 +57,62 @@ class Child:
         self.log_file.close()
 
 
-def spawn(name: str, argv: list[str], core: int, log_path: Path, cwd: Path) -> Child:
-    """Start argv under `taskset -c core`; taskset execs, so the pid is the program's own."""
-    log_file = log_path.open("wb")
+def peak_rss_kib(pid: int) -> int | None:
+    try:
+        status = Path(f"/proc/{pid}/status").read_text()
+    except OSError:
+        return None
+    for line in status.splitlines():
+        if line.startswith("VmHWM:"):
+            return int(line.split()[1])
+    return None
+
+
+def descendants(pid: int) -> list[int]:
+    """Every process below pid (e.g. the workers of `gateway serve --workers N`), from /proc."""
+    parents: dict[int, list[int]] = {}
+    for entry in Path("/proc").iterdir():
+        if not entry.name.isdigit():
+            continue
+        try:
+            # The command name in parentheses may hold spaces: the ppid follows the last ")".
+            ppid = int((entry / "stat").read_text().rsplit(")", 1)[1].split()[1])
+        except (OSError, IndexError, ValueError):
+            continue  # gone meanwhile
+        parents.setdefault(ppid, []).append(int(entry.name))
+    found: list[int] = []
+    todo = [pid]
+    while todo:
+        children = parents.get(todo.pop(), [])
+        found += children
+        todo += children
+    return found
+
+
+def set_affinity(pids: list[int], cores: set[int]) -> None:
+    """Move processes, every thread of each, onto `cores`. sched_setaffinity on a pid changes
+    only that one thread; the SQLite writer, the executor threads etc. keep their old mask."""
+    for pid in pids:
+        try:
+            tids = [int(t.name) for t in Path(f"/proc/{pid}/task").iterdir()]
+        except OSError:
+            continue
+        for tid in tids:
+            with contextlib.suppress(OSError):  # a thread that just ended
+                os.sched_setaffinity(tid, cores)
+
+
+def spawn(
+    name: str,
+    argv: list[str],
+    core: int,
+    log_path: Path,
+    cwd: Path,
+    env: dict[str, str] | None = None,
+) -> Child:
+    """Start argv under `taskset -c core`; taskset execs, so the pid is the program's own.
+    The log is appended to, so several short-lived children can share one."""
+    log_file = log_path.open("ab")
     started = time.perf_counter()
     proc = subprocess.Popen(
         ["taskset", "-c", str(core), *argv],
@@ -71,20 +120,27 @@ def spawn(name: str, argv: list[str], core: int, log_path: Path, cwd: Path) -> C
         stdout=log_file,
         stderr=subprocess.STDOUT,
         cwd=cwd,
-        env={**os.environ, "PYTHONUNBUFFERED": "1"},
+        env={**(os.environ if env is None else env), "PYTHONUNBUFFERED": "1"},
     )
     return Child(name, proc, log_path, log_file, started)
 
 
-def http_get_status(port: int, path: str, timeout: float = 1.0) -> int | None:
+def http_get(port: int, path: str, timeout: float = 1.0) -> tuple[int, bytes] | None:
+    """(status, body) of a GET on a new connection, or None if it could not be made."""
     conn = http.client.HTTPConnection(HOST, port, timeout=timeout)
     try:
         conn.request("GET", path)
-        return conn.getresponse().status
+        response = conn.getresponse()
+        return response.status, response.read()
     except OSError:
         return None
     finally:
         conn.close()
+
+
+def http_get_status(port: int, path: str, timeout: float = 1.0) -> int | None:
+    answer = http_get(port, path, timeout)
+    return None if answer is None else answer[0]
 
 
 def port_open(port: int) -> bool:

@@ -1,10 +1,16 @@
 """`python -m bench.run` (`make bench`): direct vs bare pass-through vs gateway, side by side.
 
-One run starts the fake upstream on one core, the pass-through and the gateway on the other
-(with wrk on that same core), and drives every cell (non-stream / 50-chunk stream at
-concurrency 1, 16, 64) against the three targets back to back, so machine drift hits all
-three alike. Prints a table and writes the same numbers to bench/results/bench-<UTC>.json.
-Exit status 1 when any cell saw errors or a process misbehaved.
+One run starts the fake upstream on one core, the pass-through and the gateway (one worker and
+`--workers 2`) on the other (with wrk on that same core), and drives every cell (non-stream /
+50-chunk stream at concurrency 1, 16, 64) against the targets back to back, so machine drift
+hits them alike. Then the scaling pairs: the gateway with 1 and with 2 workers, both allowed
+every core. Before any load, the gateway's cold start: fresh processes timed from spawn to
+/health/ready and to their first answered chat completion. Prints tables and writes the same
+numbers to bench/results/bench-<UTC>.json. Exit status 1 when any cell saw errors or a process
+misbehaved.
+
+`python -m bench.run cold-start [N]` times only N cold starts (default 5), for judging startup
+work without a full run.
 """
 
 from __future__ import annotations
@@ -25,13 +31,25 @@ from typing import Any
 
 import orjson
 
-from bench.procs import HOST, Child, free_port, http_get_status, port_open, spawn, wait_until
+from bench.procs import (
+    HOST,
+    Child,
+    free_port,
+    http_get,
+    http_get_status,
+    peak_rss_kib,
+    port_open,
+    set_affinity,
+    spawn,
+    wait_until,
+)
 from bench.upstream import STREAM_CHUNKS
 from bench.wrk import WrkResult, ensure_wrk, run_wrk, wrk_version
 
 REPO = Path(__file__).resolve().parent.parent
 RESULTS = REPO / "bench" / "results"
 TARGETS = ("direct", "passthrough", "gateway")
+W2 = "gateway-w2"
 CONCURRENCY = (1, 16, 64)
 WARMUP_S = 1
 CHAT_PATH = "/v1/chat/completions"
@@ -53,6 +71,9 @@ class Cell:
 
 
 CELLS = [Cell(stream, c) for stream in (False, True) for c in CONCURRENCY]
+# Where a second worker can help at all: wrk -c1 keeps one connection, and a connection stays
+# with the worker the kernel gave it, so at c=1 one worker does all the work by construction.
+SCALING_CELLS = [cell for cell in CELLS if cell.concurrency > 1]
 
 
 def request_body(stream: bool) -> bytes:
@@ -68,12 +89,12 @@ def request_body(stream: bool) -> bytes:
     return orjson.dumps(body)
 
 
-def env_int(name: str, default: int) -> int:
+def env_int(name: str, default: int, minimum: int = 1) -> int:
     raw = os.environ.get(name, "")
     try:
-        return max(1, round(float(raw))) if raw else default
+        return max(minimum, round(float(raw))) if raw else default
     except ValueError:
-        sys.exit(f"{name} must be a number of seconds/rounds, got {raw!r}")
+        sys.exit(f"{name} must be a number, got {raw!r}")
 
 
 def pick_cores() -> tuple[int, int, str | None]:
@@ -85,6 +106,7 @@ def pick_cores() -> tuple[int, int, str | None]:
 
 
 def write_gateway_config(tmp: Path, upstream_port: int) -> Path:
+    tmp.mkdir(parents=True, exist_ok=True)
     config = tmp / "gateway.yaml"
     # JSON is valid YAML; the store lives in the temp dir so each run starts empty.
     config.write_bytes(
@@ -114,12 +136,12 @@ def write_gateway_config(tmp: Path, upstream_port: int) -> Path:
     return config
 
 
-def create_virtual_key(gateway_bin: Path, config: Path) -> str:
+def create_virtual_key(gateway_bin: Path, config: Path, env: dict[str, str] | None = None) -> str:
     """A team and a key in the bench store, made with the CLI as an operator would."""
     def cli(*args: str) -> str:
         return subprocess.run(
             [str(gateway_bin), *args, "--config", str(config)],
-            capture_output=True, text=True, check=True, cwd=REPO,
+            capture_output=True, text=True, check=True, cwd=REPO, env=env,
         ).stdout  # fmt: skip
 
     cli("teams", "create", "bench", "--id", "bench")
@@ -127,10 +149,10 @@ def create_virtual_key(gateway_bin: Path, config: Path) -> str:
     return out.split("secret (shown once, store it now): ", 1)[1].split()[0]
 
 
-def smoke_check(port: int, stream: bool, api_key: str) -> str | None:
+def smoke_check(port: int, stream: bool, api_key: str, timeout: float = 10) -> str | None:
     """One request through a target before loading it: a 200 that is not a full answer (e.g.
     an error event inside the stream) would otherwise be counted as a success by wrk."""
-    conn = http.client.HTTPConnection(HOST, port, timeout=10)
+    conn = http.client.HTTPConnection(HOST, port, timeout=timeout)
     try:
         headers = {"Content-Type": "application/json", "Authorization": f"Bearer {api_key}"}
         conn.request("POST", CHAT_PATH, body=request_body(stream), headers=headers)
@@ -152,6 +174,26 @@ def smoke_check(port: int, stream: bool, api_key: str) -> str | None:
     except (orjson.JSONDecodeError, KeyError, IndexError, TypeError):
         return f"not a chat.completion: {data[:300]!r}"
     return None if content else "empty completion content"
+
+
+def child_env(pycache: Path | None) -> dict[str, str]:
+    """The environment of every process the bench starts. With `pycache`, bytecode is cached
+    there (and nowhere else): a source checkout run under PYTHONDONTWRITEBYTECODE=1 (as in some
+    containers) would otherwise compile the gateway's own modules on every start, ~0.2 s that
+    no installed gateway pays (pip compiles at install; a checkout writes __pycache__ once)."""
+    env = dict(os.environ)
+    if pycache is not None:
+        env.pop("PYTHONDONTWRITEBYTECODE", None)
+        env["PYTHONPYCACHEPREFIX"] = str(pycache)
+    return env
+
+
+def bytecode_note(pycache: Path | None) -> str:
+    if pycache is not None:
+        return "cached (PYTHONPYCACHEPREFIX in the run's temp dir, primed by one discarded start)"
+    if os.environ.get("PYTHONDONTWRITEBYTECODE"):
+        return "as the environment has it: PYTHONDONTWRITEBYTECODE=1, uncached modules compile"
+    return "as the environment has it"
 
 
 def git_revision() -> str:
@@ -222,6 +264,10 @@ def _disconnect_prefixes() -> tuple[str, ...]:
     )
 
 
+def ratio(numerator: float, denominator: float) -> float | None:
+    return round(numerator / denominator, 3) if denominator else None
+
+
 def median_of(results: list[WrkResult]) -> dict[str, Any]:
     return {
         "rps": round(statistics.median(r.rps for r in results), 1),
@@ -233,77 +279,178 @@ def median_of(results: list[WrkResult]) -> dict[str, Any]:
 
 
 class Bench:
-    def __init__(self, duration_s: int, rounds: int, stamp: str) -> None:
+    def __init__(
+        self,
+        duration_s: int,
+        rounds: int,
+        stamp: str,
+        *,
+        workers2: bool = False,
+        cold_starts: int = 0,
+        pycache: Path | None = None,
+    ) -> None:
         self.duration_s = duration_s
         self.rounds = rounds
         self.stamp = stamp
+        self.workers2 = workers2
+        self.cold_start_count = cold_starts
+        self.pycache = pycache
+        self.env = child_env(pycache)
+        self.bytecode = bytecode_note(pycache)
         self.wrk = ensure_wrk()
+        # Read before main() pins the harness to one core.
+        self.cores = sorted(os.sched_getaffinity(0))
         self.upstream_core, self.target_core, self.core_warning = pick_cores()
+        self.targets = TARGETS + ((W2,) if workers2 else ())
         self.children: dict[str, Child] = {}
-        self.api_key = "sk-bench"
+        self.api_key = "sk-bench"  # the gateway's; the other targets ignore it
+        self.keys: dict[str, str] = {}
         self.ports: dict[str, int] = {}
+        self.configs: dict[str, Path] = {}
+        self.gateway_bin = Path(sys.executable).parent / "gateway"
         self.results: dict[tuple[Cell, str], list[WrkResult]] = {}
+        self.scaling: dict[tuple[Cell, str], list[WrkResult]] = {}
         self.warmup_errors: dict[str, int] = {}
         self.failures: list[str] = []
-        self.cold_start_s: float | None = None
+        self.cold_ready_s: list[float] = []
+        self.cold_answered_s: list[float] = []
         self.peak_rss_kib: dict[str, int | None] = {}
-        self.gateway_db_mib: float | None = None
+        self.w2_rss_kib: dict[str, int | None] = {}
+        self.db_mib: dict[str, float] = {}
         # Taken now, not at the end: the gateway imports its code at spawn, and the tree may move.
         self.git = git_revision()
 
     def log_path(self, name: str) -> Path:
         return RESULTS / f"{name}-{self.stamp}.log"
 
+    def key_for(self, target: str) -> str:
+        return self.keys.get(target, self.api_key)
+
     def start(self, tmp: Path) -> None:
-        py = sys.executable
+        """Upstream, pass-through and a one-worker gateway (what bench.profile needs)."""
+        self.start_upstream()
+        self.start_passthrough()
+        self.prepare_gateway(tmp)
+        self.start_gateway()
+
+    def start_upstream(self) -> None:
         up_port = free_port()
         self.ports["direct"] = up_port
         upstream = spawn(
             "upstream",
-            [py, "-m", "bench.upstream", "--port", str(up_port)],
+            [sys.executable, "-m", "bench.upstream", "--port", str(up_port)],
             self.upstream_core,
             self.log_path("upstream"),
             REPO,
+            self.env,
         )
         self.children["upstream"] = upstream
         wait_until(upstream, lambda: port_open(up_port))
 
+    def start_passthrough(self) -> None:
         pt_port = free_port()
         self.ports["passthrough"] = pt_port
-        args = ["--port", str(pt_port), "--upstream", f"http://{HOST}:{up_port}"]
+        args = ["--port", str(pt_port), "--upstream", f"http://{HOST}:{self.ports['direct']}"]
         passthrough = spawn(
             "passthrough",
-            [py, "-m", "bench.passthrough", *args],
+            [sys.executable, "-m", "bench.passthrough", *args],
             self.target_core,
             self.log_path("passthrough"),
             REPO,
+            self.env,
         )
         self.children["passthrough"] = passthrough
         wait_until(passthrough, lambda: port_open(pt_port))
 
+    def prepare_gateway(self, tmp: Path) -> None:
+        """The gateway's config, store and virtual key, before any gateway process serves."""
+        config = write_gateway_config(tmp, self.ports["direct"])
+        self.configs["gateway"] = config
+        self.api_key = self.keys["gateway"] = create_virtual_key(self.gateway_bin, config, self.env)
+
+    def serve_argv(self, target: str, port: int, *extra: str) -> list[str]:
+        return [str(self.gateway_bin), "serve", "--config", str(self.configs[target]),
+                "--host", HOST, "--port", str(port), *extra]  # fmt: skip
+
+    def start_gateway(self) -> None:
         gw_port = free_port()
         self.ports["gateway"] = gw_port
-        gateway_bin = Path(py).parent / "gateway"
-        config = write_gateway_config(tmp, up_port)
-        self.api_key = create_virtual_key(gateway_bin, config)
         gateway = spawn(
             "gateway",
-            [str(gateway_bin), "serve", "--config", str(config), "--host", HOST,
-             "--port", str(gw_port)],
+            self.serve_argv("gateway", gw_port),
             self.target_core,
             self.log_path("gateway"),
             REPO,
-        )  # fmt: skip
-        self.children["gateway"] = gateway
-        # Cold start: spawn to the first 200 from /health/ready (imports, config, store open).
-        self.cold_start_s = wait_until(
-            gateway, lambda: http_get_status(gw_port, "/health/ready", timeout=0.5) == 200
+            self.env,
         )
+        self.children["gateway"] = gateway
+        wait_until(gateway, lambda: http_get_status(gw_port, "/health/ready", timeout=0.5) == 200)
+
+    def cold_starts(self) -> None:
+        """Fresh `gateway serve` processes on the gateway's config and store, one at a time,
+        on the gateway's core: spawn -> first 200 on /health/ready, and spawn -> first answered
+        chat completion, sent the moment ready answers (as a load balancer would)."""
+        # With a fresh bytecode cache, a first start fills it (down to what the first request
+        # imports) and is not counted.
+        priming = [False] if self.cold_start_count and self.pycache else []
+        for record in priming + [True] * self.cold_start_count:
+            if not self.cold_start(record):
+                return
+
+    def cold_start(self, record: bool = True) -> bool:
+        port = free_port()
+        child = spawn(
+            "gateway-cold",
+            self.serve_argv("gateway", port),
+            self.target_core,
+            self.log_path("gateway-cold"),
+            REPO,
+            self.env,
+        )
+        try:
+            ready_s = wait_until(
+                child, lambda: http_get_status(port, "/health/ready", timeout=0.5) == 200
+            )
+            problem = smoke_check(port, False, self.key_for("gateway"), timeout=30)
+            answered_s = time.perf_counter() - child.started_at
+        finally:
+            child.stop()
+        if problem:
+            self.failures.append(f"cold start: first chat completion: {problem}")
+            return False
+        if record:
+            self.cold_ready_s.append(ready_s)
+            self.cold_answered_s.append(answered_s)
+        return True
+
+    def start_w2(self, tmp: Path) -> None:
+        """`gateway serve --workers 2`: its own config and fresh SQLite file (both workers
+        share it, as a user's would), pinned like the one-worker gateway."""
+        config = write_gateway_config(tmp / "w2", self.ports["direct"])
+        self.configs[W2] = config
+        self.keys[W2] = create_virtual_key(self.gateway_bin, config, self.env)
+        port = free_port()
+        self.ports[W2] = port
+        child = spawn(
+            W2, self.serve_argv(W2, port, "--workers", "2"), self.target_core,
+            self.log_path(W2), REPO, self.env,
+        )  # fmt: skip
+        self.children[W2] = child
+        # Up means both workers answer: until the second binds, the first gets every connection.
+        pids: set[int] = set()
+
+        def both_up() -> bool:
+            answer = http_get(port, "/health/live", timeout=0.5)
+            if answer and answer[0] == 200:
+                pids.add(orjson.loads(answer[1])["pid"])
+            return len(pids) >= 2 and http_get_status(port, "/health/ready", timeout=0.5) == 200
+
+        wait_until(child, both_up)
 
     def smoke(self) -> None:
-        for target in TARGETS:
+        for target in self.targets:
             for stream in (False, True):
-                problem = smoke_check(self.ports[target], stream, self.api_key)
+                problem = smoke_check(self.ports[target], stream, self.key_for(target))
                 if problem:
                     mode = "stream" if stream else "non-stream"
                     self.failures.append(f"smoke check {target} {mode}: {problem}")
@@ -311,34 +458,90 @@ class Bench:
     def dead_targets(self) -> list[str]:
         return [name for name, child in self.children.items() if not child.alive()]
 
+    def load(self, cell: Cell, target: str, label: str) -> WrkResult | None:
+        """Warm-up, then the measured run; None (and a failure) if a process died."""
+        url = f"http://{HOST}:{self.ports[target]}{CHAT_PATH}"
+        print(f"{label} {cell.name:<18} {target:<12}", end="", flush=True)
+        run = (self.wrk, url, request_body(cell.stream), cell.concurrency)
+        warm = run_wrk(*run, WARMUP_S, self.target_core, self.key_for(target))
+        if warm.error_total:
+            self.warmup_errors[f"{label} {cell.name} {target}"] = warm.error_total
+        result = run_wrk(*run, self.duration_s, self.target_core, self.key_for(target))
+        flag = f"  !!! ERRORS {result.errors}" if result.error_total else ""
+        print(f"{result.rps:9.0f} req/s  p50 {result.p50_ms:7.2f} ms{flag}", flush=True)
+        dead = self.dead_targets()
+        if dead:
+            self.failures.append(f"process(es) {dead} died during {cell.name} {target}; see logs")
+            return None
+        return result
+
     def measure(self) -> None:
         for round_no in range(self.rounds):
             for cell in CELLS:
-                body = request_body(cell.stream)
-                for target in TARGETS:
-                    url = f"http://{HOST}:{self.ports[target]}{CHAT_PATH}"
-                    label = f"round {round_no + 1}/{self.rounds} {cell.name:<18} {target:<12}"
-                    print(label, end="", flush=True)
-                    run = (self.wrk, url, body, cell.concurrency)
-                    warm = run_wrk(*run, WARMUP_S, self.target_core, self.api_key)
-                    if warm.error_total:
-                        self.warmup_errors[f"{cell.name} {target}"] = warm.error_total
-                    result = run_wrk(*run, self.duration_s, self.target_core, self.api_key)
-                    self.results.setdefault((cell, target), []).append(result)
-                    flag = f"  !!! ERRORS {result.errors}" if result.error_total else ""
-                    print(f"{result.rps:9.0f} req/s  p50 {result.p50_ms:7.2f} ms{flag}", flush=True)
-                    dead = self.dead_targets()
-                    if dead:
-                        self.failures.append(
-                            f"process(es) {dead} died during {cell.name} {target}; see logs"
-                        )
+                for target in self.targets:
+                    result = self.load(cell, target, f"round {round_no + 1}/{self.rounds}")
+                    if result is None:
                         return
+                    self.results.setdefault((cell, target), []).append(result)
+
+    def can_scale(self) -> bool:
+        return self.workers2 and len(self.cores) >= 2
+
+    def scaling_skipped(self) -> str | None:
+        if not self.workers2:
+            return f"{W2} not run (BENCH_W2=0)"
+        return None if self.can_scale() else "only one CPU: nothing to scale onto"
+
+    def measure_scaling(self) -> None:
+        """1 worker vs 2 on the same footing: both gateways may use every core (the upstream
+        and wrk stay pinned), so a second worker has a second core to use. Pinned to the one
+        target core, as in the main cells, two workers can only share it."""
+        if not self.can_scale():
+            return
+        every_core = set(self.cores)
+        for target in ("gateway", W2):
+            child = self.children[target]
+            set_affinity([child.pid, *child.descendants()], every_core)
+        for round_no in range(self.rounds):
+            for cell in SCALING_CELLS:
+                for target in ("gateway", W2):
+                    result = self.load(cell, target, f"scaling {round_no + 1}/{self.rounds}")
+                    if result is None:
+                        return
+                    self.scaling.setdefault((cell, target), []).append(result)
 
     def stop(self) -> None:
         for name, child in self.children.items():
             self.peak_rss_kib[name] = child.peak_rss_kib()  # before stopping: /proc goes away
+            if name == W2:
+                self.w2_rss_kib = {"supervisor": self.peak_rss_kib[name]}
+                for i, pid in enumerate(child.descendants()):
+                    self.w2_rss_kib[f"worker {i}"] = peak_rss_kib(pid)
+                # Each process's own peak, added up: an upper bound of what they held at once.
+                known = [kib for kib in self.w2_rss_kib.values() if kib is not None]
+                self.peak_rss_kib[name] = sum(known) if known else None
         for child in reversed(list(self.children.values())):
             child.stop()
+
+    def measure_db(self) -> None:
+        """How much each gateway recorded: the SQLite file plus its write-ahead log."""
+        for target, config in self.configs.items():
+            db_bytes = sum(f.stat().st_size for f in config.parent.glob("bench.db*"))
+            self.db_mib[target] = round(db_bytes / 2**20, 1)
+
+    def cold_start_report(self) -> dict[str, Any]:
+        def median(values: list[float]) -> float | None:
+            return round(statistics.median(values), 3) if values else None
+
+        return {
+            "starts": len(self.cold_answered_s),
+            "core": self.target_core,
+            "bytecode": self.bytecode,
+            "ready_median_s": median(self.cold_ready_s),
+            "first_completion_median_s": median(self.cold_answered_s),
+            "ready_s": [round(v, 3) for v in self.cold_ready_s],
+            "first_completion_s": [round(v, 3) for v in self.cold_answered_s],
+        }
 
     def report(self) -> dict[str, Any]:
         cells: list[dict[str, Any]] = []
@@ -348,7 +551,7 @@ class Bench:
                 "concurrency": cell.concurrency,
                 "targets": {},
             }
-            for target in TARGETS:
+            for target in self.targets:
                 runs = self.results.get((cell, target))
                 if runs:
                     row["targets"][target] = {
@@ -356,13 +559,32 @@ class Bench:
                         "rounds": [r.as_dict() for r in runs],
                     }
             measured = row["targets"]
-            if "gateway" in measured and "passthrough" in measured:
-                pt_rps = measured["passthrough"]["rps"]
-                row["gateway_over_passthrough_rps"] = (
-                    round(measured["gateway"]["rps"] / pt_rps, 3) if pt_rps else None
-                )
+            rps = {t: m["rps"] for t, m in measured.items()}
+            if "gateway" in rps and "passthrough" in rps:
+                row["gateway_over_passthrough_rps"] = ratio(rps["gateway"], rps["passthrough"])
+            if W2 in rps and "passthrough" in rps:
+                row["w2_over_passthrough_rps"] = ratio(rps[W2], rps["passthrough"])
+            if W2 in rps and "gateway" in rps:
+                row["w2_over_gateway_rps_same_core"] = ratio(rps[W2], rps["gateway"])
             row["error_total"] = sum(sum(t["errors"].values()) for t in measured.values())
             cells.append(row)
+
+        scaling: list[dict[str, Any]] = []
+        for cell in SCALING_CELLS:
+            one, two = self.scaling.get((cell, "gateway")), self.scaling.get((cell, W2))
+            if not (one and two):
+                continue
+            m1, m2 = median_of(one), median_of(two)
+            scaling.append(
+                {
+                    "mode": cell.mode,
+                    "concurrency": cell.concurrency,
+                    "gateway": {**m1, "rounds": [r.as_dict() for r in one]},
+                    W2: {**m2, "rounds": [r.as_dict() for r in two]},
+                    "w2_over_w1_rps": ratio(m2["rps"], m1["rps"]),
+                    "error_total": sum(m1["errors"].values()) + sum(m2["errors"].values()),
+                }
+            )
 
         added: dict[str, dict[str, float]] = {}
         for row in cells:
@@ -371,10 +593,11 @@ class Bench:
                 base = targets["direct"]["p50_ms"]
                 added[row["mode"]] = {
                     t: round(targets[t]["p50_ms"] - base, 3)
-                    for t in ("passthrough", "gateway")
+                    for t in ("passthrough", "gateway", W2)
                     if t in targets
                 }
-        scans = {name: scan_log(self.log_path(name)) for name in self.children}
+        logs = [*self.children, *(["gateway-cold"] if self.cold_start_count else [])]
+        scans = {name: scan_log(self.log_path(name)) for name in logs}
         return {
             "timestamp_utc": self.stamp,
             "settings": {
@@ -386,6 +609,8 @@ class Bench:
                 "upstream_core": self.upstream_core,
                 "target_and_wrk_core": self.target_core,
                 "core_warning": self.core_warning,
+                "targets": list(self.targets),
+                "cold_starts": self.cold_start_count,
             },
             "machine": {
                 "cpu": cpu_model(),
@@ -396,21 +621,45 @@ class Bench:
                 "git": self.git,
             },
             "cells": cells,
+            "scaling": {
+                "placement": (
+                    f"gateway (1 worker) and {W2} (supervisor and workers, every thread) allowed "
+                    f"CPUs {self.cores}; upstream stays on CPU {self.upstream_core}, wrk on CPU "
+                    f"{self.target_core}"
+                ),
+                "skipped": self.scaling_skipped(),
+                "cells": scaling,
+            },
             "added_p50_ms_over_direct_c1": added,
             "peak_rss_mib": {
                 name: round(kib / 1024, 1) if kib is not None else None
                 for name, kib in self.peak_rss_kib.items()
-                if name in ("passthrough", "gateway")
+                if name in ("passthrough", "gateway", W2)
             },
-            "gateway_cold_start_s": round(self.cold_start_s, 3) if self.cold_start_s else None,
-            "gateway_db_mib": self.gateway_db_mib,
+            "w2_peak_rss_mib_per_process": {
+                name: round(kib / 1024, 1) if kib is not None else None
+                for name, kib in self.w2_rss_kib.items()
+            },
+            "cold_start": self.cold_start_report(),
+            "gateway_db_mib": self.db_mib,
             "warmup_errors": self.warmup_errors,
             "failures": self.failures,
             "log_problems": {name: scan.problems for name, scan in scans.items() if scan.problems},
             # Informational: tracebacks from wrk dropping its connections at the end of each run.
             "log_client_disconnects": {name: scan.disconnects for name, scan in scans.items()},
-            "logs": {name: str(self.log_path(name).relative_to(REPO)) for name in self.children},
+            "logs": {name: str(self.log_path(name).relative_to(REPO)) for name in logs},
         }
+
+
+def print_cold_start(cold: dict[str, Any]) -> None:
+    if not cold["starts"]:
+        return
+    print(
+        f"gateway cold start, median of {cold['starts']} fresh starts on CPU {cold['core']}: "
+        f"spawn -> first answered chat completion {cold['first_completion_median_s']} s "
+        f"{cold['first_completion_s']}; spawn -> first 200 on /health/ready "
+        f"{cold['ready_median_s']} s {cold['ready_s']}; bytecode {cold['bytecode']}"
+    )
 
 
 def print_report(report: dict[str, Any]) -> None:
@@ -425,7 +674,7 @@ def print_report(report: dict[str, Any]) -> None:
         print(f"WARNING: {s['core_warning']}")
     header = f"{'cell':<18} {'target':<12} {'req/s':>9} {'p50 ms':>8} {'p99 ms':>8} {'errors':>7}"
     print(header)
-    print("-" * len(header) + "  gw/pt")
+    print("-" * len(header) + "  gw/pt (w2: w2/pt, w2/gateway on the same core)")
     for row in report["cells"]:
         cell = f"{row['mode']} c={row['concurrency']}"
         for target, m in row["targets"].items():
@@ -433,23 +682,46 @@ def print_report(report: dict[str, Any]) -> None:
             ratio = ""
             if target == "gateway" and row.get("gateway_over_passthrough_rps") is not None:
                 ratio = f"  {row['gateway_over_passthrough_rps']:.2f}"
+            if target == W2 and row.get("w2_over_passthrough_rps") is not None:
+                ratio = f"  {row['w2_over_passthrough_rps']:.2f}"
+                if row.get("w2_over_gateway_rps_same_core") is not None:
+                    ratio += f"  ({row['w2_over_gateway_rps_same_core']:.2f})"
             loud = "  <-- !!! ERRORS " + str(m["errors"]) if errors else ""
             print(
                 f"{cell:<18} {target:<12} {m['rps']:9.0f} {m['p50_ms']:8.2f} {m['p99_ms']:8.2f} "
                 f"{errors:7d}{ratio}{loud}"
             )
             cell = ""
+    scaling = report["scaling"]
+    print()
+    if scaling["skipped"]:
+        print(f"scaling: skipped ({scaling['skipped']})")
+    elif scaling["cells"]:
+        print(f"scaling, --workers 2 over 1 worker: {scaling['placement']}")
+        print(f"{'cell':<18} {'1 worker':>9} {'2 workers':>10} {'factor':>7}")
+        for row in scaling["cells"]:
+            errors = row["error_total"]
+            loud = f"  <-- !!! {errors} ERRORS" if errors else ""
+            factor = row["w2_over_w1_rps"]
+            print(
+                f"{row['mode'] + ' c=' + str(row['concurrency']):<18} "
+                f"{row['gateway']['rps']:9.0f} {row[W2]['rps']:10.0f} "
+                f"{'-' if factor is None else f'{factor:.2f}':>7}{loud}"
+            )
     print()
     for mode, added in report["added_p50_ms_over_direct_c1"].items():
         parts = ", ".join(f"{t} +{v:.3f} ms" for t, v in added.items())
         print(f"added p50 over direct at c=1, {mode}: {parts}")
     rss = ", ".join(f"{k} {v} MiB" for k, v in report["peak_rss_mib"].items())
+    if report["w2_peak_rss_mib_per_process"]:
+        each = ", ".join(f"{k} {v}" for k, v in report["w2_peak_rss_mib_per_process"].items())
+        rss += f" (the sum of: {each})"
     print(f"peak RSS (VmHWM): {rss}")
-    print(f"gateway cold start (spawn -> first 200 on /health/ready): "
-          f"{report['gateway_cold_start_s']} s")  # fmt: skip
+    print_cold_start(report["cold_start"])
     disconnects = ", ".join(f"{k} {v}" for k, v in report["log_client_disconnects"].items())
     print(f"client-disconnect tracebacks in logs (wrk stops mid-request; expected): {disconnects}")
-    print(f"gateway SQLite store at the end (db + wal): {report['gateway_db_mib']} MiB")
+    dbs = ", ".join(f"{k} {v} MiB" for k, v in report["gateway_db_mib"].items())
+    print(f"gateway SQLite stores at the end (db + wal): {dbs}")
     if report["warmup_errors"]:
         print(f"!!! errors during warm-up: {report['warmup_errors']}")
     for name, found in report["log_problems"].items():
@@ -458,41 +730,93 @@ def print_report(report: dict[str, Any]) -> None:
     for failure in report["failures"]:
         print(f"!!! FAILURE: {failure}")
     total = sum(row["error_total"] for row in report["cells"])
+    total += sum(row["error_total"] for row in scaling["cells"])
     if total:
         print(f"!!! {total} failed requests (connect/read/write/timeout/non-2xx) across cells")
 
 
+def pycache_dir(tmp: Path) -> Path | None:
+    return None if os.environ.get("BENCH_PYCACHE") == "0" else tmp / "pycache"
+
+
+def cold_start_only(count: int, stamp: str) -> int:
+    """`python -m bench.run cold-start [N]`: the upstream, the store and key, N cold starts."""
+    tmp = Path(tempfile.mkdtemp(prefix="gateway-bench-"))
+    bench = Bench(1, 1, stamp, cold_starts=count, pycache=pycache_dir(tmp))
+    os.sched_setaffinity(0, {bench.upstream_core})
+    try:
+        bench.start_upstream()
+        bench.prepare_gateway(tmp)
+        bench.cold_starts()
+    except Exception as exc:
+        bench.failures.append(f"{type(exc).__name__}: {exc}")
+    finally:
+        bench.stop()
+        shutil.rmtree(tmp, ignore_errors=True)
+    cold = bench.cold_start_report()
+    problems = scan_log(bench.log_path("gateway-cold")).problems
+    out = RESULTS / f"cold-start-{stamp}.json"
+    out.write_bytes(
+        orjson.dumps(
+            {"git": bench.git, **cold, "failures": bench.failures, "log_problems": problems},
+            option=orjson.OPT_INDENT_2,
+        )
+    )
+    print_cold_start(cold)
+    for failure in bench.failures + problems:
+        print(f"!!! {failure}")
+    print(f"wrote {out.relative_to(REPO)}")
+    return 1 if bench.failures or problems else 0
+
+
 def main() -> int:
-    duration_s = env_int("BENCH_DURATION", 5)
-    rounds = env_int("BENCH_ROUNDS", 1)
     stamp = datetime.now(UTC).strftime("%Y%m%dT%H%M%SZ")
     RESULTS.mkdir(parents=True, exist_ok=True)
-    bench = Bench(duration_s, rounds, stamp)
+    if sys.argv[1:2] == ["cold-start"]:
+        return cold_start_only(int(sys.argv[2]) if len(sys.argv) > 2 else 5, stamp)
+    duration_s = env_int("BENCH_DURATION", 5)
+    rounds = env_int("BENCH_ROUNDS", 1)
+    tmp = Path(tempfile.mkdtemp(prefix="gateway-bench-"))
+    bench = Bench(
+        duration_s,
+        rounds,
+        stamp,
+        workers2=env_int("BENCH_W2", 1, minimum=0) > 0,
+        cold_starts=env_int("BENCH_COLD_STARTS", 3, minimum=0),
+        pycache=pycache_dir(tmp),
+    )
     # The harness only waits on children; keep its polling off the core under test.
     os.sched_setaffinity(0, {bench.upstream_core})
-    tmp = Path(tempfile.mkdtemp(prefix="gateway-bench-"))
     started = time.perf_counter()
     try:
-        bench.start(tmp)
+        bench.start_upstream()
+        bench.start_passthrough()
+        bench.prepare_gateway(tmp)
+        # Before the gateway target starts: nothing else of the gateway's runs meanwhile.
+        bench.cold_starts()
+        bench.start_gateway()
+        if bench.workers2:
+            bench.start_w2(tmp)
         bench.smoke()
         if not bench.failures:
             bench.measure()
+        if not bench.failures:
+            bench.measure_scaling()
     except Exception as exc:  # still report what was measured, and stop every child
         bench.failures.append(f"{type(exc).__name__}: {exc}")
     finally:
         bench.stop()
-        # How much the gateway recorded: the SQLite file plus its write-ahead log.
-        db_bytes = sum(f.stat().st_size for f in tmp.glob("bench.db*"))
-        bench.gateway_db_mib = round(db_bytes / 2**20, 1)
+        bench.measure_db()
         shutil.rmtree(tmp, ignore_errors=True)
     report = bench.report()
     report["wall_s"] = round(time.perf_counter() - started, 1)
     out = RESULTS / f"bench-{stamp}.json"
     out.write_bytes(orjson.dumps(report, option=orjson.OPT_INDENT_2))
     print_report(report)
-    print(f"\nwrote {out.relative_to(REPO)}")
+    print(f"\nwrote {out.relative_to(REPO)}  ({report['wall_s']} s)")
     bad = report["failures"] or report["log_problems"] or report["warmup_errors"]
-    return 1 if bad or any(row["error_total"] for row in report["cells"]) else 0
+    errors = sum(row["error_total"] for row in report["cells"] + report["scaling"]["cells"])
+    return 1 if bad or errors else 0
 
 
 if __name__ == "__main__":
