@@ -2,21 +2,52 @@
 
 from __future__ import annotations
 
+from importlib import import_module
+
 from aiohttp import web
+from aiohttp.typedefs import Handler
 
 from gateway.http import (
-    admin,
     chat,
     conversations,
-    conversations_list,
     embeddings,
     messages,
-    openapi,
     responses,
     system,
-    ui,
-    usage,
 )
+
+# Operator routes (admin, the UI, the conversation list, usage reports, the OpenAPI document)
+# import their modules on their first request: serving completions does not need them, and
+# importing them is part of every cold start.
+LAZY_MODULES = ("admin", "conversations_list", "openapi", "ui", "usage")
+
+
+def _later(module: str, name: str) -> Handler:
+    handler: Handler | None = None
+
+    async def handle(request: web.Request) -> web.StreamResponse:
+        nonlocal handler
+        if handler is None:
+            handler = getattr(import_module(f"gateway.http.{module}"), name)
+        return await handler(request)
+
+    # What it stands for, for reprs and for the test that every such name exists.
+    handle.__module__ = f"gateway.http.{module}"
+    handle.__name__ = handle.__qualname__ = name
+    return handle
+
+
+class _Later:
+    """`admin.create_team` in the table below, imported when first called."""
+
+    def __init__(self, module: str) -> None:
+        self._module = module
+
+    def __getattr__(self, name: str) -> Handler:
+        return _later(self._module, name)
+
+
+admin, conversations_list, openapi, ui, usage = (_Later(m) for m in LAZY_MODULES)
 
 
 def add_routes(app: web.Application) -> None:

@@ -8,15 +8,34 @@ from __future__ import annotations
 
 import importlib.util
 import os
-from functools import cache
+import threading
 from pathlib import Path
 from typing import Any
 
 import orjson
 
+_UNLOADED = object()
+_loaded: Any = _UNLOADED
+_loading = threading.Lock()
+_stopping = threading.Event()
 
-@cache
+
 def _encoding() -> Any:
+    if _loaded is _UNLOADED:
+        _load()
+    return _loaded
+
+
+def _load() -> None:
+    global _loaded
+    # One load at a time: an estimate needed while warm() is loading waits for it instead of
+    # loading a second copy alongside.
+    with _loading:
+        if _loaded is _UNLOADED:
+            _loaded = _read_encoding()
+
+
+def _read_encoding() -> Any:
     spec = importlib.util.find_spec("litellm")
     if spec is not None and spec.submodule_search_locations:
         bundled = Path(next(iter(spec.submodule_search_locations)))
@@ -31,9 +50,26 @@ def _encoding() -> Any:
         return None
 
 
-def warm() -> None:
-    """Load the tokenizer (about 0.4 s) so the first estimate does not stall a request."""
-    _encoding()
+# warm() runs on a thread started with the app. The load holds the GIL for most of its
+# 0.4-1 s, so at once it would halve the speed of the end of startup and of the first requests
+# (cold start to the first answer); a moment later the gateway is usually idle.
+_WARM_DELAY_S = 0.5
+
+
+def warm(delay_s: float = _WARM_DELAY_S) -> None:
+    """Load the tokenizer so the first estimate does not stall a request."""
+    if _loaded is not _UNLOADED:  # loaded already (an earlier app in this process)
+        return
+    if _stopping.wait(delay_s):
+        return
+    _load()
+
+
+def skip_warm() -> None:
+    """The process is stopping: a warm() still waiting returns without loading, so a gateway
+    stopped right after it started does not wait for the load. An estimate needed while
+    draining loads the tokenizer itself, as any estimate before the warm-up finished does."""
+    _stopping.set()
 
 
 # Longer texts are estimated from a sample: tokenizing megabytes would stall the event loop
