@@ -53,6 +53,28 @@ def test_the_app_imports_nothing_it_needs_only_later() -> None:
     assert sorted(m for m in NOT_AT_START if m in modules) == []
 
 
+def test_serving_a_completion_and_an_estimate_needs_no_litellm() -> None:
+    # The tokenizer files and the price map ship inside litellm; they are read as files.
+    modules = imported_after(
+        "import asyncio\n"
+        "from aiohttp.test_utils import TestClient, TestServer\n"
+        "from gateway.app import create_app\n"
+        "from gateway.config import parse_config\n"
+        "from gateway.metering import tokens\n"
+        "config = parse_config({'store': {'url': 'sqlite:///:memory:'}, 'models': [{'name':"
+        " 'demo', 'deployments': [{'provider': 'demo', 'chunk_delay_ms': 0}]}]}).config\n"
+        "async def main():\n"
+        "    async with TestClient(TestServer(create_app(config))) as client:\n"
+        "        body = {'model': 'demo', 'messages': [{'role': 'user', 'content': 'hi'}]}\n"
+        "        response = await client.post('/v1/chat/completions', json=body)\n"
+        "        assert response.status == 200, await response.text()\n"
+        "        assert tokens.count_text('hello') >= 1\n"
+        "asyncio.run(main())"
+    )
+    assert "gateway.pipeline" in modules and "tiktoken" in modules
+    assert "litellm" not in modules
+
+
 def test_the_cli_module_leaves_the_heavy_imports_to_main() -> None:
     # main() turns the collector off before aiohttp and pydantic load; importing them at the
     # top of gateway.cli would load them with it still on.
