@@ -57,6 +57,8 @@ _GZIP, _DEFLATE = 1, 2
 
 _TOKEN = re.compile(r"[!#$%&'*+\-.^_`|~0-9A-Za-z]+")
 _HEX = re.compile(rb"[0-9A-Fa-f]{1,15}")
+_FOLDED = re.compile(rb"\r\n[ \t]")  # obsolete line folding, refused
+_STATUS_LINE = re.compile(rb"HTTP/1\.[01] ([0-9]{3})(?:[ \r]|\Z)")
 _CONNECTION = b"\r\nconnection:"
 _TRANSFER_ENCODING = b"\r\ntransfer-encoding:"
 _CONTENT_LENGTH = b"\r\ncontent-length:"
@@ -332,7 +334,8 @@ class _Connection(asyncio.Protocol):
             while not response.status:
                 if response._exc is not None:
                     raise response._exc
-                await response._wait()
+                waiter = response._waiter = self.loop.create_future()
+                await waiter
         except BaseException:  # cancelled, or the connection failed before the headers
             response._conn = None
             self.abort()
@@ -401,22 +404,16 @@ class _Connection(asyncio.Protocol):
                 self._rest = data
                 return b""
             head, data = data[:end], data[end + 4 :]
-            if (
-                head[:7] != b"HTTP/1."
-                or head[7:8] not in (b"0", b"1")
-                or head[8:9] != b" "
-                or not head[9:12].isdigit()
-                or head[12:13] not in (b" ", b"\r", b"")
-            ):
+            if (matched := _STATUS_LINE.match(head)) is None:
                 line = head.split(b"\r\n", 1)[0][:100]
                 raise UpstreamProtocolError(f"the upstream sent a malformed status line: {line!r}")
-            status = int(head[9:12])
+            status = int(matched[1])
             if status >= 200:
                 break
             if status == 101:
                 raise UpstreamProtocolError("the upstream switched protocols (HTTP 101)")
             # 1xx: an interim response (103 Early Hints, ...); the final one follows.
-        if b"\r\n " in head or b"\r\n\t" in head:
+        if _FOLDED.search(head) is not None:
             raise UpstreamProtocolError("the upstream folded a header line (obsolete)")
         low = head.lower()
         connection = _field(low, _CONNECTION)
@@ -442,8 +439,11 @@ class _Connection(asyncio.Protocol):
                 raise UpstreamProtocolError(f"unsupported transfer-encoding {transfer!r}")
             self._state = _CHUNK_SIZE
         elif (length := _field(low, _CONTENT_LENGTH)) is not None:
-            values = {v.strip() for v in length.split(b",")}  # repeats must agree
-            if len(values) != 1 or not (value := values.pop()).isdigit() or len(value) > 18:
+            value = length
+            if b"," in length:  # repeated: every copy must agree
+                values = {v.strip() for v in length.split(b",")}
+                value = values.pop() if len(values) == 1 else b""
+            if not value.isdigit() or len(value) > 18:
                 raise UpstreamProtocolError(f"the upstream sent a bad content-length {length!r}")
             self._left = int(value)
             self._state = _LENGTH
@@ -590,6 +590,12 @@ def _field(low: bytes, key: bytes) -> bytes | None:
     found = low.find(key)
     if found < 0:
         return None
+    start = found + len(key)
+    stop = low.find(b"\r\n", start)
+    if stop < 0:
+        stop = len(low)
+    if low.find(key, stop) < 0:  # the usual case: said once
+        return low[start:stop].strip(b" \t")
     values = []
     while found >= 0:
         start = found + len(key)
@@ -677,11 +683,8 @@ class Response:
             # Cancelled here (a pipeline timeout, the client gone), the response stays as it
             # is: a drain may read on, else close() drops it. The connection is pooled only
             # once its body has ended cleanly, so it is never reused half-read.
-            await self._wait()
-
-    async def _wait(self) -> None:
-        waiter = self._waiter = self._loop.create_future()
-        await waiter
+            waiter = self._waiter = self._loop.create_future()
+            await waiter
 
     def close(self) -> None:
         """Drop the connection unless the body has already arrived whole (then it is pooled)."""
