@@ -346,11 +346,11 @@ class _Relay:
         await self.turn.store.durable_enough()
         if terminator:
             attempt.frame_written()
-            await self._write(deployment, [terminator])
+            await self._write(deployment, [terminator], last=True)
         if self.response is None:  # an upstream that finished without a single frame
             await self._start_response(deployment)
         assert self.response is not None
-        await self.response.write_eof()
+        await self.response.write_eof()  # done already when the terminator ended the body
         return self.response
 
     async def _start_response(self, deployment: Deployment) -> web.StreamResponse:
@@ -370,7 +370,8 @@ class _Relay:
         self.tracker.chunked = response.chunked
         return response
 
-    async def _write(self, deployment: Deployment, frames: list[bytes]) -> None:
+    async def _write(self, deployment: Deployment, frames: list[bytes], last: bool = False) -> None:
+        """Write frames in one send; `last`: they end the body (with the chunked terminator)."""
         if self.timer is not None:
             self.timer.reschedule(None)  # a slow client is not an idle upstream
         response = self.response or await self._start_response(deployment)
@@ -378,8 +379,9 @@ class _Relay:
         assert tracker is not None
         writer = response._payload_writer
         assert writer is not None
-        tracker.before_write([len(f) for f in frames], writer.output_size)
-        await response.write(b"".join(frames) if len(frames) > 1 else frames[0])
+        tracker.before_write([len(f) for f in frames], writer.output_size, last)
+        data = b"".join(frames) if len(frames) > 1 else frames[0]
+        await (response.write_eof(data) if last else response.write(data))
         tracker.after_write(writer.output_size)
         if self.cancel_requested:
             raise _ClientCancelled()

@@ -57,6 +57,8 @@ class DeliveryTracker:
         self.level: DeliveryLevel = "sent"
         self._base = 0
         self._ends: list[int] = []  # end offset of each written frame
+        # A write under way: its frames' lengths, its bytes after the chunk size line, and the
+        # output size before it.
         self._pending: tuple[list[int], int, int] | None = None
         self._handed = 0  # "sent" level: bytes known to be out of the process
         # Chunked transfer encoding puts a 2-byte CRLF after each written chunk.
@@ -88,9 +90,12 @@ class DeliveryTracker:
         buffered = self._transport.get_write_buffer_size() if self._transport else 0
         self._base = acked + queued + buffered
 
-    def before_write(self, frame_lengths: list[int], output_size: int) -> None:
-        """Frames about to be written in one `write()`; settled by `after_write`."""
-        self._pending = (frame_lengths, sum(frame_lengths), output_size)
+    def before_write(self, frame_lengths: list[int], output_size: int, last: bool = False) -> None:
+        """Frames about to be written in one `write()` (`last`: in `write_eof()`, which ends a
+        chunked body with its zero-length chunk in the same send); settled by `after_write`."""
+        # What follows the frames' bytes: a chunk's CRLF, and the last chunk's "0" CRLF CRLF.
+        trailer = (7 if last else 2) if self.chunked else 0
+        self._pending = (frame_lengths, sum(frame_lengths) + trailer, output_size)
 
     def after_write(self, output_size: int) -> None:
         pending = self._pending
@@ -100,7 +105,7 @@ class DeliveryTracker:
         self._pending = None
         if output_size == before:
             return  # nothing reached the transport
-        end = output_size - (2 if self.chunked else 0) - total
+        end = output_size - total
         for length in lengths:
             end += length
             self._ends.append(end)
