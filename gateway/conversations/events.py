@@ -18,6 +18,31 @@ TURN_END = "turn/end"
 SURFACE_TYPES = frozenset({USER_MESSAGE, TOOL_RESULT, ASSISTANT_MESSAGE})
 
 
+_ENTROPY_BYTES = 4096
+_entropy = b""
+_entropy_at = _ENTROPY_BYTES
+
+
+def _random_hex(n: int) -> str:
+    """`n` random bytes as hex, from the OS's generator, fetched a page at a time (a getrandom
+    call per id was a measurable part of a request)."""
+    global _entropy, _entropy_at
+    if _entropy_at + n > _ENTROPY_BYTES:
+        _entropy, _entropy_at = os.urandom(_ENTROPY_BYTES), 0
+    start = _entropy_at
+    _entropy_at += n
+    return _entropy[start : start + n].hex()
+
+
+def _forget_entropy() -> None:
+    # A forked worker must not hand out the ids its parent's buffer still holds.
+    global _entropy_at
+    _entropy_at = _ENTROPY_BYTES
+
+
+os.register_at_fork(after_in_child=_forget_entropy)
+
+
 def sortable_hex() -> str:
     """32 hex digits: the time in milliseconds, then 80 random bits.
 
@@ -25,14 +50,14 @@ def sortable_hex() -> str:
     touch a few index pages instead of one random page per index and row (which the write-ahead
     log then writes whole); 80 random bits keep them as unguessable as any id needs to be.
     """
-    return f"{time.time_ns() // 1_000_000:012x}{os.urandom(10).hex()}"
+    return f"{time.time_ns() // 1_000_000:012x}{_random_hex(10)}"
 
 
 def new_id(prefix: str) -> str:
     return f"{prefix}_{sortable_hex()}"
 
 
-@dataclass(slots=True, frozen=True)
+@dataclass(slots=True)
 class Event:
     conversation_id: str
     seq: int
@@ -52,7 +77,7 @@ class Event:
         }
 
 
-@dataclass(slots=True, frozen=True)
+@dataclass(slots=True)
 class NewEvent:
     """An event before the store gives it its `seq`."""
 
@@ -65,7 +90,7 @@ class NewEvent:
     uid: str = field(default_factory=sortable_hex)
 
 
-@dataclass(slots=True, frozen=True)
+@dataclass(slots=True)
 class Conversation:
     id: str
     created_at: float
@@ -79,7 +104,7 @@ class Conversation:
     deleted_at: float | None = None  # deleted through the Conversations API: hidden, kept
 
 
-@dataclass(slots=True, frozen=True)
+@dataclass(slots=True)
 class TurnStart:
     id: str
     conversation_id: str

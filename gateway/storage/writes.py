@@ -18,7 +18,7 @@ from gateway.storage.db import Db
 Kind = Literal["conversation", "turn", "event", "usage", "response"]
 
 
-@dataclass(slots=True, frozen=True)
+@dataclass(slots=True)
 class Write:
     kind: Kind
     row: dict[str, Any]
