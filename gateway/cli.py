@@ -317,7 +317,8 @@ def _main(argv: list[str] | None) -> int:
     if args.workers > 1:
         from gateway.workers import supervise
 
-        gc.enable()  # the supervisor runs for as long as its workers
+        gc.freeze()  # the supervisor runs for as long as its workers
+        gc.enable()
         return supervise(args.workers, host, port, args.config)
     reuse_port = os.environ.get("GATEWAY_WORKER") is not None
     try:
