@@ -325,12 +325,12 @@ class _Connection(asyncio.Protocol):
         self._state = _HEAD
         self._received = False
         head = endpoint.prefix + b"%d\r\n\r\n" % len(body)
-        if len(body) <= _JOIN_WRITE:
-            transport.write(head + body)
-        else:
-            transport.write(head)
-            transport.write(body)
         try:
+            if len(body) <= _JOIN_WRITE:
+                transport.write(head + body)
+            else:
+                transport.write(head)
+                transport.write(body)
             while not response.status:
                 if response._exc is not None:
                     raise response._exc

@@ -283,6 +283,14 @@ async def test_any_split_into_reads_gives_the_same_body_and_pools_the_connection
         await fed.pool.close()
 
 
+async def test_no_content_has_no_body() -> None:
+    fed = await feed(b"HTTP/1.1 204 No Content\r\nContent-Length: 7\r\n\r\n")
+    assert fed.response.status == 204
+    assert await read_all(fed.response) == b""
+    assert fed.conn.in_pool
+    await fed.pool.close()
+
+
 async def test_headers_are_parsed_only_when_asked_for_case_insensitively() -> None:
     fed = await feed(ok(b"x", "Retry-After: 7", "X-Repeated: a", "x-repeated: b"))
     assert fed.response.headers["retry-after"] == "7"
@@ -420,6 +428,18 @@ async def test_a_content_length_body_and_a_chunked_body_of_many_small_chunks(
     expected = b"".join(b"data: %d\n\n" % i for i in range(2000))
     assert await fetch(pool, url + "/chunks") == expected
     assert seen.ports[0] == seen.ports[1]  # one connection, kept alive
+
+
+async def test_a_large_request_body_arrives_whole(
+    aiohttp_server: MakeServer, pool: UpstreamPool
+) -> None:
+    async def handler(request: web.Request) -> web.Response:
+        return web.Response(text="got it")
+
+    url, seen = await aiohttp_upstream(aiohttp_server, handler)
+    sent = orjson.dumps({"messages": [{"content": "x" * (512 << 10)}]})
+    assert await fetch(pool, url, sent) == b"got it"
+    assert seen.bodies == [sent]
 
 
 async def test_a_body_delimited_by_the_close_of_the_connection(pool: UpstreamPool) -> None:
