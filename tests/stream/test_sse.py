@@ -3,6 +3,8 @@
 from __future__ import annotations
 
 import pytest
+from hypothesis import given, settings
+from hypothesis import strategies as st
 
 from gateway.stream.sse import SSEDecoder, SSEFrame, SSEFrameTooLarge
 from tests.fakes import FIXTURES, fixture_bytes
@@ -88,3 +90,29 @@ def test_an_endless_frame_is_refused() -> None:
     with pytest.raises(SSEFrameTooLarge):
         for _ in range(20):
             decoder.feed(b"data: " + b"x" * 100)
+
+
+LINES = st.sampled_from(
+    [b"data: x", b'data: {"a":1}', b"data:", b"data", b"event: e", b"id: 7", b": c", b"", b"z: q"]
+)
+
+
+@st.composite
+def lf_streams(draw: st.DrawFn) -> tuple[bytes, list[int]]:
+    """`\\n`-only streams (the fast mode's) with empty frames, runs of blank lines, comments and
+    multi-line data, and where to cut them into pieces."""
+    body = b"".join(line + b"\n" for line in draw(st.lists(LINES, max_size=40)))
+    cuts = sorted(draw(st.lists(st.integers(0, len(body)), max_size=6)))
+    return body, cuts
+
+
+@given(lf_streams())
+@settings(max_examples=300, deadline=None)
+def test_fast_mode_frames_equal_the_line_by_line_reading(case: tuple[bytes, list[int]]) -> None:
+    body, cuts = case
+    pieces = [body[a:b] for a, b in zip([0, *cuts], [*cuts, len(body)], strict=True)]
+    pieces.insert(0, b"data: first\n\n")  # past the first frame, where the fast mode starts
+    reference = SSEDecoder()
+    reference._lines_mode = True  # the general reader, as a `\r` in the stream would pick
+    want = [f for piece in pieces for f in reference.feed(piece)] + reference.flush()
+    assert decode(*pieces) == want
