@@ -68,6 +68,21 @@ def peak_rss_kib(pid: int) -> int | None:
     return None
 
 
+def cpu_s(pid: int) -> float | None:
+    """CPU time of a process so far, every thread (ns resolution, from schedstat)."""
+    total = 0
+    try:
+        tasks = list(Path(f"/proc/{pid}/task").iterdir())
+    except OSError:
+        return None
+    for task in tasks:
+        try:
+            total += int((task / "schedstat").read_text().split()[0])
+        except (OSError, IndexError, ValueError):
+            continue  # a thread that just ended
+    return total / 1e9
+
+
 def descendants(pid: int) -> list[int]:
     """Every process below pid (e.g. the workers of `gateway serve --workers N`), from /proc."""
     parents: dict[int, list[int]] = {}
