@@ -24,7 +24,7 @@ def sent_text(segments: list[Segment]) -> str:
     """The text the client received from the failed attempts, in order."""
     parts = []
     for attempt, frames in segments:
-        blocks = BlockAssembler.of(e for _, e in attempt.delivered_events(frames)).blocks()
+        blocks = BlockAssembler.of(attempt.log.events(attempt.log.cut(frames))).blocks()
         parts += [b.text for b in blocks if b.kind == TEXT]
     return "".join(parts)
 

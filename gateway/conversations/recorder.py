@@ -15,8 +15,7 @@ handler that is being cancelled because its client went away.
 from __future__ import annotations
 
 import time
-from collections.abc import Sequence
-from dataclasses import dataclass, field, replace
+from collections.abc import Callable, Sequence
 from typing import TYPE_CHECKING, Any
 
 from gateway import metrics
@@ -38,51 +37,72 @@ if TYPE_CHECKING:
     from gateway.metering.usage import Meter
 from gateway.errors import GatewayError, UpstreamError
 from gateway.stream.assembler import BlockAssembler
-from gateway.stream.compact import Timed, compact
-from gateway.stream.events import BlockDelta, BlockEnd, BlockStart, Finish, StreamEvent, Usage
+from gateway.stream.attempt_log import AttemptLog
+from gateway.stream.compact import CompactRecords, Timed
+from gateway.stream.events import StreamEvent
 
 
-@dataclass
 class Attempt:
-    """One upstream request: its route and the timed events received from it."""
+    """One upstream request: its route, and what it received (its AttemptLog)."""
 
-    number: int
-    route: dict[str, Any]
-    started: float = field(default_factory=time.monotonic)
-    events: list[Timed] = field(default_factory=list)
-    # For each frame written to the client: how many events had been received by its end.
-    frame_marks: list[int] = field(default_factory=list)
-    first_token_ms: float | None = None
-    # Set when the attempt ends, for metering: how it ended and what of it the client got.
-    outcome: str | None = None  # completed | interrupted | error
-    delivered: list[Timed] | None = None
-    ended: float | None = None
+    __slots__ = (
+        "_first_token_ms",
+        "add",
+        "delivered",
+        "ended",
+        "frame_written",
+        "log",
+        "number",
+        "outcome",
+        "route",
+    )
 
-    def settle(self, outcome: str, delivered: list[Timed] | None) -> None:
+    def __init__(self, number: int, route: dict[str, Any], started: float | None = None) -> None:
+        self.number = number
+        self.route = route
+        self.log = AttemptLog(started)
+        # Called once per upstream frame: the log's own methods, with no call in between.
+        self.add: Callable[[list[StreamEvent]], None] = self.log.add
+        self.frame_written: Callable[[], None] = self.log.mark
+        self._first_token_ms: float | None = None
+        # Set when the attempt ends, for metering: how it ended and how many of its events (in
+        # received order) the client got.
+        self.outcome: str | None = None  # completed | interrupted | error
+        self.delivered = 0
+        self.ended: float | None = None
+
+    @property
+    def started(self) -> float:
+        return self.log.started
+
+    @property
+    def first_token_ms(self) -> float | None:
+        """When the first content came (set by the relay), else the first events."""
+        first = self._first_token_ms
+        return self.log.first_ms if first is None else first
+
+    @first_token_ms.setter
+    def first_token_ms(self, value: float | None) -> None:
+        self._first_token_ms = value
+
+    def settle(self, outcome: str, delivered: int) -> None:
         if self.outcome is None:
             self.outcome, self.delivered, self.ended = outcome, delivered, time.monotonic()
 
-    def add(self, events: list[StreamEvent]) -> None:
-        if not events:
-            return
-        t = (time.monotonic() - self.started) * 1000.0
-        if self.first_token_ms is None:
-            self.first_token_ms = t
-        self.events.extend((t, e) for e in events)
-
-    def frame_written(self) -> None:
-        self.frame_marks.append(len(self.events))
-
     def delivered_events(self, frames: int) -> list[Timed]:
-        return self.events[: self.frame_marks[frames - 1]] if frames else []
+        """The events the first `frames` frames were made from, one object each (costly for a
+        long stream: the recorder reads `log` instead)."""
+        return self.log.timed(self.log.cut(frames))
+
+    @property
+    def events(self) -> list[Timed]:
+        """Every event received, one object each (as `delivered_events`)."""
+        return self.log.timed(self.log.count)
 
     @property
     def usage(self) -> dict[str, Any] | None:
         """The provider's own count for everything this attempt received, when it came."""
-        for _, event in reversed(self.events):
-            if isinstance(event, Usage):
-                return event.usage
-        return None
+        return self.log.usage()
 
 
 def _input_event(message: dict[str, Any]) -> tuple[str, dict[str, Any]]:
@@ -126,46 +146,42 @@ def _input_event(message: dict[str, Any]) -> tuple[str, dict[str, Any]]:
 
 
 Segment = tuple[Attempt, int]  # an earlier attempt, and how many of its frames the client got
+Part = tuple[Attempt, int]  # an attempt, and how many of its events (in received order) count
 
 
-def _spliced(prior: Sequence[Segment], attempt: Attempt, timed: list[Timed]) -> list[Timed]:
-    """A continued answer's timed events: each attempt's part in order, block indexes shifted
-    so they never collide, times measured from the first attempt's start."""
-    if not prior:
-        return timed
-    parts = [(a, a.delivered_events(n)) for a, n in prior] + [(attempt, timed)]
+def _answer(parts: list[Part]) -> tuple[BlockAssembler, list[dict[str, Any]]]:
+    """An answer's blocks and its compact stream (contract section 4), from the events of one
+    attempt or, for a continued answer, of each attempt in order: block indexes shifted so they
+    never collide, times measured from the first attempt's start."""
+    assembler = BlockAssembler()
+    stream = CompactRecords()
     origin = parts[0][0].started
-    out: list[Timed] = []
     offset = 0
-    for part, events in parts:
+    for part, end in parts:
         shift = (part.started - origin) * 1000.0
-        top = offset - 1
-        for t, event in events:
-            if isinstance(event, BlockStart | BlockDelta | BlockEnd):
-                event = replace(event, index=event.index + offset)
-                top = max(top, event.index)
-            out.append((t + shift, event))
-        offset = top + 1
-    return out
+        top = part.log.replay(end, stream, assembler, shift_ms=shift, index_offset=offset)
+        offset = max(offset, top + 1)
+    return assembler, stream.done()
 
 
-def _with_segments(
-    payload: dict[str, Any], prior: Sequence[Segment], attempt: Attempt, own: list[Timed]
-) -> dict[str, Any]:
+def _with_segments(payload: dict[str, Any], parts: list[Part]) -> dict[str, Any]:
     """Credit each part of a continued answer to the deployment that produced it."""
-    if not prior:
+    if len(parts) == 1:
         return payload
-    parts = [(a, a.delivered_events(n)) for a, n in prior] + [(attempt, own)]
     payload["segments"] = [
         {
             "attempt": part.number,
             "route": part.route,
-            "content": [b.to_content() for b in BlockAssembler.of(e for _, e in events).blocks()],
+            "content": [b.to_content() for b in BlockAssembler.of(part.log.events(end)).blocks()],
             "usage": part.usage,
         }
-        for part, events in parts
+        for part, end in parts
     ]
     return payload
+
+
+def _parts(prior: Sequence[Segment], attempt: Attempt, end: int) -> list[Part]:
+    return [(a, a.log.cut(frames)) for a, frames in prior] + [(attempt, end)]
 
 
 def _sum_usage(usages: list[dict[str, Any]]) -> dict[str, int]:
@@ -241,13 +257,14 @@ class TurnRecorder:
 
     def completed(self, attempt: Attempt, prior: Sequence[Segment] = ()) -> None:
         """The answer finished; `prior` are earlier attempts it continues (continue_on_failure)."""
-        timed = _spliced(prior, attempt, attempt.events)
-        for earlier, sent in prior:
-            earlier.settle("completed", earlier.delivered_events(sent))
-        attempt.settle("completed", attempt.events)
-        assembler = BlockAssembler.of(e for _, e in timed)
-        payload = self._message_payload(attempt, assembler, timed, interrupted=False)
-        self._append(ASSISTANT_MESSAGE, _with_segments(payload, prior, attempt, attempt.events))
+        parts = _parts(prior, attempt, attempt.log.count)
+        for earlier, end in parts[:-1]:
+            earlier.settle("completed", end)
+        attempt.settle("completed", attempt.log.count)
+        assembler, stream = _answer(parts)
+        payload = self._message_payload(attempt, assembler, stream, interrupted=False)
+        self._append(ASSISTANT_MESSAGE, _with_segments(payload, parts))
+        del payload, stream  # a long answer's JSON: not held while the turn ends
         self._end("completed", None)
 
     def interrupted(
@@ -262,35 +279,37 @@ class TurnRecorder:
         if attempt is None:
             self._end("aborted", reason)
             return
-        own = attempt.delivered_events(delivered)
-        timed = _spliced(prior, attempt, own)
-        for earlier, sent in prior:
-            earlier.settle("interrupted", earlier.delivered_events(sent))
-        assembler = BlockAssembler.of(e for _, e in timed)
-        if any(isinstance(e, Finish) for _, e in own):
+        own = attempt.log.cut(delivered)
+        parts = _parts(prior, attempt, own)
+        for earlier, end in parts[:-1]:
+            earlier.settle("interrupted", end)
+        if attempt.log.finished(own):
             # The client saw the whole answer, finish included: nothing was cut.
             self.completed(attempt, prior)
             return
         attempt.settle("interrupted", own)
+        assembler, stream = _answer(parts)
         blocks = assembler.interrupted_blocks()
         if blocks:
-            payload = self._message_payload(attempt, assembler, timed, interrupted=True)
-            payload = _with_segments(payload, prior, attempt, own)
+            payload = self._message_payload(attempt, assembler, stream, interrupted=True)
+            payload = _with_segments(payload, parts)
             payload["content"] = [b.to_content() for b in blocks]
             payload["delivery"] = level
             # What the provider generated and bills (known when the stream was drained), not
             # just what was delivered.
             payload["usage"] = attempt.usage
             self._append(ASSISTANT_MESSAGE, payload)
+            del payload
         else:
             self._append(ASSISTANT_ATTEMPT, self._attempt_payload(attempt, "empty_prefix"))
+        del stream
         self._end("aborted", reason)
 
     def attempt_failed(
         self, attempt: Attempt, error: GatewayError, *, aborted_finish: bool = False
     ) -> None:
         reason = "aborted_finish" if aborted_finish else "provider_error"
-        attempt.settle("error", [])
+        attempt.settle("error", 0)
         self._append(ASSISTANT_ATTEMPT, self._attempt_payload(attempt, reason))
         self._append(
             REQUEST_ERROR,
@@ -318,13 +337,18 @@ class TurnRecorder:
     # -- helpers -------------------------------------------------------------------------
 
     def _message_payload(
-        self, attempt: Attempt, assembler: BlockAssembler, timed: list[Timed], *, interrupted: bool
+        self,
+        attempt: Attempt,
+        assembler: BlockAssembler,
+        stream: list[dict[str, Any]],
+        *,
+        interrupted: bool,
     ) -> dict[str, Any]:
         return {
             "content": [b.to_content() for b in assembler.blocks()],
             "interrupted": interrupted,
             "surface_op": "append",
-            "stream": compact(timed),
+            "stream": stream,
             "route": attempt.route,
             "attempt": attempt.number,
             "finish_reason": assembler.finish_reason,
@@ -335,7 +359,7 @@ class TurnRecorder:
         return {
             "reason": reason,
             "attempt": attempt.number,
-            "stream": compact(attempt.events),
+            "stream": _answer([(attempt, attempt.log.count)])[1],
             "route": attempt.route,
             "usage": attempt.usage,
         }

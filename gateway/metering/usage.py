@@ -9,7 +9,7 @@ deployment's price (a config override, else litellm's bundled price map).
 from __future__ import annotations
 
 import time
-from collections.abc import Callable
+from collections.abc import Callable, Iterable
 from dataclasses import dataclass
 from typing import TYPE_CHECKING, Any
 
@@ -17,8 +17,7 @@ from gateway import metrics
 from gateway.metering.prices import Price
 from gateway.metering.tokens import count_messages, count_text
 from gateway.stream.assembler import BlockAssembler
-from gateway.stream.compact import Timed
-from gateway.stream.events import TOOL_CALL
+from gateway.stream.events import TOOL_CALL, StreamEvent
 
 if TYPE_CHECKING:
     from gateway.conversations.recorder import Attempt, TurnRecorder
@@ -56,9 +55,9 @@ def _int(value: Any) -> int:
     return value if isinstance(value, int) and not isinstance(value, bool) else 0
 
 
-def _generated_tokens(timed: list[Timed]) -> tuple[int, int]:
+def _generated_tokens(events: Iterable[StreamEvent]) -> tuple[int, int]:
     """(completion, reasoning) tokens of some received or delivered events, by tokenizer."""
-    blocks = BlockAssembler.of(e for _, e in timed).blocks()
+    blocks = BlockAssembler.of(events).blocks()
     reasoning = sum(count_text(b.text) for b in blocks if b.kind == "reasoning")
     other = sum(
         count_text(b.text) + (count_text(b.name or "") if b.kind == TOOL_CALL else 0)
@@ -112,16 +111,16 @@ class Meter:
         else:
             # The provider's count never came: estimate what it was sent and what it produced.
             source = "estimated"
-            received = attempt.events
+            received = attempt.log.count
             prompt = count_messages(turn.prompt) if received or outcome != "error" else 0
-            completion, reasoning = _generated_tokens(received)
+            completion, reasoning = _generated_tokens(attempt.log.events(received))
             cached = 0
             if not received and outcome == "error":
                 prompt = 0  # refused before generating anything: nothing to bill
         if outcome == "completed":
             delivered = completion
         elif outcome == "interrupted":
-            delivered = _generated_tokens(attempt.delivered or [])[0]
+            delivered = _generated_tokens(attempt.log.events(attempt.delivered))[0]
         else:
             delivered = 0
         deployment = str(attempt.route.get("deployment"))

@@ -10,8 +10,11 @@ the gaps after `t0`, computed from rounded absolute times so that replay never d
 
 from __future__ import annotations
 
-from collections.abc import Iterable
+from collections.abc import Iterable, Sequence
+from operator import sub
 from typing import Any
+
+import orjson
 
 from gateway.stream.events import (
     TEXT,
@@ -114,3 +117,134 @@ def expand(records: Iterable[dict[str, Any]]) -> list[Timed]:
                     t += record["dt"][i - 1]
                 out.append((t, BlockDelta(index, part)))
     return out
+
+
+# -- the same records, built from runs of deltas ---------------------------------------------
+
+# A run with more deltas than this has its `dt` and `parts` encoded to JSON a batch at a time
+# (orjson.Fragment), so a long stream never holds an object per part; a shorter one (the usual
+# answer) keeps plain lists, exactly as compact() makes them.
+BATCH = 4096
+
+
+class CompactRecords:
+    """compact()'s records, fed a run of deltas at a time.
+
+    In stream order: `event()` for anything but deltas, `run()` for consecutive deltas of one
+    block (times in whole milliseconds, part strings in batches). `records` then serialises,
+    with the store's orjson.dumps, to exactly what `compact()` of the same events gives.
+    """
+
+    def __init__(self) -> None:
+        self.records: list[dict[str, Any]] = []
+        self._starts: dict[int, BlockStart] = {}
+        self._run: dict[str, Any] | None = None  # the open run record
+        self._last: int | None = None  # the time of its last delta (None: it has none yet)
+        # A long open run's `dt` and `parts`, each as encoded batches (inner JSON text).
+        self._encoded: tuple[list[bytes], list[bytes]] | None = None
+
+    def event(self, t_ms: float, event: StreamEvent) -> None:
+        t = round(t_ms)
+        if isinstance(event, BlockDelta):
+            self.run(event.index, (t,), ([event.text],))
+            return
+        self._close()
+        if isinstance(event, BlockStart):
+            self._starts[event.index] = event
+            self._open(event.index, t)
+        elif isinstance(event, BlockEnd):
+            end: dict[str, Any] = {"type": "end", "index": event.index, "t": t}
+            if event.data is not None:
+                end["data"] = event.data
+            self.records.append(end)
+        elif isinstance(event, Usage):
+            self.records.append({"type": "usage", "t": t, "usage": event.usage})
+        elif isinstance(event, Finish):
+            self.records.append({"type": "finish", "t": t, "reason": event.reason})
+        elif isinstance(event, StreamFailure):
+            self.records.append(
+                {"type": "error", "t": t, "message": event.message, "upstream": event.upstream}
+            )
+
+    def run(
+        self,
+        index: int,
+        times: Sequence[int],
+        parts: Iterable[list[str]],
+        shift_ms: float = 0.0,
+    ) -> None:
+        """Deltas of block `index` at `times` (whole ms; `shift_ms` added, then rounded, for a
+        later attempt of a continued answer), their strings given in order by `parts`."""
+        if not times:
+            return
+        if shift_ms:
+            times = [round(t + shift_ms) for t in times]
+        run = self._run
+        if run is None or run["index"] != index:
+            self._close()
+            run = self._open(index, times[0])
+        last = self._last
+        if last is None:
+            run["t0"] = times[0]  # a run opened by its BlockStart: the first delta sets t0
+        self._last = times[-1]
+        if self._encoded is None and len(run["parts"]) + len(times) <= BATCH:
+            dt: list[int] = run["dt"]
+            if last is not None:
+                dt.append(times[0] - last)
+            dt += map(sub, times[1:], times[:-1])
+            for strings in parts:
+                run["parts"] += strings
+            return
+        if self._encoded is None:
+            self._encoded = ([], [])
+            _add(self._encoded[0], run["dt"])
+            _add(self._encoded[1], run["parts"])
+        gaps, strings_json = self._encoded
+        for a in range(0, len(times), BATCH):
+            batch = times[a : a + BATCH]
+            before = times[a - 1] if a else last
+            batch_gaps = list(map(sub, batch[1:], batch[:-1]))
+            if before is not None:
+                batch_gaps.insert(0, batch[0] - before)
+            _add(gaps, batch_gaps)
+        for strings in parts:
+            _add(strings_json, strings)
+
+    def done(self) -> list[dict[str, Any]]:
+        self._close()
+        return self.records
+
+    # -- helpers ------------------------------------------------------------------------------
+
+    def _open(self, index: int, t: int) -> dict[str, Any]:
+        start = self._starts.get(index) or BlockStart(index, TEXT)
+        record: dict[str, Any] = {
+            "type": start.kind,
+            "index": index,
+            "t0": t,
+            "dt": [],
+            "parts": [],
+        }
+        if start.kind == TOOL_CALL:
+            record["id"] = start.id
+            record["name"] = start.name
+        if start.data is not None:
+            record["data"] = start.data
+        self.records.append(record)
+        self._run = record
+        return record
+
+    def _close(self) -> None:
+        if self._encoded is not None:
+            assert self._run is not None
+            gaps, strings_json = self._encoded
+            self._run["dt"] = orjson.Fragment(b"[" + b",".join(gaps) + b"]")
+            self._run["parts"] = orjson.Fragment(b"[" + b",".join(strings_json) + b"]")
+            self._encoded = None
+        self._run, self._last = None, None
+
+
+def _add(pieces: list[bytes], items: list[Any]) -> None:
+    """Append `items` to encoded pieces as their JSON list's inner text."""
+    if items:
+        pieces.append(orjson.dumps(items)[1:-1])

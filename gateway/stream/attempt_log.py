@@ -1,0 +1,260 @@
+"""What one attempt received, kept compactly while it streams.
+
+A stream is mostly deltas, and a long one must not cost a Python object per chunk (the
+performance issue's target: a 100,000-chunk stream within 2 MB beyond its text). So a delta
+costs only:
+- its text, appended to a buffer (pending strings are joined into one every `_JOIN_AT` deltas);
+- its length and its time (whole milliseconds, what the compact stream records) in arrays of
+  4-byte items (2-byte items would save 0.4 MB a 100,000 deltas, but CPython appends them
+  through a slower conversion: twice the cost, on every frame);
+and consecutive deltas of one block form a *run* (three array items per run, not per delta).
+Every other event (block starts and ends, usage, finish, in-stream errors) is rare and kept as
+the object it is, with its position and exact time. A frame written to the client costs one
+array item: how many events had been received by its end (its *mark*).
+
+Everything a turn's end needs is read from that, up to any mark (the delivered prefix): the
+events with each run merged into one delta (what BlockAssembler needs, one string per run
+rather than per part), the provider's usage, and the compact timed stream of contract section 4
+built from the arrays (a long run's parts encoded to JSON a batch at a time, never a string
+each for the whole stream).
+"""
+
+from __future__ import annotations
+
+from array import array
+from collections.abc import Iterator
+from itertools import accumulate, pairwise
+from time import monotonic
+from typing import Any, NamedTuple
+
+from gateway.stream.assembler import BlockAssembler
+from gateway.stream.compact import BATCH, CompactRecords, Timed
+from gateway.stream.events import BlockDelta, BlockEnd, BlockStart, Finish, StreamEvent, Usage
+
+_JOIN_AT = 256  # delta strings waiting before they are joined into one piece of the buffer
+
+
+def _widened(items: array[int], value: int) -> array[int]:
+    """`items` with `value` appended, as 8-byte items (a value past 2**32: never in practice,
+    as it would take a 4 GB delta or a 49-day attempt, but not a reason to fail)."""
+    wider = array("Q", items)
+    wider.append(value)
+    return wider
+
+
+class Run(NamedTuple):
+    """Consecutive deltas of one block, cut at a prefix's end."""
+
+    block: int  # its block index
+    first: int  # its first delta's number
+    stop: int  # after its last delta's
+    start: int  # where its text starts in the buffer
+    end: int  # and ends
+
+
+class Other(NamedTuple):
+    position: int  # among all events received
+    t_ms: float
+    event: StreamEvent
+
+
+class AttemptLog:
+    """The events one attempt received, in order, and the frames written from them."""
+
+    __slots__ = (
+        "_done",
+        "_lens",
+        "_marks",
+        "_open",
+        "_others",
+        "_pending",
+        "_runs",
+        "_times",
+        "count",
+        "first_ms",
+        "started",
+    )
+
+    def __init__(self, started: float | None = None) -> None:
+        self.started = monotonic() if started is None else started  # times count from here
+        self.first_ms: float | None = None  # when the first events came
+        self.count = 0  # events received
+        self._pending: list[str] = []  # delta strings not yet joined
+        self._done: list[str] = []  # joined pieces of the text buffer
+        self._lens: array[int] = array("I")  # per delta: its length in code points
+        self._times: array[int] = array("I")  # per delta: whole ms since `started`
+        # Per run, three items: the event position of its first delta, that delta's number,
+        # its block index.
+        self._runs: array[int] = array("q")
+        self._open: int | None = None  # the block index of the run deltas extend, if any
+        self._others: list[Other] = []
+        self._marks: array[int] = array("I")  # per frame written: `count` at its end
+
+    # -- while streaming (once per upstream frame: kept lean) ----------------------------
+
+    def add(self, events: list[StreamEvent], t_ms: float | None = None) -> None:
+        """Events received together, now (or `t_ms` after `started`)."""
+        if not events:
+            return
+        if t_ms is None:
+            t_ms = (monotonic() - self.started) * 1000.0
+        if self.first_ms is None:
+            self.first_ms = t_ms
+        position = self.count
+        self.count = position + len(events)
+        for event in events:
+            if event.__class__ is BlockDelta:
+                index = event.index
+                if index != self._open:
+                    self._runs.extend((position, len(self._lens), index))
+                    self._open = index
+                text = event.text
+                pending = self._pending
+                pending.append(text)
+                try:
+                    self._lens.append(len(text))
+                except OverflowError:
+                    self._lens = _widened(self._lens, len(text))
+                try:
+                    self._times.append(round(t_ms))
+                except OverflowError:
+                    self._times = _widened(self._times, round(t_ms))
+                if len(pending) >= _JOIN_AT:
+                    self._done.append("".join(pending))
+                    pending.clear()
+            else:
+                self._others.append(Other(position, t_ms, event))
+                self._open = None  # a delta after this starts a new run, as in compact()
+            position += 1
+
+    def mark(self) -> None:
+        """A frame was written to the client: everything received so far went into it."""
+        try:
+            self._marks.append(self.count)
+        except OverflowError:
+            self._marks = _widened(self._marks, self.count)
+
+    # -- reading ---------------------------------------------------------------------------
+
+    def cut(self, frames: int) -> int:
+        """How many events the first `frames` frames written were made from."""
+        return self._marks[frames - 1] if frames else 0
+
+    def text(self) -> str:
+        """The text of every delta received, in order: one string, joined when read."""
+        if self._pending or len(self._done) != 1:
+            self._done = ["".join([*self._done, *self._pending])]
+            self._pending = []
+        return self._done[0]
+
+    def segments(self, end: int) -> Iterator[Run | Other]:
+        """The first `end` events, in order: each run of deltas as one Run, others as they are."""
+        text_at = 0
+        others, o = self._others, 0
+        runs, lens = self._runs, memoryview(self._lens)
+        total = len(lens)
+        for r in range(0, len(runs), 3):
+            position, first, index = runs[r], runs[r + 1], runs[r + 2]
+            while o < len(others) and others[o].position < position:
+                if others[o].position >= end:
+                    return
+                yield others[o]
+                o += 1
+            if position >= end:
+                return
+            after = runs[r + 4] if r + 3 < len(runs) else total
+            stop = min(after, first + end - position)
+            size = sum(lens[first:stop])
+            yield Run(index, first, stop, text_at, text_at + size)
+            text_at += size + (sum(lens[stop:after]) if stop < after else 0)
+        while o < len(others) and others[o].position < end:
+            yield others[o]
+            o += 1
+
+    def events(self, end: int, index_offset: int = 0) -> Iterator[StreamEvent]:
+        """The first `end` events with each run merged into one delta (block indexes shifted
+        by `index_offset`): what BlockAssembler needs, a string per run rather than per part."""
+        text = self.text()
+        for segment in self.segments(end):
+            if isinstance(segment, Run):
+                yield BlockDelta(segment.block + index_offset, text[segment.start : segment.end])
+            else:
+                yield _shifted(segment.event, index_offset)
+
+    def timed(self, end: int) -> list[Timed]:
+        """The first `end` events one by one with their times (deltas at whole ms): the old
+        representation, for what still wants it. A long stream's worth of objects: avoid."""
+        text, times, lens = self.text(), self._times, self._lens
+        out: list[Timed] = []
+        for segment in self.segments(end):
+            if isinstance(segment, Other):
+                out.append((segment.t_ms, segment.event))
+                continue
+            at = segment.start
+            for d in range(segment.first, segment.stop):
+                out.append((float(times[d]), BlockDelta(segment.block, text[at : at + lens[d]])))
+                at += lens[d]
+        return out
+
+    def replay(
+        self,
+        end: int,
+        stream: CompactRecords,
+        assembler: BlockAssembler,
+        *,
+        shift_ms: float = 0.0,
+        index_offset: int = 0,
+    ) -> int:
+        """Feed the first `end` events to a compact stream and an assembler, in one pass; times
+        shifted by `shift_ms` and block indexes by `index_offset` (a later part of a continued
+        answer). Returns the highest block index fed, -1 if none."""
+        text = self.text()
+        times, lens = memoryview(self._times), memoryview(self._lens)
+        top = -1
+        for segment in self.segments(end):
+            if isinstance(segment, Run):
+                index = segment.block + index_offset
+                stream.run(
+                    index,
+                    times[segment.first : segment.stop],
+                    _parts(text, lens, segment),
+                    shift_ms,
+                )
+                assembler.feed(BlockDelta(index, text[segment.start : segment.end]))
+            else:
+                event = _shifted(segment.event, index_offset)
+                stream.event(segment.t_ms + shift_ms, event)
+                assembler.feed(event)
+                if not isinstance(event, BlockStart | BlockEnd):
+                    continue
+                index = event.index
+            top = max(top, index)
+        return top
+
+    def usage(self, end: int | None = None) -> dict[str, Any] | None:
+        """The provider's own count, the last that came (among the first `end` events)."""
+        for other in reversed(self._others):
+            if isinstance(other.event, Usage) and (end is None or other.position < end):
+                return other.event.usage
+        return None
+
+    def finished(self, end: int) -> bool:
+        """Whether a finish is among the first `end` events."""
+        return any(isinstance(o.event, Finish) and o.position < end for o in self._others)
+
+
+def _shifted(event: StreamEvent, offset: int) -> StreamEvent:
+    if offset and isinstance(event, BlockStart):
+        return BlockStart(event.index + offset, event.kind, event.id, event.name, event.data)
+    if offset and isinstance(event, BlockEnd):
+        return BlockEnd(event.index + offset, event.data)
+    return event
+
+
+def _parts(text: str, lens: memoryview, run: Run) -> Iterator[list[str]]:
+    """A run's part strings, a batch at a time."""
+    at = run.start
+    for a in range(run.first, run.stop, BATCH):
+        ends = list(accumulate(lens[a : min(run.stop, a + BATCH)], initial=at))
+        yield [text[i:j] for i, j in pairwise(ends)]
+        at = ends[-1]

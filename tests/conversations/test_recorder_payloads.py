@@ -1,0 +1,233 @@
+"""The recorder stores, from the attempt log, byte for byte what it stored from the old list of
+timed events: for a completed answer, an interrupted one, a continued one (several attempts
+spliced), an empty prefix and a failed attempt.
+
+The reference is the old code, kept here: the list of `(ms, event)`, `events[:mark]` as the
+delivered prefix, `_spliced` for a continued answer, `compact()` and `BlockAssembler.of()`.
+Times are whole milliseconds, so that rounding once (the log) or at the end (the old list) agree.
+"""
+
+from __future__ import annotations
+
+from dataclasses import replace
+from typing import Any
+
+import orjson
+import pytest
+
+from gateway.conversations.events import NewEvent
+from gateway.conversations.recorder import Attempt, TurnRecorder
+from gateway.errors import UpstreamError
+from gateway.storage.store import Store
+from gateway.stream.assembler import BlockAssembler
+from gateway.stream.compact import Timed, compact
+from gateway.stream.events import (
+    BlockDelta,
+    BlockEnd,
+    BlockStart,
+    Finish,
+    StreamEvent,
+    Usage,
+)
+
+ROUTE = {"provider": "openai", "deployment": "d", "model": "m"}
+
+
+class Recorded:
+    """Keeps what the store would write for each event: its type and its payload's JSON."""
+
+    def __init__(self) -> None:
+        self.events: list[tuple[str, bytes]] = []
+
+    def append(self, event: NewEvent) -> None:
+        self.events.append((event.type, orjson.dumps(event.payload)))
+
+    def payload(self, kind: str) -> bytes:
+        return next(p for k, p in self.events if k == kind)
+
+
+def recorder() -> tuple[TurnRecorder, Recorded]:
+    store = Recorded()
+    turn = TurnRecorder(store, "c", "t")  # type: ignore[arg-type]
+    return turn, store
+
+
+class Old:
+    """An attempt as it was: every event in a list, a mark per frame."""
+
+    def __init__(self, started: float) -> None:
+        self.started = started
+        self.events: list[Timed] = []
+        self.marks: list[int] = []
+
+    def delivered(self, frames: int) -> list[Timed]:
+        return self.events[: self.marks[frames - 1]] if frames else []
+
+    @property
+    def usage(self) -> dict[str, Any] | None:
+        return next((e.usage for _, e in reversed(self.events) if isinstance(e, Usage)), None)
+
+
+def both(
+    number: int, started: float, frames: list[tuple[int, list[StreamEvent]]]
+) -> tuple[Attempt, Old]:
+    attempt = Attempt(number, ROUTE, started=started)
+    old = Old(started)
+    for t, events in frames:
+        attempt.log.add(events, float(t))
+        attempt.frame_written()
+        old.events += [(float(t), e) for e in events]
+        old.marks.append(len(old.events))
+    return attempt, old
+
+
+def old_spliced(parts: list[tuple[Old, list[Timed]]]) -> list[Timed]:
+    origin = parts[0][0].started
+    out: list[Timed] = []
+    offset = 0
+    for part, events in parts:
+        shift = (part.started - origin) * 1000.0
+        top = offset - 1
+        for t, event in events:
+            if isinstance(event, BlockStart | BlockDelta | BlockEnd):
+                event = replace(event, index=event.index + offset)
+                top = max(top, event.index)
+            out.append((t + shift, event))
+        offset = top + 1
+    return out
+
+
+def old_message(
+    parts: list[tuple[Old, list[Timed]]], number: int, *, interrupted: bool
+) -> dict[str, Any]:
+    timed = old_spliced(parts)
+    assembler = BlockAssembler.of(e for _, e in timed)
+    payload: dict[str, Any] = {
+        "content": [b.to_content() for b in assembler.blocks()],
+        "interrupted": interrupted,
+        "surface_op": "append",
+        "stream": compact(timed),
+        "route": ROUTE,
+        "attempt": number,
+        "finish_reason": assembler.finish_reason,
+        "usage": assembler.usage,
+    }
+    if len(parts) > 1:
+        payload["segments"] = [
+            {
+                "attempt": i,
+                "route": ROUTE,
+                "content": [b.to_content() for b in BlockAssembler.of(e for _, e in ev).blocks()],
+                "usage": part.usage,
+            }
+            for i, (part, ev) in enumerate(parts, 1)
+        ]
+    if interrupted:
+        payload["content"] = [b.to_content() for b in assembler.interrupted_blocks()]
+    return payload
+
+
+FIRST = [
+    (3, [BlockStart(0, "reasoning")]),
+    (4, [BlockDelta(0, "let me think “about” it")]),
+    (9, [BlockDelta(0, " — done"), BlockEnd(0, {"signature": "s"})]),
+    (12, [BlockStart(1, "text"), BlockDelta(1, "Héllo ")]),
+    (15, [BlockDelta(1, "wörld 👋")]),
+    (17, [BlockDelta(1, ", and more")]),
+]
+SECOND = [
+    (2, [BlockStart(0, "text"), BlockDelta(0, " continued")]),
+    (5, [BlockDelta(0, " to the end.")]),
+    (6, [Finish("stop")]),
+    (7, [Usage({"prompt_tokens": 4, "completion_tokens": 6, "total_tokens": 10})]),
+]
+
+
+def test_a_completed_answer() -> None:
+    turn, store = recorder()
+    attempt, old = both(1, 100.0, FIRST + SECOND)
+    turn.attempts.append(attempt)
+    turn.completed(attempt)
+    expected = old_message([(old, old.events)], 1, interrupted=False)
+    assert store.payload("assistant/message") == orjson.dumps(expected)
+
+
+@pytest.mark.parametrize("frames", range(1, len(FIRST) + 1))
+def test_an_interrupted_answer_holds_the_delivered_prefix(frames: int) -> None:
+    turn, store = recorder()
+    attempt, old = both(1, 100.0, FIRST + SECOND)
+    turn.attempts.append(attempt)
+    turn.interrupted(attempt, frames, "acked", "client_disconnect")
+    expected = old_message([(old, old.delivered(frames))], 1, interrupted=True)
+    expected["delivery"] = "acked"
+    expected["usage"] = old.usage
+    if expected["content"]:
+        assert store.payload("assistant/message") == orjson.dumps(expected)
+    else:
+        attempt_payload = {
+            "reason": "empty_prefix",
+            "attempt": 1,
+            "stream": compact(old.events),
+            "route": ROUTE,
+            "usage": old.usage,
+        }
+        assert store.payload("assistant/attempt") == orjson.dumps(attempt_payload)
+
+
+@pytest.mark.parametrize("sent", range(1, len(FIRST) + 1))
+def test_a_continued_answer_splices_its_attempts(sent: int) -> None:
+    turn, store = recorder()
+    first, old_first = both(1, 100.0, FIRST)
+    second, old_second = both(2, 100.25, SECOND)  # 250 ms later
+    turn.attempts += [first, second]
+    turn.completed(second, [(first, sent)])
+    parts = [(old_first, old_first.delivered(sent)), (old_second, old_second.events)]
+    expected = old_message(parts, 2, interrupted=False)
+    assert store.payload("assistant/message") == orjson.dumps(expected)
+
+
+def test_a_continued_answer_cut_in_its_second_attempt() -> None:
+    turn, store = recorder()
+    first, old_first = both(1, 100.0, FIRST)
+    second, old_second = both(2, 100.5, SECOND)
+    turn.attempts += [first, second]
+    turn.interrupted(second, 1, "sent", "client_cancel", [(first, 4)])
+    parts = [(old_first, old_first.delivered(4)), (old_second, old_second.delivered(1))]
+    expected = old_message(parts, 2, interrupted=True)
+    expected["delivery"] = "sent"
+    expected["usage"] = old_second.usage
+    assert store.payload("assistant/message") == orjson.dumps(expected)
+
+
+def test_a_failed_attempt_keeps_everything_it_received() -> None:
+    turn, store = recorder()
+    attempt, old = both(1, 100.0, FIRST)
+    turn.attempts.append(attempt)
+    turn.attempt_failed(attempt, UpstreamError("reset"))
+    expected = {
+        "reason": "provider_error",
+        "attempt": 1,
+        "stream": compact(old.events),
+        "route": ROUTE,
+        "usage": None,
+    }
+    assert store.payload("assistant/attempt") == orjson.dumps(expected)
+
+
+def test_the_store_writes_the_json_of_the_old_records() -> None:
+    """What reaches the database is Store.append's JSON text of the payload."""
+    rows: list[dict[str, Any]] = []
+
+    class Queue:
+        def write(self, kind: str, row: dict[str, Any]) -> None:
+            rows.append(row)
+
+        def append(self, event: NewEvent) -> None:
+            Store.append(self, event)  # type: ignore[arg-type]
+
+    attempt, old = both(1, 100.0, FIRST + SECOND)
+    turn = TurnRecorder(Queue(), "c", "t")  # type: ignore[arg-type]
+    turn.attempts.append(attempt)
+    turn.completed(attempt)
+    expected = old_message([(old, old.events)], 1, interrupted=False)
+    assert rows[0]["payload"] == orjson.dumps(expected).decode()

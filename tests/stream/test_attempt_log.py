@@ -1,0 +1,238 @@
+"""The attempt log keeps what the old list of timed events kept, in a few bytes a delta.
+
+The reference everywhere is the old representation: every event as `(ms, event)` in a list,
+`events[:mark]` as the delivered prefix, `compact()` for the stream, `BlockAssembler.of()` for
+the blocks. The log must give the same answers, and the same JSON byte for byte.
+"""
+
+from __future__ import annotations
+
+import tracemalloc
+from collections.abc import Iterator
+from contextlib import contextmanager
+from pathlib import Path
+
+import orjson
+import pytest
+from hypothesis import given, settings
+from hypothesis import strategies as st
+
+from gateway.providers.wire import ANTHROPIC, OPENAI_CHAT, OPENAI_RESPONSES, stream_parser
+from gateway.stream import attempt_log
+from gateway.stream import compact as compact_module
+from gateway.stream.assembler import BlockAssembler
+from gateway.stream.attempt_log import AttemptLog
+from gateway.stream.compact import CompactRecords, Timed, compact
+from gateway.stream.events import (
+    BlockDelta,
+    BlockEnd,
+    BlockStart,
+    Finish,
+    StreamEvent,
+    StreamFailure,
+    Usage,
+)
+from gateway.stream.sse import SSEDecoder
+from tests.fakes import FIXTURES, fixture_bytes
+
+Frames = list[tuple[float, list[StreamEvent]]]  # what arrived together, and when
+
+
+def _wire(name: str) -> str:
+    if name.startswith("anthropic-"):
+        return ANTHROPIC
+    if name.startswith("openai-responses-"):
+        return OPENAI_RESPONSES
+    return OPENAI_CHAT
+
+
+def fixture_frames(name: str) -> Frames:
+    parser = stream_parser(_wire(name))
+    frames: Frames = []
+    for i, frame in enumerate(SSEDecoder().feed(fixture_bytes(name))):
+        events = parser.feed(frame)[0]
+        if events:
+            frames.append((i * 7.3 + 0.4, events))
+    return frames
+
+
+def logged(frames: Frames) -> tuple[AttemptLog, list[Timed]]:
+    """The log of `frames` (a mark after each), and the old representation of them."""
+    log = AttemptLog(started=0.0)
+    timed: list[Timed] = []
+    for t, events in frames:
+        log.add(events, t)
+        log.mark()
+        timed += [(t, e) for e in events]
+    return log, timed
+
+
+def replayed(log: AttemptLog, end: int) -> tuple[bytes, BlockAssembler]:
+    stream = CompactRecords()
+    assembler = BlockAssembler()
+    log.replay(end, stream, assembler)
+    return orjson.dumps(stream.done()), assembler
+
+
+def contents(assembler: BlockAssembler) -> tuple[object, ...]:
+    return (
+        [b.to_content() for b in assembler.blocks()],
+        [b.to_content() for b in assembler.interrupted_blocks()],
+        [b.closed for b in assembler.blocks()],
+        assembler.finish_reason,
+        assembler.usage,
+    )
+
+
+def assert_same_at_every_mark(frames: Frames) -> None:
+    log, timed = logged(frames)
+    assert log.count == len(timed)
+    for frames_sent in range(len(frames) + 1):
+        end = log.cut(frames_sent)
+        prefix = timed[:end]
+        # The delivered prefix, event for event (deltas at whole milliseconds).
+        assert log.timed(end) == [
+            (float(round(t)) if isinstance(e, BlockDelta) else t, e) for t, e in prefix
+        ]
+        encoded, assembler = replayed(log, end)
+        assert encoded == orjson.dumps(compact(prefix))
+        reference = BlockAssembler.of(e for _, e in prefix)
+        assert contents(assembler) == contents(reference)
+        assert contents(BlockAssembler.of(log.events(end))) == contents(reference)
+        assert log.usage(end) == reference.usage
+        assert log.finished(end) == any(isinstance(e, Finish) for _, e in prefix)
+    assert log.usage() == BlockAssembler.of(e for _, e in timed).usage
+
+
+@contextmanager
+def batches_of(size: int) -> Iterator[None]:
+    """Long-run encoding (orjson fragments, batches of parts) at a size small tests reach."""
+    with pytest.MonkeyPatch.context() as patch:
+        patch.setattr(compact_module, "BATCH", size)
+        patch.setattr(attempt_log, "BATCH", size)
+        yield
+
+
+FIXTURE_NAMES = sorted(p.name for p in Path(FIXTURES).glob("*.sse"))
+
+
+@pytest.mark.parametrize("name", FIXTURE_NAMES)
+def test_every_real_stream_reads_back_as_the_old_list_did(name: str) -> None:
+    assert_same_at_every_mark(fixture_frames(name))
+
+
+@pytest.mark.parametrize("name", FIXTURE_NAMES)
+def test_long_runs_encoded_in_batches_give_the_same_json(name: str) -> None:
+    with batches_of(3):
+        assert_same_at_every_mark(fixture_frames(name))
+
+
+def test_a_run_is_one_string_for_the_assembler() -> None:
+    frames: Frames = [(0.0, [BlockStart(0, "text")])]
+    frames += [(float(i), [BlockDelta(0, "ab")]) for i in range(1000)]
+    log, _ = logged(frames)
+    events = list(log.events(log.count))
+    assert events == [BlockStart(0, "text"), BlockDelta(0, "ab" * 1000)]
+    # The whole text of a one-run answer is the log's own buffer, not a copy.
+    assert events[1].text is log.text()  # type: ignore[union-attr]
+
+
+def test_interleaved_blocks_tool_calls_and_unicode() -> None:
+    frames: Frames = [
+        (0.2, [BlockStart(0, "reasoning")]),
+        (1.4, [BlockDelta(0, "Think “quoted” \\ \n\t\x01")]),
+        (2.5, [BlockStart(1, "text"), BlockDelta(1, "Héllo 👋🏽 ")]),
+        (2.5, [BlockDelta(0, "more \U0001d518\U0001d52b")]),  # back to the first block: a new run
+        (3.5, [BlockDelta(1, "中文"), BlockDelta(1, "")]),
+        (4.5, [BlockEnd(0, {"signature": "sig"})]),
+        (5.5, [BlockDelta(1, "after end of 0")]),
+        (6.5, [BlockStart(2, "tool_call", id="call_1", name="get")]),
+        (7.5, [BlockDelta(2, '{"a": '), BlockDelta(2, '"😀"}')]),
+        (8.5, [BlockEnd(2)]),
+        (9.5, [BlockDelta(2, "ignored after its end")]),
+        (10.5, [BlockStart(3, "image", data={"url": "x"}), BlockEnd(3, {"more": 1})]),
+        (11.5, [Finish("tool_calls")]),
+        (12.5, [Usage({"prompt_tokens": 3, "completion_tokens": 9})]),
+        (13.5, [StreamFailure("late", {"code": 1})]),
+    ]
+    assert_same_at_every_mark(frames)
+    with batches_of(1):
+        assert_same_at_every_mark(frames)
+
+
+def test_empty_and_start_only_blocks() -> None:
+    frames: Frames = [
+        (1.0, [BlockStart(0, "text"), BlockStart(1, "reasoning")]),
+        (2.0, [BlockDelta(0, "x")]),  # a run for 0 after 1's start: 1's record stays empty
+        (3.0, [BlockDelta(5, "no start")]),
+        (4.0, [BlockEnd(1)]),
+        (5.0, []),
+        (6.0, [Finish("stop")]),
+    ]
+    assert_same_at_every_mark(frames)
+
+
+# -- any stream --------------------------------------------------------------------------------
+
+_indexes = st.integers(0, 3)
+_event = st.one_of(
+    st.builds(BlockDelta, _indexes, st.text(max_size=6)),
+    st.builds(BlockDelta, _indexes, st.text(max_size=6)),
+    st.builds(BlockDelta, _indexes, st.text(max_size=6)),
+    st.builds(
+        BlockStart,
+        _indexes,
+        st.sampled_from(["text", "reasoning", "tool_call", "other"]),
+        st.none() | st.text(max_size=3),
+        st.none() | st.text(max_size=3),
+        st.none() | st.fixed_dictionaries({"k": st.integers(-(2**40), 2**40)}),
+    ),
+    st.builds(BlockEnd, _indexes, st.none() | st.fixed_dictionaries({"s": st.text(max_size=3)})),
+    st.builds(Usage, st.fixed_dictionaries({"total_tokens": st.integers(0, 99)})),
+    st.builds(Finish, st.sampled_from(["stop", "length"])),
+)
+_frames = st.lists(
+    st.tuples(st.floats(0, 40, allow_nan=False), st.lists(_event, max_size=4)), max_size=30
+)
+
+
+def _in_time_order(frames: Frames) -> Frames:
+    out: Frames = []
+    t = 0.0
+    for gap, events in frames:
+        t += gap
+        out.append((t, events))
+    return out
+
+
+@settings(max_examples=300, deadline=None)
+@given(_frames, st.integers(1, 4))
+def test_any_stream_reads_back_as_the_old_list_did(frames: Frames, batch: int) -> None:
+    frames = _in_time_order(frames)
+    assert_same_at_every_mark(frames)
+    with batches_of(batch):
+        assert_same_at_every_mark(frames)
+
+
+# -- what it costs ---------------------------------------------------------------------------
+
+
+def test_a_long_stream_costs_a_few_bytes_a_delta_beyond_its_text() -> None:
+    n = 100_000
+    words = [f"w{i % 10}r " for i in range(10)]  # 4 characters a delta
+    tracemalloc.start()
+    try:
+        before = tracemalloc.get_traced_memory()[0]
+        log = AttemptLog(started=0.0)
+        log.add([BlockStart(0, "text")], 0.0)
+        for i in range(n):
+            # A new string and event per delta, as a parser makes them (then let go of).
+            log.add([BlockDelta(0, words[i % 10][:2] + words[i % 10][2:])], i * 0.5)
+            log.mark()
+        log.text()
+        added = tracemalloc.get_traced_memory()[0] - before
+    finally:
+        tracemalloc.stop()
+    text_bytes = 4 * n
+    # 4 bytes of length, 4 of time, 4 of frame mark: 12, and a little for growth.
+    assert (added - text_bytes) / n < 16
