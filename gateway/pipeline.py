@@ -279,6 +279,7 @@ class _Relay:
         self.holding = True
         held: list[bytes] = []
         terminator = b""  # the stream's last frame: sent once the turn is durably recorded
+        log, started = attempt.log, attempt.started
         while not parser.done:
             if self.cancel_requested:
                 raise _ClientCancelled()
@@ -296,11 +297,14 @@ class _Relay:
             except SSEFrameTooLarge as exc:
                 raise UpstreamProtocolError(str(exc)) from None
             failure: StreamFailure | None = None
+            received_ms = (
+                time.monotonic() - started
+            ) * 1000.0  # the frames of a read arrive as one
             for frame in frames:
                 if not frame.complete:
                     continue  # a torn frame at the end is never forwarded
                 events, kind = parser.feed(frame)
-                attempt.add(events)
+                log.add(events, received_ms)
                 if kind == "error":
                     failure = events[0]  # type: ignore[assignment]
                     break
@@ -322,7 +326,7 @@ class _Relay:
                     terminator = data
                     continue
                 held.append(data)
-                attempt.frame_written()
+                log.mark()
             if held and not self.holding:
                 # Written before a failure in the same read too, so that what the client sees
                 # does not depend on how the upstream's bytes were split into reads.
