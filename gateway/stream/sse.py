@@ -14,6 +14,7 @@ import re
 from dataclasses import dataclass
 
 _EOL = re.compile(rb"\r\n|\r|\n")
+_BOM = b"\xef\xbb\xbf"
 
 
 class SSEFrameTooLarge(ValueError):
@@ -77,6 +78,8 @@ class SSEDecoder:
             self._pending = data  # still inside one frame: nothing to split yet
             self._searched = max(0, len(data) - 1)
             return []
+        if self._first and not _BOM.startswith(data[:3]):
+            self._first = False  # no byte order mark to strip: nothing else is special
         if self._first or data[:1] == b"\n" or b"\n\n\n" in data:
             return self._feed_scan(data)
         # Frames end at every "\n\n" and none is empty: one split in C, then a cheap look at
@@ -175,7 +178,7 @@ class SSEDecoder:
     def _field(self, line: bytes) -> None:
         if self._first:
             self._first = False
-            if line.startswith(b"\xef\xbb\xbf"):
+            if line.startswith(_BOM):
                 line = line[3:]
         if line[:1] == b":":
             return  # a comment
