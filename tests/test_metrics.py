@@ -56,3 +56,14 @@ async def test_counters_move_with_traffic(gw: GatewayUnderTest) -> None:
         assert after[key] - before.get(key, 0.0) == 3
     assert after[("gateway_streams_in_flight", ())] == 0
     assert after[tokens] > before.get(tokens, 0.0)
+
+
+def test_metric_values_take_no_lock_per_update() -> None:
+    # Updated only on the event loop's thread: the lock-free value class is the one in use.
+    from gateway import metrics
+
+    child = metrics.TURNS.labels("completed", "test")
+    before = child._value.get()
+    child.inc()
+    assert type(child._value).__name__ == "_LoopValue"
+    assert child._value.get() == before + 1
