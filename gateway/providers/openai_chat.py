@@ -50,12 +50,13 @@ class ChatStreamParser:
         data = frame.data
         if data is None:
             return [], "comment"
-        if data.strip() == "[DONE]":
-            self.done = True
-            return [], "done"
         try:
             obj = orjson.loads(data)
         except orjson.JSONDecodeError:
+            # Once a stream: no strip() and compare on every chunk to find the end.
+            if data.strip() == "[DONE]":
+                self.done = True
+                return [], "done"
             raise UpstreamProtocolError(f"invalid JSON in a stream chunk: {data[:200]!r}") from None
         if not isinstance(obj, dict):
             raise UpstreamProtocolError(f"a stream chunk is not a JSON object: {data[:200]!r}")
