@@ -63,6 +63,8 @@ class AttemptLog:
 
     __slots__ = (
         "_done",
+        "_full",
+        "_full_n",
         "_lens",
         "_marks",
         "_open",
@@ -81,6 +83,7 @@ class AttemptLog:
         self.count = 0  # events received
         self._pending: list[str] = []  # delta strings not yet joined
         self._done: list[str] = []  # joined pieces of the text buffer
+        self._full, self._full_n = "", 0  # the whole text, once read, and how many deltas
         self._lens: array[int] = array("I")  # per delta: its length in code points
         self._times: array[int] = array("I")  # per delta: whole ms since `started`
         # Per run, three items: the event position of its first delta, that delta's number,
@@ -142,10 +145,26 @@ class AttemptLog:
 
     def text(self) -> str:
         """The text of every delta received, in order: one string, joined when read."""
-        if self._pending or len(self._done) != 1:
-            self._done = ["".join([*self._done, *self._pending])]
-            self._pending = []
-        return self._done[0]
+        if self._full_n != len(self._lens):
+            if self._done:  # a long stream: one buffer, nothing held twice
+                self._done = ["".join([*self._done, *self._pending])]
+                self._pending = []
+                self._full = self._done[0]
+            else:  # a short one keeps its part strings too: they are its compact `parts`
+                self._full = "".join(self._pending)
+            self._full_n = len(self._lens)
+        return self._full
+
+    def _parts(self, run: Run) -> Iterator[list[str]]:
+        """A run's part strings, a batch at a time (after `text()`)."""
+        if not self._done:  # every part string is still at hand
+            yield self._pending[run.first : run.stop]
+            return
+        text, lens, at = self._full, memoryview(self._lens), run.start
+        for a in range(run.first, run.stop, BATCH):
+            ends = list(accumulate(lens[a : min(run.stop, a + BATCH)], initial=at))
+            yield [text[i:j] for i, j in pairwise(ends)]
+            at = ends[-1]
 
     def segments(self, end: int) -> Iterator[Run | Other]:
         """The first `end` events, in order: each run of deltas as one Run, others as they are."""
@@ -209,7 +228,7 @@ class AttemptLog:
         shifted by `shift_ms` and block indexes by `index_offset` (a later part of a continued
         answer). Returns the highest block index fed, -1 if none."""
         text = self.text()
-        times, lens = memoryview(self._times), memoryview(self._lens)
+        times = memoryview(self._times)
         top = -1
         for segment in self.segments(end):
             if isinstance(segment, Run):
@@ -217,7 +236,7 @@ class AttemptLog:
                 stream.run(
                     index,
                     times[segment.first : segment.stop],
-                    _parts(text, lens, segment),
+                    self._parts(segment),
                     shift_ms,
                 )
                 assembler.feed(BlockDelta(index, text[segment.start : segment.end]))
@@ -249,12 +268,3 @@ def _shifted(event: StreamEvent, offset: int) -> StreamEvent:
     if offset and isinstance(event, BlockEnd):
         return BlockEnd(event.index + offset, event.data)
     return event
-
-
-def _parts(text: str, lens: memoryview, run: Run) -> Iterator[list[str]]:
-    """A run's part strings, a batch at a time."""
-    at = run.start
-    for a in range(run.first, run.stop, BATCH):
-        ends = list(accumulate(lens[a : min(run.stop, a + BATCH)], initial=at))
-        yield [text[i:j] for i, j in pairwise(ends)]
-        at = ends[-1]

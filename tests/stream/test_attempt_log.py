@@ -105,11 +105,13 @@ def assert_same_at_every_mark(frames: Frames) -> None:
 
 
 @contextmanager
-def batches_of(size: int) -> Iterator[None]:
-    """Long-run encoding (orjson fragments, batches of parts) at a size small tests reach."""
+def batches_of(size: int, join_at: int = 2) -> Iterator[None]:
+    """What a long stream does, at sizes small tests reach: its runs encoded in batches
+    (orjson fragments), its delta strings joined into the buffer and cut back out of it."""
     with pytest.MonkeyPatch.context() as patch:
         patch.setattr(compact_module, "BATCH", size)
         patch.setattr(attempt_log, "BATCH", size)
+        patch.setattr(attempt_log, "_JOIN_AT", join_at)
         yield
 
 
@@ -127,12 +129,13 @@ def test_long_runs_encoded_in_batches_give_the_same_json(name: str) -> None:
         assert_same_at_every_mark(fixture_frames(name))
 
 
-def test_a_run_is_one_string_for_the_assembler() -> None:
+@pytest.mark.parametrize("deltas", [10, 1000])
+def test_a_run_is_one_string_for_the_assembler(deltas: int) -> None:
     frames: Frames = [(0.0, [BlockStart(0, "text")])]
-    frames += [(float(i), [BlockDelta(0, "ab")]) for i in range(1000)]
+    frames += [(float(i), [BlockDelta(0, "ab")]) for i in range(deltas)]
     log, _ = logged(frames)
     events = list(log.events(log.count))
-    assert events == [BlockStart(0, "text"), BlockDelta(0, "ab" * 1000)]
+    assert events == [BlockStart(0, "text"), BlockDelta(0, "ab" * deltas)]
     # The whole text of a one-run answer is the log's own buffer, not a copy.
     assert events[1].text is log.text()  # type: ignore[union-attr]
 
@@ -206,11 +209,13 @@ def _in_time_order(frames: Frames) -> Frames:
 
 
 @settings(max_examples=300, deadline=None)
-@given(_frames, st.integers(1, 4))
-def test_any_stream_reads_back_as_the_old_list_did(frames: Frames, batch: int) -> None:
+@given(_frames, st.integers(1, 4), st.integers(1, 5))
+def test_any_stream_reads_back_as_the_old_list_did(
+    frames: Frames, batch: int, join_at: int
+) -> None:
     frames = _in_time_order(frames)
     assert_same_at_every_mark(frames)
-    with batches_of(batch):
+    with batches_of(batch, join_at):
         assert_same_at_every_mark(frames)
 
 
