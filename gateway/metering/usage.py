@@ -23,7 +23,9 @@ if TYPE_CHECKING:
     from gateway.conversations.recorder import Attempt, TurnRecorder
 
 
-@dataclass(frozen=True)
+# Not frozen: a frozen dataclass sets each of these 21 fields through object.__setattr__, a
+# microsecond and a half a record; nothing changes one after it is made.
+@dataclass
 class UsageRecord:
     id: str
     turn_id: str
@@ -67,6 +69,20 @@ def _generated_tokens(events: Iterable[StreamEvent]) -> tuple[int, int]:
     return other + reasoning, reasoning
 
 
+def _totals(record: UsageRecord) -> dict[str, Any]:
+    """Meter.turn's totals of a turn with one attempt (the same values the sums give)."""
+    cost = record.cost_usd
+    return {
+        "prompt_tokens": record.prompt_tokens,
+        "completion_tokens": record.completion_tokens,
+        "completion_delivered": record.completion_delivered,
+        "reasoning_tokens": record.reasoning_tokens,
+        "cached_tokens": record.cached_tokens,
+        "cost_usd": round(cost, 10) if cost is not None else None,
+        "usage_source": record.usage_source,
+    }
+
+
 class Meter:
     def __init__(
         self,
@@ -82,6 +98,8 @@ class Meter:
         for record in records:
             self._write(record)
             self._count(record)
+        if len(records) == 1:  # the usual turn: its one attempt's figures are the totals
+            return _totals(records[0])
         costs = [r.cost_usd for r in records if r.cost_usd is not None]
         return {
             "prompt_tokens": sum(r.prompt_tokens for r in records),
