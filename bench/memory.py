@@ -4,11 +4,18 @@
 Starts a small fake upstream (model `long`: one stream of `--chunks` content chunks; model
 `idle`: one chunk, then nothing until the client leaves) and `gateway serve` (SQLite store, a
 virtual key, every feature on), then reads the gateway's RSS from /proc:
-- idle, after one warm-up request;
+- idle, after warming up (one request, then a 1,000-chunk stream through the long stream's own
+  path, so that what loads on first use, such as the tokenizer for the estimate a stream without
+  usage needs, is not counted as the long stream's) and once RSS has stopped moving;
 - the peak (VmHWM) while one `--chunks`-chunk stream goes through, minus the RSS before it,
   next to the size of the text that stream records;
 - with `--idle-streams` streams open and waiting at once.
 Prints the figures and writes them to bench/results/memory-<UTC>.json.
+
+`--trace` runs the gateway under tracemalloc (minutes slower, its RSS figures not comparable)
+and prints what Python holds at the end of the long stream, by allocating line: where the
+memory of one long stream goes. tracemalloc does not see SQLite's own allocations (its copy
+of a row, its page cache) nor the allocator's pages that were freed but not returned.
 """
 
 from __future__ import annotations
@@ -17,12 +24,14 @@ import argparse
 import asyncio
 import json
 import os
+import signal
 import subprocess
 import sys
 import tempfile
 import time
 from datetime import UTC, datetime
 from pathlib import Path
+from typing import Any
 
 import aiohttp
 from aiohttp import web
@@ -52,7 +61,7 @@ async def upstream(request: web.Request) -> web.StreamResponse:
     if body["model"] == "idle":
         await response.write(_chunk("hello"))
         await asyncio.Event().wait()  # until the gateway closes the connection
-    chunks = int(request.app["chunks"])
+    chunks = 1000 if body["model"] == "warm" else int(request.app["chunks"])
     piece = _chunk(WORD)
     batch = piece * 1000
     for _ in range(chunks // 1000):
@@ -68,6 +77,94 @@ def serve_upstream(port: int, chunks: int) -> None:
     web.run_app(app, host="127.0.0.1", port=port, print=None)
 
 
+def traced_serve(config: str, report: str) -> None:
+    """`gateway serve` under tracemalloc. Between SIGUSR1 and SIGUSR2, snapshots at two moments
+    of a turn's end: when the answer is complete (everything the stream accumulated is held) and
+    right after the store encoded its payload; SIGUSR2 writes to `report` what each holds that
+    was not there at SIGUSR1."""
+    import tracemalloc
+
+    from gateway.cli import main as gateway_main
+    from gateway.conversations.recorder import TurnRecorder
+    from gateway.storage.store import Store
+
+    tracemalloc.start(8)
+    state: dict[str, Any] = {"on": False, "snapshots": []}
+
+    def look(moment: str) -> None:
+        if state["on"]:
+            state["snapshots"].append((moment, tracemalloc.take_snapshot()))
+
+    completed, append = TurnRecorder.completed, Store.append
+
+    def completed_and_look(turn: TurnRecorder, *args: Any) -> None:
+        look("the answer complete, before the turn's end is recorded")
+        completed(turn, *args)
+
+    def append_and_look(store: Store, event: Any) -> None:
+        append(store, event)
+        if event.type == "assistant/message":
+            look("right after the store encoded the answer's payload")
+
+    TurnRecorder.completed = completed_and_look  # type: ignore[method-assign,assignment]
+    Store.append = append_and_look  # type: ignore[method-assign,assignment]
+
+    def start(*_: Any) -> None:
+        state["base"] = tracemalloc.take_snapshot()
+        state["on"] = True
+
+    def stop(*_: Any) -> None:
+        state["on"] = False
+        lines: list[str] = []
+        for moment, snapshot in state["snapshots"]:
+            lines.append(moment + ":")
+            _report(lines, snapshot, state["base"])
+        Path(report).write_text("\n".join(lines) + "\n")
+
+    def _report(lines: list[str], snapshot: Any, base: Any) -> None:
+        mib = 1024 * 1024
+        # Not the snapshots themselves.
+        snapshot = snapshot.filter_traces(
+            [tracemalloc.Filter(False, tracemalloc.__file__, all_frames=True)]
+        )
+        total = sum(stat.size_diff for stat in snapshot.compare_to(base, "filename"))
+        lines.append(f" allocated since SIGUSR1 and still held: {total / mib:.2f} MiB")
+        for stat in snapshot.compare_to(base, "traceback")[:14]:
+            if stat.size_diff < 32 * 1024:
+                break
+            where = [f for f in reversed(stat.traceback) if "/asyncio/" not in f.filename]
+            frames = [f"{f.filename.split('/site-packages/')[-1]}:{f.lineno}" for f in where[:4]]
+            lines.append(
+                f"  {stat.size_diff / mib:6.2f} MiB {stat.count_diff:7d} blocks  "
+                + " <- ".join(frames)
+            )
+
+    signal.signal(signal.SIGUSR1, start)
+    signal.signal(signal.SIGUSR2, stop)
+    gateway_main(["serve", "--config", config])
+
+
+async def _steady_rss(pid: int, within_s: float = 30) -> int:
+    """RSS once it has moved less than 64 KiB in a second (background loads done)."""
+    deadline = time.monotonic() + within_s
+    last = rss_kib(pid)
+    while time.monotonic() < deadline:
+        await asyncio.sleep(1)
+        now = rss_kib(pid)
+        if abs(now - last) < 64:
+            return now
+        last = now
+    return last
+
+
+def _read_when_written(path: Path, within_s: float = 900) -> str:
+    deadline = time.monotonic() + within_s
+    while not path.exists() and time.monotonic() < deadline:
+        time.sleep(0.2)
+    time.sleep(0.5)  # written whole
+    return path.read_text()
+
+
 def rss_kib(pid: int, field: str = "VmRSS") -> int:
     for line in Path(f"/proc/{pid}/status").read_text().splitlines():
         if line.startswith(field + ":"):
@@ -80,25 +177,38 @@ def reset_peak(pid: int) -> None:
     Path(f"/proc/{pid}/clear_refs").write_text("5")
 
 
-async def drive(gw: str, key: str, pid: int, idle_streams: int) -> dict[str, float]:
+async def drive(
+    gw: str, key: str, pid: int, idle_streams: int, trace: Path | None = None
+) -> dict[str, float]:
     headers = {"Authorization": f"Bearer {key}"}
     out: dict[str, float] = {}
     connector = aiohttp.TCPConnector(limit=0)
     async with aiohttp.ClientSession(headers=headers, connector=connector) as session:
-        body = {"model": "idle-demo", "messages": [{"role": "user", "content": "hi"}]}
+        hi = [{"role": "user", "content": "hi"}]
+        body: dict[str, Any] = {"model": "idle-demo", "messages": hi}
         async with session.post(gw + "/v1/chat/completions", json=body) as r:
             assert r.status == 200, await r.text()
             await r.read()
-        await asyncio.sleep(0.5)  # let the warm-up's writes settle before reading RSS
-        out["idle_rss_mib"] = rss_kib(pid) / 1024
+        body = {"model": "warm", "messages": [{"role": "user", "content": "go"}], "stream": True}
+        async with session.post(gw + "/v1/chat/completions", json=body) as r:
+            assert r.status == 200, await r.text()
+            await r.read()
+        out["idle_rss_mib"] = await _steady_rss(pid) / 1024
 
         before = rss_kib(pid)
         reset_peak(pid)
+        if trace is not None:
+            os.kill(pid, signal.SIGUSR1)
+            await asyncio.sleep(1)
         body = {"model": "long", "messages": [{"role": "user", "content": "go"}], "stream": True}
         received = 0
         async with session.post(gw + "/v1/chat/completions", json=body) as r:
             async for line in r.content:
                 received += len(line)
+        if trace is not None:
+            await asyncio.sleep(1)  # the turn's writes
+            os.kill(pid, signal.SIGUSR2)
+            print(await asyncio.to_thread(_read_when_written, trace))
         peak = rss_kib(pid, "VmHWM")
         out["long_stream_bytes_received"] = received
         out["long_stream_peak_added_mib"] = (peak - before) / 1024
@@ -134,6 +244,7 @@ def main() -> None:
     parser = argparse.ArgumentParser(description=__doc__)
     parser.add_argument("--chunks", type=int, default=100_000)
     parser.add_argument("--idle-streams", type=int, default=1000)
+    parser.add_argument("--trace", action="store_true", help="where the long stream's memory goes")
     args = parser.parse_args()
     tmp = Path(tempfile.mkdtemp(prefix="gw-mem-"))
     up_port, gw_port = free_port(), free_port()
@@ -154,14 +265,20 @@ def main() -> None:
         "auth": {"master_key": MASTER_KEY},
         "models": [
             {"name": "long", "deployments": [{**deployment, "model": "long"}]},
+            {"name": "warm", "deployments": [{**deployment, "model": "warm"}]},
             {"name": "idle", "deployments": [{**deployment, "model": "idle"}]},
             {"name": "idle-demo", "deployments": [{"provider": "demo", "chunk_delay_ms": 0}]},
         ],
     }))  # fmt: skip
     gateway_bin = Path(sys.executable).parent / "gateway"
     key = create_virtual_key(gateway_bin, config)
-    gw = subprocess.Popen([str(gateway_bin), "serve", "--config", str(config)],
-                          stderr=subprocess.DEVNULL)  # fmt: skip
+    trace = tmp / "trace.txt" if args.trace else None
+    command = [str(gateway_bin), "serve", "--config", str(config)]
+    if trace is not None:
+        command = [sys.executable, "-c", "from bench.memory import traced_serve; "
+                   f"traced_serve({str(config)!r}, {str(trace)!r})"]  # fmt: skip
+    errors = (tmp / "gateway.err").open("wb") if trace is not None else subprocess.DEVNULL
+    gw = subprocess.Popen(command, stderr=errors)
     try:
         deadline = time.monotonic() + 30
         while True:
@@ -178,7 +295,7 @@ def main() -> None:
                 raise SystemExit("the gateway did not start")
             time.sleep(0.05)
         figures = asyncio.run(
-            drive(f"http://127.0.0.1:{gw_port}", key, gw.pid, args.idle_streams)
+            drive(f"http://127.0.0.1:{gw_port}", key, gw.pid, args.idle_streams, trace)
         )
     finally:
         gw.terminate()
