@@ -198,7 +198,7 @@ class AttemptLog:
             if isinstance(segment, Run):
                 yield BlockDelta(segment.block + index_offset, text[segment.start : segment.end])
             else:
-                yield _shifted(segment.event, index_offset)
+                yield _shifted(segment.event, index_offset) if index_offset else segment.event
 
     def timed(self, end: int) -> list[Timed]:
         """The first `end` events one by one with their times (deltas at whole ms): the old
@@ -234,20 +234,18 @@ class AttemptLog:
             if isinstance(segment, Run):
                 index = segment.block + index_offset
                 stream.run(
-                    index,
-                    times[segment.first : segment.stop],
-                    self._parts(segment),
-                    shift_ms,
+                    index, times[segment.first : segment.stop], self._parts(segment), shift_ms
                 )
                 assembler.feed(BlockDelta(index, text[segment.start : segment.end]))
             else:
-                event = _shifted(segment.event, index_offset)
+                event = _shifted(segment.event, index_offset) if index_offset else segment.event
                 stream.event(segment.t_ms + shift_ms, event)
                 assembler.feed(event)
                 if not isinstance(event, BlockStart | BlockEnd):
                     continue
                 index = event.index
-            top = max(top, index)
+            if index > top:
+                top = index
         return top
 
     def usage(self, end: int | None = None) -> dict[str, Any] | None:
@@ -263,8 +261,8 @@ class AttemptLog:
 
 
 def _shifted(event: StreamEvent, offset: int) -> StreamEvent:
-    if offset and isinstance(event, BlockStart):
+    if isinstance(event, BlockStart):
         return BlockStart(event.index + offset, event.kind, event.id, event.name, event.data)
-    if offset and isinstance(event, BlockEnd):
+    if isinstance(event, BlockEnd):
         return BlockEnd(event.index + offset, event.data)
     return event

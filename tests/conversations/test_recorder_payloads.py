@@ -231,3 +231,16 @@ def test_the_store_writes_the_json_of_the_old_records() -> None:
     turn.completed(attempt)
     expected = old_message([(old, old.events)], 1, interrupted=False)
     assert rows[0]["payload"] == orjson.dumps(expected).decode()
+
+
+def test_an_attempt_still_answers_as_it_did() -> None:
+    """What other modules read off an Attempt: first token time, events, delivered events."""
+    attempt, old = both(1, 100.0, FIRST + SECOND)
+    assert attempt.started == 100.0
+    assert attempt.first_token_ms == 3.0  # the first events, until the relay says otherwise
+    attempt.first_token_ms = 12.0  # the relay: when the first content came
+    assert attempt.first_token_ms == 12.0
+    assert attempt.events == old.events
+    for frames in range(len(FIRST + SECOND) + 1):
+        assert attempt.delivered_events(frames) == old.delivered(frames)
+    assert attempt.usage == old.usage
