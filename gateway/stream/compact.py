@@ -6,6 +6,9 @@ Consecutive deltas of one block merge into one run record
 records with a time `t`. Times are whole milliseconds from the start of the attempt; `dt` holds
 the gaps after `t0`, computed from rounded absolute times so that replay never drifts.
 `expand()` gives back every event with its time, so content rebuilds byte for byte.
+
+`compact()` takes events one by one; `CompactRecords` builds the same records from runs of
+deltas (what an AttemptLog holds), and a long run's `dt` and `parts` as already-encoded JSON.
 """
 
 from __future__ import annotations
@@ -131,8 +134,10 @@ class CompactRecords:
     """compact()'s records, fed a run of deltas at a time.
 
     In stream order: `event()` for anything but deltas, `run()` for consecutive deltas of one
-    block (times in whole milliseconds, part strings in batches). `records` then serialises,
-    with the store's orjson.dumps, to exactly what `compact()` of the same events gives.
+    block (times in whole milliseconds, part strings in batches). `done()` then serialises,
+    with the store's orjson.dumps, to exactly what `compact()` of the same events gives (a
+    record's `dt` and `parts` are orjson.Fragment values when the run is long: JSON as far as
+    orjson is concerned, not lists for anything that reads the payload before it is stored).
     """
 
     def __init__(self) -> None:
