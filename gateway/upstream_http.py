@@ -41,10 +41,10 @@ from gateway.errors import UpstreamConnectError, UpstreamProtocolError, Upstream
 USER_AGENT = f"llm-gateway/{__version__}"
 IDLE_S = 30.0
 # Unread body bytes held before the socket stops being read (the upstream then waits on TCP).
-HIGH_WATER = 256 * 1024
+HIGH_WATER = 64 * 1024
 # The most one decompression step may produce: a small gzip bomb is undone step by step as it
 # is read, never all at once into memory.
-_INFLATE_STEP = 256 * 1024
+_INFLATE_STEP = HIGH_WATER
 _MAX_HEAD = 64 * 1024
 _MAX_LINE = 4 * 1024  # a chunk-size line, extensions included
 _MAX_TRAILERS = 64 * 1024

@@ -22,6 +22,7 @@ import socket
 import struct
 import sys
 import termios
+from array import array
 from typing import Literal
 
 from aiohttp import web
@@ -56,7 +57,9 @@ class DeliveryTracker:
         self._sock: socket.socket | None = None  # a duplicate of the connection's socket
         self.level: DeliveryLevel = "sent"
         self._base = 0
-        self._ends: list[int] = []  # end offset of each written frame
+        # End offset of each written frame: 8 bytes a frame, not an int object each (a long
+        # stream writes 100,000 of them).
+        self._ends = array("Q")
         # A write under way: its frames' lengths, its bytes after the chunk size line, and the
         # output size before it.
         self._pending: tuple[list[int], int, int] | None = None
