@@ -34,6 +34,23 @@ from gateway.stream.events import (
 Timed = tuple[float, StreamEvent]  # (milliseconds since the attempt started, event)
 
 
+def _run_record(start: BlockStart, t: int) -> dict[str, Any]:
+    """A run record, still without its times and parts."""
+    record: dict[str, Any] = {
+        "type": start.kind,
+        "index": start.index,
+        "t0": t,
+        "dt": [],
+        "parts": [],
+    }
+    if start.kind == TOOL_CALL:
+        record["id"] = start.id
+        record["name"] = start.name
+    if start.data is not None:
+        record["data"] = start.data
+    return record
+
+
 def compact(events: Iterable[Timed]) -> list[dict[str, Any]]:
     records: list[dict[str, Any]] = []
     starts: dict[int, BlockStart] = {}
@@ -41,19 +58,7 @@ def compact(events: Iterable[Timed]) -> list[dict[str, Any]]:
     last_t = 0
 
     def open_run(index: int, t: int) -> dict[str, Any]:
-        start = starts.get(index) or BlockStart(index, TEXT)
-        record: dict[str, Any] = {
-            "type": start.kind,
-            "index": index,
-            "t0": t,
-            "dt": [],
-            "parts": [],
-        }
-        if start.kind == TOOL_CALL:
-            record["id"] = start.id
-            record["name"] = start.name
-        if start.data is not None:
-            record["data"] = start.data
+        record = _run_record(starts.get(index) or BlockStart(index, TEXT), t)
         records.append(record)
         return record
 
@@ -222,19 +227,7 @@ class CompactRecords:
     # -- helpers ------------------------------------------------------------------------------
 
     def _open(self, index: int, t: int) -> dict[str, Any]:
-        start = self._starts.get(index) or BlockStart(index, TEXT)
-        record: dict[str, Any] = {
-            "type": start.kind,
-            "index": index,
-            "t0": t,
-            "dt": [],
-            "parts": [],
-        }
-        if start.kind == TOOL_CALL:
-            record["id"] = start.id
-            record["name"] = start.name
-        if start.data is not None:
-            record["data"] = start.data
+        record = _run_record(self._starts.get(index) or BlockStart(index, TEXT), t)
         self.records.append(record)
         self._run = record
         return record
