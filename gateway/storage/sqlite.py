@@ -2,18 +2,11 @@
 
 Every operation runs on that thread in submission order, so the event loop never blocks on the
 disk. A batch of writes is one transaction (group commit).
-
-Checkpoints (copying the write-ahead log back into the database file, with an fsync) run on a
-second thread with its own connection every `checkpoint_s`, not inside whichever commit crosses
-SQLite's automatic threshold: they then never hold up a commit a client is waiting for (a turn
-is made durable before its end reaches the client), and a page rewritten by many commits in
-between is copied once. The automatic checkpoint stays, at a far higher threshold, as a backstop.
 """
 
 from __future__ import annotations
 
 import asyncio
-import logging
 import queue
 import sqlite3
 import threading
@@ -25,10 +18,6 @@ from gateway.storage.db import Dialect, Op, Row, StoreUnavailable, run_now
 from gateway.storage.writes import Write, apply_batch
 
 T = TypeVar("T")
-log = logging.getLogger(__name__)
-
-CHECKPOINT_S = 1.0
-_AUTOCHECKPOINT_PAGES = 50_000  # ~200 MB of log: only if the checkpoint thread falls behind
 
 # OperationalErrors that mean "the file cannot be written now", not "this SQL is wrong".
 _ENVIRONMENT = ("locked", "busy", "disk", "full", "i/o", "readonly", "unable to open")
@@ -60,12 +49,8 @@ class _Connection:
 class SQLiteBackend:
     dialect: Dialect = "sqlite"
 
-    def __init__(self, path: Path | str, checkpoint_s: float = CHECKPOINT_S) -> None:
+    def __init__(self, path: Path | str) -> None:
         self.path = Path(path)
-        self._checkpoint_s = checkpoint_s
-        self._checkpointer: threading.Thread | None = None
-        self._stop_checkpoints = threading.Event()
-        self.checkpoints = 0  # completed by the checkpoint thread (for tests and curiosity)
         self._jobs: queue.SimpleQueue[
             tuple[Callable[[_Connection], Any], asyncio.Future[Any]] | None
         ] = queue.SimpleQueue()
@@ -86,17 +71,8 @@ class SQLiteBackend:
         )
         self._thread.start()
         await ready
-        if str(self.path) != ":memory:":
-            self._checkpointer = threading.Thread(
-                target=self._checkpoint_loop, name="sqlite-checkpoint", daemon=True
-            )
-            self._checkpointer.start()
 
     async def close(self) -> None:
-        if self._checkpointer is not None:
-            self._stop_checkpoints.set()
-            await asyncio.to_thread(self._checkpointer.join)
-            self._checkpointer = None
         if self._thread is None:
             return
         self._jobs.put(None)
@@ -145,9 +121,6 @@ class SQLiteBackend:
             raw.execute("PRAGMA journal_mode=WAL")
             raw.execute("PRAGMA synchronous=NORMAL")
             raw.execute("PRAGMA busy_timeout=5000")
-            raw.execute(f"PRAGMA wal_autocheckpoint={_AUTOCHECKPOINT_PAGES}")
-            # After a burst, the log file shrinks back to this when it restarts.
-            raw.execute("PRAGMA journal_size_limit=67108864")
         except Exception as exc:
             loop.call_soon_threadsafe(_settle, ready, None, exc)
             return
@@ -166,24 +139,6 @@ class SQLiteBackend:
             except RuntimeError:  # the loop is closed: nobody is waiting any more
                 pass
         raw.close()
-
-    def _checkpoint_loop(self) -> None:
-        try:
-            raw = sqlite3.connect(self.path, isolation_level=None, check_same_thread=False)
-            raw.execute("PRAGMA busy_timeout=1000")
-        except sqlite3.Error as exc:
-            log.warning("SQLite checkpoints fall back to automatic ones: %s", exc)
-            return
-        try:
-            while not self._stop_checkpoints.wait(self._checkpoint_s):
-                try:
-                    # PASSIVE: copies what no reader still needs, never waits for a writer.
-                    raw.execute("PRAGMA wal_checkpoint(PASSIVE)").fetchone()
-                    self.checkpoints += 1
-                except sqlite3.Error as exc:  # a full disk, say: the next round tries again
-                    log.debug("SQLite checkpoint skipped: %s", exc)
-        finally:
-            raw.close()
 
 
 def _classify(exc: sqlite3.OperationalError) -> BaseException:
