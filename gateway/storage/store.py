@@ -77,6 +77,22 @@ class _Unwritable(Exception):
         self.writes = writes
 
 
+W = TypeVar("W", bound=tuple[Any, ...])
+
+
+def _released(waiters: list[W], handled: int, *, everyone: bool = False) -> list[W]:
+    """Wake the waiters (`(mark, future, ...)`) whose writes are all handled (or `everyone`);
+    the others, still waiting."""
+    still = []
+    for waiter in waiters:
+        if everyone or waiter[0] <= handled:
+            if not waiter[1].done():
+                waiter[1].set_result(None)
+        else:
+            still.append(waiter)
+    return still
+
+
 class Store:
     def __init__(
         self,
@@ -239,15 +255,8 @@ class Store:
             self._watchdog = asyncio.get_running_loop().call_later(delay, self._expire)
 
     def _release_durable(self) -> None:
-        still = []
-        for waiter in self._durable:
-            if self._stuck or waiter[0] <= self._handled:
-                if not waiter[1].done():
-                    waiter[1].set_result(None)
-            else:
-                still.append(waiter)
-        self._durable = still
-        if not still and self._watchdog is not None:
+        self._durable = _released(self._durable, self._handled, everyone=self._stuck)
+        if not self._durable and self._watchdog is not None:
             self._watchdog.cancel()
             self._watchdog = None
 
@@ -309,16 +318,8 @@ class Store:
         self._handled += count
         if self._durable:
             self._release_durable()
-        if not self._waiters:
-            return
-        still = []
-        for mark, future in self._waiters:
-            if mark <= self._handled:
-                if not future.done():
-                    future.set_result(None)
-            else:
-                still.append((mark, future))
-        self._waiters = still
+        if self._waiters:
+            self._waiters = _released(self._waiters, self._handled)
 
     # -- the writer ------------------------------------------------------------------------
 
@@ -337,8 +338,7 @@ class Store:
                 # Neither the database nor the spool's disk takes them: keep them in memory, in
                 # order, and try again shortly. Nothing is dropped while memory lasts.
                 self._stuck = True
-                self._handled_up_to(len(batch) - len(stuck.writes))
-                self._release_durable()
+                self._handled_up_to(len(batch) - len(stuck.writes))  # releases durability waits
                 self._queue.extendleft(reversed(stuck.writes))
                 await asyncio.sleep(_STUCK_RETRY_S)
                 continue
