@@ -279,7 +279,7 @@ class _Relay:
         self.holding = True
         held: list[bytes] = []
         terminator = b""  # the stream's last frame: sent once the turn is durably recorded
-        log, started = attempt.log, attempt.started
+        received, started = attempt.log, attempt.started  # (not `log`: that is the logger)
         while not parser.done:
             if self.cancel_requested:
                 raise _ClientCancelled()
@@ -304,7 +304,7 @@ class _Relay:
                 if not frame.complete:
                     continue  # a torn frame at the end is never forwarded
                 events, kind = parser.feed(frame)
-                log.add(events, received_ms)
+                received.add(events, received_ms)
                 if kind == "error":
                     failure = events[0]  # type: ignore[assignment]
                     break
@@ -326,7 +326,7 @@ class _Relay:
                     terminator = data
                     continue
                 held.append(data)
-                log.mark()
+                received.mark()
             if held and not self.holding:
                 # Written before a failure in the same read too, so that what the client sees
                 # does not depend on how the upstream's bytes were split into reads.
