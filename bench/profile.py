@@ -31,6 +31,20 @@ def cpu_seconds(pid: int) -> float:
     return (int(fields[11]) + int(fields[12])) / os.sysconf("SC_CLK_TCK")
 
 
+def thread_cpu(pid: int) -> dict[str, float]:
+    """CPU seconds per thread: the event loop's (the main thread) and each other by its id
+    (Python threads do not name themselves to the kernel)."""
+    out: dict[str, float] = collections.defaultdict(float)
+    for task in Path(f"/proc/{pid}/task").iterdir():
+        try:
+            name = "loop" if task.name == str(pid) else f"thread {task.name}"
+            fields = (task / "stat").read_text().rsplit(")", 1)[1].split()
+        except OSError:
+            continue
+        out[name] += (int(fields[11]) + int(fields[12])) / os.sysconf("SC_CLK_TCK")
+    return out
+
+
 def summarise(collapsed: Path, top: int = 25) -> str:
     own: collections.Counter[str] = collections.Counter()
     inclusive: collections.Counter[str] = collections.Counter()
@@ -71,12 +85,23 @@ def main() -> None:
             url = f"http://127.0.0.1:{bench.ports['gateway']}{CHAT_PATH}"
             body = request_body(stream)
             run_wrk(bench.wrk, url, body, concurrency, 1, bench.target_core, bench.api_key)
-            # CPU per request without the profiler attached...
+            # The pass-through's CPU per request in the same run, for scale...
+            passthrough = bench.children["passthrough"]
+            pt_url = f"http://127.0.0.1:{bench.ports['passthrough']}{CHAT_PATH}"
+            before = cpu_seconds(passthrough.pid)
+            pt = run_wrk(bench.wrk, pt_url, body, concurrency, seconds, bench.target_core)
+            pt_us = (cpu_seconds(passthrough.pid) - before) * 1e6 / max(1, pt.requests)
+            # ...the gateway's without the profiler attached, per thread...
             before = cpu_seconds(gateway.pid)
+            threads_before = thread_cpu(gateway.pid)
             plain = run_wrk(
                 bench.wrk, url, body, concurrency, seconds, bench.target_core, bench.api_key
             )
             cpu_us = (cpu_seconds(gateway.pid) - before) * 1e6 / max(1, plain.requests)
+            per_thread = {
+                name: (spent - threads_before.get(name, 0.0)) * 1e6 / max(1, plain.requests)
+                for name, spent in thread_cpu(gateway.pid).items()
+            }
             # ...then with it, for the stacks.
             out = RESULTS / f"profile-{cell.mode}-c{concurrency}-{stamp}.txt"
             spy = subprocess.Popen(
@@ -94,6 +119,11 @@ def main() -> None:
             print(summarise(out))
             print(f"\n{cell.name}: {plain.rps:.0f} req/s, p50 {plain.p50_ms:.2f} ms, "
                   f"gateway CPU {cpu_us:.0f} us/request; stacks in {out}")  # fmt: skip
+            print("  by thread: " + ", ".join(
+                f"{name} {us:.0f}" for name, us in sorted(per_thread.items(), key=lambda kv: -kv[1])
+                if us >= 1))  # fmt: skip
+            print(f"passthrough: {pt.rps:.0f} req/s, p50 {pt.p50_ms:.2f} ms, "
+                  f"CPU {pt_us:.0f} us/request")  # fmt: skip
         finally:
             for child in bench.children.values():
                 child.stop()

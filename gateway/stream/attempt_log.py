@@ -130,6 +130,29 @@ class AttemptLog:
                 self._open = None  # a delta after this starts a new run, as in compact()
             position += 1
 
+    def delta(self, index: int, text: str, t_ms: float) -> None:
+        """One delta of block `index` received alone: `add([BlockDelta(index, text)], t_ms)`
+        without the event object (the relay's fast path, once per frame)."""
+        if self.first_ms is None:
+            self.first_ms = t_ms
+        if index != self._open:
+            self._runs.extend((self.count, len(self._lens), index))
+            self._open = index
+        self.count += 1
+        pending = self._pending
+        pending.append(text)
+        try:
+            self._lens.append(len(text))
+        except OverflowError:
+            self._lens = _widened(self._lens, len(text))
+        try:
+            self._times.append(round(t_ms))
+        except OverflowError:
+            self._times = _widened(self._times, round(t_ms))
+        if len(pending) >= _JOIN_AT:
+            self._done.append("".join(pending))
+            pending.clear()
+
     def mark(self) -> None:
         """A frame was written to the client: everything received so far went into it."""
         try:

@@ -219,6 +219,27 @@ def test_any_stream_reads_back_as_the_old_list_did(
         assert_same_at_every_mark(frames)
 
 
+@settings(max_examples=100, deadline=None)
+@given(_frames)
+def test_a_lone_delta_logged_without_its_event_reads_back_the_same(frames: Frames) -> None:
+    frames = _in_time_order(frames)
+    slow, fast = AttemptLog(started=0.0), AttemptLog(started=0.0)
+    for t, events in frames:
+        slow.add(events, t)
+        slow.mark()
+        if len(events) == 1 and isinstance(events[0], BlockDelta):
+            fast.delta(events[0].index, events[0].text, t)
+        else:
+            fast.add(events, t)
+        fast.mark()
+    assert fast.count == slow.count and fast.first_ms == slow.first_ms
+    for frames_sent in range(len(frames) + 1):
+        end = slow.cut(frames_sent)
+        assert fast.cut(frames_sent) == end
+        assert fast.timed(end) == slow.timed(end)
+        assert replayed(fast, end)[0] == replayed(slow, end)[0]
+
+
 # -- what it costs ---------------------------------------------------------------------------
 
 
