@@ -45,6 +45,7 @@ from gateway.errors import (
     UpstreamTimeout,
 )
 from gateway.providers.base import UpstreamResponse
+from gateway.providers.openai_chat import ChatStreamParser
 from gateway.providers.wire import (
     StreamParser,
     parse_body,
@@ -63,7 +64,7 @@ from gateway.stream.events import (
     StreamEvent,
     StreamFailure,
 )
-from gateway.stream.sse import SSEDecoder, SSEFrameTooLarge
+from gateway.stream.sse import SSEDecoder, SSEFrame, SSEFrameTooLarge
 from gateway.upstream import credentials, redact_error
 
 log = logging.getLogger(__name__)
@@ -156,6 +157,12 @@ class _Relay:
         self.cancel_requested = False
         # One per response: a continuation keeps rendering the same client stream.
         self.renderer: StreamRenderer = call.dialect.renderer(call.body)
+        # The stream's relay state, for `_take`: whether bytes pass unchanged, what waits for
+        # the next write (byte strings, and the size of each frame in them), the last frame.
+        self.passthrough = False
+        self.held: list[bytes] = []
+        self.sizes: list[int] = []
+        self.terminator = b""
 
     # -- attempts ----------------------------------------------------------------------------
 
@@ -274,11 +281,15 @@ class _Relay:
         decoder = self.decoder = SSEDecoder()
         parser = self.parser = stream_parser(deployment.provider.wire)
         # The upstream speaks the client's dialect: relay its bytes unchanged.
-        passthrough = deployment.provider.wire == self.call.dialect.wire
-        renderer = self.renderer
+        self.passthrough = deployment.provider.wire == self.call.dialect.wire
+        # Chat chunks relayed unchanged: most are one more piece of the open text, read
+        # without events (the chat renderer tracks nothing, so no events are needed for it).
+        text_delta = (
+            parser.text_delta if self.passthrough and isinstance(parser, ChatStreamParser) else None
+        )
         self.holding = True
-        held: list[bytes] = []
-        terminator = b""  # the stream's last frame: sent once the turn is durably recorded
+        held, sizes = self.held, self.sizes = [], []  # to write: byte strings, frame sizes
+        self.terminator = b""  # the stream's last frame: sent once the turn is durably recorded
         received, started = attempt.log, attempt.started  # (not `log`: that is the logger)
         while not parser.done:
             if self.cancel_requested:
@@ -293,45 +304,46 @@ class _Relay:
                 # whole answer, so the turn is complete, as a clean end there would be.
                 chunk = b""
             try:
-                frames = decoder.feed(chunk) if chunk else decoder.flush()
+                split = decoder.split(chunk) if text_delta is not None and chunk else None
+                frames = (
+                    () if split is not None else decoder.feed(chunk) if chunk else decoder.flush()
+                )
             except SSEFrameTooLarge as exc:
                 raise UpstreamProtocolError(str(exc)) from None
             failure: StreamFailure | None = None
-            received_ms = (
-                time.monotonic() - started
-            ) * 1000.0  # the frames of a read arrive as one
+            # The frames of a read arrive as one.
+            received_ms = (time.monotonic() - started) * 1000.0
             for frame in frames:
-                if not frame.complete:
-                    continue  # a torn frame at the end is never forwarded
-                events, kind = parser.feed(frame)
-                received.add(events, received_ms)
-                if kind == "error":
-                    failure = events[0]  # type: ignore[assignment]
+                if frame.complete and (failure := self._take(frame, received_ms)) is not None:
                     break
-                if self.holding and any(_is_content(e) for e in events):
-                    self.holding = False
-                    attempt.first_token_ms = (time.monotonic() - attempt.started) * 1000
-                if passthrough:
-                    if kind == "usage_only" and upstream.usage_injected:
+            if split is not None:
+                assert text_delta is not None
+                span, pieces = split
+                at = written = 0  # where this piece starts in the span; what went to `held`
+                for piece in pieces:
+                    size = len(piece) + 2
+                    if piece[:6] == b"data: " and (delta := text_delta(piece[6:])) is not None:
+                        received.delta(delta[0], delta[1], received_ms)
+                        received.mark()
+                        sizes.append(size)
+                        at += size
+                        if self.holding and delta[1]:
+                            self._first_content(attempt)
                         continue
-                    data = frame.raw
-                    renderer.track(events)
+                    if at > written:
+                        held.append(span[written:at])
+                    frame = decoder.frame(span[at : at + size])
+                    at = written = at + size
+                    if (failure := self._take(frame, received_ms)) is not None:
+                        break
                 else:
-                    data = renderer.render(events)
-                    if kind == "done":
-                        terminator = renderer.done()
-                    if not data:
-                        continue
-                if kind == "done" and passthrough:
-                    terminator = data
-                    continue
-                held.append(data)
-                received.mark()
+                    if at > written:
+                        held.append(span[written:at])
             if held and not self.holding:
                 # Written before a failure in the same read too, so that what the client sees
                 # does not depend on how the upstream's bytes were split into reads.
-                await self._write(deployment, held)
-                held = []
+                await self._write(deployment, held, sizes)
+                held, sizes = self.held, self.sizes = [], []
             if failure is not None:
                 raise UpstreamStreamError(failure.message, upstream=failure.upstream)
             if not chunk:
@@ -340,22 +352,58 @@ class _Relay:
         self.upstream = None
         if not parser.finished:
             raise UpstreamIncompleteStream("the upstream stream ended without a finish_reason")
-        if not passthrough and not parser.done:
-            terminator = renderer.done()
+        terminator = self.terminator
+        if not self.passthrough and not parser.done:
+            terminator = self.renderer.done()
         if held:
-            await self._write(deployment, held)
+            await self._write(deployment, held, sizes)
         self.turn.completed(attempt, self.segments)
         # Committed (or spooled) before the client sees the end: a crash from here on loses
         # no turn the client saw complete.
         await self.turn.store.durable_enough()
         if terminator:
             attempt.frame_written()
-            await self._write(deployment, [terminator], last=True)
+            await self._write(deployment, [terminator], [len(terminator)], last=True)
         if self.response is None:  # an upstream that finished without a single frame
             await self._start_response(deployment)
         assert self.response is not None
         await self.response.write_eof()  # done already when the terminator ended the body
         return self.response
+
+    def _take(self, frame: SSEFrame, received_ms: float) -> StreamFailure | None:
+        """One complete upstream frame: its events logged, its bytes (or their rendering in
+        the client's dialect) held for the next write. Returns the failure it reports, if any."""
+        assert self.parser is not None and self.attempt is not None
+        events, kind = self.parser.feed(frame)
+        received = self.attempt.log
+        received.add(events, received_ms)
+        if kind == "error":
+            return events[0]  # type: ignore[return-value]
+        if self.holding and any(_is_content(e) for e in events):
+            self._first_content(self.attempt)
+        if self.passthrough:
+            if kind == "usage_only" and self.upstream is not None and self.upstream.usage_injected:
+                return None
+            self.renderer.track(events)
+            if kind == "done":
+                self.terminator = frame.raw
+                return None
+            data = frame.raw
+        else:
+            data = self.renderer.render(events)
+            if kind == "done":
+                self.terminator = self.renderer.done()
+            if not data:
+                return None
+        self.held.append(data)
+        self.sizes.append(len(data))
+        received.mark()
+        return None
+
+    def _first_content(self, attempt: Attempt) -> None:
+        """The hold ends: from here on what arrives goes to the client, retries are over."""
+        self.holding = False
+        attempt.first_token_ms = (time.monotonic() - attempt.started) * 1000
 
     async def _start_response(self, deployment: Deployment) -> web.StreamResponse:
         response = _EventStream(
@@ -374,8 +422,11 @@ class _Relay:
         self.tracker.chunked = response.chunked
         return response
 
-    async def _write(self, deployment: Deployment, frames: list[bytes], last: bool = False) -> None:
-        """Write frames in one send; `last`: they end the body (with the chunked terminator)."""
+    async def _write(
+        self, deployment: Deployment, chunks: list[bytes], sizes: list[int], last: bool = False
+    ) -> None:
+        """Write frames (`sizes` long each, in `chunks` of one or more) in one send; `last`:
+        they end the body (with the chunked terminator)."""
         if self.timer is not None:
             self.timer.reschedule(None)  # a slow client is not an idle upstream
         response = self.response or await self._start_response(deployment)
@@ -383,8 +434,8 @@ class _Relay:
         assert tracker is not None
         writer = response._payload_writer
         assert writer is not None
-        tracker.before_write([len(f) for f in frames], writer.output_size, last)
-        data = b"".join(frames) if len(frames) > 1 else frames[0]
+        tracker.before_write(sizes, writer.output_size, last)
+        data = b"".join(chunks) if len(chunks) > 1 else chunks[0]
         await (response.write_eof(data) if last else response.write(data))
         tracker.after_write(writer.output_size)
         if self.cancel_requested:

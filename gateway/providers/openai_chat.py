@@ -50,6 +50,9 @@ class ChatStreamParser:
         data = frame.data
         if data is None:
             return [], "comment"
+        if data == "[DONE]":  # the usual spelling, without an exception from the JSON parser
+            self.done = True
+            return [], "done"
         try:
             obj = orjson.loads(data)
         except orjson.JSONDecodeError:
@@ -65,22 +68,38 @@ class ChatStreamParser:
             upstream = error if isinstance(error, dict) else {"message": str(error)}
             return [StreamFailure(_error_message(error), upstream)], "error"
         choices = obj.get("choices")
-        if (fast := self._more_text(obj, choices)) is not None:
-            return [fast], "data"
+        if (text := self._more_text(obj, choices)) is not None:
+            return [BlockDelta(self._open[TEXT], text)], "data"
         events = self.chunk(obj)
         if not choices and obj.get("usage"):
             return events, "usage_only"
         return events, "data"
 
-    def _more_text(self, obj: dict[str, Any], choices: Any) -> BlockDelta | None:
+    def text_delta(self, payload: bytes) -> tuple[int, str] | None:
+        """A frame's `data:` payload, when it is one more piece of the text block already
+        open (most frames of an answer): that block's index and the piece, exactly the one
+        BlockDelta `feed` would give, without building any event. None: use `feed`."""
+        if len(self._open) != 1 or (index := self._open.get(TEXT)) is None:
+            return None
+        if payload[:1] != b"{":
+            return None  # `[DONE]`, or an object after whitespace: `feed` knows them
+        try:
+            obj = orjson.loads(payload)
+        except orjson.JSONDecodeError:
+            return None
+        if type(obj) is not dict or obj.get("error"):
+            return None
+        text = self._more_text(obj, obj.get("choices"))
+        return None if text is None else (index, text)
+
+    def _more_text(self, obj: dict[str, Any], choices: Any) -> str | None:
         """Most chunks of an answer are one more piece of the text block already open: read
         that without the general walk (it runs once per frame). None: take the general way.
-        Exactly what `chunk` would give for such a chunk."""
+        Exactly what `chunk` would give for such a chunk, as the piece's text."""
         if len(self._open) != 1 or type(choices) is not list or len(choices) != 1:
             return None
-        index = self._open.get(TEXT)
         choice = choices[0]
-        if index is None or type(choice) is not dict or obj.get("usage") is not None:
+        if TEXT not in self._open or type(choice) is not dict or obj.get("usage") is not None:
             return None
         delta = choice.get("delta")
         if (
@@ -93,7 +112,7 @@ class ChatStreamParser:
         ):
             return None
         content = delta.get("content")
-        return BlockDelta(index, content) if type(content) is str else None
+        return content if type(content) is str else None
 
     def chunk(self, obj: dict[str, Any]) -> list[StreamEvent]:
         out: list[StreamEvent] = []

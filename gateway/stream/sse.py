@@ -72,6 +72,41 @@ class SSEDecoder:
             raise SSEFrameTooLarge(f"an SSE frame exceeded {self._max} bytes")
         return frames
 
+    def split(self, chunk: bytes) -> tuple[bytes, list[bytes]] | None:
+        """What `feed(chunk)` would dispatch, undecoded: the bytes its complete frames span,
+        and each frame's bytes without its blank line (so a frame is `piece + b"\n\n"` and they
+        follow each other in the span). The caller reads what it can from a piece and gives
+        the rest to `frame()`. None (nothing consumed): this read needs `feed`, as a stream
+        using `\r`, one that starts with a byte order mark or has empty frames does."""
+        if self._lines_mode or b"\r" in chunk:
+            return None
+        data = self._pending + chunk if self._pending else chunk
+        if self._pending and data.find(b"\n\n", self._searched) < 0:
+            if len(data) > self._max:
+                raise SSEFrameTooLarge(f"an SSE frame exceeded {self._max} bytes")
+            self._pending = data  # still inside one frame: nothing to split yet
+            self._searched = max(0, len(data) - 1)
+            return b"", []
+        if self._first and not _BOM.startswith(data[:3]):
+            self._first = False
+        if self._first or data[:1] == b"\n" or b"\n\n\n" in data:
+            return None
+        pieces = data.split(b"\n\n")
+        tail = pieces.pop()
+        if len(tail) > self._max:
+            raise SSEFrameTooLarge(f"an SSE frame exceeded {self._max} bytes")
+        self._pending = tail
+        self._searched = max(0, len(tail) - 1)
+        return (data[: len(data) - len(tail)] if tail else data), pieces
+
+    def frame(self, raw: bytes) -> SSEFrame:
+        """One complete frame of a `split()` (its bytes with the blank line), as `feed` gives it."""
+        if raw.startswith(b"data: ") and raw.find(b"\n", 0, len(raw) - 2) < 0:
+            return SSEFrame(raw, None, raw[6:-2].decode("utf-8", "replace"), None)
+        for line in raw[:-2].split(b"\n"):
+            self._field(line)
+        return self._dispatch(raw)
+
     def _feed_fast(self, chunk: bytes) -> list[SSEFrame]:
         data = self._pending + chunk if self._pending else chunk
         if self._pending and data.find(b"\n\n", self._searched) < 0:

@@ -7,7 +7,7 @@ import pytest
 from gateway.errors import UpstreamProtocolError
 from gateway.providers.openai_chat import ChatStreamParser, parse_completion
 from gateway.stream.assembler import BlockAssembler
-from gateway.stream.events import BlockEnd, BlockStart, StreamEvent, StreamFailure
+from gateway.stream.events import BlockDelta, BlockEnd, BlockStart, StreamEvent, StreamFailure
 from gateway.stream.sse import SSEDecoder, SSEFrame
 from tests.fakes import expected, feed_fixture, fixture_bytes
 
@@ -129,3 +129,39 @@ def test_chunks_that_are_not_plain_text_leave_the_fast_path() -> None:
         parser = ChatStreamParser()
         parser.chunk(opening)
         assert parser._more_text(other, other["choices"]) is None, other
+
+
+@pytest.mark.parametrize("name", CHAT)
+def test_reading_text_deltas_off_raw_payloads_gives_the_events_feed_gives(name: str) -> None:
+    general, _ = parse(name)
+    parser = ChatStreamParser()
+    events: list[StreamEvent] = []
+    read_fast = 0
+    for frame in SSEDecoder().feed(fixture_bytes(name)):
+        simple = frame.raw.startswith(b"data: ") and frame.raw.count(b"\n") == 2
+        if simple and (delta := parser.text_delta(frame.raw[6:-2])) is not None:
+            events.append(BlockDelta(*delta))
+            read_fast += 1
+        else:
+            events += parser.feed(frame)[0]
+    assert events == general
+    if name.startswith("openai-chat-text"):
+        assert read_fast > 3  # the path is taken, not only refused
+
+
+def test_raw_payloads_that_are_not_one_more_piece_of_text_are_refused() -> None:
+    parser = ChatStreamParser()
+    assert parser.text_delta(b'{"choices":[{"index":0,"delta":{"content":"a"}}]}') is None
+    parser.chunk({"choices": [{"index": 0, "delta": {"content": "a"}}]})  # text is open now
+    assert parser.text_delta(b'{"choices":[{"index":0,"delta":{"content":"b"}}]}') == (0, "b")
+    for payload in [
+        b"[DONE]",
+        b'{"error":{"message":"overloaded"},"choices":[{"index":0,"delta":{"content":"b"}}]}',
+        b'{"choices":[{"index":0,"delta":{"content":"b"}}],"usage":{"total_tokens":1}}',
+        b'{"choices":[{"index":0,"delta":{"content":"b"},"finish_reason":"stop"}]}',
+        b'{"choices":[{"index":1,"delta":{"content":"b"}}]}',
+        b'{"choices":[{"index":0,"delta":{"content":null}}]}',
+        b'["not an object"]',
+        b'{"choices":[{"index":0,"delta":{"content":"\xff"}}]}',  # not UTF-8: feed replaces
+    ]:
+        assert parser.text_delta(payload) is None, payload

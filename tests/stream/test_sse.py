@@ -116,3 +116,51 @@ def test_fast_mode_frames_equal_the_line_by_line_reading(case: tuple[bytes, list
     reference._lines_mode = True  # the general reader, as a `\r` in the stream would pick
     want = [f for piece in pieces for f in reference.feed(piece)] + reference.flush()
     assert decode(*pieces) == want
+
+
+def split_decode(*pieces: bytes) -> tuple[list[SSEFrame], bytes]:
+    """What the relay's fast path does: `split` a read where it can (each piece back through
+    `frame`), `feed` it where not; and the bytes the split reads' frames spanned."""
+    decoder = SSEDecoder()
+    frames: list[SSEFrame] = []
+    spans = b""
+    for piece in pieces:
+        split = decoder.split(piece) if piece else None
+        if split is None:
+            frames += decoder.feed(piece)
+            continue
+        span, parts = split
+        assert span == b"".join(part + b"\n\n" for part in parts)
+        spans += span
+        frames += [decoder.frame(part + b"\n\n") for part in parts]
+    return frames + decoder.flush(), spans
+
+
+@given(lf_streams(), st.booleans())
+@settings(max_examples=300, deadline=None)
+def test_split_reads_give_the_frames_feed_gives(
+    case: tuple[bytes, list[int]], with_cr: bool
+) -> None:
+    body, cuts = case
+    if with_cr:  # a `\r` somewhere: the line-by-line reading takes over from that read on
+        body = body.replace(b"x\n", b"x\r\n", 1)
+        cuts = [min(c, len(body)) for c in cuts]
+    pieces = [body[a:b] for a, b in zip([0, *cuts], [*cuts, len(body)], strict=True)]
+    frames, spans = split_decode(*pieces)
+    assert frames == decode(*pieces)
+    assert spans in body
+
+
+@pytest.mark.parametrize("name", SMALL)
+def test_real_streams_split_in_two_at_every_offset_give_the_same_frames(name: str) -> None:
+    body = fixture_bytes(name)
+    want = decode(body)
+    for cut in range(1, len(body), 7):
+        assert split_decode(body[:cut], body[cut:])[0] == want
+
+
+def test_split_refuses_an_endless_frame_too() -> None:
+    decoder = SSEDecoder(max_frame_bytes=1000)
+    with pytest.raises(SSEFrameTooLarge):
+        for _ in range(20):
+            decoder.split(b"data: " + b"x" * 100)
