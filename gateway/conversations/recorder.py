@@ -30,6 +30,7 @@ from gateway.conversations.events import (
     NewEvent,
     TurnStart,
 )
+from gateway.storage.payload import DeferredPayload
 from gateway.storage.store import Store
 
 if TYPE_CHECKING:
@@ -149,10 +150,11 @@ Segment = tuple[Attempt, int]  # an earlier attempt, and how many of its frames 
 Part = tuple[Attempt, int]  # an attempt, and how many of its events (in received order) count
 
 
-def _answer(parts: list[Part]) -> tuple[BlockAssembler, list[dict[str, Any]]]:
+def _answer(parts: list[Part]) -> tuple[BlockAssembler, list[dict[str, Any]], bool]:
     """An answer's blocks and its compact stream (contract section 4), from the events of one
     attempt or, for a continued answer, of each attempt in order: block indexes shifted so they
-    never collide, times measured from the first attempt's start."""
+    never collide, times measured from the first attempt's start. The flag: the stream holds
+    long runs read from the logs when stored (its payload must be a DeferredPayload)."""
     assembler = BlockAssembler()
     stream = CompactRecords()
     origin = parts[0][0].started
@@ -161,7 +163,12 @@ def _answer(parts: list[Part]) -> tuple[BlockAssembler, list[dict[str, Any]]]:
         shift = (part.started - origin) * 1000.0
         top = part.log.replay(end, stream, assembler, shift_ms=shift, index_offset=offset)
         offset = max(offset, top + 1)
-    return assembler, stream.done()
+    return assembler, stream.done(), stream.deferred
+
+
+def _stored(payload: dict[str, Any], deferred: bool) -> dict[str, Any]:
+    """A payload whose stream has long runs is encoded when the store writes it, not now."""
+    return DeferredPayload(payload) if deferred else payload
 
 
 def _with_segments(payload: dict[str, Any], parts: list[Part]) -> dict[str, Any]:
@@ -261,10 +268,9 @@ class TurnRecorder:
         for earlier, end in parts[:-1]:
             earlier.settle("completed", end)
         attempt.settle("completed", attempt.log.count)
-        assembler, stream = _answer(parts)
+        assembler, stream, deferred = _answer(parts)
         payload = self._message_payload(attempt, assembler, stream, interrupted=False)
-        self._append(ASSISTANT_MESSAGE, _with_segments(payload, parts))
-        del payload, stream  # a long answer's JSON: not held while the turn ends
+        self._append(ASSISTANT_MESSAGE, _stored(_with_segments(payload, parts), deferred))
         self._end("completed", None)
 
     def interrupted(
@@ -288,7 +294,7 @@ class TurnRecorder:
             self.completed(attempt, prior)
             return
         attempt.settle("interrupted", own)
-        assembler, stream = _answer(parts)
+        assembler, stream, deferred = _answer(parts)
         blocks = assembler.interrupted_blocks()
         if blocks:
             payload = self._message_payload(attempt, assembler, stream, interrupted=True)
@@ -298,11 +304,9 @@ class TurnRecorder:
             # What the provider generated and bills (known when the stream was drained), not
             # just what was delivered.
             payload["usage"] = attempt.usage
-            self._append(ASSISTANT_MESSAGE, payload)
-            del payload
+            self._append(ASSISTANT_MESSAGE, _stored(payload, deferred))
         else:
             self._append(ASSISTANT_ATTEMPT, self._attempt_payload(attempt, "empty_prefix"))
-        del stream
         self._end("aborted", reason)
 
     def attempt_failed(
@@ -356,13 +360,15 @@ class TurnRecorder:
         }
 
     def _attempt_payload(self, attempt: Attempt, reason: str) -> dict[str, Any]:
-        return {
+        _, stream, deferred = _answer([(attempt, attempt.log.count)])
+        payload = {
             "reason": reason,
             "attempt": attempt.number,
-            "stream": _answer([(attempt, attempt.log.count)])[1],
+            "stream": stream,
             "route": attempt.route,
             "usage": attempt.usage,
         }
+        return _stored(payload, deferred)
 
     def _end(self, status: str, reason: str | None) -> None:
         if self.ended:
@@ -404,9 +410,7 @@ async def recover_open_turns(store: Store, *, at_start: bool, stale_s: float = 6
     the turn ends `aborted` with reason `crash_recovered`, so it no longer blocks branching and
     reads as finished.
     """
-    orphans = await store.claim_orphaned_turns(
-        own=at_start, stale_before=time.time() - stale_s
-    )
+    orphans = await store.claim_orphaned_turns(own=at_start, stale_before=time.time() - stale_s)
     for turn_id, conversation_id in orphans:
         store.append(
             NewEvent(

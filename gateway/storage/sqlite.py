@@ -15,7 +15,12 @@ from pathlib import Path
 from typing import Any, TypeVar
 
 from gateway.storage.db import Dialect, Op, Row, StoreUnavailable, run_now
+from gateway.storage.payload import DeferredPayload
 from gateway.storage.writes import Write, apply_batch
+
+# A long stream's payload is encoded as SQLite binds it, on this backend's thread: its JSON is
+# one buffer that lives only until SQLite has copied it (before SQLite makes the row of it).
+sqlite3.register_adapter(DeferredPayload, DeferredPayload.encode)
 
 T = TypeVar("T")
 

@@ -33,6 +33,7 @@ from gateway.conversations.events import (
 )
 from gateway.storage import schema
 from gateway.storage.db import Db, Dialect, Op, StoreUnavailable
+from gateway.storage.payload import DeferredPayload
 from gateway.storage.spool import Spool
 from gateway.storage.writes import Kind, Write
 
@@ -201,12 +202,15 @@ class Store:
         )
 
     def append(self, event: NewEvent) -> None:
+        payload = event.payload
         row = {
             "conversation_id": event.conversation_id,
             "turn_id": event.turn_id,
             "type": event.type,
             "created_at": event.created_at,
-            "payload": orjson.dumps(event.payload).decode(),
+            # The payload's JSON as UTF-8 (stored as text), or a long stream's payload, encoded
+            # when it is written (gateway.storage.payload).
+            "payload": payload if isinstance(payload, DeferredPayload) else orjson.dumps(payload),
             "uid": event.uid,
         }
         if event.type == TURN_END:

@@ -14,6 +14,7 @@ from typing import Any, Literal
 import orjson
 
 from gateway.storage.db import Db
+from gateway.storage.payload import as_text
 
 Kind = Literal["conversation", "turn", "event", "usage", "response"]
 
@@ -24,7 +25,10 @@ class Write:
     row: dict[str, Any]
 
     def encode(self) -> bytes:
-        return orjson.dumps({"k": self.kind, "r": self.row})
+        row = self.row
+        if self.kind == "event" and not isinstance(row["payload"], str):
+            row = {**row, "payload": as_text(row["payload"])}
+        return orjson.dumps({"k": self.kind, "r": row})
 
     @staticmethod
     def decode(line: bytes) -> Write:
@@ -101,11 +105,13 @@ _COLUMNS: dict[str, tuple[str, ...]] = {
     "usage": USAGE_COLUMNS,
 }
 
-# The next seq of a conversation: after its own last event, or after its branch point.
+# The next seq of a conversation: after its own last event, or after its branch point. The
+# payload comes as its JSON text, or as that text's UTF-8 bytes (what orjson makes, not decoded
+# into a string copy): CAST stores either as the same text.
 _EVENT = (
     "INSERT INTO events (conversation_id, seq, turn_id, type, created_at, payload, uid)"
     " VALUES (?, COALESCE((SELECT MAX(seq) FROM events WHERE conversation_id = ?),"
-    " (SELECT parent_seq FROM conversations WHERE id = ?), 0) + 1, ?, ?, ?, ?, ?)"
+    " (SELECT parent_seq FROM conversations WHERE id = ?), 0) + 1, ?, ?, ?, CAST(? AS TEXT), ?)"
     " ON CONFLICT (uid) DO NOTHING"
 )
 _END_TURN = "UPDATE turns SET ended_at = ?, status = ? WHERE id = ?"
@@ -132,7 +138,7 @@ async def apply_batch(db: Db, writes: list[Write]) -> None:
             columns = _COLUMNS[kind]
             await db.executemany(_SQL[kind], [tuple(w.row.get(c) for c in columns) for w in group])
             continue
-        rows = [_event_args(w.row) for w in group]
+        rows = [_event_args(w.row, db.dialect) for w in group]
         ends = [_end_args(w.row) for w in group if w.row["type"] == "turn/end"]
         await db.executemany(_EVENT, rows)
         if ends:
@@ -140,8 +146,11 @@ async def apply_batch(db: Db, writes: list[Write]) -> None:
             await db.executemany(_END_TURN, ends)
 
 
-def _event_args(row: dict[str, Any]) -> tuple[Any, ...]:
+def _event_args(row: dict[str, Any], dialect: str) -> tuple[Any, ...]:
     cid = row["conversation_id"]  # three times: the row, and the two lookups of its next seq
+    payload = row["payload"]
+    if dialect != "sqlite" and not isinstance(payload, str):
+        payload = as_text(payload)  # SQLite binds bytes, and a DeferredPayload by its adapter
     return (
         cid,
         cid,
@@ -149,7 +158,7 @@ def _event_args(row: dict[str, Any]) -> tuple[Any, ...]:
         row["turn_id"],
         row["type"],
         row["created_at"],
-        row["payload"],
+        payload,
         row["uid"],
     )
 
@@ -161,7 +170,7 @@ def _end_args(row: dict[str, Any]) -> tuple[Any, ...]:
 async def apply(db: Db, write: Write) -> None:
     row = write.row
     if write.kind == "event":
-        inserted = await db.execute(_EVENT, *_event_args(row))
+        inserted = await db.execute(_EVENT, *_event_args(row, db.dialect))
         if inserted and row["type"] == "turn/end":
             await db.execute(_END_TURN, *_end_args(row))
         return

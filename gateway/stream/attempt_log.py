@@ -22,13 +22,13 @@ each for the whole stream).
 from __future__ import annotations
 
 from array import array
-from collections.abc import Iterator
+from collections.abc import Iterator, Sequence
 from itertools import accumulate, pairwise
 from time import monotonic
-from typing import Any, NamedTuple
+from typing import Any, NamedTuple, overload
 
 from gateway.stream.assembler import BlockAssembler
-from gateway.stream.compact import BATCH, CompactRecords, Timed
+from gateway.stream.compact import BATCH, CompactRecords, Parts, Timed
 from gateway.stream.events import BlockDelta, BlockEnd, BlockStart, Finish, StreamEvent, Usage
 
 _JOIN_AT = 256  # delta strings waiting before they are joined into one piece of the buffer
@@ -40,6 +40,33 @@ def _widened(items: array[int], value: int) -> array[int]:
     wider = array("Q", items)
     wider.append(value)
     return wider
+
+
+class _Span(Sequence[int]):
+    """Items `first` to `stop` of an array, read when asked (slices are copies: no buffer
+    export, so the array may still grow)."""
+
+    __slots__ = ("_first", "_items", "_stop")
+
+    def __init__(self, items: array[int] | bytearray, first: int, stop: int) -> None:
+        self._items, self._first, self._stop = items, first, stop
+
+    def __len__(self) -> int:
+        return self._stop - self._first
+
+    @overload
+    def __getitem__(self, key: int) -> int: ...
+
+    @overload
+    def __getitem__(self, key: slice) -> Sequence[int]: ...
+
+    def __getitem__(self, key: int | slice) -> int | Sequence[int]:
+        at = range(self._first, self._stop)[key]
+        if isinstance(at, int):
+            return self._items[at]
+        if at.step != 1:
+            raise ValueError("a span is sliced in order")
+        return self._items[at.start : at.stop]
 
 
 class Run(NamedTuple):
@@ -178,16 +205,23 @@ class AttemptLog:
             self._full_n = len(self._lens)
         return self._full
 
-    def _parts(self, run: Run) -> Iterator[list[str]]:
-        """A run's part strings, a batch at a time (after `text()`)."""
+    def _parts(self, run: Run) -> Parts:
+        """A run's part strings, a batch at a time, as often as asked (after `text()`): read
+        from what the log holds now, so deltas that come later (a drain) change nothing, and
+        without buffer exports (it may be read on the store's thread while the log grows)."""
         if not self._done:  # every part string is still at hand
-            yield self._pending[run.first : run.stop]
-            return
-        text, lens, at = self._full, memoryview(self._lens), run.start
-        for a in range(run.first, run.stop, BATCH):
-            ends = list(accumulate(lens[a : min(run.stop, a + BATCH)], initial=at))
-            yield [text[i:j] for i, j in pairwise(ends)]
-            at = ends[-1]
+            strings = self._pending[run.first : run.stop]
+            return lambda: (strings,)
+        text, lens, first, stop, start = self._full, self._lens, run.first, run.stop, run.start
+
+        def batches() -> Iterator[list[str]]:
+            at = start
+            for a in range(first, stop, BATCH):
+                ends = list(accumulate(lens[a : min(stop, a + BATCH)], initial=at))
+                yield [text[i:j] for i, j in pairwise(ends)]
+                at = ends[-1]
+
+        return batches
 
     def segments(self, end: int) -> Iterator[Run | Other]:
         """The first `end` events, in order: each run of deltas as one Run, others as they are."""
@@ -251,14 +285,13 @@ class AttemptLog:
         shifted by `shift_ms` and block indexes by `index_offset` (a later part of a continued
         answer). Returns the highest block index fed, -1 if none."""
         text = self.text()
-        times = memoryview(self._times)
+        times = self._times
         top = -1
         for segment in self.segments(end):
             if isinstance(segment, Run):
                 index = segment.block + index_offset
-                stream.run(
-                    index, times[segment.first : segment.stop], self._parts(segment), shift_ms
-                )
+                span = _Span(times, segment.first, segment.stop)
+                stream.run(index, span, self._parts(segment), shift_ms)
                 assembler.feed(BlockDelta(index, text[segment.start : segment.end]))
             else:
                 event = _shifted(segment.event, index_offset) if index_offset else segment.event

@@ -8,12 +8,12 @@ the gaps after `t0`, computed from rounded absolute times so that replay never d
 `expand()` gives back every event with its time, so content rebuilds byte for byte.
 
 `compact()` takes events one by one; `CompactRecords` builds the same records from runs of
-deltas (what an AttemptLog holds), and a long run's `dt` and `parts` as already-encoded JSON.
+deltas (what an AttemptLog holds), a long run's `dt` and `parts` as JSON written when stored.
 """
 
 from __future__ import annotations
 
-from collections.abc import Iterable, Sequence
+from collections.abc import Callable, Iterable, Iterator, Sequence
 from operator import sub
 from typing import Any
 
@@ -129,34 +129,92 @@ def expand(records: Iterable[dict[str, Any]]) -> list[Timed]:
 
 # -- the same records, built from runs of deltas ---------------------------------------------
 
-# A run with more deltas than this has its `dt` and `parts` encoded to JSON a batch at a time
-# (orjson.Fragment), so a long stream never holds an object per part; a shorter one (the usual
-# answer) keeps plain lists, exactly as compact() makes them.
+# A run with more deltas than this keeps its `dt` and `parts` as `Batches` (JSON written a batch
+# at a time when the payload is stored), so a long stream never holds an object per part nor
+# its whole JSON before the store writes it; a shorter one (the usual answer) keeps plain lists,
+# exactly as compact() makes them.
 BATCH = 4096
+
+Parts = Callable[[], Iterable[list[str]]]  # a run's part strings, in batches, as often as asked
+
+
+class Batches:
+    """A JSON array written a batch at a time (`write_json`, what the store's deferred payload
+    calls), from sources read again each time it is written: nothing is encoded until then.
+    Each source gives lists of items in order."""
+
+    __slots__ = ("_sources",)
+
+    def __init__(self, sources: list[Callable[[], Iterable[list[Any]]]]) -> None:
+        self._sources = sources
+
+    def write_json(self, out: bytearray) -> None:
+        start = len(out)
+        out += b"["
+        for source in self._sources:
+            for items in source():
+                if items:
+                    if len(out) > start + 1:
+                        out += b","
+                    out += memoryview(orjson.dumps(items))[1:-1]
+        out += b"]"
+
+    def to_json(self) -> bytes:
+        out = bytearray()
+        self.write_json(out)
+        return bytes(out)
+
+    def items(self) -> list[Any]:
+        """Every item (one object each: for tests and small runs)."""
+        return [item for source in self._sources for items in source() for item in items]
+
+
+def default(value: Any) -> Any:
+    """orjson's `default` for records holding `Batches` (`orjson.dumps(records, default=...)`)."""
+    if isinstance(value, Batches):
+        return orjson.Fragment(value.to_json())
+    raise TypeError(f"{type(value).__name__} is not JSON serializable")
+
+
+def _gaps(times: Sequence[int], before: int | None, shift_ms: float) -> Iterator[list[int]]:
+    """The `dt` items of deltas at `times` (shifted by `shift_ms`, then rounded), a batch at a
+    time; `before`: the time of the delta before the first, if the run has one."""
+    for a in range(0, len(times), BATCH):
+        batch: Sequence[int] = times[a : a + BATCH]
+        if shift_ms:
+            batch = [round(t + shift_ms) for t in batch]
+        gaps = list(map(sub, batch[1:], batch[:-1]))
+        if before is not None:
+            gaps.insert(0, batch[0] - before)
+        before = batch[-1]
+        yield gaps
 
 
 class CompactRecords:
     """compact()'s records, fed a run of deltas at a time.
 
     In stream order: `event()` for anything but deltas, `run()` for consecutive deltas of one
-    block (times in whole milliseconds, part strings in batches). `done()` then serialises,
-    with the store's orjson.dumps, to exactly what `compact()` of the same events gives (a
-    record's `dt` and `parts` are orjson.Fragment values when the run is long: JSON as far as
-    orjson is concerned, not lists for anything that reads the payload before it is stored).
+    block (times in whole milliseconds, part strings in batches). `done()` then gives records
+    that serialise to exactly what `compact()` of the same events gives: with the store's
+    payload encoder (`gateway.storage.payload`) or `orjson.dumps(records, default=default)`.
+    A long run's `dt` and `parts` are `Batches`, read from the run's sources when written
+    (`deferred` says whether there are any): those sources must not change until then.
     """
 
     def __init__(self) -> None:
         self.records: list[dict[str, Any]] = []
+        self.deferred = False  # some record holds Batches
         self._starts: dict[int, BlockStart] = {}
         self._run: dict[str, Any] | None = None  # the open run record
         self._last: int | None = None  # the time of its last delta (None: it has none yet)
-        # A long open run's `dt` and `parts`, each as encoded batches (inner JSON text).
-        self._encoded: tuple[list[bytes], list[bytes]] | None = None
+        # A long open run's `dt` and `parts`, each as the sources of its batches.
+        self._sources: tuple[list[Callable[[], Iterable[list[Any]]]], list[Parts]] | None = None
 
     def event(self, t_ms: float, event: StreamEvent) -> None:
         t = round(t_ms)
         if isinstance(event, BlockDelta):
-            self.run(event.index, (t,), ([event.text],))
+            parts = [event.text]
+            self.run(event.index, (t,), lambda: (parts,))
             return
         self._close()
         if isinstance(event, BlockStart):
@@ -180,45 +238,39 @@ class CompactRecords:
         self,
         index: int,
         times: Sequence[int],
-        parts: Iterable[list[str]],
+        parts: Parts,
         shift_ms: float = 0.0,
     ) -> None:
         """Deltas of block `index` at `times` (whole ms; `shift_ms` added, then rounded, for a
-        later attempt of a continued answer), their strings given in order by `parts`."""
-        if not times:
+        later attempt of a continued answer), their strings given in order by `parts()`. A long
+        run reads `times` and calls `parts` again when its records are written."""
+        n = len(times)
+        if not n:
             return
+        first, last_t = times[0], times[n - 1]
         if shift_ms:
-            times = [round(t + shift_ms) for t in times]
+            first, last_t = round(first + shift_ms), round(last_t + shift_ms)
         run = self._run
         if run is None or run["index"] != index:
             self._close()
-            run = self._open(index, times[0])
+            run = self._open(index, first)
         last = self._last
         if last is None:
-            run["t0"] = times[0]  # a run opened by its BlockStart: the first delta sets t0
-        self._last = times[-1]
-        if self._encoded is None and len(run["parts"]) + len(times) <= BATCH:
+            run["t0"] = first  # a run opened by its BlockStart: the first delta sets t0
+        self._last = last_t
+        if self._sources is None and len(run["parts"]) + n <= BATCH:
             dt: list[int] = run["dt"]
-            if last is not None:
-                dt.append(times[0] - last)
-            dt += map(sub, times[1:], times[:-1])
-            for strings in parts:
+            for gaps in _gaps(times, last, shift_ms):
+                dt += gaps
+            for strings in parts():
                 run["parts"] += strings
             return
-        if self._encoded is None:
-            self._encoded = ([], [])
-            _add(self._encoded[0], run["dt"])
-            _add(self._encoded[1], run["parts"])
-        gaps, strings_json = self._encoded
-        for a in range(0, len(times), BATCH):
-            batch = times[a : a + BATCH]
-            before = times[a - 1] if a else last
-            batch_gaps = list(map(sub, batch[1:], batch[:-1]))
-            if before is not None:
-                batch_gaps.insert(0, batch[0] - before)
-            _add(gaps, batch_gaps)
-        for strings in parts:
-            _add(strings_json, strings)
+        if self._sources is None:
+            done_dt, done_parts = run["dt"], run["parts"]
+            self._sources = ([lambda: (done_dt,)], [lambda: (done_parts,)])
+        gaps_sources, parts_sources = self._sources
+        gaps_sources.append(lambda: _gaps(times, last, shift_ms))
+        parts_sources.append(parts)
 
     def done(self) -> list[dict[str, Any]]:
         self._close()
@@ -233,16 +285,11 @@ class CompactRecords:
         return record
 
     def _close(self) -> None:
-        if self._encoded is not None:
+        if self._sources is not None:
             assert self._run is not None
-            gaps, strings_json = self._encoded
-            self._run["dt"] = orjson.Fragment(b"[" + b",".join(gaps) + b"]")
-            self._run["parts"] = orjson.Fragment(b"[" + b",".join(strings_json) + b"]")
-            self._encoded = None
+            gaps, parts = self._sources
+            self._run["dt"] = Batches(gaps)
+            self._run["parts"] = Batches(list(parts))
+            self._sources = None
+            self.deferred = True
         self._run, self._last = None, None
-
-
-def _add(pieces: list[bytes], items: list[Any]) -> None:
-    """Append `items` to encoded pieces as their JSON list's inner text."""
-    if items:
-        pieces.append(orjson.dumps(items)[1:-1])

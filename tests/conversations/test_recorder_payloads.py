@@ -18,7 +18,10 @@ import pytest
 from gateway.conversations.events import NewEvent
 from gateway.conversations.recorder import Attempt, TurnRecorder
 from gateway.errors import UpstreamError
+from gateway.storage.payload import DeferredPayload, as_text, encoded
 from gateway.storage.store import Store
+from gateway.stream import attempt_log
+from gateway.stream import compact as compact_module
 from gateway.stream.assembler import BlockAssembler
 from gateway.stream.compact import Timed, compact
 from gateway.stream.events import (
@@ -40,7 +43,7 @@ class Recorded:
         self.events: list[tuple[str, bytes]] = []
 
     def append(self, event: NewEvent) -> None:
-        self.events.append((event.type, orjson.dumps(event.payload)))
+        self.events.append((event.type, bytes(encoded(event.payload))))
 
     def payload(self, kind: str) -> bytes:
         return next(p for k, p in self.events if k == kind)
@@ -230,7 +233,42 @@ def test_the_store_writes_the_json_of_the_old_records() -> None:
     turn.attempts.append(attempt)
     turn.completed(attempt)
     expected = old_message([(old, old.events)], 1, interrupted=False)
-    assert rows[0]["payload"] == orjson.dumps(expected).decode()
+    assert rows[0]["payload"] == orjson.dumps(expected)  # UTF-8, stored as text
+
+
+def test_a_long_answer_is_encoded_when_stored_and_the_same() -> None:
+    """A run longer than a batch: the payload is queued unencoded and read from the log when
+    written, giving the old JSON; later deltas (a drain after the client left) change nothing."""
+    rows: list[dict[str, Any]] = []
+
+    class Queue:
+        def write(self, kind: str, row: dict[str, Any]) -> None:
+            rows.append(row)
+
+        def append(self, event: NewEvent) -> None:
+            Store.append(self, event)  # type: ignore[arg-type]
+
+    frames: list[tuple[int, list[StreamEvent]]] = [(1, [BlockStart(0, "text")])]
+    frames += [(2 + i // 3, [BlockDelta(0, f"w{i} ")]) for i in range(40)]
+    with pytest.MonkeyPatch.context() as patch:
+        patch.setattr(compact_module, "BATCH", 4)
+        patch.setattr(attempt_log, "BATCH", 4)
+        patch.setattr(attempt_log, "_JOIN_AT", 3)
+        attempt, old = both(1, 100.0, frames)
+        turn = TurnRecorder(Queue(), "c", "t")  # type: ignore[arg-type]
+        turn.attempts.append(attempt)
+        turn.interrupted(attempt, 30, "acked", "client_disconnect")
+        payload = rows[0]["payload"]
+        assert isinstance(payload, DeferredPayload)
+        for i in range(40, 50):  # the drain goes on after the turn's end was queued
+            attempt.log.delta(0, f"late{i} ", 90.0)
+        attempt.log.text()
+        message = old_message([(old, old.delivered(30))], 1, interrupted=True)
+        message["content"] = [{"type": "text", "text": "".join(f"w{i} " for i in range(29))}]
+        message["delivery"] = "acked"
+        message["usage"] = None
+        assert bytes(payload.encode()) == orjson.dumps(message)
+        assert as_text(payload) == orjson.dumps(message).decode()
 
 
 def test_an_attempt_still_answers_as_it_did() -> None:

@@ -1,0 +1,113 @@
+"""Event payloads reach the database as the same JSON text, however they are handed over: JSON
+bytes (what orjson makes), or a DeferredPayload encoded as it is written; on a real SQLite file
+and a real PostgreSQL, and through the spool."""
+
+from __future__ import annotations
+
+import sqlite3
+from collections.abc import AsyncIterator, Awaitable, Callable
+from pathlib import Path
+from typing import Any
+
+import orjson
+import pytest
+
+from gateway.config import StoreConfig
+from gateway.conversations.events import Conversation, NewEvent
+from gateway.storage.backends import make_store
+from gateway.storage.payload import DeferredPayload, as_text, encoded
+from gateway.storage.store import Store
+from gateway.storage.writes import Write
+from gateway.stream.compact import Batches
+
+MakeStore = Callable[[], Awaitable[Store]]
+
+
+def plain_and_deferred() -> tuple[dict[str, Any], DeferredPayload]:
+    """The same payload with its long lists as plain lists, and as Batches read when written."""
+    strings = [f"pärt “{i}” \n\\ 😀" for i in range(50)]
+    gaps = list(range(49))
+    plain: dict[str, Any] = {
+        "content": [{"type": "text", "text": "".join(strings)}],
+        "interrupted": False,
+        "empty": {},
+        "none": [],
+        "stream": [
+            {"type": "text", "index": 0, "t0": 3, "dt": gaps, "parts": strings},
+            {"type": "finish", "t": 99, "reason": "stop"},
+        ],
+        "route": {"provider": "p", "ratio": 0.1, "flag": True, "nothing": None},
+        "attempt": 1,
+    }
+    deferred = DeferredPayload(
+        {
+            **plain,
+            "stream": [
+                {
+                    "type": "text",
+                    "index": 0,
+                    "t0": 3,
+                    "dt": Batches([lambda: (gaps[:10], [], gaps[10:])]),
+                    "parts": Batches([lambda: (strings[:7],), lambda: (strings[7:],)]),
+                },
+                plain["stream"][1],
+            ],
+        }
+    )
+    return plain, deferred
+
+
+def test_a_deferred_payload_encodes_as_orjson_does_every_time() -> None:
+    plain, deferred = plain_and_deferred()
+    assert bytes(deferred.encode()) == orjson.dumps(plain)
+    assert bytes(deferred.encode()) == orjson.dumps(plain)  # its sources are read again
+    assert bytes(encoded(deferred)) == orjson.dumps(plain)
+    assert encoded(plain) == orjson.dumps(plain)
+    assert as_text(deferred) == as_text(orjson.dumps(plain)) == orjson.dumps(plain).decode()
+    with pytest.raises(TypeError):
+        DeferredPayload({"a": {1: "not a string key"}}).encode()
+
+
+def test_a_spooled_write_carries_the_payload_as_text() -> None:
+    plain, deferred = plain_and_deferred()
+    for payload in (deferred, orjson.dumps(plain), orjson.dumps(plain).decode()):
+        write = Write("event", {"type": "x", "payload": payload})
+        assert Write.decode(write.encode()).row["payload"] == orjson.dumps(plain).decode()
+
+
+@pytest.fixture(params=["sqlite", "postgresql"])
+async def make(request: pytest.FixtureRequest, tmp_path: Path) -> AsyncIterator[MakeStore]:
+    url = (
+        f"sqlite:///{tmp_path}/store.db"
+        if request.param == "sqlite"
+        else request.getfixturevalue("pg_url")
+    )
+    made: list[Store] = []
+
+    async def start() -> Store:
+        store = make_store(StoreConfig(url=url, spool_path=str(tmp_path / "spool")), "test")
+        await store.start()
+        made.append(store)
+        return store
+
+    yield start
+    for store in made:
+        await store.close()
+
+
+async def test_every_payload_is_stored_as_its_json_text(make: MakeStore, tmp_path: Path) -> None:
+    store = await make()
+    plain, deferred = plain_and_deferred()
+    store.create_conversation(Conversation("c", 1.0))
+    store.append(NewEvent("c", "t", "assistant/message", deferred))
+    store.append(NewEvent("c", "t", "user/message", {"content": "héllo"}))
+    await store.flush()
+    events = await store.events("c")
+    assert [e.payload for e in events] == [plain, {"content": "héllo"}]
+    if store.dialect == "sqlite":
+        with sqlite3.connect(tmp_path / "store.db") as db:
+            rows = db.execute("SELECT typeof(payload), payload FROM events ORDER BY seq").fetchall()
+        assert rows == [
+            ("text", orjson.dumps(plain).decode()),
+            ("text", '{"content":"héllo"}'),
+        ]
