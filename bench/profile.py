@@ -41,7 +41,9 @@ def thread_cpu(pid: int) -> dict[str, float]:
             fields = (task / "stat").read_text().rsplit(")", 1)[1].split()
         except OSError:
             continue
-        out[name] += (int(fields[11]) + int(fields[12])) / os.sysconf("SC_CLK_TCK")
+        tick = os.sysconf("SC_CLK_TCK")
+        out[name] += (int(fields[11]) + int(fields[12])) / tick
+        out[f"{name} (sys)"] += int(fields[12]) / tick
     return out
 
 
