@@ -45,6 +45,9 @@ _BATCH = 512
 _RETRIES = 3
 _STUCK_RETRY_S = 0.5
 _ACK_WAIT_S = 5.0
+# How long writes nobody waits for yet (a turn's start) may wait for more (its end): one
+# commit for both rather than two. Also how long a crash could lose them.
+_GATHER_S = 0.02
 
 
 class Backend(Protocol):
@@ -124,6 +127,7 @@ class Store:
         self._writer: asyncio.Task[None] | None = None
         self._replayer: asyncio.Task[None] | None = None
         self._closing = False
+        self._urgent: asyncio.Future[None] | None = None  # cuts a gathering wait short
 
     # -- lifecycle -------------------------------------------------------------------------
 
@@ -154,6 +158,7 @@ class Store:
     async def close(self) -> None:
         self._closing = True
         self._wake.set()
+        self._hurry()
         if self._writer is not None:
             await self._writer
         if self._replayer is not None and not self._replayer.done():
@@ -234,6 +239,7 @@ class Store:
         # turn: this runs on every request.
         future = asyncio.get_running_loop().create_future()
         self._durable.append((mark, future, time.monotonic() + _ACK_WAIT_S))
+        self._hurry()
         if self._watchdog is None:
             self._watchdog = asyncio.get_running_loop().call_later(_ACK_WAIT_S, self._expire)
         await future
@@ -316,6 +322,7 @@ class Store:
             return
         future = asyncio.get_running_loop().create_future()
         self._waiters.append((mark, future))
+        self._hurry()
         await future
 
     def _handled_up_to(self, count: int) -> None:
@@ -335,6 +342,8 @@ class Store:
                 self._wake.clear()
                 await self._wake.wait()
                 continue
+            if not (self._durable or self._waiters or self._closing or self._stuck):
+                await self._gather()
             batch = [self._queue.popleft() for _ in range(min(_BATCH, len(self._queue)))]
             try:
                 await self._write(batch)
@@ -351,6 +360,23 @@ class Store:
                 metrics.STORE_WRITE_ERRORS.inc(len(batch))
             self._stuck = False
             self._handled_up_to(len(batch))
+
+    async def _gather(self) -> None:
+        """Nobody waits on the queued writes yet (a turn's start, typically): give them up to
+        `_GATHER_S` to be joined by more (the turn's end, other turns), so that a short turn is
+        one commit, not two. Waiting on the writes (durable_enough, a read, close) ends it."""
+        loop = asyncio.get_running_loop()
+        urgent = self._urgent = loop.create_future()
+        timer = loop.call_later(_GATHER_S, _settle_once, urgent)
+        try:
+            await urgent
+        finally:
+            timer.cancel()
+            self._urgent = None
+
+    def _hurry(self) -> None:
+        if self._urgent is not None and not self._urgent.done():
+            self._urgent.set_result(None)
 
     async def _write(self, batch: list[Write]) -> None:
         spill = self._spooling or len(self._queue) > self._queue_max
@@ -550,3 +576,8 @@ class Store:
             )
 
         await self.backend.run(beat)
+
+
+def _settle_once(future: asyncio.Future[None]) -> None:
+    if not future.done():
+        future.set_result(None)

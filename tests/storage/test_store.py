@@ -231,3 +231,52 @@ async def test_durable_enough_answers_anyway_when_the_store_hangs(
     release.set()
     await store.flush()
     assert await store.get_conversation("h") is not None  # and nothing was lost
+
+
+async def _gathering(store: Store) -> None:
+    """Until the writer is holding queued writes back for more (see Store._gather)."""
+    async with asyncio.timeout(5):
+        while store._urgent is None:
+            await asyncio.sleep(0)
+
+
+async def test_a_turn_that_ends_quickly_is_one_commit(
+    store: Store, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    batches: list[int] = []
+    applied = store.backend.apply
+
+    async def counting(writes: list[object]) -> None:
+        batches.append(len(writes))
+        await applied(writes)  # type: ignore[arg-type]
+
+    monkeypatch.setattr(store.backend, "apply", counting)
+    store.create_conversation(Conversation("q", 1.0))
+    store.start_turn(TurnStart("tq", "q", 1.0, {}))
+    store.append(event("q", turn="tq", n=1))
+    await _gathering(store)  # the start waits for more: nobody needs it durable yet
+    store.append(event("q", "turn/end", turn="tq", status="completed"))
+    await store.durable_enough()  # the end is waited on: everything goes now, together
+    assert batches == [4]
+    assert [e.type for e in await store.events("q")] == ["user/message", "turn/end"]
+
+
+async def test_writes_nobody_waits_for_are_committed_within_a_moment(
+    store: Store, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    from gateway.storage import store as store_module
+
+    monkeypatch.setattr(store_module, "_GATHER_S", 0.01)
+    committed = asyncio.Event()
+    applied = store.backend.apply
+
+    async def noting(writes: list[object]) -> None:
+        await applied(writes)  # type: ignore[arg-type]
+        committed.set()
+
+    monkeypatch.setattr(store.backend, "apply", noting)
+    store.create_conversation(Conversation("w", 1.0))
+    await _gathering(store)
+    async with asyncio.timeout(5):
+        await committed.wait()  # no read, no durability wait, no close: the gather ran out
+    assert store._handled == store._submitted
