@@ -57,9 +57,9 @@ class DeliveryTracker:
         self._sock: socket.socket | None = None  # a duplicate of the connection's socket
         self.level: DeliveryLevel = "sent"
         self._base = 0
-        # End offset of each written frame: 8 bytes a frame, not an int object each (a long
-        # stream writes 100,000 of them).
-        self._ends = array("Q")
+        # End offset of each written frame: 4 bytes a frame, not an int object each (a long
+        # stream writes 100,000 of them); 8 bytes past 4 GiB.
+        self._ends: array[int] = array("I")
         # A write under way: its frames' lengths, its bytes after the chunk size line, and the
         # output size before it.
         self._pending: tuple[list[int], int, int] | None = None
@@ -109,9 +109,14 @@ class DeliveryTracker:
         if output_size == before:
             return  # nothing reached the transport
         end = output_size - total
+        ends = self._ends
         for length in lengths:
             end += length
-            self._ends.append(end)
+            try:
+                ends.append(end)
+            except OverflowError:  # past 4 GiB in one response
+                ends = self._ends = array("Q", ends)
+                ends.append(end)
         transport = self._transport
         buffered = (
             transport.get_write_buffer_size() if transport and not transport.is_closing() else 0

@@ -1,0 +1,75 @@
+"""DeliveryTracker's bookkeeping of frame end offsets, at the "sent" level (no socket): which
+frames are out of the process, however writes group them, past 4 GiB too."""
+
+from __future__ import annotations
+
+from typing import Any
+
+from gateway.stream.delivery import DeliveryTracker
+
+
+class Transport:
+    def __init__(self) -> None:
+        self.buffered = 0
+
+    def get_extra_info(self, name: str) -> Any:
+        return None
+
+    def get_write_buffer_size(self) -> int:
+        return self.buffered
+
+    def is_closing(self) -> bool:
+        return False
+
+
+class Request:
+    def __init__(self) -> None:
+        self.transport = Transport()
+
+
+def tracker() -> tuple[DeliveryTracker, Transport]:
+    request = Request()
+    tracked = DeliveryTracker(request)  # type: ignore[arg-type]
+    tracked.begin()
+    assert tracked.level == "sent"
+    return tracked, request.transport
+
+
+def test_frames_count_as_sent_once_their_last_byte_left_the_process() -> None:
+    tracked, transport = tracker()
+    size = 100  # the status line and headers
+    writes = [[10], [20, 30, 40], [5]]
+    for lengths in writes:
+        tracked.before_write(lengths, size)
+        size += sum(lengths) + 2  # chunked: a CRLF after each chunk
+        tracked.after_write(size)
+    assert tracked.frames_written == 5
+    assert tracked.delivered_frames(size) == 5
+    # Ends so far: 110, 132, 162, 202, 209. With 48 bytes still in the transport's buffer
+    # after the next write (ending at 214), bytes up to 166 are out: three frames.
+    transport.buffered = 48
+    tracked.before_write([1], size)
+    size += 3
+    tracked.after_write(size)
+    assert tracked.frames_written == 6
+    assert tracked.delivered_frames(size) == 3
+
+
+def test_a_write_that_reached_nothing_records_no_frames() -> None:
+    tracked, _ = tracker()
+    tracked.before_write([10, 10], 50)
+    tracked.after_write(50)
+    assert tracked.frames_written == 0
+    assert tracked.delivered_frames(50) == 0
+
+
+def test_offsets_past_4_gib() -> None:
+    tracked, _ = tracker()
+    size = 2**32 - 30
+    for lengths in ([10], [10, 10], [10]):  # the second write crosses 4 GiB
+        tracked.before_write(lengths, size, last=False)
+        size += sum(lengths) + 2
+        tracked.after_write(size)
+    assert tracked.frames_written == 4
+    assert tracked.delivered_frames(size) == 4
+    assert tracked.delivered_frames(size) == 4  # and again, with nothing new
