@@ -270,7 +270,9 @@ class TurnRecorder:
         attempt.settle("completed", attempt.log.count)
         assembler, stream, deferred = _answer(parts)
         payload = self._message_payload(attempt, assembler, stream, interrupted=False)
-        self._append(ASSISTANT_MESSAGE, _stored(_with_segments(payload, parts), deferred))
+        if len(parts) > 1:
+            payload = _with_segments(payload, parts)
+        self._append(ASSISTANT_MESSAGE, DeferredPayload(payload) if deferred else payload)
         self._end("completed", None)
 
     def interrupted(

@@ -4,13 +4,18 @@ A stream is mostly deltas, and a long one must not cost a Python object per chun
 performance issue's target: a 100,000-chunk stream within 2 MB beyond its text). So a delta
 costs only:
 - its text, appended to a buffer (pending strings are joined into one every `_JOIN_AT` deltas);
-- its length and its time (whole milliseconds, what the compact stream records) in arrays of
-  4-byte items (2-byte items would save 0.4 MB a 100,000 deltas, but CPython appends them
-  through a slower conversion: twice the cost, on every frame);
+- its length, a byte (4 bytes each once a delta is longer than 255 code points);
+- its time, whole milliseconds (what the compact stream records), a 4-byte array item;
 and consecutive deltas of one block form a *run* (three array items per run, not per delta).
 Every other event (block starts and ends, usage, finish, in-stream errors) is rare and kept as
 the object it is, with its position and exact time. A frame written to the client costs one
-array item: how many events had been received by its end (its *mark*).
+4-byte array item: how many events had been received by its end (its *mark*).
+
+A length is a byte because bytearray.append is the cheapest append CPython has (cheaper than
+a 4-byte array item's; 2-byte items go through a conversion that costs twice as much). Times
+and marks as a byte each were tried (gaps, or offsets from a base that moves, the rare misfit
+noted aside): 0.3 MB less a 100,000 deltas each, but keeping the last time costs ~30 ns more a
+delta, and the mark's base ~13 ns more a frame, on every frame.
 
 Everything a turn's end needs is read from that, up to any mark (the delivered prefix): the
 events with each run merged into one delta (what BlockAssembler needs, one string per run
@@ -25,7 +30,7 @@ from array import array
 from collections.abc import Iterator, Sequence
 from itertools import accumulate, pairwise
 from time import monotonic
-from typing import Any, NamedTuple, overload
+from typing import Any, NamedTuple, TypeAlias, overload
 
 from gateway.stream.assembler import BlockAssembler
 from gateway.stream.compact import BATCH, CompactRecords, Parts, Timed
@@ -34,11 +39,19 @@ from gateway.stream.events import BlockDelta, BlockEnd, BlockStart, Finish, Stre
 _JOIN_AT = 256  # delta strings waiting before they are joined into one piece of the buffer
 
 
-def _widened(items: array[int], value: int) -> array[int]:
-    """`items` with `value` appended, as 8-byte items (a value past 2**32: never in practice,
-    as it would take a 4 GB delta or a 49-day attempt, but not a reason to fail)."""
-    wider = array("Q", items)
-    wider.append(value)
+Items: TypeAlias = "bytearray | array[int]"
+
+
+def _widened(items: Items, value: int) -> array[int]:
+    """`items` with `value` appended, as 4-byte items if they were bytes and it fits, else as
+    8-byte items (a value past 2**32: never in practice, as it would take a 4 GB delta or a
+    49-day attempt, but not a reason to fail)."""
+    wider = array("I" if isinstance(items, bytearray) and value < 2**32 else "Q", iter(items))
+    try:
+        wider.append(value)
+    except OverflowError:
+        wider = array("Q", wider)
+        wider.append(value)
     return wider
 
 
@@ -48,7 +61,7 @@ class _Span(Sequence[int]):
 
     __slots__ = ("_first", "_items", "_stop")
 
-    def __init__(self, items: array[int] | bytearray, first: int, stop: int) -> None:
+    def __init__(self, items: array[int], first: int, stop: int) -> None:
         self._items, self._first, self._stop = items, first, stop
 
     def __len__(self) -> int:
@@ -111,7 +124,7 @@ class AttemptLog:
         self._pending: list[str] = []  # delta strings not yet joined
         self._done: list[str] = []  # joined pieces of the text buffer
         self._full, self._full_n = "", 0  # the whole text, once read, and how many deltas
-        self._lens: array[int] = array("I")  # per delta: its length in code points
+        self._lens: Items = bytearray()  # per delta: its length in code points
         self._times: array[int] = array("I")  # per delta: whole ms since `started`
         # Per run, three items: the event position of its first delta, that delta's number,
         # its block index.
@@ -143,7 +156,7 @@ class AttemptLog:
                 pending.append(text)
                 try:
                     self._lens.append(len(text))
-                except OverflowError:
+                except (ValueError, OverflowError):  # bytes, then 4-byte items
                     self._lens = _widened(self._lens, len(text))
                 try:
                     self._times.append(round(t_ms))
@@ -170,7 +183,7 @@ class AttemptLog:
         pending.append(text)
         try:
             self._lens.append(len(text))
-        except OverflowError:
+        except (ValueError, OverflowError):  # bytes, then 4-byte items
             self._lens = _widened(self._lens, len(text))
         try:
             self._times.append(round(t_ms))
@@ -286,12 +299,19 @@ class AttemptLog:
         answer). Returns the highest block index fed, -1 if none."""
         text = self.text()
         times = self._times
+        view = memoryview(times)  # short runs' times: used up before this returns
         top = -1
         for segment in self.segments(end):
             if isinstance(segment, Run):
                 index = segment.block + index_offset
-                span = _Span(times, segment.first, segment.stop)
-                stream.run(index, span, self._parts(segment), shift_ms)
+                first, stop = segment.first, segment.stop
+                # A long run's times are read when its record is written.
+                if stop - first > BATCH:
+                    stream.run(index, _Span(times, first, stop), self._parts(segment), shift_ms)
+                elif self._done:
+                    stream.run(index, view[first:stop], self._parts(segment), shift_ms)
+                else:  # a short log: its part strings are at hand
+                    stream.run(index, view[first:stop], self._pending[first:stop], shift_ms)
                 assembler.feed(BlockDelta(index, text[segment.start : segment.end]))
             else:
                 event = _shifted(segment.event, index_offset) if index_offset else segment.event

@@ -213,8 +213,7 @@ class CompactRecords:
     def event(self, t_ms: float, event: StreamEvent) -> None:
         t = round(t_ms)
         if isinstance(event, BlockDelta):
-            parts = [event.text]
-            self.run(event.index, (t,), lambda: (parts,))
+            self.run(event.index, (t,), [event.text])
             return
         self._close()
         if isinstance(event, BlockStart):
@@ -238,19 +237,42 @@ class CompactRecords:
         self,
         index: int,
         times: Sequence[int],
-        parts: Parts,
+        parts: Parts | list[str],
         shift_ms: float = 0.0,
     ) -> None:
         """Deltas of block `index` at `times` (whole ms; `shift_ms` added, then rounded, for a
-        later attempt of a continued answer), their strings given in order by `parts()`. A long
-        run reads `times` and calls `parts` again when its records are written."""
+        later attempt of a continued answer), their strings given in order by `parts()` (or
+        as one list). A long run reads `times` and calls `parts` again when its records are
+        written."""
         n = len(times)
         if not n:
             return
+        run = self._run
+        if self._sources is None and n <= BATCH:  # the usual run: plain lists
+            if shift_ms:
+                times = [round(t + shift_ms) for t in times]
+            if run is None or run["index"] != index:
+                self._close()
+                run = self._open(index, times[0])
+            if len(run["parts"]) + n <= BATCH:
+                last = self._last
+                dt: list[int] = run["dt"]
+                if last is None:
+                    run["t0"] = times[0]  # a run opened by its BlockStart: its first delta's
+                else:
+                    dt.append(times[0] - last)
+                dt += map(sub, times[1:], times[:-1])
+                self._last = times[-1]
+                if isinstance(parts, list):
+                    run["parts"] += parts
+                else:
+                    for strings in parts():
+                        run["parts"] += strings
+                return
+            shift_ms = 0.0  # (done above)
         first, last_t = times[0], times[n - 1]
         if shift_ms:
             first, last_t = round(first + shift_ms), round(last_t + shift_ms)
-        run = self._run
         if run is None or run["index"] != index:
             self._close()
             run = self._open(index, first)
@@ -258,19 +280,18 @@ class CompactRecords:
         if last is None:
             run["t0"] = first  # a run opened by its BlockStart: the first delta sets t0
         self._last = last_t
-        if self._sources is None and len(run["parts"]) + n <= BATCH:
-            dt: list[int] = run["dt"]
-            for gaps in _gaps(times, last, shift_ms):
-                dt += gaps
-            for strings in parts():
-                run["parts"] += strings
-            return
+        if isinstance(times, memoryview):  # kept past this call: not a view of what may grow
+            times = times.tolist()
         if self._sources is None:
             done_dt, done_parts = run["dt"], run["parts"]
             self._sources = ([lambda: (done_dt,)], [lambda: (done_parts,)])
         gaps_sources, parts_sources = self._sources
         gaps_sources.append(lambda: _gaps(times, last, shift_ms))
-        parts_sources.append(parts)
+        if isinstance(parts, list):
+            strings = parts
+            parts_sources.append(lambda: (strings,))
+        else:
+            parts_sources.append(parts)
 
     def done(self) -> list[dict[str, Any]]:
         self._close()
