@@ -9,6 +9,7 @@ Times are whole milliseconds, so that rounding once (the log) or at the end (the
 
 from __future__ import annotations
 
+from collections.abc import Iterator
 from dataclasses import replace
 from typing import Any
 
@@ -130,6 +131,18 @@ def old_message(
     return payload
 
 
+@pytest.fixture(autouse=True, params=["short", "long"])
+def runs(request: pytest.FixtureRequest) -> Iterator[None]:
+    """Every test twice: as a short answer (plain lists), and with the paths of a long one
+    (runs of more than a batch written when stored, delta strings joined into one buffer)."""
+    with pytest.MonkeyPatch.context() as patch:
+        if request.param == "long":
+            patch.setattr(compact_module, "BATCH", 1)
+            patch.setattr(attempt_log, "BATCH", 1)
+            patch.setattr(attempt_log, "_JOIN_AT", 2)
+        yield
+
+
 FIRST = [
     (3, [BlockStart(0, "reasoning")]),
     (4, [BlockDelta(0, "let me think “about” it")]),
@@ -189,6 +202,20 @@ def test_a_continued_answer_splices_its_attempts(sent: int) -> None:
     assert store.payload("assistant/message") == orjson.dumps(expected)
 
 
+def test_a_continued_answer_whose_second_attempt_started_a_fraction_of_a_ms_later() -> None:
+    """Shifted times are rounded after the shift, delta by delta, as the old list did."""
+    turn, store = recorder()
+    first, old_first = both(1, 100.0, FIRST)
+    second, old_second = both(
+        2, 100.0105, SECOND + [(8 + i, [BlockDelta(0, "x")]) for i in range(5)]
+    )
+    turn.attempts += [first, second]
+    turn.completed(second, [(first, 6)])
+    parts = [(old_first, old_first.delivered(6)), (old_second, old_second.events)]
+    expected = old_message(parts, 2, interrupted=False)
+    assert store.payload("assistant/message") == orjson.dumps(expected)
+
+
 def test_a_continued_answer_cut_in_its_second_attempt() -> None:
     turn, store = recorder()
     first, old_first = both(1, 100.0, FIRST)
@@ -233,7 +260,9 @@ def test_the_store_writes_the_json_of_the_old_records() -> None:
     turn.attempts.append(attempt)
     turn.completed(attempt)
     expected = old_message([(old, old.events)], 1, interrupted=False)
-    assert rows[0]["payload"] == orjson.dumps(expected)  # UTF-8, stored as text
+    payload = rows[0]["payload"]  # UTF-8, stored as text; or encoded when stored
+    assert isinstance(payload, bytes | DeferredPayload)
+    assert as_text(payload) == orjson.dumps(expected).decode()
 
 
 def test_a_long_answer_is_encoded_when_stored_and_the_same() -> None:
