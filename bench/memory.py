@@ -78,15 +78,18 @@ def serve_upstream(port: int, chunks: int) -> None:
 
 
 def traced_serve(config: str, report: str) -> None:
-    """`gateway serve` under tracemalloc. Between SIGUSR1 and SIGUSR2, snapshots at two moments
-    of a turn's end: when the answer is complete (everything the stream accumulated is held) and
-    right after the store encoded its payload; SIGUSR2 writes to `report` what each holds that
-    was not there at SIGUSR1."""
+    """`gateway serve` under tracemalloc. Between SIGUSR1 and SIGUSR2, snapshots at three
+    moments of a turn's end: when the answer is complete (everything the stream accumulated is
+    held), when its events are queued for the store, and when the store's thread has encoded a
+    long answer's payload (a DeferredPayload), right before SQLite copies it; SIGUSR2 writes to
+    `report` what each holds that was not there at SIGUSR1."""
+    import sqlite3
     import tracemalloc
 
+    import gateway.storage.sqlite  # noqa: F401  (its adapter first, then ours over it)
     from gateway.cli import main as gateway_main
     from gateway.conversations.recorder import TurnRecorder
-    from gateway.storage.store import Store
+    from gateway.storage.payload import DeferredPayload
 
     tracemalloc.start(8)
     state: dict[str, Any] = {"on": False, "snapshots": []}
@@ -95,19 +98,20 @@ def traced_serve(config: str, report: str) -> None:
         if state["on"]:
             state["snapshots"].append((moment, tracemalloc.take_snapshot()))
 
-    completed, append = TurnRecorder.completed, Store.append
+    completed = TurnRecorder.completed
 
     def completed_and_look(turn: TurnRecorder, *args: Any) -> None:
         look("the answer complete, before the turn's end is recorded")
         completed(turn, *args)
+        look("the turn's end queued for the store")
 
-    def append_and_look(store: Store, event: Any) -> None:
-        append(store, event)
-        if event.type == "assistant/message":
-            look("right after the store encoded the answer's payload")
+    def encode_and_look(payload: DeferredPayload) -> bytearray:
+        encoded = payload.encode()
+        look("the store's thread encoded the long answer's payload, SQLite about to copy it")
+        return encoded
 
     TurnRecorder.completed = completed_and_look  # type: ignore[method-assign,assignment]
-    Store.append = append_and_look  # type: ignore[method-assign,assignment]
+    sqlite3.register_adapter(DeferredPayload, encode_and_look)
 
     def start(*_: Any) -> None:
         state["base"] = tracemalloc.take_snapshot()
