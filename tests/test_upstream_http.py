@@ -33,14 +33,8 @@ from gateway.errors import (
     UpstreamTimeout,
 )
 from gateway.upstream import post
-from gateway.upstream_http import (
-    HIGH_WATER,
-    USER_AGENT,
-    Endpoint,
-    Response,
-    UpstreamPool,
-    _Connection,
-)
+from gateway.upstream_conn import Connection
+from gateway.upstream_http import HIGH_WATER, USER_AGENT, Endpoint, Response, UpstreamPool
 
 MakeServer = Callable[..., Awaitable[TestServer]]
 KEY = "sk-test-0123456789"
@@ -223,7 +217,7 @@ class FakeTransport(asyncio.Transport):
 @dataclass
 class Fed:
     pool: UpstreamPool
-    conn: _Connection
+    conn: Connection
     transport: FakeTransport
     response: Response
 
@@ -232,10 +226,10 @@ async def feed(*pieces: bytes, url: str = "http://upstream.test/v1/chat") -> Fed
     """A response parsed from `pieces`, each handed to the protocol as one read."""
     pool = UpstreamPool()
     endpoint = Endpoint(url, {})
-    conn = _Connection(pool, endpoint.key, asyncio.get_running_loop())
+    conn = Connection(pool, endpoint.key, asyncio.get_running_loop())
     transport = FakeTransport()
     conn.connection_made(transport)
-    exchange = asyncio.ensure_future(conn.exchange(endpoint, b"{}"))
+    exchange = asyncio.ensure_future(conn.exchange(endpoint.prefix, b"{}"))
     await asyncio.sleep(0)  # the exchange sends its request and waits for the head
     assert transport.written.startswith(b"POST /v1/chat HTTP/1.1\r\n")
     for piece in pieces:
