@@ -2,8 +2,8 @@
 
 aiohttp servers for well-formed answers; raw asyncio servers for what aiohttp would never send
 (malformed heads, chunk extensions and trailers, resets, answers cut off, connections closed
-without an answer); and the parser fed directly, split at every byte, for the framing. Tests
-synchronise on what the server saw (events), never on sleeps.
+without an answer). Tests synchronise on what the server saw (events), never on sleeps. The
+connection's parser fed directly, split at every byte, is tests/test_upstream_conn.py.
 """
 
 from __future__ import annotations
@@ -33,8 +33,8 @@ from gateway.errors import (
     UpstreamTimeout,
 )
 from gateway.upstream import post
-from gateway.upstream_conn import Connection
-from gateway.upstream_http import HIGH_WATER, USER_AGENT, Endpoint, Response, UpstreamPool
+from gateway.upstream_http import HIGH_WATER, USER_AGENT, Endpoint, UpstreamPool
+from tests.test_upstream_conn import ok, read_all
 
 MakeServer = Callable[..., Awaitable[TestServer]]
 KEY = "sk-test-0123456789"
@@ -45,14 +45,6 @@ async def pool() -> AsyncIterator[UpstreamPool]:
     pool = UpstreamPool()
     yield pool
     await pool.close()
-
-
-async def read_all(response: Response) -> bytes:
-    parts = []
-    while chunk := await response.read():
-        parts.append(chunk)
-    assert await response.read() == b""  # and it stays at its end
-    return b"".join(parts)
 
 
 async def fetch(pool: UpstreamPool, url: str, body: bytes = b"{}", **headers: str) -> bytes:
@@ -150,11 +142,6 @@ class RawServer:
         self.client_left.set()
 
 
-def ok(body: bytes, *headers: str) -> bytes:
-    head = ["HTTP/1.1 200 OK", f"Content-Length: {len(body)}", *headers]
-    return ("\r\n".join(head) + "\r\n\r\n").encode() + body
-
-
 def serve_each(*answers: bytes) -> RawHandler:
     """Answer the requests of each connection with `answers` in turn, keeping it alive."""
 
@@ -186,194 +173,6 @@ def head_then_stall(head: bytes) -> RawHandler:
 
 
 PARTIAL = b"HTTP/1.1 200 OK\r\nContent-Length: 100\r\n\r\nfirst part"
-
-
-# -- the parser, fed directly at every split -----------------------------------------------------
-
-
-class FakeTransport(asyncio.Transport):
-    def __init__(self) -> None:
-        super().__init__()
-        self.written = bytearray()
-        self.aborted = False
-        self.paused = False
-
-    def write(self, data: bytes | bytearray | memoryview) -> None:
-        self.written += data
-
-    def abort(self) -> None:
-        self.aborted = True
-
-    def is_closing(self) -> bool:
-        return self.aborted
-
-    def pause_reading(self) -> None:
-        self.paused = True
-
-    def resume_reading(self) -> None:
-        self.paused = False
-
-
-@dataclass
-class Fed:
-    pool: UpstreamPool
-    conn: Connection
-    transport: FakeTransport
-    response: Response
-
-
-async def feed(*pieces: bytes, url: str = "http://upstream.test/v1/chat") -> Fed:
-    """A response parsed from `pieces`, each handed to the protocol as one read."""
-    pool = UpstreamPool()
-    endpoint = Endpoint(url, {})
-    conn = Connection(pool, endpoint.key, asyncio.get_running_loop())
-    transport = FakeTransport()
-    conn.connection_made(transport)
-    exchange = asyncio.ensure_future(conn.exchange(endpoint.prefix, b"{}"))
-    await asyncio.sleep(0)  # the exchange sends its request and waits for the head
-    assert transport.written.startswith(b"POST /v1/chat HTTP/1.1\r\n")
-    for piece in pieces:
-        if not conn.closed:
-            conn.data_received(piece)
-    return Fed(pool, conn, transport, await exchange)
-
-
-CHUNKED = (
-    b"HTTP/1.1 200 OK\r\nTransfer-Encoding: chunked\r\nContent-Type: text/event-stream\r\n\r\n"
-    b"7;name=value\r\ndata: a\r\n"
-    b'B ; quoted="x;y" ; bare\r\n\n\ndata: bc\n\r\n'
-    b"2\r\n\n\n\r\n"
-    b"0;last\r\nX-Trailer: 1\r\nX-Other: two words\r\n\r\n"
-)
-CHUNKED_BODY = b"data: a\n\ndata: bc\n\n\n"
-
-
-@pytest.mark.parametrize(
-    ("raw", "body"),
-    [
-        (CHUNKED, CHUNKED_BODY),
-        (ok(b'{"ok": true}'), b'{"ok": true}'),
-        (
-            ok(gzip.compress(b"squeezed " * 100), "Content-Encoding: gzip"),
-            b"squeezed " * 100,
-        ),
-        (
-            b"HTTP/1.1 103 Early Hints\r\nLink: </x>\r\n\r\n" + ok(b"after the hint"),
-            b"after the hint",
-        ),
-    ],
-    ids=["chunked-extensions-trailers", "content-length", "gzip", "interim-103"],
-)
-async def test_any_split_into_reads_gives_the_same_body_and_pools_the_connection(
-    raw: bytes, body: bytes
-) -> None:
-    splits = [[raw], [raw[i : i + 1] for i in range(len(raw))]]
-    splits += [[raw[:i], raw[i:]] for i in range(1, len(raw))]
-    for pieces in splits:
-        fed = await feed(*pieces)
-        assert fed.response.status == 200
-        assert await read_all(fed.response) == body, pieces
-        assert fed.conn.in_pool and not fed.transport.aborted, pieces
-        await fed.pool.close()
-
-
-async def test_no_content_has_no_body() -> None:
-    fed = await feed(b"HTTP/1.1 204 No Content\r\nContent-Length: 7\r\n\r\n")
-    assert fed.response.status == 204
-    assert await read_all(fed.response) == b""
-    assert fed.conn.in_pool
-    await fed.pool.close()
-
-
-async def test_headers_are_parsed_only_when_asked_for_case_insensitively() -> None:
-    fed = await feed(ok(b"x", "Retry-After: 7", "X-Repeated: a", "x-repeated: b"))
-    assert fed.response.headers["retry-after"] == "7"
-    assert fed.response.headers["x-repeated"] == "a, b"
-    assert fed.response.headers["content-length"] == "1"
-    await fed.pool.close()
-
-
-async def test_reading_pauses_past_the_high_water_mark_and_resumes_when_drained() -> None:
-    big = b"x" * (HIGH_WATER + 1)
-    fed = await feed(ok(big + big)[: -len(big)])  # the head and the first half
-    assert fed.transport.paused
-    assert await fed.response.read() == big
-    assert not fed.transport.paused
-    fed.conn.data_received(big)
-    assert await fed.response.read() == big
-    assert await fed.response.read() == b""
-    assert fed.conn.in_pool
-    await fed.pool.close()
-
-
-async def test_a_compression_bomb_is_undone_step_by_step_as_it_is_read() -> None:
-    size = 64 * HIGH_WATER  # 16 MiB of zeros: about 16 KiB compressed
-    fed = await feed(ok(gzip.compress(bytes(size)), "Content-Encoding: gzip"))
-    pieces = []
-    while piece := await fed.response.read():
-        assert len(piece) <= 2 * HIGH_WATER  # never the whole body at once
-        pieces.append(len(piece))
-    assert sum(pieces) == size and len(pieces) > 10
-    await fed.pool.close()
-
-
-@pytest.mark.parametrize(
-    "raw",
-    [
-        b"HTTP/1.1 2000 OK\r\n\r\n",
-        b"HTTP/2 200 OK\r\n\r\n",
-        b"SSH-2.0-OpenSSH_9.6\r\n\r\n",
-        b"HTTP/1.1 200 OK\r\nContent-Length: 5\r\nContent-Length: 6\r\n\r\nhello",
-        b"HTTP/1.1 200 OK\r\nContent-Length: -1\r\n\r\n",
-        b"HTTP/1.1 200 OK\r\nTransfer-Encoding: gzip\r\n\r\n",
-        b"HTTP/1.1 200 OK\r\nContent-Encoding: br\r\nContent-Length: 1\r\n\r\nx",
-        b"HTTP/1.1 200 OK\r\nX-Folded: a\r\n b\r\nContent-Length: 1\r\n\r\nx",
-        b"HTTP/1.1 101 Switching Protocols\r\n\r\n",
-    ],
-    ids=[
-        "status",
-        "version",
-        "not-http",
-        "conflicting-lengths",
-        "negative-length",
-        "transfer-coding",
-        "unoffered-encoding",
-        "folded-header",
-        "switching-protocols",
-    ],
-)
-async def test_a_malformed_head_is_a_protocol_error(raw: bytes) -> None:
-    with pytest.raises(UpstreamProtocolError):
-        fed = await feed(raw)
-        await read_all(fed.response)
-
-
-@pytest.mark.parametrize(
-    "raw",
-    [
-        b"HTTP/1.1 200 OK\r\nTransfer-Encoding: chunked\r\n\r\nzz\r\nhello\r\n0\r\n\r\n",
-        b"HTTP/1.1 200 OK\r\nTransfer-Encoding: chunked\r\n\r\n5\r\nhelloXX0\r\n\r\n",
-        b"HTTP/1.1 200 OK\r\nTransfer-Encoding: chunked\r\n\r\n" + b"1" * 5000,
-        ok(b"not gzip at all", "Content-Encoding: gzip"),
-        ok(gzip.compress(b"cut short")[:-9], "Content-Encoding: gzip"),
-    ],
-    ids=["chunk-size", "chunk-end", "chunk-size-line", "bad-gzip", "truncated-gzip"],
-)
-async def test_a_malformed_body_is_a_protocol_error_and_the_connection_is_dropped(
-    raw: bytes,
-) -> None:
-    fed = await feed(raw)
-    with pytest.raises(UpstreamProtocolError):
-        await read_all(fed.response)
-    assert fed.transport.aborted and not fed.conn.in_pool
-    await fed.pool.close()
-
-
-async def test_bytes_after_the_body_are_not_pooled() -> None:
-    fed = await feed(ok(b"body") + b"garbage")
-    assert await read_all(fed.response) == b"body"
-    assert fed.transport.aborted and not fed.conn.in_pool
-    await fed.pool.close()
 
 
 # -- bodies over real sockets ----------------------------------------------------------------------
