@@ -207,15 +207,20 @@ class Store:
         )
 
     def append(self, event: NewEvent) -> None:
-        payload = event.payload
+        # The payload's JSON text (decoded: orjson's bytes keep a 4 KiB buffer however short
+        # they are, a str is its size), or a long stream's payload, encoded when it is written
+        # (gateway.storage.payload).
+        payload: str | DeferredPayload = (
+            event.payload
+            if isinstance(event.payload, DeferredPayload)
+            else orjson.dumps(event.payload).decode()
+        )
         row = {
             "conversation_id": event.conversation_id,
             "turn_id": event.turn_id,
             "type": event.type,
             "created_at": event.created_at,
-            # The payload's JSON as UTF-8 (stored as text), or a long stream's payload, encoded
-            # when it is written (gateway.storage.payload).
-            "payload": payload if isinstance(payload, DeferredPayload) else orjson.dumps(payload),
+            "payload": payload,
             "uid": event.uid,
         }
         if event.type == TURN_END:

@@ -106,8 +106,8 @@ _COLUMNS: dict[str, tuple[str, ...]] = {
 }
 
 # The next seq of a conversation: after its own last event, or after its branch point. The
-# payload comes as its JSON text, or as that text's UTF-8 bytes (what orjson makes, not decoded
-# into a string copy): CAST stores either as the same text.
+# payload comes as its JSON text, or as that text's UTF-8 bytes (a DeferredPayload, encoded as
+# SQLite binds it): CAST stores either as the same text.
 _EVENT = (
     "INSERT INTO events (conversation_id, seq, turn_id, type, created_at, payload, uid)"
     " VALUES (?, COALESCE((SELECT MAX(seq) FROM events WHERE conversation_id = ?),"

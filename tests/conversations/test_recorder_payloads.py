@@ -260,8 +260,8 @@ def test_the_store_writes_the_json_of_the_old_records() -> None:
     turn.attempts.append(attempt)
     turn.completed(attempt)
     expected = old_message([(old, old.events)], 1, interrupted=False)
-    payload = rows[0]["payload"]  # UTF-8, stored as text; or encoded when stored
-    assert isinstance(payload, bytes | DeferredPayload)
+    payload = rows[0]["payload"]  # its JSON text, or a long answer's, encoded when stored
+    assert isinstance(payload, str | DeferredPayload)
     assert as_text(payload) == orjson.dumps(expected).decode()
 
 
