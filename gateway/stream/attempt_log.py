@@ -143,32 +143,13 @@ class AttemptLog:
             t_ms = (monotonic() - self.started) * 1000.0
         if self.first_ms is None:
             self.first_ms = t_ms
-        position = self.count
-        self.count = position + len(events)
         for event in events:
             if event.__class__ is BlockDelta:
-                index = event.index
-                if index != self._open:
-                    self._runs.extend((position, len(self._lens), index))
-                    self._open = index
-                text = event.text
-                pending = self._pending
-                pending.append(text)
-                try:
-                    self._lens.append(len(text))
-                except (ValueError, OverflowError):  # bytes, then 4-byte items
-                    self._lens = _widened(self._lens, len(text))
-                try:
-                    self._times.append(round(t_ms))
-                except OverflowError:
-                    self._times = _widened(self._times, round(t_ms))
-                if len(pending) >= _JOIN_AT:
-                    self._done.append("".join(pending))
-                    pending.clear()
+                self.delta(event.index, event.text, t_ms)
             else:
-                self._others.append(Other(position, t_ms, event))
+                self._others.append(Other(self.count, t_ms, event))
+                self.count += 1
                 self._open = None  # a delta after this starts a new run, as in compact()
-            position += 1
 
     def delta(self, index: int, text: str, t_ms: float) -> None:
         """One delta of block `index` received alone: `add([BlockDelta(index, text)], t_ms)`

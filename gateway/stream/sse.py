@@ -108,31 +108,10 @@ class SSEDecoder:
         return self._dispatch(raw)
 
     def _feed_fast(self, chunk: bytes) -> list[SSEFrame]:
-        data = self._pending + chunk if self._pending else chunk
-        if self._pending and data.find(b"\n\n", self._searched) < 0:
-            self._pending = data  # still inside one frame: nothing to split yet
-            self._searched = max(0, len(data) - 1)
-            return []
-        if self._first and not _BOM.startswith(data[:3]):
-            self._first = False  # no byte order mark to strip: nothing else is special
-        if self._first or data[:1] == b"\n" or b"\n\n\n" in data:
-            return self._feed_scan(data)
-        # Frames end at every "\n\n" and none is empty: one split in C, then a cheap look at
-        # each frame (most are one `data:` line).
-        pieces = data.split(b"\n\n")
-        tail = pieces.pop()
-        frames: list[SSEFrame] = []
-        for piece in pieces:
-            if piece.startswith(b"data: ") and b"\n" not in piece:
-                text = piece[6:].decode("utf-8", "replace")
-                frames.append(SSEFrame(piece + b"\n\n", None, text, None))
-            else:
-                for line in piece.split(b"\n"):
-                    self._field(line)
-                frames.append(self._dispatch(piece + b"\n\n"))
-        self._pending = tail
-        self._searched = max(0, len(tail) - 1)
-        return frames
+        split = self.split(chunk)
+        if split is None:  # a byte order mark may lead, or frames may be empty
+            return self._feed_scan(self._pending + chunk if self._pending else chunk)
+        return [self.frame(piece + b"\n\n") for piece in split[1]]
 
     def _feed_scan(self, data: bytes) -> list[SSEFrame]:
         """Frame by frame, for streams whose frames may be empty lines or start with one."""
