@@ -10,6 +10,7 @@ from __future__ import annotations
 
 from typing import Any
 
+import msgspec
 import orjson
 
 from gateway.errors import UpstreamProtocolError
@@ -37,6 +38,32 @@ def _error_message(error: Any) -> str:
     if isinstance(error, str) and error:
         return error
     return "the provider reported an error in the stream"
+
+
+# The fields of a chunk that decide whether it is one more piece of open text, and nothing else:
+# decoding into these skips every other field without building it (the id, model, created,
+# fingerprint, logprobs of every chunk), about half the cost of a whole-object parse. A field of
+# an unexpected type fails the decode, and the frame takes the general way.
+class _Delta(msgspec.Struct):
+    content: str | None = None
+    reasoning_content: Any = None
+    reasoning: Any = None
+    tool_calls: Any = None
+
+
+class _Choice(msgspec.Struct):
+    index: Any = 0
+    delta: _Delta | None = None
+    finish_reason: Any = None
+
+
+class _TextChunk(msgspec.Struct):
+    choices: list[_Choice] | None = None
+    usage: Any = None
+    error: Any = None
+
+
+_read_text_chunk = msgspec.json.Decoder(_TextChunk).decode
 
 
 class ChatStreamParser:
@@ -84,13 +111,26 @@ class ChatStreamParser:
         if payload[:1] != b"{":
             return None  # `[DONE]`, or an object after whitespace: `feed` knows them
         try:
-            obj = orjson.loads(payload)
-        except orjson.JSONDecodeError:
+            chunk = _read_text_chunk(payload)
+        except msgspec.DecodeError:  # not JSON, or not this shape (ValidationError)
             return None
-        if type(obj) is not dict or obj.get("error"):
+        # The checks of `_more_text`, on the typed fields.
+        choices = chunk.choices
+        if chunk.error or chunk.usage is not None or choices is None or len(choices) != 1:
             return None
-        text = self._more_text(obj, obj.get("choices"))
-        return None if text is None else (index, text)
+        choice = choices[0]
+        delta = choice.delta
+        if (
+            delta is None
+            or choice.finish_reason
+            or choice.index != 0
+            or delta.reasoning_content is not None
+            or delta.reasoning is not None
+            or delta.tool_calls
+            or delta.content is None
+        ):
+            return None
+        return index, delta.content
 
     def _more_text(self, obj: dict[str, Any], choices: Any) -> str | None:
         """Most chunks of an answer are one more piece of the text block already open: read
@@ -116,8 +156,8 @@ class ChatStreamParser:
 
     def chunk(self, obj: dict[str, Any]) -> list[StreamEvent]:
         out: list[StreamEvent] = []
-        choices = obj.get("choices") or ()
-        for choice in choices:
+        choices = obj.get("choices")
+        for choice in choices if isinstance(choices, list) else ():  # else malformed: no choice
             if not isinstance(choice, dict) or choice.get("index", 0) != 0:
                 continue  # n > 1: only the first choice is assembled
             delta = choice.get("delta")
@@ -130,7 +170,8 @@ class ChatStreamParser:
                 content = delta.get("content")
                 if isinstance(content, str):
                     self._delta(out, TEXT, TEXT, content)
-                for call in delta.get("tool_calls") or ():
+                calls = delta.get("tool_calls")
+                for call in calls if isinstance(calls, list) else ():
                     self._tool(out, call)
             reason = choice.get("finish_reason")
             if reason:

@@ -2,7 +2,11 @@
 
 from __future__ import annotations
 
+import json
+
 import pytest
+from hypothesis import given, settings
+from hypothesis import strategies as st
 
 from gateway.errors import UpstreamProtocolError
 from gateway.providers.openai_chat import ChatStreamParser, parse_completion
@@ -165,3 +169,64 @@ def test_raw_payloads_that_are_not_one_more_piece_of_text_are_refused() -> None:
         b'{"choices":[{"index":0,"delta":{"content":"\xff"}}]}',  # not UTF-8: feed replaces
     ]:
         assert parser.text_delta(payload) is None, payload
+
+
+# Chunks near the shape of a text piece: each field the fast read looks at may be missing, of
+# another type or another value, beside fields it skips (of any JSON type, big ints included).
+_scalar = (
+    st.none() | st.booleans() | st.integers(-(2**70), 2**70) | st.floats(allow_nan=False)
+    | st.text(max_size=5)
+)  # fmt: skip
+_json = st.recursive(
+    _scalar,
+    lambda inner: st.lists(inner, max_size=3) | st.dictionaries(st.text(max_size=4), inner),
+    max_leaves=6,
+)
+_maybe = st.just(...) | _json  # `...`: the field is left out
+
+
+def _fields(**fields: st.SearchStrategy[object]) -> st.SearchStrategy[dict[str, object]]:
+    return st.fixed_dictionaries(fields).map(lambda d: {k: v for k, v in d.items() if v is not ...})
+
+
+_delta = _fields(
+    content=st.text(max_size=5) | _maybe,
+    reasoning_content=st.none() | _maybe,
+    reasoning=st.none() | _maybe,
+    tool_calls=st.none() | _maybe,
+    role=st.just("assistant") | _maybe,
+)
+_choice = _fields(
+    index=st.sampled_from([0, 0.0, False, 1, "0"]) | _maybe,
+    delta=_delta | _maybe,
+    finish_reason=st.none() | st.just("stop") | _maybe,
+    logprobs=_maybe,
+)
+_chunk = _fields(
+    id=st.just("chatcmpl-1") | _maybe,
+    choices=st.lists(_choice, min_size=1, max_size=2) | _maybe,
+    usage=st.none() | _maybe,
+    error=st.none() | _maybe,
+    obfuscation=_maybe,
+)
+
+
+@settings(max_examples=400, deadline=None)
+@given(chunk=_chunk, duplicate=st.booleans())
+def test_a_text_piece_read_off_the_raw_payload_is_what_feed_reads(
+    chunk: dict[str, object], duplicate: bool
+) -> None:
+    payload = json.dumps(chunk).encode()
+    if duplicate and payload != b"{}":  # a key given twice: JSON parsers keep the last
+        payload = b'{"choices":[{"index":0,"delta":{"content":"first"}}],' + payload[1:]
+    fast, general = ChatStreamParser(), ChatStreamParser()
+    for parser in (fast, general):
+        parser.chunk({"choices": [{"index": 0, "delta": {"content": "open"}}]})
+    read = fast.text_delta(payload)
+    try:
+        events, kind = general.feed(SSEDecoder().feed(b"data: " + payload + b"\n\n")[0])
+    except UpstreamProtocolError:
+        assert read is None
+        return
+    if read is not None:  # refusing is always allowed; reading must agree with feed
+        assert (events, kind) == ([BlockDelta(*read)], "data")
