@@ -37,6 +37,7 @@ _IDLE, _HEAD, _LENGTH, _CHUNK_SIZE, _CHUNK_DATA, _CHUNK_END, _TRAILERS, _UNTIL_C
 _GZIP, _DEFLATE = 1, 2
 
 _HEX = re.compile(rb"[0-9A-Fa-f]{1,15}")
+_HEX_DIGITS = b"0123456789ABCDEFabcdef"
 _FOLDED = re.compile(rb"\r\n[ \t]")  # obsolete line folding, refused
 _STATUS_LINE = re.compile(rb"HTTP/1\.[01] ([0-9]{3})(?:[ \r]|\Z)")
 _CONNECTION = b"\r\nconnection:"
@@ -255,12 +256,39 @@ class Connection(asyncio.Protocol):
         return data
 
     def _chunks(self, response: Response, data: bytes) -> None:
-        """Transfer-Encoding: chunked, from wherever the previous piece stopped."""
+        """Transfer-Encoding: chunked, from wherever the previous piece stopped.
+
+        A streaming upstream sends one chunk per event, so a read holds many small chunks:
+        each whole one is taken in a few C calls and the read's data is handed on at once."""
         pos, end, state = 0, len(data), self._state
+        parts: list[bytes] = []  # this read's chunk data, handed on together
         while pos < end:
-            if state == _CHUNK_DATA:
+            if state == _CHUNK_SIZE:
+                eol = data.find(b"\r\n", pos)
+                if eol < 0:
+                    if end - pos > _MAX_LINE:
+                        raise UpstreamProtocolError("the upstream's chunk-size line is too long")
+                    break
+                size = data[pos:eol]
+                if eol - pos > 15 or size.strip(_HEX_DIGITS) or not size:
+                    size = size.split(b";", 1)[0].strip(b" \t")  # extensions are ignored
+                    if not _HEX.fullmatch(size):
+                        raise UpstreamProtocolError(f"the upstream sent a bad chunk size {size!r}")
+                pos = eol + 2
+                left = int(size, 16)
+                if not left:
+                    state = _TRAILERS
+                    self._trailers = 0
+                    continue
+                stop = pos + left
+                if data[stop : stop + 2] == b"\r\n":  # the whole chunk is in this read
+                    parts.append(data[pos:stop])
+                    pos = stop + 2
+                    continue
+                self._left, state = left, _CHUNK_DATA
+            elif state == _CHUNK_DATA:
                 take = min(self._left, end - pos)
-                response._feed(data if take == end else data[pos : pos + take])
+                parts.append(data if take == end else data[pos : pos + take])
                 pos += take
                 self._left -= take
                 if not self._left:
@@ -274,22 +302,6 @@ class Connection(asyncio.Protocol):
                     raise UpstreamProtocolError("the upstream's chunked body is malformed")
                 pos += 2
                 state = _CHUNK_SIZE
-            elif state == _CHUNK_SIZE:
-                eol = data.find(b"\r\n", pos)
-                if eol < 0:
-                    if end - pos > _MAX_LINE:
-                        raise UpstreamProtocolError("the upstream's chunk-size line is too long")
-                    break
-                size = data[pos:eol].split(b";", 1)[0].strip(b" \t")  # extensions are ignored
-                if not _HEX.fullmatch(size):
-                    raise UpstreamProtocolError(f"the upstream sent a bad chunk size {size!r}")
-                pos = eol + 2
-                self._left = int(size, 16)
-                if self._left:
-                    state = _CHUNK_DATA
-                else:
-                    state = _TRAILERS
-                    self._trailers = 0
             else:  # _TRAILERS: header lines after the last chunk, up to an empty line
                 eol = data.find(b"\r\n", pos)
                 if eol < 0:
@@ -297,12 +309,16 @@ class Connection(asyncio.Protocol):
                         raise UpstreamProtocolError("the upstream's trailers are too large")
                     break
                 if eol == pos:
+                    if parts:
+                        response._feed_all(parts)
                     self._finish(eol + 2 == end)
                     return
                 self._trailers += eol + 2 - pos
                 if self._trailers > _MAX_TRAILERS:
                     raise UpstreamProtocolError("the upstream's trailers are too large")
                 pos = eol + 2
+        if parts:
+            response._feed_all(parts)
         self._state = state
         if pos < end:
             self._rest = data[pos:]
@@ -509,6 +525,18 @@ class Response:
         else:
             self._buf.append(data)
             self._size += len(data)
+        if (self._size > HIGH_WATER or self._zmore) and self._conn is not None:
+            self._conn.pause()
+        self._wake()
+
+    def _feed_all(self, parts: list[bytes]) -> None:
+        """`_feed` each of `parts`, waking the reader once."""
+        if self._encoding:
+            for data in parts:
+                self._inflate(data)
+        else:
+            self._buf += parts
+            self._size += sum(map(len, parts))
         if (self._size > HIGH_WATER or self._zmore) and self._conn is not None:
             self._conn.pause()
         self._wake()

@@ -87,12 +87,22 @@ CHUNKED = (
     b"0;last\r\nX-Trailer: 1\r\nX-Other: two words\r\n\r\n"
 )
 CHUNKED_BODY = b"data: a\n\ndata: bc\n\n\n"
+# A streaming upstream's shape: one chunk per event, many of them in one read (the parser's
+# fast path), sizes in either case of hex, a chunk whose data holds CRLF itself.
+EVENTS = [b'data: {"n":%d}\n\n' % i for i in range(12)] + [b"data: a\r\n\r\n", b"x" * 300]
+SSE_CHUNKED = (
+    b"HTTP/1.1 200 OK\r\nTransfer-Encoding: chunked\r\n\r\n"
+    + b"".join(b"%X\r\n%s\r\n" % (len(e), e) if i % 2 else b"%x\r\n%s\r\n" % (len(e), e)
+               for i, e in enumerate(EVENTS))
+    + b"0\r\n\r\n"
+)  # fmt: skip
 
 
 @pytest.mark.parametrize(
     ("raw", "body"),
     [
         (CHUNKED, CHUNKED_BODY),
+        (SSE_CHUNKED, b"".join(EVENTS)),
         (ok(b'{"ok": true}'), b'{"ok": true}'),
         (
             ok(gzip.compress(b"squeezed " * 100), "Content-Encoding: gzip"),
@@ -103,7 +113,7 @@ CHUNKED_BODY = b"data: a\n\ndata: bc\n\n\n"
             b"after the hint",
         ),
     ],
-    ids=["chunked-extensions-trailers", "content-length", "gzip", "interim-103"],
+    ids=["chunked-extensions-trailers", "chunk-per-event", "content-length", "gzip", "interim-103"],
 )
 async def test_any_split_into_reads_gives_the_same_body_and_pools_the_connection(
     raw: bytes, body: bytes
@@ -193,12 +203,27 @@ async def test_a_malformed_head_is_a_protocol_error(raw: bytes) -> None:
     "raw",
     [
         b"HTTP/1.1 200 OK\r\nTransfer-Encoding: chunked\r\n\r\nzz\r\nhello\r\n0\r\n\r\n",
+        # What int(size, 16) would take but HTTP's hex digits are not.
+        b"HTTP/1.1 200 OK\r\nTransfer-Encoding: chunked\r\n\r\n0x5\r\nhello\r\n0\r\n\r\n",
+        b"HTTP/1.1 200 OK\r\nTransfer-Encoding: chunked\r\n\r\n+5\r\nhello\r\n0\r\n\r\n",
+        b"HTTP/1.1 200 OK\r\nTransfer-Encoding: chunked\r\n\r\n0_5\r\nhello\r\n0\r\n\r\n",
+        b"HTTP/1.1 200 OK\r\nTransfer-Encoding: chunked\r\n\r\n\r\nhello\r\n0\r\n\r\n",
         b"HTTP/1.1 200 OK\r\nTransfer-Encoding: chunked\r\n\r\n5\r\nhelloXX0\r\n\r\n",
         b"HTTP/1.1 200 OK\r\nTransfer-Encoding: chunked\r\n\r\n" + b"1" * 5000,
         ok(b"not gzip at all", "Content-Encoding: gzip"),
         ok(gzip.compress(b"cut short")[:-9], "Content-Encoding: gzip"),
     ],
-    ids=["chunk-size", "chunk-end", "chunk-size-line", "bad-gzip", "truncated-gzip"],
+    ids=[
+        "chunk-size",
+        "chunk-size-0x",
+        "chunk-size-sign",
+        "chunk-size-underscore",
+        "chunk-size-empty",
+        "chunk-end",
+        "chunk-size-line",
+        "bad-gzip",
+        "truncated-gzip",
+    ],
 )
 async def test_a_malformed_body_is_a_protocol_error_and_the_connection_is_dropped(
     raw: bytes,
