@@ -3,7 +3,6 @@
 
 from __future__ import annotations
 
-import asyncio
 import time
 from collections.abc import Callable
 from typing import TYPE_CHECKING
@@ -17,6 +16,7 @@ from gateway.errors import (
     UpstreamProtocolError,
     UpstreamStreamError,
 )
+from gateway.pipeline.deadline import Deadline
 from gateway.providers.base import UpstreamResponse
 from gateway.providers.wire import parse_body
 from gateway.routing import Deployment
@@ -36,7 +36,7 @@ class _BodyRelay:
     turn: TurnRecorder
     attempt: Attempt | None
     upstream: UpstreamResponse | None
-    timer: asyncio.Timeout | None
+    timer: Deadline | None
     holding: bool
     # The attempt's (relay.py): its deadline as of now, its response headers.
     _deadline: Callable[[], float]
@@ -49,7 +49,7 @@ class _BodyRelay:
         parts: list[bytes] = []
         size = 0
         while True:
-            timer.reschedule(self._deadline())
+            timer.set(self._deadline())
             chunk = await upstream.read()
             if not chunk:
                 break

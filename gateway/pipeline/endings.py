@@ -14,6 +14,7 @@ from gateway import metrics
 from gateway.conversations.recorder import Attempt, Segment, TurnRecorder
 from gateway.dialects.base import StreamRenderer
 from gateway.errors import Conflict, GatewayError
+from gateway.pipeline.deadline import Deadline
 from gateway.providers.base import UpstreamResponse
 from gateway.providers.wire import StreamParser
 from gateway.routing import Deployment
@@ -40,7 +41,7 @@ class _Endings:
     upstream: UpstreamResponse | None
     response: web.StreamResponse | None
     tracker: DeliveryTracker | None
-    timer: asyncio.Timeout | None
+    timer: Deadline | None
     loop: asyncio.AbstractEventLoop
     decoder: SSEDecoder | None
     parser: StreamParser | None
@@ -129,7 +130,7 @@ class _Endings:
         if self.timer is not None:
             # Expire the attempt's deadline now: whatever the relay awaits on the upstream
             # (headers or the next chunk) is interrupted, and it checks the flag after writes.
-            self.timer.reschedule(self.loop.time())
+            self.timer.expire()
         return True
 
     async def cancelled(self) -> web.StreamResponse:

@@ -26,6 +26,7 @@ from gateway.errors import (
     UpstreamTimeout,
 )
 from gateway.pipeline.body import _BodyRelay
+from gateway.pipeline.deadline import Deadline
 from gateway.pipeline.endings import _ClientCancelled, _Endings
 from gateway.pipeline.stream import _StreamRelay
 from gateway.providers.base import UpstreamResponse
@@ -95,7 +96,7 @@ class _Relay(_StreamRelay, _BodyRelay, _Endings):
         self.upstream: UpstreamResponse | None = None
         self.response: web.StreamResponse | None = None
         self.tracker: DeliveryTracker | None = None
-        self.timer: asyncio.Timeout | None = None
+        self.timer: Deadline | None = None
         self.holding = True  # nothing reaches the client before the first content chunk
         self.loop = asyncio.get_running_loop()
         self.decoder: SSEDecoder | None = None
@@ -164,7 +165,9 @@ class _Relay(_StreamRelay, _BodyRelay, _Endings):
         health.acquire()
         try:
             try:
-                async with asyncio.timeout_at(self._deadline()) as self.timer:
+                async with asyncio.timeout(None) as timeout:
+                    self.timer = Deadline(timeout, self.loop)
+                    self.timer.set(self._deadline())
                     self.upstream = await deployment.provider.chat(
                         self._body(deployment), stream=self.call.stream
                     )
@@ -193,7 +196,9 @@ class _Relay(_StreamRelay, _BodyRelay, _Endings):
             )
             raise
         finally:
-            self.timer = None
+            if self.timer is not None:
+                self.timer.close()
+                self.timer = None
             health.release()
         health.succeeded(attempt.first_token_ms)
         metrics.ATTEMPTS.labels(deployment.name, "ok").inc()

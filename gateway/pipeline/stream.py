@@ -7,7 +7,6 @@ tracker notes which frames each write carried.
 
 from __future__ import annotations
 
-import asyncio
 import time
 from collections.abc import Callable
 from typing import TYPE_CHECKING
@@ -23,6 +22,7 @@ from gateway.errors import (
     UpstreamProtocolError,
     UpstreamStreamError,
 )
+from gateway.pipeline.deadline import Deadline
 from gateway.pipeline.endings import _ClientCancelled
 from gateway.providers.base import UpstreamResponse
 from gateway.providers.openai_chat import ChatStreamParser
@@ -68,7 +68,7 @@ class _StreamRelay:
     upstream: UpstreamResponse | None
     response: web.StreamResponse | None
     tracker: DeliveryTracker | None
-    timer: asyncio.Timeout | None
+    timer: Deadline | None
     holding: bool
     decoder: SSEDecoder | None
     parser: StreamParser | None
@@ -102,7 +102,7 @@ class _StreamRelay:
         while not parser.done:
             if self.cancel_requested:
                 raise _ClientCancelled()
-            timer.reschedule(self._deadline())
+            timer.set(self._deadline())
             try:
                 chunk = await upstream.read()
             except UpstreamProtocolError:
@@ -236,7 +236,7 @@ class _StreamRelay:
         """Write frames (`sizes` long each, in `chunks` of one or more) in one send; `last`:
         they end the body (with the chunked terminator)."""
         if self.timer is not None:
-            self.timer.reschedule(None)  # a slow client is not an idle upstream
+            self.timer.set(None)  # a slow client is not an idle upstream
         response = self.response or await self._start_response(deployment)
         tracker = self.tracker
         assert tracker is not None
