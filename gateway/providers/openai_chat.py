@@ -8,7 +8,7 @@ side by side until text, reasoning or the finish arrives.
 
 from __future__ import annotations
 
-from typing import Any
+from typing import Any, Literal
 
 import msgspec
 import orjson
@@ -40,27 +40,29 @@ def _error_message(error: Any) -> str:
     return "the provider reported an error in the stream"
 
 
-# The fields of a chunk that decide whether it is one more piece of open text, and nothing else:
-# decoding into these skips every other field without building it (the id, model, created,
-# fingerprint, logprobs of every chunk), about half the cost of a whole-object parse. A field of
-# an unexpected type fails the decode, and the frame takes the general way.
-class _Delta(msgspec.Struct):
-    content: str | None = None
-    reasoning_content: Any = None
-    reasoning: Any = None
-    tool_calls: Any = None
+# One more piece of open text, and nothing else, as a type: a chunk decodes into these only if
+# it has exactly one choice, of index 0, whose delta has string content and no reasoning or tool
+# calls, with no finish, usage or error (each absent or null); every other field (the id,
+# model, created, fingerprint, logprobs of every chunk) is skipped unbuilt. A chunk of any other
+# shape fails the decode and takes the general way (`feed`). Never part of a reference cycle,
+# so never tracked by the garbage collector.
+class _Delta(msgspec.Struct, gc=False):
+    content: str
+    reasoning_content: None = None
+    reasoning: None = None
+    tool_calls: None = None
 
 
-class _Choice(msgspec.Struct):
-    index: Any = 0
-    delta: _Delta | None = None
-    finish_reason: Any = None
+class _Choice(msgspec.Struct, gc=False):
+    delta: _Delta
+    index: Literal[0] = 0
+    finish_reason: None = None
 
 
-class _TextChunk(msgspec.Struct):
-    choices: list[_Choice] | None = None
-    usage: Any = None
-    error: Any = None
+class _TextChunk(msgspec.Struct, gc=False):
+    choices: tuple[_Choice]
+    usage: None = None
+    error: None = None
 
 
 _read_text_chunk = msgspec.json.Decoder(_TextChunk).decode
@@ -111,26 +113,9 @@ class ChatStreamParser:
         if payload[:1] != b"{":
             return None  # `[DONE]`, or an object after whitespace: `feed` knows them
         try:
-            chunk = _read_text_chunk(payload)
-        except msgspec.DecodeError:  # not JSON, or not this shape (ValidationError)
+            return index, _read_text_chunk(payload).choices[0].delta.content
+        except msgspec.DecodeError:  # not JSON, or not that shape (ValidationError)
             return None
-        # The checks of `_more_text`, on the typed fields.
-        choices = chunk.choices
-        if chunk.error or chunk.usage is not None or choices is None or len(choices) != 1:
-            return None
-        choice = choices[0]
-        delta = choice.delta
-        if (
-            delta is None
-            or choice.finish_reason
-            or choice.index != 0
-            or delta.reasoning_content is not None
-            or delta.reasoning is not None
-            or delta.tool_calls
-            or delta.content is None
-        ):
-            return None
-        return index, delta.content
 
     def _more_text(self, obj: dict[str, Any], choices: Any) -> str | None:
         """Most chunks of an answer are one more piece of the text block already open: read
