@@ -96,9 +96,11 @@ class _StreamRelay:
             parser.text_delta if self.passthrough and isinstance(parser, ChatStreamParser) else None
         )
         self.holding = True
-        held, sizes = self.held, self.sizes = [], []  # to write: byte strings, frame sizes
+        held: list[bytes] = []  # to write: byte strings, and the size of each frame in them
+        sizes: list[int] = []
+        self.held, self.sizes = held, sizes
         self.terminator = b""  # the stream's last frame: sent once the turn is durably recorded
-        received, started = attempt.log, attempt.started  # (not `log`: that is the logger)
+        started = attempt.started
         while not parser.done:
             if self.cancel_requested:
                 raise _ClientCancelled()
@@ -126,27 +128,7 @@ class _StreamRelay:
                     break
             if split is not None:
                 assert text_delta is not None
-                span, pieces = split
-                at = written = 0  # where this piece starts in the span; what went to `held`
-                for piece in pieces:
-                    size = len(piece) + 2
-                    if piece[:6] == b"data: " and (delta := text_delta(piece[6:])) is not None:
-                        received.delta(delta[0], delta[1], received_ms)
-                        received.mark()
-                        sizes.append(size)
-                        at += size
-                        if self.holding and delta[1]:
-                            self._first_content(attempt)
-                        continue
-                    if at > written:
-                        held.append(span[written:at])
-                    frame = decoder.frame(span[at : at + size])
-                    at = written = at + size
-                    if (failure := self._take(frame, received_ms)) is not None:
-                        break
-                else:
-                    if at > written:
-                        held.append(span[written:at])
+                failure = self._take_split(*split, text_delta, received_ms)
             if held and not self.holding:
                 # Written before a failure in the same read too, so that what the client sees
                 # does not depend on how the upstream's bytes were split into reads.
@@ -177,6 +159,53 @@ class _StreamRelay:
         assert self.response is not None
         await self.response.write_eof()  # done already when the terminator ended the body
         return self.response
+
+    def _take_split(
+        self,
+        span: bytes,
+        pieces: list[bytes],
+        text_delta: Callable[[bytes], tuple[int, str] | None],
+        received_ms: float,
+    ) -> StreamFailure | None:
+        """A read's frames as `SSEDecoder.split` gives them, relayed unchanged. A run of frames
+        that are each one more piece of the open text is logged in one call and held as one
+        slice of the span; any other frame goes through `_take`. Returns the failure a frame
+        reports, if any (the frames after it are not taken)."""
+        decoder = self.decoder
+        assert self.attempt is not None and decoder is not None
+        received, held, sizes = self.attempt.log, self.held, self.sizes
+        at = written = 0  # where the next piece starts in the span; what went to `held`
+        i, n = 0, len(pieces)
+        while i < n:
+            texts: list[str] = []
+            index, start = 0, i
+            while i < n:
+                piece = pieces[i]
+                if piece[:6] != b"data: " or (delta := text_delta(piece[6:])) is None:
+                    break
+                index = delta[0]
+                texts.append(delta[1])
+                i += 1
+            if texts:
+                received.text_frames(index, texts, received_ms)
+                run = [len(p) + 2 for p in pieces[start:i]]
+                sizes += run
+                at += sum(run)
+                if self.holding and any(texts):
+                    self._first_content(self.attempt)
+                if i == n:
+                    break
+            if at > written:
+                held.append(span[written:at])
+            size = len(pieces[i]) + 2
+            frame = decoder.frame(span[at : at + size])
+            at = written = at + size
+            i += 1
+            if (failure := self._take(frame, received_ms)) is not None:
+                return failure
+        if at > written:
+            held.append(span[written:at])
+        return None
 
     def _take(self, frame: SSEFrame, received_ms: float) -> StreamFailure | None:
         """One complete upstream frame: its events logged, its bytes (or their rendering in

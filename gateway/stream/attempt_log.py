@@ -28,7 +28,7 @@ from __future__ import annotations
 
 from array import array
 from collections.abc import Iterator, Sequence
-from itertools import accumulate, pairwise
+from itertools import accumulate, pairwise, repeat
 from time import monotonic
 from typing import Any, NamedTuple, TypeAlias, overload
 
@@ -170,6 +170,35 @@ class AttemptLog:
             self._times.append(round(t_ms))
         except OverflowError:
             self._times = _widened(self._times, round(t_ms))
+        if len(pending) >= _JOIN_AT:
+            self._done.append("".join(pending))
+            pending.clear()
+
+    def text_frames(self, index: int, texts: list[str], t_ms: float) -> None:
+        """`delta(index, text, t_ms)` then `mark()` for each of `texts`, in bulk: frames that
+        each carried one more piece of block `index`, received together and written as they
+        came (the relay's fast path, once a read)."""
+        t, count, n = round(t_ms), self.count, len(texts)
+        first = len(self._lens)
+        try:
+            if t >= 2**32 or count + n >= 2**32:
+                raise ValueError  # past 49 days or 4 G events: let the items widen
+            self._lens.extend(map(len, texts))  # all or none (ValueError: a length over 255)
+        except ValueError:
+            for text in texts:
+                self.delta(index, text, t_ms)
+                self.mark()
+            return
+        if self.first_ms is None:
+            self.first_ms = t_ms
+        if index != self._open:
+            self._runs.extend((count, first, index))
+            self._open = index
+        self.count = count + n
+        self._times.extend(repeat(t, n))
+        self._marks.extend(range(count + 1, count + n + 1))
+        pending = self._pending
+        pending += texts
         if len(pending) >= _JOIN_AT:
             self._done.append("".join(pending))
             pending.clear()

@@ -271,6 +271,60 @@ def test_a_lone_delta_logged_without_its_event_reads_back_the_same(frames: Frame
         assert replayed(fast, end)[0] == replayed(slow, end)[0]
 
 
+_long_text = st.text(min_size=250, max_size=300)  # past 255 code points: lengths widen
+_text_frames = st.lists(
+    st.tuples(
+        st.sampled_from([0.0, 0.0, 1.0, 2.5]),  # gaps: many frames arrive in one read
+        st.one_of(
+            st.lists(st.builds(BlockDelta, st.integers(0, 1), st.text(max_size=4)), max_size=1),
+            st.lists(
+                st.builds(BlockDelta, st.just(0), st.text(max_size=4) | _long_text), max_size=1
+            ),
+            st.lists(_event, max_size=2),
+        ),
+    ),
+    max_size=40,
+)
+
+
+@settings(max_examples=200, deadline=None)
+@given(_text_frames, st.integers(1, 5))
+def test_runs_of_text_frames_logged_at_once_read_back_as_each_alone(
+    frames: Frames, join_at: int
+) -> None:
+    frames = _in_time_order(frames)
+    with batches_of(4, join_at):
+        slow, fast = AttemptLog(started=0.0), AttemptLog(started=0.0)
+        run: list[str] = []
+        run_key: tuple[float, int] | None = None
+
+        def flush() -> None:
+            if run_key is not None and run:
+                fast.text_frames(run_key[1], list(run), run_key[0])
+            run.clear()
+
+        for t, events in frames:
+            slow.add(events, t)
+            slow.mark()
+            lone = events[0] if len(events) == 1 else None
+            key = (t, lone.index) if isinstance(lone, BlockDelta) else None
+            if key is None or key != run_key:
+                flush()
+                run_key = key
+            if isinstance(lone, BlockDelta):
+                run.append(lone.text)
+            else:
+                fast.add(events, t)
+                fast.mark()
+        flush()
+        assert fast.count == slow.count and fast.first_ms == slow.first_ms
+        for frames_sent in range(len(frames) + 1):
+            end = slow.cut(frames_sent)
+            assert fast.cut(frames_sent) == end
+            assert fast.timed(end) == slow.timed(end)
+            assert replayed(fast, end)[0] == replayed(slow, end)[0]
+
+
 # -- what it costs ---------------------------------------------------------------------------
 
 
