@@ -72,6 +72,13 @@ class StoreConfig(_Model):
         " down or slow; they are replayed in order, once, when it returns.",
     )
     pool_size: int = Field(10, ge=1, description="PostgreSQL connections per process.")
+    journal: bool | None = Field(
+        None,
+        description="Make a turn durable before its client sees the end by appending its writes"
+        " to a journal in `spool_path` (one write() each, as durable as a SQLite commit), so"
+        " the database commits many turns at a time; else wait for the commit. Default: on"
+        " for SQLite, off for PostgreSQL (whose commit is durable on the server).",
+    )
 
     @field_validator("url")
     @classmethod

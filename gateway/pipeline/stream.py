@@ -251,6 +251,8 @@ class _StreamRelay:
                 "Cache-Control": "no-cache",
             },
         )
+        # Before the client has a byte: a crash from here on must not lose this turn.
+        self.turn.store.journal_pending()
         self.tracker = DeliveryTracker(self.call.request)
         self.tracker.begin()
         self.response = response

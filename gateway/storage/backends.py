@@ -6,6 +6,7 @@ import os
 import socket
 
 from gateway.config import StoreConfig
+from gateway.storage.journal import Journal
 from gateway.storage.spool import Spool
 from gateway.storage.sqlite import SQLiteBackend
 from gateway.storage.store import Backend, Store
@@ -34,10 +35,12 @@ def make_backend(config: StoreConfig) -> Backend:
 
 
 def make_store(config: StoreConfig, owner: str, *, migrate: bool | None = None) -> Store:
+    journaled = config.backend == "sqlite" if config.journal is None else config.journal
     return Store(
         make_backend(config),
         Spool(config.spool_path, owner),
         owner=owner,
         queue_max=config.queue_max,
         migrate=config.migrate_on_start if migrate is None else migrate,
+        journal=Journal(config.spool_path, owner) if journaled else None,
     )

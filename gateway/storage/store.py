@@ -7,6 +7,9 @@ task puts them into the database, in order, once it answers again; until the spo
 every new write follows them through it, so order is never lost. A user request never waits
 for the database to write.
 
+A turn's writes are durable before its client sees its end (`durable_enough`): appended to the
+journal where the store is on this machine's disk (gateway.storage.journal), else committed.
+
 Reads and admin operations (`run`, `transact`) go to the database directly, after every write
 submitted before them has been handled, so a request sees the turns that ended before it began.
 """
@@ -19,6 +22,7 @@ import os
 import time
 from collections import deque
 from collections.abc import Awaitable, Callable
+from itertools import islice
 from typing import Any, Protocol, TypeVar
 
 import orjson
@@ -33,6 +37,7 @@ from gateway.conversations.events import (
 )
 from gateway.storage import schema
 from gateway.storage.db import Db, Dialect, Op, StoreUnavailable
+from gateway.storage.journal import Journal
 from gateway.storage.payload import DeferredPayload
 from gateway.storage.spool import Spool
 from gateway.storage.writes import Kind, Write
@@ -106,6 +111,7 @@ class Store:
         owner: str,
         queue_max: int = 10_000,
         migrate: bool = True,
+        journal: Journal | None = None,
     ) -> None:
         self.backend = backend
         self.dialect = backend.dialect
@@ -128,6 +134,9 @@ class Store:
         self._replayer: asyncio.Task[None] | None = None
         self._closing = False
         self._urgent: asyncio.Future[None] | None = None  # cuts a gathering wait short
+        self._journal = journal
+        self._journaled = 0  # writes submitted whose lines the journal holds
+        self._inflight: list[Write] = []  # the batch the writer is handling
 
     # -- lifecycle -------------------------------------------------------------------------
 
@@ -153,6 +162,8 @@ class Store:
                 self.backend.where,
             )
             await self._replay_all()
+        if self._journal is not None:
+            await self._replay_journal(self._journal)
         self._writer = asyncio.create_task(self._write_loop(), name="store-writer")
 
     async def close(self) -> None:
@@ -166,6 +177,8 @@ class Store:
                 await asyncio.wait_for(asyncio.shield(self._replayer), 5)
             except TimeoutError:
                 self._replayer.cancel()
+        if self._journal is not None and self._handled >= self._submitted:
+            self._journal.close()  # else what it holds is put in at the next start
         await self.backend.close()
 
     # -- writes ----------------------------------------------------------------------------
@@ -240,6 +253,8 @@ class Store:
         mark = self._submitted
         if self._handled >= mark or self._writer is None or self._stuck:
             return
+        if self._journal is not None and self._journal_append(mark):
+            return
         # A future per waiting turn and one shared watchdog timer, rather than a timeout per
         # turn: this runs on every request.
         future = asyncio.get_running_loop().create_future()
@@ -248,6 +263,41 @@ class Store:
         if self._watchdog is None:
             self._watchdog = asyncio.get_running_loop().call_later(_ACK_WAIT_S, self._expire)
         await future
+
+    def journal_pending(self) -> None:
+        """Put what was submitted into the journal now, without waiting for anything (no-op
+        without a journal): a stream's relay calls it before the first bytes go out, so a
+        crash cannot lose a turn whose client has begun to read it (its start and input
+        would otherwise wait for the next commit)."""
+        if self._journal is not None and self._handled < self._submitted and not self._stuck:
+            self._journal_append(self._submitted)
+
+    def _journal_append(self, mark: int) -> bool:
+        """Append the writes up to `mark` not yet in the database or the journal; False when
+        they cannot be (a long stream's payload, encoded only as the database writes it; a
+        journal that fails): then the commit is waited for."""
+        assert self._journal is not None
+        count = mark - max(self._journaled, self._handled)
+        if count <= 0:
+            return True
+        # Those writes are the last `count` of what is being written and what waits.
+        queued = len(self._queue)
+        if count > queued:
+            inflight = self._inflight
+            writes = inflight[len(inflight) - (count - queued) :] + list(self._queue)
+        else:
+            writes = list(islice(reversed(self._queue), count))
+            writes.reverse()
+        if any(w.kind == "event" and type(w.row["payload"]) is DeferredPayload for w in writes):
+            return False
+        try:
+            self._journal.append(writes, mark)
+        except OSError as exc:
+            log.error("the journal cannot be written (%s): waiting for commits instead", exc)
+            self._journal = None
+            return False
+        self._journaled = mark
+        return True
 
     def _expire(self) -> None:
         """The durability waits past their deadline answer anyway (the store is that slow)."""
@@ -332,6 +382,8 @@ class Store:
 
     def _handled_up_to(self, count: int) -> None:
         self._handled += count
+        if self._journal is not None:
+            self._journal.handled(self._handled)
         if self._durable:
             self._release_durable()
         if self._waiters:
@@ -349,21 +401,25 @@ class Store:
                 continue
             if not (self._durable or self._waiters or self._closing or self._stuck):
                 await self._gather()
-            batch = [self._queue.popleft() for _ in range(min(_BATCH, len(self._queue)))]
+            batch = self._inflight = [
+                self._queue.popleft() for _ in range(min(_BATCH, len(self._queue)))
+            ]
             try:
                 await self._write(batch)
             except _Unwritable as stuck:
                 # Neither the database nor the spool's disk takes them: keep them in memory, in
                 # order, and try again shortly. Nothing is dropped while memory lasts.
                 self._stuck = True
-                self._handled_up_to(len(batch) - len(stuck.writes))  # releases durability waits
                 self._queue.extendleft(reversed(stuck.writes))
+                self._inflight = []
+                self._handled_up_to(len(batch) - len(stuck.writes))  # releases durability waits
                 await asyncio.sleep(_STUCK_RETRY_S)
                 continue
             except Exception:  # the writer must outlive anything one batch does
                 log.exception("store writer: %d writes could not be handled", len(batch))
                 metrics.STORE_WRITE_ERRORS.inc(len(batch))
             self._stuck = False
+            self._inflight = []
             self._handled_up_to(len(batch))
 
     async def _gather(self) -> None:
@@ -465,6 +521,26 @@ class Store:
             await asyncio.to_thread(self._spool.advance, pos)
         metrics.STORE_REPLAYED.inc(len(writes))
         return False
+
+    async def _replay_journal(self, journal: Journal) -> None:
+        """Put into the database what a previous life journaled (it may have committed some of
+        it too: writes are idempotent), then start a journal of this life's own."""
+        for path in await asyncio.to_thread(journal.left_behind):
+            writes = await asyncio.to_thread(journal.read, path)
+            if writes:
+                log.warning(
+                    "replaying %d journaled writes into %s", len(writes), self.backend.where
+                )
+            for start in range(0, len(writes), _BATCH):
+                batch = writes[start : start + _BATCH]
+                try:
+                    await self.backend.apply(batch)
+                except StoreUnavailable:
+                    raise
+                except Exception:
+                    await self._replay_one_by_one(batch)
+            await asyncio.to_thread(path.unlink)
+        await asyncio.to_thread(journal.open)
 
     async def _replay_one_by_one(self, writes: list[Write]) -> None:
         for write in writes:

@@ -11,6 +11,7 @@ from dataclasses import dataclass
 from pathlib import Path
 
 import aiohttp
+from aiohttp import web
 
 from tests.test_cli import free_port
 from tests.test_process import start
@@ -82,6 +83,9 @@ async def run_load_then(
     enough = asyncio.Event()
     clients = [asyncio.create_task(load(port, outcomes, enough)) for _ in range(CLIENTS)]
     await asyncio.wait_for(enough.wait(), 60)
+    async with asyncio.timeout(30):  # and a stream whose client has part of it
+        while not any(o.conversation and not o.completed for o in outcomes):
+            await asyncio.sleep(0.001)
     process.send_signal(sig)
     code = await asyncio.wait_for(process.wait(), 30)
     await asyncio.wait_for(asyncio.gather(*clients), 30)
@@ -134,4 +138,70 @@ async def test_kill_9_under_load_loses_no_completed_turn(tmp_path: Path) -> None
     )
     assert not lost and not unended
     assert open_before, "the kill came while streams were running"
-    assert all(recorded[cid].get("reason") == "crash_recovered" for cid in open_before)
+    # Open in the database at the kill: a turn whose client saw its end had it in the journal,
+    # and the restart put it in; the others were cut off by the kill.
+    seen_whole = {o.conversation for o in completed}
+    journaled = [cid for cid in open_before if cid in seen_whole]
+    print(f"  {len(journaled)} of the turns open in the database were completed from the journal")
+    assert all(recorded[cid].get("status") == "completed" for cid in journaled)
+    assert all(
+        recorded[cid].get("reason") == "crash_recovered"
+        for cid in open_before
+        if cid not in seen_whole
+    )
+    # A stream its client had begun to read is recorded, however young it was at the kill.
+    part_seen = [o.conversation or "" for o in reached if not o.completed]
+    assert part_seen and all(recorded[cid].get("reason") == "crash_recovered" for cid in part_seen)
+
+
+async def test_kill_9_just_after_a_lone_streams_first_chunk_keeps_its_turn(tmp_path: Path) -> None:
+    """No other turn ends to commit or journal this one's start, and the store holds a turn's
+    start back for a moment to commit it with its end: the relay journals it before the
+    client gets its first byte, so a kill right after cannot lose what the user sent."""
+    stalled = asyncio.Event()  # never set: the answer stops after its first piece
+
+    async def chat(request: web.Request) -> web.StreamResponse:
+        response = web.StreamResponse(headers={"Content-Type": "text/event-stream"})
+        await response.prepare(request)
+        chunk = {"choices": [{"index": 0, "delta": {"role": "assistant", "content": "Hi"}}]}
+        await response.write(b"data: " + json.dumps(chunk).encode() + b"\n\n")
+        await stalled.wait()
+        return response
+
+    app = web.Application()
+    app.router.add_post("/v1/chat/completions", chat)
+    runner = web.AppRunner(app)
+    await runner.setup()
+    site = web.TCPSite(runner, "127.0.0.1", 0)
+    await site.start()
+    upstream_port = site._server.sockets[0].getsockname()[1]  # type: ignore[union-attr]
+    config = write_config(tmp_path)
+    deployment = {"provider": "openai", "model": "m", "api_key": "sk-test",
+                  "api_base": f"http://127.0.0.1:{upstream_port}/v1"}  # fmt: skip
+    settings = json.loads(config.read_text())
+    settings["models"] = [{"name": "demo", "deployments": [deployment]}]
+    config.write_text(json.dumps(settings))
+    port = free_port()
+    process = await start(config, port)
+    body = {"model": "demo", "messages": [{"role": "user", "content": "keep me"}], "stream": True}
+    try:
+        async with aiohttp.ClientSession() as session:
+            async with session.post(f"http://127.0.0.1:{port}/v1/chat/completions", json=body) as r:
+                conversation = r.headers["X-Conversation-Id"]
+                assert b'"Hi"' in await r.content.readline()  # the client has the first piece
+                process.send_signal(signal.SIGKILL)
+                assert await process.wait() == -signal.SIGKILL
+        process = await start(config, port)  # the same instance: it puts its journal in first
+        with sqlite3.connect(tmp_path / "gw.db") as db:
+            events = db.execute(
+                "SELECT type, payload FROM events WHERE conversation_id = ? ORDER BY seq",
+                (conversation,),
+            ).fetchall()
+        process.send_signal(signal.SIGTERM)
+        await process.wait()
+    finally:
+        stalled.set()
+        await runner.cleanup()
+    assert [t for t, _ in events] == ["user/message", "turn/end"]
+    assert json.loads(events[0][1])["content"] == "keep me"
+    assert json.loads(events[1][1])["reason"] == "crash_recovered"

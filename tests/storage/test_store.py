@@ -199,8 +199,9 @@ async def test_orphaned_turns_are_claimed_once(make: MakeStore) -> None:
 
 
 async def test_durable_enough_returns_once_the_writes_before_it_are_committed(
-    store: Store,
+    make: MakeStore,
 ) -> None:
+    store = await make(journal=False)  # (with a journal: once they are in it, test_journal.py)
     store.create_conversation(Conversation("d", 1.0))
     store.append(event("d", n=1))
     await store.durable_enough()
@@ -210,9 +211,11 @@ async def test_durable_enough_returns_once_the_writes_before_it_are_committed(
 
 
 async def test_durable_enough_answers_anyway_when_the_store_hangs(
-    store: Store, monkeypatch: pytest.MonkeyPatch
+    make: MakeStore, monkeypatch: pytest.MonkeyPatch
 ) -> None:
     from gateway.storage import store as store_module
+
+    store = await make(journal=False)
 
     monkeypatch.setattr(store_module, "_ACK_WAIT_S", 0.05)
     release = asyncio.Event()
@@ -256,9 +259,9 @@ async def test_a_turn_that_ends_quickly_is_one_commit(
     store.append(event("q", turn="tq", n=1))
     await _gathering(store)  # the start waits for more: nobody needs it durable yet
     store.append(event("q", "turn/end", turn="tq", status="completed"))
-    await store.durable_enough()  # the end is waited on: everything goes now, together
-    assert batches == [4]
+    await store.durable_enough()  # the end is waited on (or journaled): then all goes together
     assert [e.type for e in await store.events("q")] == ["user/message", "turn/end"]
+    assert batches == [4]
 
 
 async def test_writes_nobody_waits_for_are_committed_within_a_moment(

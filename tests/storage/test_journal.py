@@ -1,0 +1,199 @@
+"""The journal (gateway.storage.journal): on a SQLite store, a turn is durable once its writes
+are in the journal, before the database commits them; what a crash leaves there is in the
+database before the next start serves anything; and the journal keeps only what the database
+does not have yet."""
+
+from __future__ import annotations
+
+import asyncio
+from collections.abc import AsyncIterator, Awaitable, Callable
+from pathlib import Path
+
+import pytest
+
+from gateway.config import StoreConfig
+from gateway.conversations.events import Conversation, NewEvent, TurnStart
+from gateway.storage import journal as journal_module
+from gateway.storage.backends import make_store
+from gateway.storage.journal import Journal
+from gateway.storage.payload import DeferredPayload
+from gateway.storage.store import Store
+from gateway.storage.writes import Write
+
+MakeStore = Callable[..., Awaitable[Store]]
+
+
+@pytest.fixture
+async def make(tmp_path: Path) -> AsyncIterator[MakeStore]:
+    made: list[Store] = []
+
+    async def start(owner: str = "me", **options: object) -> Store:
+        config = StoreConfig(
+            url=f"sqlite:///{tmp_path}/store.db",
+            spool_path=str(tmp_path / "spool"),
+            **options,  # type: ignore[arg-type]
+        )
+        store = make_store(config, owner)
+        await store.start()
+        made.append(store)
+        return store
+
+    yield start
+    for store in made:
+        if store._writer is not None and not store._writer.done():
+            await store.close()
+
+
+def hold_commits(store: Store, monkeypatch: pytest.MonkeyPatch) -> asyncio.Event:
+    """The database takes no batch until the event is set (a slow disk, a long checkpoint)."""
+    release = asyncio.Event()
+    applied = store.backend.apply
+
+    async def held(writes: list[Write]) -> None:
+        await release.wait()
+        await applied(writes)
+
+    monkeypatch.setattr(store.backend, "apply", held)
+    return release
+
+
+def a_turn(store: Store, cid: str, text: str = "hi") -> None:
+    store.create_conversation(Conversation(cid, 1.0))
+    store.start_turn(TurnStart(f"t-{cid}", cid, 1.0, {}))
+    store.append(NewEvent(cid, f"t-{cid}", "user/message", {"content": text}))
+    store.append(NewEvent(cid, f"t-{cid}", "assistant/message", {"content": [text]}))
+    store.append(NewEvent(cid, f"t-{cid}", "turn/end", {"status": "completed"}))
+
+
+async def crash(store: Store) -> None:
+    """The process dies: the writer stops where it is, nothing more reaches the database."""
+    assert store._writer is not None
+    store._writer.cancel()
+    await asyncio.gather(store._writer, return_exceptions=True)
+    await store.backend.close()
+
+
+def journal_lines(tmp_path: Path) -> int:
+    return sum(p.read_bytes().count(b"\n") for p in (tmp_path / "spool").glob("*.journal.*"))
+
+
+async def test_a_turn_is_durable_once_journaled_before_any_commit(
+    make: MakeStore, monkeypatch: pytest.MonkeyPatch, tmp_path: Path
+) -> None:
+    store = await make()
+    release = hold_commits(store, monkeypatch)
+    a_turn(store, "c1")
+    async with asyncio.timeout(5):
+        await store.durable_enough()  # returns though the database has committed nothing
+    assert store._handled == 0
+    assert journal_lines(tmp_path) == 5  # conversation, turn, three events
+    release.set()
+    assert [e.type for e in await store.events("c1")] == [
+        "user/message",
+        "assistant/message",
+        "turn/end",
+    ]
+
+
+async def test_what_a_crash_left_in_the_journal_is_in_the_database_at_the_next_start(
+    make: MakeStore, monkeypatch: pytest.MonkeyPatch, tmp_path: Path
+) -> None:
+    store = await make()
+    hold_commits(store, monkeypatch)
+    a_turn(store, "lost-without-it", "what the user saw")
+    await store.durable_enough()
+    await crash(store)
+    again = await make()  # the same instance, restarted
+    events = await again.events("lost-without-it")
+    assert [e.payload["content"] for e in events[:2]] == [
+        "what the user saw",
+        ["what the user saw"],
+    ]
+    assert await again.turn_ended("t-lost-without-it")
+    assert journal_lines(tmp_path) == 0  # replayed, then gone
+
+
+async def test_writes_committed_and_journaled_both_land_once(
+    make: MakeStore, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    store = await make()
+    release = hold_commits(store, monkeypatch)
+    a_turn(store, "both")
+    await store.durable_enough()
+    release.set()
+    await store.flush()  # committed, and the crash comes before the journal is let go of
+    journal = store._journal
+    assert journal is not None
+    monkeypatch.setattr(journal, "handled", lambda count: None)
+    a_turn(store, "second")
+    await store.durable_enough()
+    await crash(store)
+    again = await make()
+    assert [e.seq for e in await again.events("both")] == [1, 2, 3]
+    assert [e.seq for e in await again.events("second")] == [1, 2, 3]
+
+
+async def test_another_instances_journal_is_left_alone(
+    make: MakeStore, monkeypatch: pytest.MonkeyPatch, tmp_path: Path
+) -> None:
+    store = await make(owner="worker-1")
+    hold_commits(store, monkeypatch)
+    a_turn(store, "theirs")
+    await store.durable_enough()
+    await crash(store)
+    other = await make(owner="worker-2")
+    assert await other.get_conversation("theirs") is None  # worker-1's own restart replays it
+    assert journal_lines(tmp_path) == 5
+
+
+async def test_the_journal_keeps_only_what_the_database_does_not_have(
+    make: MakeStore, monkeypatch: pytest.MonkeyPatch, tmp_path: Path
+) -> None:
+    monkeypatch.setattr(journal_module, "SEGMENT_BYTES", 2000)  # a segment every few turns
+    store = await make()
+    release = hold_commits(store, monkeypatch)
+    for n in range(20):
+        a_turn(store, f"k{n}")
+        await store.durable_enough()
+    segments = sorted((tmp_path / "spool").glob("*.journal.*"))
+    assert len(segments) > 3 and journal_lines(tmp_path) == 100
+    release.set()
+    await store.flush()
+    assert [p.stat().st_size for p in (tmp_path / "spool").glob("*.journal.*")] == [0]
+    await store.close()
+    assert not list((tmp_path / "spool").glob("*.journal.*"))  # a clean stop leaves none
+
+
+async def test_a_long_answer_encoded_only_as_stored_waits_for_its_commit(
+    make: MakeStore, monkeypatch: pytest.MonkeyPatch, tmp_path: Path
+) -> None:
+    store = await make()
+    release = hold_commits(store, monkeypatch)
+    store.create_conversation(Conversation("long", 1.0))
+    store.append(NewEvent("long", "t", "assistant/message", DeferredPayload({"content": ["x"]})))
+    waiting = asyncio.ensure_future(store.durable_enough())
+    await asyncio.sleep(0.05)
+    assert not waiting.done() and journal_lines(tmp_path) == 0
+    release.set()
+    async with asyncio.timeout(5):
+        await waiting
+    assert store._handled == store._submitted
+
+
+async def test_postgresql_waits_for_its_commit_by_default(tmp_path: Path) -> None:
+    config = StoreConfig(url="postgresql://u:p@localhost/db", spool_path=str(tmp_path))
+    assert make_store(config, "pg")._journal is None
+    sqlite = StoreConfig(url=f"sqlite:///{tmp_path}/x.db", spool_path=str(tmp_path))
+    assert make_store(sqlite, "lite")._journal is not None
+    off = StoreConfig(url=f"sqlite:///{tmp_path}/x.db", spool_path=str(tmp_path), journal=False)
+    assert make_store(off, "lite")._journal is None
+
+
+def test_a_line_torn_by_a_crash_is_not_read(tmp_path: Path) -> None:
+    journal = Journal(tmp_path, "torn")
+    journal.open()
+    journal.append([Write("conversation", {"id": "a"}), Write("conversation", {"id": "b"})], 2)
+    path = journal.left_behind()[0]
+    with path.open("ab") as file:
+        file.write(b'{"k":"conversation","r":{"id":"c"')  # the append the crash cut
+    assert [w.row["id"] for w in Journal.read(path)] == ["a", "b"]
