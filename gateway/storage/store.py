@@ -253,7 +253,10 @@ class Store:
         mark = self._submitted
         if self._handled >= mark or self._writer is None or self._stuck:
             return
-        if self._journal is not None and self._journal_append(mark):
+        # The journal while the database keeps up; behind by more than a batch, the turn waits
+        # for its commit: the backlog must not grow without bound (it would spill to the spool).
+        backlog = len(self._queue) + len(self._inflight)
+        if self._journal is not None and backlog <= _BATCH and self._journal_append(mark):
             return
         # A future per waiting turn and one shared watchdog timer, rather than a timeout per
         # turn: this runs on every request.
@@ -399,7 +402,9 @@ class Store:
                 self._wake.clear()
                 await self._wake.wait()
                 continue
-            if not (self._durable or self._waiters or self._closing or self._stuck):
+            if len(self._queue) < _BATCH and not (
+                self._durable or self._waiters or self._closing or self._stuck
+            ):
                 await self._gather()
             batch = self._inflight = [
                 self._queue.popleft() for _ in range(min(_BATCH, len(self._queue)))

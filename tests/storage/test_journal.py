@@ -197,3 +197,23 @@ def test_a_line_torn_by_a_crash_is_not_read(tmp_path: Path) -> None:
     with path.open("ab") as file:
         file.write(b'{"k":"conversation","r":{"id":"c"')  # the append the crash cut
     assert [w.row["id"] for w in Journal.read(path)] == ["a", "b"]
+
+
+async def test_a_database_behind_by_more_than_a_batch_makes_turns_wait_for_commits(
+    make: MakeStore, monkeypatch: pytest.MonkeyPatch, tmp_path: Path
+) -> None:
+    """Backpressure: without it, turns that never wait would let the backlog grow without
+    bound (under load the writer thread gets little of the loop's core) until it spilled."""
+    from gateway.storage import store as store_module
+
+    monkeypatch.setattr(store_module, "_BATCH", 4)
+    store = await make()
+    release = hold_commits(store, monkeypatch)
+    a_turn(store, "behind")  # five writes: more than a batch waiting
+    waiting = asyncio.ensure_future(store.durable_enough())
+    await asyncio.sleep(0.05)
+    assert not waiting.done() and journal_lines(tmp_path) == 0
+    release.set()
+    async with asyncio.timeout(5):
+        await waiting
+    assert store._handled == store._submitted
