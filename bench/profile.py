@@ -1,4 +1,4 @@
-"""`python -m bench.profile [stream] [CONCURRENCY] [SECONDS]`: where the gateway's CPU goes.
+"""`python -m bench.profile [stream|burst] [CONCURRENCY] [SECONDS]`: where the gateway's CPU goes.
 
 Starts the same upstream and gateway as `make bench` (same cores, same config, a real virtual
 key), loads the gateway with wrk for one cell, and meanwhile:
@@ -70,12 +70,13 @@ def summarise(collapsed: Path, top: int = 25) -> str:
 
 def main() -> None:
     args = sys.argv[1:]
-    stream = bool(args and args[0] == "stream")
+    burst = bool(args and args[0] == "burst")
+    stream = burst or bool(args and args[0] == "stream")
     if stream:
         args = args[1:]
     concurrency = int(args[0]) if args else 16
     seconds = int(args[1]) if len(args) > 1 else 8
-    cell = Cell(stream, concurrency)
+    cell = Cell(stream, concurrency, burst)
     stamp = datetime.now(UTC).strftime("%Y%m%dT%H%M%SZ")
     bench = Bench(seconds, 1, stamp)
     py_spy = shutil.which("py-spy", path=str(Path(sys.executable).parent)) or "py-spy"
@@ -85,7 +86,7 @@ def main() -> None:
             bench.start(Path(tmp))
             gateway = bench.children["gateway"]
             url = f"http://127.0.0.1:{bench.ports['gateway']}{CHAT_PATH}"
-            body = request_body(stream)
+            body = request_body(stream, burst)
             run_wrk(bench.wrk, url, body, concurrency, 1, bench.target_core, bench.api_key)
             # The pass-through's CPU per request in the same run, for scale...
             passthrough = bench.children["passthrough"]

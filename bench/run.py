@@ -2,7 +2,8 @@
 
 One run starts the fake upstream on one core, the pass-through and the gateway (one worker and
 `--workers 2`) on the other (with wrk on that same core), and drives every cell (non-stream /
-50-chunk stream at concurrency 1, 16, 64) against the targets back to back, so machine drift
+50-chunk stream sent a chunk per write / the same stream in one write, at concurrency 1, 16,
+64) against the targets back to back, so machine drift
 hits them alike. Then the scaling pairs: the gateway with 1 and with 2 workers, both allowed
 every core. Before any load, the gateway's cold start: fresh processes timed from spawn to
 /health/ready and to their first answered chat completion. Prints tables and writes the same
@@ -44,7 +45,7 @@ from bench.procs import (
     spawn,
     wait_until,
 )
-from bench.upstream import STREAM_CHUNKS
+from bench.upstream import BURST, STREAM_CHUNKS
 from bench.wrk import WrkResult, ensure_wrk, run_wrk, wrk_version
 
 REPO = Path(__file__).resolve().parent.parent
@@ -61,28 +62,37 @@ MASTER_KEY = "bench-master-key-0123456789"
 class Cell:
     stream: bool
     concurrency: int
+    burst: bool = False  # the stream arrives in one write, not a chunk per write
 
     @property
     def mode(self) -> str:
-        return f"stream-{STREAM_CHUNKS}" if self.stream else "non-stream"
+        if not self.stream:
+            return "non-stream"
+        return f"stream-{STREAM_CHUNKS}" + ("-burst" if self.burst else "")
 
     @property
     def name(self) -> str:
         return f"{self.mode} c={self.concurrency}"
 
 
-CELLS = [Cell(stream, c) for stream in (False, True) for c in CONCURRENCY]
+CELLS = [
+    Cell(stream, c, burst)
+    for stream, burst in ((False, False), (True, False), (True, True))
+    for c in CONCURRENCY
+]
 # Where a second worker can help at all: wrk -c1 keeps one connection, and a connection stays
 # with the worker the kernel gave it, so at c=1 one worker does all the work by construction.
-SCALING_CELLS = [cell for cell in CELLS if cell.concurrency > 1]
+SCALING_CELLS = [cell for cell in CELLS if cell.concurrency > 1 and not cell.burst]
 
 
-def request_body(stream: bool) -> bytes:
+def request_body(stream: bool, burst: bool = False) -> bytes:
     body: dict[str, Any] = {
         "model": "bench",
         "messages": [{"role": "user", "content": "Say hello."}],
         "stream": stream,
     }
+    if burst:
+        body["user"] = BURST
     if stream:
         # Ask for usage ourselves so all three targets move the same bytes: the gateway would
         # otherwise add it and get one more (usage) chunk than direct and passthrough.
@@ -150,13 +160,15 @@ def create_virtual_key(gateway_bin: Path, config: Path, env: dict[str, str] | No
     return out.split("secret (shown once, store it now): ", 1)[1].split()[0]
 
 
-def smoke_check(port: int, stream: bool, api_key: str, timeout: float = 10) -> str | None:
+def smoke_check(
+    port: int, stream: bool, api_key: str, timeout: float = 10, burst: bool = False
+) -> str | None:
     """One request through a target before loading it: a 200 that is not a full answer (e.g.
     an error event inside the stream) would otherwise be counted as a success by wrk."""
     conn = http.client.HTTPConnection(HOST, port, timeout=timeout)
     try:
         headers = {"Content-Type": "application/json", "Authorization": f"Bearer {api_key}"}
-        conn.request("POST", CHAT_PATH, body=request_body(stream), headers=headers)
+        conn.request("POST", CHAT_PATH, body=request_body(stream, burst), headers=headers)
         response = conn.getresponse()
         data = response.read()
     except OSError as exc:
@@ -455,11 +467,12 @@ class Bench:
 
     def smoke(self) -> None:
         for target in self.targets:
-            for stream in (False, True):
-                problem = smoke_check(self.ports[target], stream, self.key_for(target))
+            for cell in CELLS[:: len(CONCURRENCY)]:
+                problem = smoke_check(
+                    self.ports[target], cell.stream, self.key_for(target), burst=cell.burst
+                )
                 if problem:
-                    mode = "stream" if stream else "non-stream"
-                    self.failures.append(f"smoke check {target} {mode}: {problem}")
+                    self.failures.append(f"smoke check {target} {cell.mode}: {problem}")
 
     def dead_targets(self) -> list[str]:
         return [name for name, child in self.children.items() if not child.alive()]
@@ -468,7 +481,7 @@ class Bench:
         """Warm-up, then the measured run; None (and a failure) if a process died."""
         url = f"http://{HOST}:{self.ports[target]}{CHAT_PATH}"
         print(f"{label} {cell.name:<18} {target:<12}", end="", flush=True)
-        run = (self.wrk, url, request_body(cell.stream), cell.concurrency)
+        run = (self.wrk, url, request_body(cell.stream, cell.burst), cell.concurrency)
         warm = run_wrk(*run, WARMUP_S, self.target_core, self.key_for(target))
         if warm.error_total:
             self.warmup_errors[f"{label} {cell.name} {target}"] = warm.error_total

@@ -1,8 +1,10 @@
 """A fast fake OpenAI-compatible upstream: `python -m bench.upstream --port P`.
 
 Every response body is built once at import, so the upstream spends its CPU on HTTP, not on
-JSON; the bench then measures the proxy in front of it, not this process. The stream is
-written in a single write with no sleeps: the worst case for a proxy's per-chunk overhead.
+JSON; the bench then measures the proxy in front of it, not this process. A stream is written
+a chunk per write (one HTTP chunk each, no sleeps), as a provider sends tokens as it makes
+them; a request whose `user` is `bench-burst` gets the whole stream in a single write instead,
+the worst case for a proxy's per-frame work.
 """
 
 from __future__ import annotations
@@ -15,6 +17,7 @@ import uvloop
 from aiohttp import web
 
 STREAM_CHUNKS = 50
+BURST = "bench-burst"  # the request's `user`: the stream in one write
 MODEL = "fake-model"
 CREATED = 1_700_000_000
 # Each response gets its own id (real upstreams do, and a recorder may key on it). The
@@ -94,7 +97,12 @@ async def chat_completions(request: web.Request) -> web.StreamResponse:
     template = STREAM_BODY_USAGE if options.get("include_usage") else STREAM_BODY
     response = web.StreamResponse(headers={"Content-Type": "text/event-stream"})
     await response.prepare(request)  # chunked transfer encoding, as real upstreams send
-    await response.write(_with_new_id(template))
+    stream = _with_new_id(template)
+    if body.get("user") == BURST:
+        await response.write(stream)
+    else:
+        for frame in stream.split(b"\n\n")[:-1]:
+            await response.write(frame + b"\n\n")
     await response.write_eof()
     return response
 
