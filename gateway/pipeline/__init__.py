@@ -24,6 +24,7 @@ The package, in that order:
     stream.py    the streaming relay: frames in, frames out, held until the first content
     body.py      the non-streaming relay: one JSON body
     endings.py   the client gone, draining, a crash, an explicit cancel, closing up
+    deadline.py  an attempt's deadline, moved on every upstream read without timer work
 """
 
 from gateway.pipeline.relay import ChatCall, run_chat
