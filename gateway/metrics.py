@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+from bisect import bisect_left
 from typing import Any
 
 import prometheus_client
@@ -66,16 +67,46 @@ class _KeptChildren:
         return child
 
 
+# Updates without prometheus_client's checks on every call (two nested calls, ~0.5 us, about
+# fifteen times a request): a metric that takes an update is a labelled metric's child or has
+# no labels, and that is all they check; anything else (an exemplar, a negative count, a metric
+# missing its labels) goes the library's way and gets its errors.
+
+
 class Counter(_KeptChildren, prometheus_client.Counter):
-    pass
+    def inc(self, amount: float = 1, exemplar: dict[str, str] | None = None) -> None:
+        if exemplar is None and amount >= 0 and (self._labelvalues or not self._labelnames):
+            self._value.inc(amount)
+        else:
+            super().inc(amount, exemplar)
 
 
 class Gauge(_KeptChildren, prometheus_client.Gauge):
-    pass
+    def inc(self, amount: float = 1) -> None:
+        if not self._is_most_recent and (self._labelvalues or not self._labelnames):
+            self._value.inc(amount)
+        else:
+            super().inc(amount)
+
+    def dec(self, amount: float = 1) -> None:
+        if not self._is_most_recent and (self._labelvalues or not self._labelnames):
+            self._value.inc(-amount)
+        else:
+            super().dec(amount)
 
 
 class Histogram(_KeptChildren, prometheus_client.Histogram):
-    pass
+    def observe(self, amount: float, exemplar: dict[str, str] | None = None) -> None:
+        if exemplar is not None or not (self._labelvalues or not self._labelnames):
+            super().observe(amount, exemplar)
+            return
+        self._sum.inc(amount)
+        # The first bucket whose upper bound is at least `amount` (the last is +Inf; NaN
+        # counts in none, as in the library).
+        bounds = self._upper_bounds
+        at = bisect_left(bounds, amount)
+        if at < len(bounds) and amount <= bounds[at]:
+            self._buckets[at].inc(1)
 
 
 REQUESTS = Counter(

@@ -3,6 +3,9 @@
 from __future__ import annotations
 
 import aiohttp
+import pytest
+from hypothesis import given, settings
+from hypothesis import strategies as st
 from prometheus_client.parser import text_string_to_metric_families
 
 from tests.conftest import GatewayUnderTest
@@ -67,3 +70,60 @@ def test_metric_values_take_no_lock_per_update() -> None:
     child.inc()
     assert type(child._value).__name__ == "_LoopValue"
     assert child._value.get() == before + 1
+
+
+@settings(max_examples=100, deadline=None)
+@given(
+    st.lists(
+        st.tuples(
+            st.sampled_from(["a", "b"]),
+            st.floats(0, 400, allow_nan=False) | st.just(float("nan")) | st.just(float("inf")),
+        ),
+        max_size=30,
+    )
+)
+def test_updates_without_the_librarys_checks_export_what_the_library_would(
+    updates: list[tuple[str, float]],
+) -> None:
+    from prometheus_client import CollectorRegistry, generate_latest
+    from prometheus_client import Counter as LibCounter
+    from prometheus_client import Gauge as LibGauge
+    from prometheus_client import Histogram as LibHistogram
+
+    from gateway import metrics
+
+    def export(counter: type, gauge: type, histogram: type) -> list[bytes]:
+        registry = CollectorRegistry()
+        c = counter("c_total", "c", ["k"], registry=registry)
+        g = gauge("g", "g", ["k"], registry=registry)
+        plain = gauge("p", "p", registry=registry)
+        h = histogram("h", "h", ["k"], buckets=(0.5, 10, 100), registry=registry)
+        for key, amount in updates:
+            if amount == amount and amount != float("inf"):  # not NaN, finite
+                c.labels(key).inc(amount)
+                g.labels(key).inc(amount)
+                g.labels(key).dec(amount / 2)
+                plain.inc(amount)
+            h.labels(key).observe(amount)
+        lines = generate_latest(registry).splitlines()
+        return [line for line in lines if b"_created" not in line]
+
+    ours = export(metrics.Counter, metrics.Gauge, metrics.Histogram)
+    assert ours == export(LibCounter, LibGauge, LibHistogram)
+
+
+def test_what_the_library_refuses_is_still_refused() -> None:
+    from prometheus_client import CollectorRegistry
+
+    from gateway import metrics
+
+    registry = CollectorRegistry()
+    counter = metrics.Counter("r_total", "r", ["k"], registry=registry)
+    with pytest.raises(ValueError):
+        counter.inc()  # a labelled metric without its labels
+    with pytest.raises(ValueError):
+        counter.labels("x").inc(-1)
+    with pytest.raises(ValueError):
+        metrics.Histogram("rh", "rh", ["k"], registry=registry).observe(1.0)
+    counter.labels("x").inc(2, exemplar={"trace_id": "abc"})  # exemplars take the library's way
+    assert counter.labels("x")._value.get() == 2
