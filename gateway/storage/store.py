@@ -516,12 +516,7 @@ class Store:
                 self._spooling = False
                 metrics.STORE_SPOOLING.set(0)
                 return True
-        try:
-            await self.backend.apply(writes)
-        except StoreUnavailable:
-            raise
-        except Exception:
-            await self._replay_one_by_one(writes)
+        await self._apply_replayed(writes)
         async with self._spool_lock:
             await asyncio.to_thread(self._spool.advance, pos)
         metrics.STORE_REPLAYED.inc(len(writes))
@@ -537,15 +532,19 @@ class Store:
                     "replaying %d journaled writes into %s", len(writes), self.backend.where
                 )
             for start in range(0, len(writes), _BATCH):
-                batch = writes[start : start + _BATCH]
-                try:
-                    await self.backend.apply(batch)
-                except StoreUnavailable:
-                    raise
-                except Exception:
-                    await self._replay_one_by_one(batch)
+                await self._apply_replayed(writes[start : start + _BATCH])
             await asyncio.to_thread(path.unlink)
         await asyncio.to_thread(journal.open)
+
+    async def _apply_replayed(self, writes: list[Write]) -> None:
+        """A batch read back from the spool or the journal, into the database: a batch that
+        fails on its content goes again one write at a time. StoreUnavailable propagates."""
+        try:
+            await self.backend.apply(writes)
+        except StoreUnavailable:
+            raise
+        except Exception:
+            await self._replay_one_by_one(writes)
 
     async def _replay_one_by_one(self, writes: list[Write]) -> None:
         for write in writes:

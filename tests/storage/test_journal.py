@@ -73,6 +73,17 @@ async def crash(store: Store) -> None:
     await store.backend.close()
 
 
+async def waits_for_its_commit(store: Store, release: asyncio.Event, tmp_path: Path) -> None:
+    """durable_enough journals nothing and returns only once the held commits are let go."""
+    waiting = asyncio.ensure_future(store.durable_enough())
+    await asyncio.sleep(0.05)  # time to return early, which it must not
+    assert not waiting.done() and journal_lines(tmp_path) == 0
+    release.set()
+    async with asyncio.timeout(5):
+        await waiting
+    assert store._handled == store._submitted
+
+
 def journal_lines(tmp_path: Path) -> int:
     return sum(p.read_bytes().count(b"\n") for p in (tmp_path / "spool").glob("*.journal.*"))
 
@@ -171,13 +182,7 @@ async def test_a_long_answer_encoded_only_as_stored_waits_for_its_commit(
     release = hold_commits(store, monkeypatch)
     store.create_conversation(Conversation("long", 1.0))
     store.append(NewEvent("long", "t", "assistant/message", DeferredPayload({"content": ["x"]})))
-    waiting = asyncio.ensure_future(store.durable_enough())
-    await asyncio.sleep(0.05)
-    assert not waiting.done() and journal_lines(tmp_path) == 0
-    release.set()
-    async with asyncio.timeout(5):
-        await waiting
-    assert store._handled == store._submitted
+    await waits_for_its_commit(store, release, tmp_path)
 
 
 async def test_postgresql_waits_for_its_commit_by_default(tmp_path: Path) -> None:
@@ -210,10 +215,4 @@ async def test_a_database_behind_by_more_than_a_batch_makes_turns_wait_for_commi
     store = await make()
     release = hold_commits(store, monkeypatch)
     a_turn(store, "behind")  # five writes: more than a batch waiting
-    waiting = asyncio.ensure_future(store.durable_enough())
-    await asyncio.sleep(0.05)
-    assert not waiting.done() and journal_lines(tmp_path) == 0
-    release.set()
-    async with asyncio.timeout(5):
-        await waiting
-    assert store._handled == store._submitted
+    await waits_for_its_commit(store, release, tmp_path)

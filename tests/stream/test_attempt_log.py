@@ -250,6 +250,16 @@ def test_any_stream_reads_back_as_the_old_list_did(
         assert_same_at_every_mark(frames)
 
 
+def assert_reads_back_the_same(fast: AttemptLog, slow: AttemptLog, frames: int) -> None:
+    """Two logs of the same frames, one through a fast path: the same at every frame mark."""
+    assert fast.count == slow.count and fast.first_ms == slow.first_ms
+    for frames_sent in range(frames + 1):
+        end = slow.cut(frames_sent)
+        assert fast.cut(frames_sent) == end
+        assert fast.timed(end) == slow.timed(end)
+        assert replayed(fast, end)[0] == replayed(slow, end)[0]
+
+
 @settings(max_examples=100, deadline=None)
 @given(_frames)
 def test_a_lone_delta_logged_without_its_event_reads_back_the_same(frames: Frames) -> None:
@@ -263,12 +273,7 @@ def test_a_lone_delta_logged_without_its_event_reads_back_the_same(frames: Frame
         else:
             fast.add(events, t)
         fast.mark()
-    assert fast.count == slow.count and fast.first_ms == slow.first_ms
-    for frames_sent in range(len(frames) + 1):
-        end = slow.cut(frames_sent)
-        assert fast.cut(frames_sent) == end
-        assert fast.timed(end) == slow.timed(end)
-        assert replayed(fast, end)[0] == replayed(slow, end)[0]
+    assert_reads_back_the_same(fast, slow, len(frames))
 
 
 _long_text = st.text(min_size=250, max_size=300)  # past 255 code points: lengths widen
@@ -317,12 +322,7 @@ def test_runs_of_text_frames_logged_at_once_read_back_as_each_alone(
                 fast.add(events, t)
                 fast.mark()
         flush()
-        assert fast.count == slow.count and fast.first_ms == slow.first_ms
-        for frames_sent in range(len(frames) + 1):
-            end = slow.cut(frames_sent)
-            assert fast.cut(frames_sent) == end
-            assert fast.timed(end) == slow.timed(end)
-            assert replayed(fast, end)[0] == replayed(slow, end)[0]
+        assert_reads_back_the_same(fast, slow, len(frames))
 
 
 # -- what it costs ---------------------------------------------------------------------------
