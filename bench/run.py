@@ -467,7 +467,7 @@ class Bench:
 
     def smoke(self) -> None:
         for target in self.targets:
-            for cell in CELLS[:: len(CONCURRENCY)]:
+            for cell in CELLS[:: len(CONCURRENCY)]:  # one cell of each mode
                 problem = smoke_check(
                     self.ports[target], cell.stream, self.key_for(target), burst=cell.burst
                 )

@@ -52,6 +52,13 @@ class _KeptChildren:
     and a request makes about ten. Label values here are few by design (no key or team ids)."""
 
     _kept: dict[tuple[Any, ...], Any]
+    # Takes updates: a labelled metric's child, or a metric without labels (what the library
+    # checks on every update, decided here once).
+    _updatable: bool
+
+    def __init__(self, *args: Any, **kwargs: Any) -> None:
+        super().__init__(*args, **kwargs)
+        self._updatable = bool(self._labelvalues or not self._labelnames)  # type: ignore[attr-defined]
 
     def labels(self, *values: Any, **by_name: Any) -> Any:
         if by_name:
@@ -68,14 +75,14 @@ class _KeptChildren:
 
 
 # Updates without prometheus_client's checks on every call (two nested calls, ~0.5 us, about
-# fifteen times a request): a metric that takes an update is a labelled metric's child or has
-# no labels, and that is all they check; anything else (an exemplar, a negative count, a metric
-# missing its labels) goes the library's way and gets its errors.
+# fifteen times a request): whether a metric takes updates is decided when it is made
+# (`_updatable`), which is all they check; anything else (an exemplar, a negative count, a
+# metric missing its labels) goes the library's way and gets its errors.
 
 
 class Counter(_KeptChildren, prometheus_client.Counter):
     def inc(self, amount: float = 1, exemplar: dict[str, str] | None = None) -> None:
-        if exemplar is None and amount >= 0 and (self._labelvalues or not self._labelnames):
+        if exemplar is None and amount >= 0 and self._updatable:
             self._value.inc(amount)
         else:
             super().inc(amount, exemplar)
@@ -83,13 +90,13 @@ class Counter(_KeptChildren, prometheus_client.Counter):
 
 class Gauge(_KeptChildren, prometheus_client.Gauge):
     def inc(self, amount: float = 1) -> None:
-        if not self._is_most_recent and (self._labelvalues or not self._labelnames):
+        if self._updatable and not self._is_most_recent:
             self._value.inc(amount)
         else:
             super().inc(amount)
 
     def dec(self, amount: float = 1) -> None:
-        if not self._is_most_recent and (self._labelvalues or not self._labelnames):
+        if self._updatable and not self._is_most_recent:
             self._value.inc(-amount)
         else:
             super().dec(amount)
@@ -97,7 +104,7 @@ class Gauge(_KeptChildren, prometheus_client.Gauge):
 
 class Histogram(_KeptChildren, prometheus_client.Histogram):
     def observe(self, amount: float, exemplar: dict[str, str] | None = None) -> None:
-        if exemplar is not None or not (self._labelvalues or not self._labelnames):
+        if exemplar is not None or not self._updatable:
             super().observe(amount, exemplar)
             return
         self._sum.inc(amount)

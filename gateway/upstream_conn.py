@@ -520,17 +520,10 @@ class Response:
                 waiter.set_result(None)
 
     def _feed(self, data: bytes) -> None:
-        if self._encoding:
-            self._inflate(data)
-        else:
-            self._buf.append(data)
-            self._size += len(data)
-        if (self._size > HIGH_WATER or self._zmore) and self._conn is not None:
-            self._conn.pause()
-        self._wake()
+        self._feed_all((data,))
 
-    def _feed_all(self, parts: list[bytes]) -> None:
-        """`_feed` each of `parts`, waking the reader once."""
+    def _feed_all(self, parts: list[bytes] | tuple[bytes]) -> None:
+        """Body bytes received (in one read or more), for the reader, woken once."""
         if self._encoding:
             for data in parts:
                 self._inflate(data)
