@@ -69,6 +69,11 @@ def encoded(payload: dict[str, Any]) -> bytes | bytearray:
     return orjson.dumps(payload)
 
 
+def as_bytes(payload: bytes | bytearray | DeferredPayload) -> bytes | bytearray:
+    """A row's payload that is not text yet, as its JSON's UTF-8 bytes."""
+    return payload.encode() if isinstance(payload, DeferredPayload) else payload
+
+
 def as_text(payload: bytes | bytearray | str | DeferredPayload) -> str:
     """A row's payload as the JSON text it stands for (for the spool, and PostgreSQL)."""
     if isinstance(payload, str):

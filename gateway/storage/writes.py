@@ -14,7 +14,7 @@ from typing import Any, Literal
 import orjson
 
 from gateway.storage.db import Db
-from gateway.storage.payload import as_text
+from gateway.storage.payload import as_bytes, as_text
 
 Kind = Literal["conversation", "turn", "event", "usage", "response"]
 
@@ -25,15 +25,34 @@ class Write:
     row: dict[str, Any]
 
     def encode(self) -> bytes:
+        """One line (the spool's and the journal's): the write as JSON, then, after a tab, its
+        JSON column (an event's payload, a turn's or a response's request) as the text it is.
+        Inside the row it would be a string to escape, every quote of it, on every turn;
+        orjson's JSON never holds a raw tab or newline, so the first tab on the line is where
+        that text starts."""
         row = self.row
-        if self.kind == "event" and not isinstance(row["payload"], str):
-            row = {**row, "payload": as_text(row["payload"])}
-        return orjson.dumps({"k": self.kind, "r": row})
+        column = _RAW.get(self.kind)
+        value = row.get(column) if column is not None else None
+        if value is None:
+            return orjson.dumps({"k": self.kind, "r": row})
+        text = value.encode() if isinstance(value, str) else bytes(as_bytes(value))
+        if b"\n" in text:  # not orjson's: kept escaped inside the row
+            return orjson.dumps({"k": self.kind, "r": {**row, column: text.decode()}})
+        rest = {k: v for k, v in row.items() if k != column}
+        return orjson.dumps({"k": self.kind, "r": rest}) + b"\t" + text
 
     @staticmethod
     def decode(line: bytes) -> Write:
-        data = orjson.loads(line)
-        return Write(data["k"], data["r"])
+        head, tab, text = line.partition(b"\t")
+        data = orjson.loads(head)
+        kind, row = data["k"], data["r"]
+        if tab:
+            row[_RAW[kind]] = text.decode()
+        return Write(kind, row)  # (a line without a tab: all of it in the row)
+
+
+# Each kind's column of JSON text, which a spooled line carries after its row.
+_RAW: dict[str, str] = {"event": "payload", "turn": "request", "response": "request"}
 
 
 def _insert(table: str, columns: tuple[str, ...], conflict: str) -> str:

@@ -75,6 +75,26 @@ def test_a_spooled_write_carries_the_payload_as_text() -> None:
         assert Write.decode(write.encode()).row["payload"] == orjson.dumps(plain).decode()
 
 
+def test_a_spooled_event_line_holds_its_payload_verbatim_and_old_lines_still_read() -> None:
+    text = orjson.dumps({"content": 'say "hi"\tthen\nstop', "é": ["\\", None, 1.5]}).decode()
+    write = Write("event", {"type": "x", "turn_id": "t1", "payload": text})
+    line = write.encode()
+    assert b"\n" not in line
+    assert line.endswith(b"\t" + text.encode())  # not escaped into a string of the row
+    back = Write.decode(line)
+    assert back.kind == "event" and back.row == {"type": "x", "turn_id": "t1", "payload": text}
+    # What an earlier version spooled: the payload a string inside the row.
+    old = orjson.dumps({"k": "event", "r": {"type": "x", "turn_id": "t1", "payload": text}})
+    assert Write.decode(old).row == back.row
+    turn = Write("turn", {"id": "t1", "request": orjson.dumps({"a": "\t"}).decode()})
+    assert turn.encode().endswith(b'\t{"a":"\\t"}')
+    assert Write.decode(turn.encode()) == turn
+    # Text that is not orjson's may hold a newline, the line's end: it stays inside the row.
+    odd = Write("event", {"type": "x", "payload": '{\n"a": 1}'})
+    assert b"\n" not in odd.encode() and Write.decode(odd.encode()) == odd
+    assert Write.decode(Write("usage", {"id": "u\t1"}).encode()) == Write("usage", {"id": "u\t1"})
+
+
 @pytest.fixture(params=["sqlite", "postgresql"])
 async def make(request: pytest.FixtureRequest, tmp_path: Path) -> AsyncIterator[MakeStore]:
     url = (
