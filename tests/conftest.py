@@ -17,8 +17,9 @@ from aiohttp import web
 from aiohttp.test_utils import TestServer
 
 from gateway.app import create_app
-from gateway.config import parse_config
+from gateway.config import ServerConfig, parse_config
 from gateway.context import GATEWAY, Gateway
+from gateway.http.slow_clients import guarded_runner
 from tests.fakes import FakeUpstream
 
 pytest_plugins = ["tests.postgres_server", "tests.redis_server", "tests.security.log_scan"]
@@ -93,6 +94,15 @@ class GatewayUnderTest:
             return db.execute(sql, args).fetchall()
 
 
+class _GuardedTestServer(TestServer):
+    def __init__(self, app: web.Application, server: ServerConfig) -> None:
+        super().__init__(app, host="127.0.0.1")
+        self._server_config = server
+
+    async def _make_runner(self, **kwargs: Any) -> web.BaseRunner:
+        return guarded_runner(self.app, self._server_config, **kwargs)
+
+
 MakeUpstream = Callable[[], Awaitable[FakeUpstream]]
 
 
@@ -152,8 +162,11 @@ async def make_gateway(
         raw = {"store": store, "models": models, **sections}
         config = parse_config(raw).config
         app = create_app(config, instance=f"test-{os.urandom(4).hex()}")
-        # aiohttp's test server runs with handler_cancellation=True, as `gateway serve` does.
-        server = await aiohttp_server(app)
+        # Served as `gateway serve` serves it: each connection's protocol the guarded one
+        # (head deadlines, one socket duplicate for delivery tracking), handlers cancelled
+        # when their client leaves.
+        server = _GuardedTestServer(app, config.server)
+        await server.start_server()
         made.append(GatewayUnderTest(server, app, db_path))
         return made[-1]
 
@@ -161,6 +174,7 @@ async def make_gateway(
     for gateway in made:
         for client in gateway.clients:
             await client.close()
+        await gateway.server.close()
 
 
 @pytest.fixture

@@ -41,6 +41,7 @@ from aiohttp.web_server import Server
 
 from gateway.config import ServerConfig
 from gateway.errors import GatewayError, InvalidRequest, PayloadTooLarge
+from gateway.stream.delivery import ConnectionSocket
 
 log = logging.getLogger(__name__)
 
@@ -112,6 +113,9 @@ class SlowClientGuard(RequestHandler):
         self._header_timeout_s = header_timeout_s
         self._deadline: asyncio.TimerHandle | None = None
         self._partial = False  # part of a head has arrived
+        # A duplicate of this connection's socket, for the delivery tracking of every stream
+        # it carries (gateway.stream.delivery); made by the first.
+        self.delivery_socket: ConnectionSocket | None = None
 
     def connection_made(self, transport: asyncio.BaseTransport) -> None:
         super().connection_made(transport)
@@ -119,6 +123,8 @@ class SlowClientGuard(RequestHandler):
 
     def connection_lost(self, exc: BaseException | None) -> None:
         self._disarm()
+        if self.delivery_socket is not None:
+            self.delivery_socket.connection_lost()
         super().connection_lost(exc)
 
     def data_received(self, data: bytes) -> None:

@@ -49,6 +49,43 @@ def _unacked_in_kernel(fd: int) -> int:
     return int(struct.unpack("i", buf)[0])
 
 
+class ConnectionSocket:
+    """A duplicate of one connection's socket, made once and shared by the responses that
+    connection carries (a dup and a close a response cost two syscalls and a socket object on
+    every stream of a kept-alive connection). Closed once the connection is lost and no
+    tracker still reads it: a tracker reads the final count after the loss."""
+
+    __slots__ = ("_lost", "_users", "sock")
+
+    def __init__(self, sock: socket.socket) -> None:
+        self.sock = sock
+        self._users = 0
+        self._lost = False
+
+    def acquire(self) -> socket.socket:
+        self._users += 1
+        return self.sock
+
+    def release(self) -> None:
+        self._users -= 1
+        if self._lost and self._users <= 0:
+            self.sock.close()
+
+    def connection_lost(self) -> None:
+        """Called by the connection's protocol (gateway.http.slow_clients.SlowClientGuard)."""
+        self._lost = True
+        if self._users <= 0:
+            self.sock.close()
+
+
+def _duplicate(sock: socket.socket) -> socket.socket | None:
+    try:
+        # Family and type given: the socket object skips asking the kernel for them.
+        return socket.socket(sock.family, socket.SOCK_STREAM, 0, os.dup(sock.fileno()))
+    except OSError:
+        return None
+
+
 class DeliveryTracker:
     """Maps the frames a response wrote to the bytes its peer acknowledged."""
 
@@ -66,16 +103,24 @@ class DeliveryTracker:
         self._handed = 0  # "sent" level: bytes known to be out of the process
         # Chunked transfer encoding puts a 2-byte CRLF after each written chunk.
         self.chunked = True
+        self._shared: ConnectionSocket | None = None
+        # The connection's protocol keeps one duplicate for all its responses, where it can
+        # (`delivery_socket`, None until the first); else each response makes its own.
+        protocol = request.protocol if self._transport is not None else None
+        shared = getattr(protocol, "delivery_socket", False)
+        if isinstance(shared, ConnectionSocket):
+            self._shared = shared
+            self._sock = shared.acquire()
+            return
         sock = self._transport.get_extra_info("socket") if self._transport else None
         if sock is None or sys.platform != "linux":
             return
-        family = sock.family
-        if family in (socket.AF_INET, socket.AF_INET6):
-            try:
-                # Family and type given: the socket object skips asking the kernel for them.
-                self._sock = socket.socket(family, socket.SOCK_STREAM, 0, os.dup(sock.fileno()))
-            except OSError:
-                self._sock = None
+        if sock.family not in (socket.AF_INET, socket.AF_INET6):
+            return
+        self._sock = _duplicate(sock)
+        if shared is None and self._sock is not None:
+            self._shared = protocol.delivery_socket = ConnectionSocket(self._sock)  # type: ignore[union-attr]
+            self._shared.acquire()
 
     def begin(self) -> None:
         """Call right before the response's first byte: decides the level (TCP_INFO readable or
@@ -137,6 +182,9 @@ class DeliveryTracker:
         return bisect.bisect_right(self._ends, self._handed)
 
     def close(self) -> None:
-        if self._sock is not None:
+        if self._shared is not None:
+            self._shared.release()
+            self._shared = None
+        elif self._sock is not None:
             self._sock.close()
-            self._sock = None
+        self._sock = None

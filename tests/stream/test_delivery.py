@@ -3,6 +3,7 @@ frames are out of the process, however writes group them, past 4 GiB too."""
 
 from __future__ import annotations
 
+import os
 from typing import Any
 
 from gateway.stream.delivery import DeliveryTracker
@@ -25,6 +26,7 @@ class Transport:
 class Request:
     def __init__(self) -> None:
         self.transport = Transport()
+        self.protocol = None
 
 
 def tracker() -> tuple[DeliveryTracker, Transport]:
@@ -73,3 +75,30 @@ def test_offsets_past_4_gib() -> None:
     assert tracked.frames_written == 4
     assert tracked.delivered_frames(size) == 4
     assert tracked.delivered_frames(size) == 4  # and again, with nothing new
+
+
+def test_a_connection_socket_closes_once_the_connection_is_lost_and_no_tracker_reads_it() -> None:
+    import socket
+
+    from gateway.stream.delivery import ConnectionSocket, tcp_bytes_acked
+
+    server = socket.create_server(("127.0.0.1", 0))
+    client = socket.create_connection(server.getsockname())
+    accepted, _ = server.accept()
+    try:
+        shared = ConnectionSocket(socket.socket(fileno=os.dup(accepted.fileno())))
+        first, second = shared.acquire(), shared.acquire()
+        assert first is second
+        shared.release()
+        shared.connection_lost()
+        accepted.close()  # the connection's own socket is gone; a tracker still reads the dup
+        assert tcp_bytes_acked(second) is not None
+        assert second.fileno() >= 0
+        shared.release()
+        assert second.fileno() == -1  # closed with its last reader
+        lone = ConnectionSocket(socket.socket(fileno=os.dup(client.fileno())))
+        lone.connection_lost()  # lost with no reader: closed at once
+        assert lone.sock.fileno() == -1
+    finally:
+        for sock in (server, client, accepted):
+            sock.close()
