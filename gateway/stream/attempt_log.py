@@ -8,8 +8,10 @@ costs only:
 - its time, whole milliseconds (what the compact stream records), a 4-byte array item;
 and consecutive deltas of one block form a *run* (three array items per run, not per delta).
 Every other event (block starts and ends, usage, finish, in-stream errors) is rare and kept as
-the object it is, with its position and exact time. A frame written to the client costs one
-4-byte array item: how many events had been received by its end (its *mark*).
+the object it is, with its position and exact time. A frame written to the client is marked
+with how many events had been received by its end (its *mark*); as nearly every frame carries
+one more event than the frame before it, only the frames where that step is broken are kept
+(two array items each), so a run of text frames costs nothing per frame.
 
 A length is a byte because bytearray.append is the cheapest append CPython has (cheaper than
 a 4-byte array item's; 2-byte items go through a conversion that costs twice as much). Times
@@ -27,6 +29,7 @@ each for the whole stream).
 from __future__ import annotations
 
 from array import array
+from bisect import bisect_right
 from collections.abc import Iterator, Sequence
 from itertools import accumulate, pairwise, repeat
 from time import monotonic
@@ -103,10 +106,13 @@ class AttemptLog:
 
     __slots__ = (
         "_done",
+        "_frames",
         "_full",
         "_full_n",
         "_lens",
-        "_marks",
+        "_mark_at",
+        "_mark_off",
+        "_offset",
         "_open",
         "_others",
         "_pending",
@@ -131,7 +137,13 @@ class AttemptLog:
         self._runs: array[int] = array("q")
         self._open: int | None = None  # the block index of the run deltas extend, if any
         self._others: list[Other] = []
-        self._marks: array[int] = array("I")  # per frame written: `count` at its end
+        # Per frame written, the mark (`count` at its end) is its number plus an offset; kept:
+        # the numbers of the frames whose offset differs from the frame's before, and that
+        # offset. Frames are numbered from 1.
+        self._frames = 0
+        self._mark_at: array[int] = array("q")
+        self._mark_off: array[int] = array("q")
+        self._offset: int | None = None  # the last frame's
 
     # -- while streaming (once per upstream frame: kept lean) ----------------------------
 
@@ -196,7 +208,12 @@ class AttemptLog:
             self._open = index
         self.count = count + n
         self._times.extend(repeat(t, n))
-        self._marks.extend(range(count + 1, count + n + 1))
+        # Frame j of these (numbered frames + j) is marked count + j: one offset for all.
+        if count - self._frames != self._offset:
+            self._offset = count - self._frames
+            self._mark_at.append(self._frames + 1)
+            self._mark_off.append(self._offset)
+        self._frames += n
         pending = self._pending
         pending += texts
         if len(pending) >= _JOIN_AT:
@@ -205,16 +222,22 @@ class AttemptLog:
 
     def mark(self) -> None:
         """A frame was written to the client: everything received so far went into it."""
-        try:
-            self._marks.append(self.count)
-        except OverflowError:
-            self._marks = _widened(self._marks, self.count)
+        frames = self._frames = self._frames + 1
+        offset = self.count - frames
+        if offset != self._offset:
+            self._offset = offset
+            self._mark_at.append(frames)
+            self._mark_off.append(offset)
 
     # -- reading ---------------------------------------------------------------------------
 
     def cut(self, frames: int) -> int:
         """How many events the first `frames` frames written were made from."""
-        return self._marks[frames - 1] if frames else 0
+        if not frames:
+            return 0
+        if not 0 < frames <= self._frames:
+            raise IndexError(f"{frames} frames of {self._frames} written")
+        return frames + self._mark_off[bisect_right(self._mark_at, frames) - 1]
 
     def text(self) -> str:
         """The text of every delta received, in order: one string, joined when read."""
