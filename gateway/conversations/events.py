@@ -2,10 +2,11 @@
 
 from __future__ import annotations
 
-import os
 import time
 from dataclasses import dataclass, field
 from typing import Any
+
+from gateway.ids import random_hex
 
 USER_MESSAGE = "user/message"
 TOOL_RESULT = "tool/result"
@@ -18,31 +19,6 @@ TURN_END = "turn/end"
 SURFACE_TYPES = frozenset({USER_MESSAGE, TOOL_RESULT, ASSISTANT_MESSAGE})
 
 
-_ENTROPY_BYTES = 4096
-_entropy = b""
-_entropy_at = _ENTROPY_BYTES
-
-
-def _random_hex(n: int) -> str:
-    """`n` random bytes as hex, from the OS's generator, fetched a page at a time (a getrandom
-    call per id was a measurable part of a request)."""
-    global _entropy, _entropy_at
-    if _entropy_at + n > _ENTROPY_BYTES:
-        _entropy, _entropy_at = os.urandom(_ENTROPY_BYTES), 0
-    start = _entropy_at
-    _entropy_at += n
-    return _entropy[start : start + n].hex()
-
-
-def _forget_entropy() -> None:
-    # A forked worker must not hand out the ids its parent's buffer still holds.
-    global _entropy_at
-    _entropy_at = _ENTROPY_BYTES
-
-
-os.register_at_fork(after_in_child=_forget_entropy)
-
-
 def sortable_hex() -> str:
     """32 hex digits: the time in milliseconds, then 80 random bits.
 
@@ -50,7 +26,7 @@ def sortable_hex() -> str:
     touch a few index pages instead of one random page per index and row (which the write-ahead
     log then writes whole); 80 random bits keep them as unguessable as any id needs to be.
     """
-    return f"{time.time_ns() // 1_000_000:012x}{_random_hex(10)}"
+    return f"{time.time_ns() // 1_000_000:012x}{random_hex(10)}"
 
 
 def new_id(prefix: str) -> str:

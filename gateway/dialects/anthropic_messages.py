@@ -27,7 +27,6 @@ literal transcription of the events:
 
 from __future__ import annotations
 
-import os
 from dataclasses import dataclass
 from typing import Any, Literal, TypeGuard
 
@@ -36,6 +35,7 @@ from pydantic import BaseModel, ConfigDict, Field, field_validator
 
 from gateway.dialects.requests import parse_json_object, validated
 from gateway.errors import GatewayError, InvalidRequest, UpstreamStreamError
+from gateway.ids import random_hex
 from gateway.providers.anthropic_messages import ERROR_STATUS, STOP_REASONS
 from gateway.stream.assembler import BlockAssembler
 from gateway.stream.events import (
@@ -416,11 +416,11 @@ def _is_int(value: Any) -> TypeGuard[int]:
 
 
 def _message_id() -> str:
-    return f"msg_{os.urandom(12).hex()}"
+    return f"msg_{random_hex(12)}"
 
 
 def _tool_use_id() -> str:
-    return f"toolu_{os.urandom(12).hex()}"
+    return f"toolu_{random_hex(12)}"
 
 
 def stop_reason(finish_reason: str | None) -> str | None:

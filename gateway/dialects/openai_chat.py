@@ -6,7 +6,6 @@ fields this gateway does not know (new OpenAI parameters, provider extensions) p
 
 from __future__ import annotations
 
-import os
 import time
 from typing import Any, Literal
 
@@ -16,6 +15,7 @@ from pydantic import BaseModel, ConfigDict, Field, field_validator
 from gateway.conversations.derive import assistant_message
 from gateway.dialects.requests import parse_json_object, validated
 from gateway.errors import GatewayError
+from gateway.ids import random_hex
 from gateway.stream.assembler import BlockAssembler
 from gateway.stream.events import (
     REASONING,
@@ -98,7 +98,7 @@ class ChatChunkRenderer:
 
     def __init__(self, model: str, *, include_usage: bool) -> None:
         self._base = {
-            "id": f"chatcmpl-{os.urandom(12).hex()}",
+            "id": f"chatcmpl-{random_hex(12)}",
             "object": "chat.completion.chunk",
             "created": int(time.time()),
             "model": model,
@@ -172,7 +172,7 @@ def completion_body(model: str, assembler: BlockAssembler) -> bytes:
     usage = {k: v for k, v in (assembler.usage or {}).items() if k != "provider_usage"}
     return orjson.dumps(
         {
-            "id": f"chatcmpl-{os.urandom(12).hex()}",
+            "id": f"chatcmpl-{random_hex(12)}",
             "object": "chat.completion",
             "created": int(time.time()),
             "model": model,

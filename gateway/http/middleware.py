@@ -3,7 +3,6 @@
 from __future__ import annotations
 
 import logging
-import os
 import re
 from collections.abc import Callable
 from typing import Any
@@ -15,6 +14,7 @@ from aiohttp.typedefs import Handler
 from gateway import metrics
 from gateway.dialects.anthropic_messages import error_body as anthropic_error_body
 from gateway.errors import GatewayError, InvalidRequest, NotFound, PayloadTooLarge
+from gateway.ids import random_hex
 
 log = logging.getLogger(__name__)
 
@@ -59,7 +59,7 @@ def _from_http_exception(exc: web.HTTPException) -> GatewayError:
 @web.middleware
 async def errors_and_ids(request: web.Request, handler: Handler) -> web.StreamResponse:
     incoming = request.headers.get("X-Request-Id", "")
-    request[REQUEST_ID] = incoming if _SAFE_ID.match(incoming) else os.urandom(16).hex()
+    request[REQUEST_ID] = incoming if _SAFE_ID.match(incoming) else random_hex(16)
     route = (
         request.match_info.route.resource.canonical
         if request.match_info.route.resource
