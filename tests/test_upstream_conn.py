@@ -13,6 +13,8 @@ import gzip
 from dataclasses import dataclass
 
 import pytest
+from hypothesis import given, settings
+from hypothesis import strategies as st
 
 from gateway.errors import UpstreamProtocolError
 from gateway.upstream_conn import HIGH_WATER, Connection, Response
@@ -239,4 +241,58 @@ async def test_bytes_after_the_body_are_not_pooled() -> None:
     fed = await feed(ok(b"body") + b"garbage")
     assert await read_all(fed.response) == b"body"
     assert fed.transport.aborted and not fed.conn.in_pool
+    await fed.pool.close()
+
+
+# Many whole one-event chunks in a read, as a stream's reads hold them.
+_MANY = b"".join(
+    b"%x\r\n%s\r\n" % (len(e), e) for e in [b'data: {"i": %d}\n\n' % i for i in range(40)]
+)
+_CHUNKED_HEAD = b"HTTP/1.1 200 OK\r\nTransfer-Encoding: chunked\r\n\r\n"
+
+
+@pytest.mark.parametrize(
+    "bad",
+    [b"zz\r\nhello\r\n", b"0x5\r\nhello\r\n", b"+5\r\nhello\r\n", b"0_5\r\nhello\r\n",
+     b"\r\nhello\r\n", b"5\r\nhelloXX", b"1" * 5000],
+    ids=["size", "size-0x", "size-sign", "size-underscore", "size-empty", "end", "size-line"],
+)  # fmt: skip
+@pytest.mark.parametrize("where", ["after", "between"])
+async def test_a_malformed_chunk_among_many_whole_ones_is_a_protocol_error(
+    bad: bytes, where: str
+) -> None:
+    body = _MANY + bad if where == "after" else _MANY + bad + _MANY
+    # The last chunk in a read of its own: the read before it is all whole chunks.
+    fed = await feed(_CHUNKED_HEAD + body, b"0\r\n\r\n")
+    with pytest.raises(UpstreamProtocolError):
+        await read_all(fed.response)
+    assert fed.transport.aborted and not fed.conn.in_pool
+    await fed.pool.close()
+
+
+_chunk_data = st.binary(min_size=1, max_size=40) | st.sampled_from(
+    [b"data: a\r\n\r\n", b"\r\n", b"\r", b"\n\n", b"data: {}\n\n"]
+)
+
+
+@settings(max_examples=150, deadline=None)
+@given(
+    st.lists(
+        st.tuples(_chunk_data, st.sampled_from(["%x", "%X", "%03x", "%x;ext=1", "%x "])),
+        min_size=1,
+        max_size=60,
+    ),
+    st.lists(st.integers(0, 4000), max_size=6),
+)
+async def test_any_chunked_body_split_anywhere_reads_back_whole(
+    chunks: list[tuple[bytes, str]], cuts: list[int]
+) -> None:
+    body = b"".join((size % len(data)).encode() + b"\r\n" + data + b"\r\n" for data, size in chunks)
+    raw = _CHUNKED_HEAD + body + b"0\r\n\r\n"
+    head = len(_CHUNKED_HEAD)  # the head whole in the first read, the body cut anywhere
+    at = sorted({head + c for c in cuts if head + c < len(raw)})
+    pieces = [raw[a:b] for a, b in zip([0, *at], [*at, len(raw)], strict=True)]
+    fed = await feed(*pieces)
+    assert await read_all(fed.response) == b"".join(data for data, _ in chunks)
+    assert fed.conn.in_pool and not fed.transport.aborted
     await fed.pool.close()
