@@ -154,6 +154,13 @@ ATTEMPTS = Counter(
     ["deployment", "outcome"],
     registry=REGISTRY,
 )
+UPSTREAM_CONNECTIONS = Counter(
+    "gateway_upstream_connections_opened_total",
+    "Connections opened to upstreams, by origin (scheme://host:port): against requests, how"
+    " well keep-alive holds (each new one is a TCP and, for https, a TLS handshake).",
+    ["origin"],
+    registry=REGISTRY,
+)
 FIRST_TOKEN = Histogram(
     "gateway_time_to_first_token_seconds",
     "From sending the upstream request to its first content event.",

@@ -23,6 +23,8 @@ from gateway.errors import UpstreamConnectError, UpstreamProtocolError
 
 # Unread body bytes held before the socket stops being read (the upstream then waits on TCP).
 HIGH_WATER = 64 * 1024
+# How long a response closed with keep_alive waits for its body's end before it is dropped.
+KEEP_ALIVE_WAIT_S = 5.0
 # The most one decompression step may produce: a small gzip bomb is undone step by step as it
 # is read, never all at once into memory.
 _INFLATE_STEP = HIGH_WATER
@@ -429,9 +431,11 @@ class Response:
         "_buf",
         "_conn",
         "_decoder",
+        "_discarding",
         "_done",
         "_encoding",
         "_exc",
+        "_give_up",
         "_head",
         "_loop",
         "_raw_done",
@@ -459,6 +463,8 @@ class Response:
         self._decoder: zlib._Decompress | None = None
         self._ztail = b""  # compressed bytes not yet decompressed
         self._zmore = False  # the decompressor may have more output for `_ztail`
+        self._discarding = False  # closed with keep_alive: the rest of the body is dropped
+        self._give_up: asyncio.TimerHandle | None = None  # ... unless it ends before this
 
     @property
     def headers(self) -> dict[str, str]:
@@ -498,9 +504,24 @@ class Response:
             waiter = self._waiter = self._loop.create_future()
             await waiter
 
-    def close(self) -> None:
-        """Drop the connection unless the body has already arrived whole (then it is pooled)."""
+    def close(self, *, keep_alive: bool = False) -> None:
+        """Drop the connection unless the body has already arrived whole (then it is pooled).
+
+        `keep_alive`: the reader has all it needs, though the body may not have ended yet (a
+        provider's last chunk often follows its `[DONE]` in a read of its own): what still
+        comes is dropped as it arrives, and the connection is pooled once the body ends,
+        within `KEEP_ALIVE_WAIT_S`, else dropped then. Dropped at once, every stream would
+        cost the next request a new connection (a TLS handshake, for a real provider)."""
         conn = self._conn
+        if conn is not None and keep_alive and self._exc is None and not conn.closed:
+            self._buf.clear()
+            self._size = 0
+            self._zmore = False
+            self._discarding = True
+            if conn._paused:
+                conn.resume()
+            self._give_up = self._loop.call_later(KEEP_ALIVE_WAIT_S, self.close)
+            return
         if conn is not None:
             self._conn = None
             conn.abort()
@@ -524,6 +545,8 @@ class Response:
 
     def _feed_all(self, parts: list[bytes] | tuple[bytes]) -> None:
         """Body bytes received (in one read or more), for the reader, woken once."""
+        if self._discarding:
+            return
         if self._encoding:
             for data in parts:
                 self._inflate(data)
@@ -536,6 +559,9 @@ class Response:
 
     def _complete(self) -> None:
         self._raw_done = True
+        if self._give_up is not None:
+            self._give_up.cancel()
+            self._give_up = None
         if not self._zmore:
             self._end_body()
         self._wake()

@@ -34,7 +34,7 @@ import time
 from collections.abc import Mapping
 from urllib.parse import quote, unquote, urlsplit
 
-from gateway import __version__
+from gateway import __version__, metrics
 from gateway.errors import UpstreamConnectError, UpstreamProtocolError, UpstreamTimeout
 from gateway.upstream_conn import HIGH_WATER, Connection, PoolKey, Response, StaleConnection
 
@@ -183,6 +183,8 @@ class UpstreamPool:
 
     def opened(self, conn: Connection) -> None:
         self._all.add(conn)
+        scheme, host, port = conn.key
+        metrics.UPSTREAM_CONNECTIONS.labels(f"{scheme}://{host}:{port}").inc()
 
     def release(self, conn: Connection) -> None:
         if self._closed:

@@ -16,6 +16,7 @@ import pytest
 from hypothesis import given, settings
 from hypothesis import strategies as st
 
+from gateway import upstream_conn
 from gateway.errors import UpstreamProtocolError
 from gateway.upstream_conn import HIGH_WATER, Connection, Response
 from gateway.upstream_http import Endpoint, UpstreamPool
@@ -295,4 +296,37 @@ async def test_any_chunked_body_split_anywhere_reads_back_whole(
     fed = await feed(*pieces)
     assert await read_all(fed.response) == b"".join(data for data, _ in chunks)
     assert fed.conn.in_pool and not fed.transport.aborted
+    await fed.pool.close()
+
+
+async def test_closed_once_read_enough_the_connection_is_pooled_when_its_body_ends() -> None:
+    fed = await feed(_CHUNKED_HEAD + _MANY)  # the body not ended yet
+    assert (await fed.response.read()).startswith(b'data: {"i": 0}')
+    fed.response.close(keep_alive=True)
+    assert not fed.conn.in_pool and not fed.transport.aborted
+    fed.conn.data_received(b"9\r\ndata: x\n\n\r\n0\r\n\r\n")  # more, dropped, then the end
+    assert fed.conn.in_pool and not fed.transport.aborted
+    assert await fed.response.read() == b""
+    await fed.pool.close()
+
+
+async def test_closed_once_read_enough_a_body_that_never_ends_is_dropped(
+    monkeypatch: pytest.MonkeyPatch,
+) -> None:
+    monkeypatch.setattr(upstream_conn, "KEEP_ALIVE_WAIT_S", 0.0)
+    fed = await feed(_CHUNKED_HEAD + _MANY)
+    fed.response.close(keep_alive=True)
+    async with asyncio.timeout(5):
+        while not fed.transport.aborted:
+            await asyncio.sleep(0)  # the wait's timer, due at once
+    assert not fed.conn.in_pool
+    await fed.pool.close()
+
+
+async def test_closed_once_read_enough_a_broken_response_is_dropped_at_once() -> None:
+    fed = await feed(_CHUNKED_HEAD + b"zz\r\n")
+    with pytest.raises(UpstreamProtocolError):
+        await read_all(fed.response)
+    fed.response.close(keep_alive=True)
+    assert fed.transport.aborted and not fed.conn.in_pool
     await fed.pool.close()

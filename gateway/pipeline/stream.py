@@ -138,7 +138,7 @@ class _StreamRelay:
                 raise UpstreamStreamError(failure.message, upstream=failure.upstream)
             if not chunk:
                 break
-        upstream.close()
+        upstream.close(keep_alive=True)  # the stream's end: its connection may be reused
         self.upstream = None
         if not parser.finished:
             raise UpstreamIncompleteStream("the upstream stream ended without a finish_reason")

@@ -16,9 +16,11 @@ class UpstreamResponse(Protocol):
         """The next piece of the body; b"" at the end. Raises `UpstreamError` on a fault."""
         ...
 
-    def close(self) -> None:
+    def close(self, *, keep_alive: bool = False) -> None:
         """Drop the upstream connection now (the upstream sees its client go away). After the
-        whole body has arrived the connection was already kept for reuse, and this is a no-op."""
+        whole body has arrived the connection was already kept for reuse, and this is a no-op.
+        `keep_alive`: the reader has all it needs (the stream's end came), so a body that has
+        not ended yet may end in its own time and its connection be reused."""
         ...
 
 

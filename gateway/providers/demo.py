@@ -82,7 +82,7 @@ class DemoResponse:
         self._first = False
         return self._chunks.pop(0)
 
-    def close(self) -> None:
+    def close(self, *, keep_alive: bool = False) -> None:
         self._closed = True
 
 

@@ -137,7 +137,7 @@ class LiteLLMStreamResponse:
             if data:
                 return data
 
-    def close(self) -> None:
+    def close(self, *, keep_alive: bool = False) -> None:
         if self._closed and self._stream is None:
             return
         self._closed = True
@@ -158,7 +158,7 @@ class LiteLLMBodyResponse:
         body, self._body = self._body, b""
         return body
 
-    def close(self) -> None:
+    def close(self, *, keep_alive: bool = False) -> None:
         self._body = b""
 
 
