@@ -225,8 +225,9 @@ def embedding_vectors() -> Script:
     return script
 
 
-def paused(first: list[bytes], rest: list[bytes]) -> Script:
-    """Send `first`, stall until the test sets `release`, then send `rest` and end."""
+def paused(first: list[bytes], rest: list[bytes], end: asyncio.Event | None = None) -> Script:
+    """Send `first`, stall until the test sets `release`, then send `rest` and end (once `end`
+    is set, when given: the body's end in a write of its own, later)."""
 
     async def script(request: web.Request) -> web.StreamResponse:
         fake: FakeUpstream = request.app[FAKE]
@@ -237,6 +238,8 @@ def paused(first: list[bytes], rest: list[bytes]) -> Script:
         await fake.release.wait()
         for item in rest:
             await fake.write(response, item)
+        if end is not None:
+            await end.wait()
         await response.write_eof()
         return response
 

@@ -109,7 +109,7 @@ class _Endings:
         except (TimeoutError, GatewayError, SSEFrameTooLarge) as exc:
             log.info("draining %s stopped early: %s", attempt.route["deployment"], exc)
         finally:
-            upstream.close()
+            upstream.close(keep_alive=parser.done)  # drained to its end: reusable
             self.turn.interrupted(attempt, delivered, level, reason, prior)
 
     def crashed(self) -> None:

@@ -23,10 +23,12 @@ async def test_drain_records_the_providers_usage_and_only_the_delivered_prefix(
             }
         ]
     )
+    body_end = asyncio.Event()
     fake.push(
         paused(
             [chunk("One, "), chunk("two, ")],
             [chunk("three."), chunk(finish="stop"), chunk(usage=USAGE, no_choices=True), DONE],
+            end=body_end,
         )
     )
     client = gw.client()
@@ -55,6 +57,11 @@ async def test_drain_records_the_providers_usage_and_only_the_delivered_prefix(
         "total_tokens": 12,
     }
     assert not fake.disconnected.is_set()  # read to its end, not cut
+    # Drained to its [DONE], the body's end still to come: the connection is kept for reuse.
+    body_end.set()
+    async with asyncio.timeout(5):
+        while gw.gateway.upstreams.idle_connections == 0:
+            await asyncio.sleep(0.001)
 
 
 async def test_cancel_is_the_default_and_closes_the_upstream(
