@@ -127,7 +127,9 @@ MakeGateway = Callable[..., Awaitable[GatewayUnderTest]]
 
 @pytest.fixture
 async def make_gateway(
-    aiohttp_server: Callable[..., Awaitable[TestServer]], tmp_path: Path
+    # Not called: asked for so that the upstreams it serves close after these gateways.
+    aiohttp_server: Callable[..., Awaitable[TestServer]],
+    tmp_path: Path,
 ) -> AsyncIterator[MakeGateway]:
     made: list[GatewayUnderTest] = []
 

@@ -193,8 +193,8 @@ class AttemptLog:
         t, count, n = round(t_ms), self.count, len(texts)
         first = len(self._lens)
         try:
-            if t >= 2**32 or count + n >= 2**32:
-                raise ValueError  # past 49 days or 4 G events: let the items widen
+            if t >= 2**32:
+                raise ValueError  # past 49 days: let the times widen
             self._lens.extend(map(len, texts))  # all or none (ValueError: a length over 255)
         except ValueError:
             for text in texts:
@@ -210,9 +210,7 @@ class AttemptLog:
         self._times.extend(repeat(t, n))
         # Frame j of these (numbered frames + j) is marked count + j: one offset for all.
         if count - self._frames != self._offset:
-            self._offset = count - self._frames
-            self._mark_at.append(self._frames + 1)
-            self._mark_off.append(self._offset)
+            self._step_broken(self._frames + 1, count - self._frames)
         self._frames += n
         pending = self._pending
         pending += texts
@@ -223,11 +221,14 @@ class AttemptLog:
     def mark(self) -> None:
         """A frame was written to the client: everything received so far went into it."""
         frames = self._frames = self._frames + 1
-        offset = self.count - frames
-        if offset != self._offset:
-            self._offset = offset
-            self._mark_at.append(frames)
-            self._mark_off.append(offset)
+        if self.count - frames != self._offset:
+            self._step_broken(frames, self.count - frames)
+
+    def _step_broken(self, frame: int, offset: int) -> None:
+        """From `frame` on, a frame's mark is its number plus `offset`."""
+        self._offset = offset
+        self._mark_at.append(frame)
+        self._mark_off.append(offset)
 
     # -- reading ---------------------------------------------------------------------------
 
