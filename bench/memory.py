@@ -80,16 +80,14 @@ def serve_upstream(port: int, chunks: int) -> None:
 def traced_serve(config: str, report: str) -> None:
     """`gateway serve` under tracemalloc. Between SIGUSR1 and SIGUSR2, snapshots at three
     moments of a turn's end: when the answer is complete (everything the stream accumulated is
-    held), when its events are queued for the store, and when the store's thread has encoded a
-    long answer's payload (a DeferredPayload), right before SQLite copies it; SIGUSR2 writes to
-    `report` what each holds that was not there at SIGUSR1."""
-    import sqlite3
+    held), when its events are queued for the store, and when the store's thread has written a
+    long answer's payload (a DeferredPayload) to its blob; SIGUSR2 writes to `report` what
+    each holds that was not there at SIGUSR1."""
     import tracemalloc
 
-    import gateway.storage.sqlite  # noqa: F401  (its adapter first, then ours over it)
+    import gateway.storage.sqlite as sqlite_backend
     from gateway.cli import main as gateway_main
     from gateway.conversations.recorder import TurnRecorder
-    from gateway.storage.payload import DeferredPayload
 
     tracemalloc.start(8)
     state: dict[str, Any] = {"on": False, "snapshots": []}
@@ -105,13 +103,15 @@ def traced_serve(config: str, report: str) -> None:
         completed(turn, *args)
         look("the turn's end queued for the store")
 
-    def encode_and_look(payload: DeferredPayload) -> bytearray:
-        encoded = payload.encode()
-        look("the store's thread encoded the long answer's payload, SQLite about to copy it")
-        return encoded
+    write_long = sqlite_backend._write_long_payload
+
+    def write_long_and_look(*args: Any) -> int:
+        rowid = write_long(*args)
+        look("the store's thread wrote the long answer's payload, piece by piece, to its blob")
+        return rowid
 
     TurnRecorder.completed = completed_and_look  # type: ignore[method-assign,assignment]
-    sqlite3.register_adapter(DeferredPayload, encode_and_look)
+    sqlite_backend._write_long_payload = write_long_and_look
 
     def start(*_: Any) -> None:
         state["base"] = tracemalloc.take_snapshot()

@@ -85,6 +85,14 @@ _SQLITE_V2 = (
     "CREATE INDEX conversations_by_team ON conversations (team_id, created_at)",
 )
 
+_SQLITE_V3 = (
+    # A long stream's payload (megabytes of JSON), written piece by piece through SQLite's
+    # incremental blob I/O: bound whole, SQLite would copy it three times on the way to its
+    # pages. That needs a rowid table, which `events` is not. Its event's own `payload` is ''.
+    "CREATE TABLE event_payloads (id INTEGER PRIMARY KEY, body BLOB NOT NULL)",
+    "ALTER TABLE events ADD COLUMN payload_id INTEGER",
+)
+
 # PostgreSQL starts at the current shape. Times are Unix seconds (double precision) as in
 # SQLite, so every query reads the same on both.
 _POSTGRES_V1 = (
@@ -138,6 +146,7 @@ MIGRATIONS: dict[Dialect, tuple[Migration, ...]] = {
     "sqlite": (
         Migration(1, "conversations, turns, events, teams, keys, usage, responses", _SQLITE_V1),
         Migration(2, "event uids, turn owners, instances, more indexes", _SQLITE_V2),
+        Migration(3, "long event payloads in a table of their own", _SQLITE_V3),
     ),
     "postgresql": (Migration(1, "the whole schema", _POSTGRES_V1),),
 }

@@ -12,17 +12,18 @@ import sqlite3
 import threading
 from collections.abc import Callable
 from pathlib import Path
-from typing import Any, TypeVar
+from typing import Any, NoReturn, TypeVar
 
 from gateway.storage.db import Dialect, Op, Row, StoreUnavailable, run_now
 from gateway.storage.payload import DeferredPayload
 from gateway.storage.writes import Write, apply_batch
 
-# A long stream's payload is encoded as SQLite binds it, on this backend's thread: its JSON is
-# one buffer that lives only until SQLite has copied it (before SQLite makes the row of it).
-sqlite3.register_adapter(DeferredPayload, DeferredPayload.encode)
-
 T = TypeVar("T")
+
+# The page cache a long payload is written through: small, so that its pages spill to the WAL
+# as they fill rather than grow the cache by the payload's size. The usual size is restored
+# after it.
+_LONG_PAYLOAD_CACHE_KIB = 256
 
 # OperationalErrors that mean "the file cannot be written now", not "this SQL is wrong".
 _ENVIRONMENT = ("locked", "busy", "disk", "full", "i/o", "readonly", "unable to open")
@@ -103,7 +104,7 @@ class SQLiteBackend:
 
     async def apply(self, writes: list[Write]) -> None:
         async def op(db: Any) -> None:
-            await apply_batch(db, writes)
+            await apply_batch(db, [_long_payload_aside(db._db, write) for write in writes])
 
         await self.transact(op)
 
@@ -144,6 +145,48 @@ class SQLiteBackend:
             except RuntimeError:  # the loop is closed: nobody is waiting any more
                 pass
         raw.close()
+
+
+def _long_payload_aside(raw: sqlite3.Connection, write: Write) -> Write:
+    """An event with a long stream's payload (a DeferredPayload), as the event to insert once
+    its payload is in `event_payloads`: written there first, in pieces (never all of its
+    JSON at once), unless the event is already stored (a replay), which leaves nothing behind
+    on a conflict. The write itself is left as it is: a batch that fails is spooled."""
+    payload = write.row.get("payload") if write.kind == "event" else None
+    if type(payload) is not DeferredPayload:
+        return write
+    row = {**write.row, "payload": ""}
+    if raw.execute("SELECT 1 FROM events WHERE uid = ?", (row["uid"],)).fetchone() is None:
+        row["payload_id"] = _write_long_payload(raw, payload)
+    return Write("event", row)
+
+
+def _write_long_payload(raw: sqlite3.Connection, payload: DeferredPayload) -> int:
+    size = payload.size()  # a blob's size is set when it is made: a first pass to count
+    cache = raw.execute("PRAGMA cache_size").fetchone()[0]
+    raw.execute(f"PRAGMA cache_size = -{_LONG_PAYLOAD_CACHE_KIB}")
+    try:
+        made = raw.execute("INSERT INTO event_payloads (body) VALUES (zeroblob(?))", (size,))
+        rowid = made.lastrowid
+        assert rowid is not None
+        with raw.blobopen("event_payloads", "body", rowid) as blob:
+
+            def give(piece: bytearray) -> None:
+                if blob.tell() + len(piece) > size:
+                    _changed(size, blob.tell() + len(piece))
+                blob.write(piece)
+
+            written = payload.write(give)
+    finally:
+        raw.execute(f"PRAGMA cache_size = {int(cache)}")
+    if written != size:
+        _changed(size, written)
+    return rowid
+
+
+def _changed(size: int, written: int) -> NoReturn:
+    # Its sources changed between the two passes: never stored cut or padded.
+    raise RuntimeError(f"a long payload changed as it was written ({size} -> {written}+ bytes)")
 
 
 def _classify(exc: sqlite3.OperationalError) -> BaseException:

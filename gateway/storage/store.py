@@ -53,6 +53,12 @@ _ACK_WAIT_S = 5.0
 # How long writes nobody waits for yet (a turn's start) may wait for more (its end): one
 # commit for both rather than two. Also how long a crash could lose them.
 _GATHER_S = 0.02
+# An event's payload as read: SQLite keeps a long stream's in `event_payloads` (JSON bytes).
+_PAYLOAD = {
+    "sqlite": "CASE WHEN payload_id IS NULL THEN payload"
+    " ELSE (SELECT body FROM event_payloads WHERE id = payload_id) END",
+    "postgresql": "payload",
+}
 
 
 class Backend(Protocol):
@@ -592,7 +598,7 @@ class Store:
 
         async def read(db: Db) -> list[Event]:
             rows = await db.fetch(
-                "SELECT seq, turn_id, type, created_at, payload FROM events"
+                f"SELECT seq, turn_id, type, created_at, {_PAYLOAD[db.dialect]} FROM events"
                 " WHERE conversation_id = ? AND seq <= ? ORDER BY seq",
                 conversation_id,
                 limit,

@@ -125,14 +125,19 @@ _COLUMNS: dict[str, tuple[str, ...]] = {
 }
 
 # The next seq of a conversation: after its own last event, or after its branch point. The
-# payload comes as its JSON text, or as that text's UTF-8 bytes (a DeferredPayload, encoded as
-# SQLite binds it): CAST stores either as the same text.
-_EVENT = (
-    "INSERT INTO events (conversation_id, seq, turn_id, type, created_at, payload, uid)"
+# payload comes as its JSON text, or as that text's UTF-8 bytes: CAST stores either as the same
+# text. In SQLite, a long stream's payload is in `event_payloads` (`payload_id`), written
+# there by the backend before its event (gateway.storage.sqlite), and `payload` is empty.
+_EVENT_INSERT = (
+    "INSERT INTO events (conversation_id, seq, turn_id, type, created_at, payload, uid{})"
     " VALUES (?, COALESCE((SELECT MAX(seq) FROM events WHERE conversation_id = ?),"
-    " (SELECT parent_seq FROM conversations WHERE id = ?), 0) + 1, ?, ?, ?, CAST(? AS TEXT), ?)"
+    " (SELECT parent_seq FROM conversations WHERE id = ?), 0) + 1, ?, ?, ?, CAST(? AS TEXT), ?{})"
     " ON CONFLICT (uid) DO NOTHING"
 )
+_EVENT = {
+    "sqlite": _EVENT_INSERT.format(", payload_id", ", ?"),
+    "postgresql": _EVENT_INSERT.format("", ""),
+}
 _END_TURN = "UPDATE turns SET ended_at = ?, status = ? WHERE id = ?"
 
 
@@ -159,7 +164,7 @@ async def apply_batch(db: Db, writes: list[Write]) -> None:
             continue
         rows = [_event_args(w.row, db.dialect) for w in group]
         ends = [_end_args(w.row) for w in group if w.row["type"] == "turn/end"]
-        await db.executemany(_EVENT, rows)
+        await db.executemany(_EVENT[db.dialect], rows)
         if ends:
             # Unconditional (unlike `apply`): setting the same end twice changes nothing.
             await db.executemany(_END_TURN, ends)
@@ -168,18 +173,12 @@ async def apply_batch(db: Db, writes: list[Write]) -> None:
 def _event_args(row: dict[str, Any], dialect: str) -> tuple[Any, ...]:
     cid = row["conversation_id"]  # three times: the row, and the two lookups of its next seq
     payload = row["payload"]
-    if dialect != "sqlite" and not isinstance(payload, str):
-        payload = as_text(payload)  # SQLite binds bytes, and a DeferredPayload by its adapter
-    return (
-        cid,
-        cid,
-        cid,
-        row["turn_id"],
-        row["type"],
-        row["created_at"],
-        payload,
-        row["uid"],
-    )
+    if dialect == "sqlite":  # (binds bytes as they are)
+        return (cid, cid, cid, row["turn_id"], row["type"], row["created_at"], payload,
+                row["uid"], row.get("payload_id"))  # fmt: skip
+    if not isinstance(payload, str):
+        payload = as_text(payload)
+    return (cid, cid, cid, row["turn_id"], row["type"], row["created_at"], payload, row["uid"])
 
 
 def _end_args(row: dict[str, Any]) -> tuple[Any, ...]:
@@ -189,7 +188,7 @@ def _end_args(row: dict[str, Any]) -> tuple[Any, ...]:
 async def apply(db: Db, write: Write) -> None:
     row = write.row
     if write.kind == "event":
-        inserted = await db.execute(_EVENT, *_event_args(row, db.dialect))
+        inserted = await db.execute(_EVENT[db.dialect], *_event_args(row, db.dialect))
         if inserted and row["type"] == "turn/end":
             await db.execute(_END_TURN, *_end_args(row))
         return

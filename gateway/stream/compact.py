@@ -149,15 +149,15 @@ class Batches:
         self._sources = sources
 
     def write_json(self, out: bytearray) -> None:
-        start = len(out)
-        out += b"["
+        # (Appends only: `out` may hand its bytes on as it goes, see gateway.storage.payload.)
+        sep = b"["
         for source in self._sources:
             for items in source():
                 if items:
-                    if len(out) > start + 1:
-                        out += b","
+                    out += sep
                     out += memoryview(orjson.dumps(items))[1:-1]
-        out += b"]"
+                    sep = b","
+        out += b"]" if sep == b"," else b"[]"
 
     def to_json(self) -> bytes:
         out = bytearray()

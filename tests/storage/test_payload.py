@@ -15,6 +15,7 @@ import pytest
 from gateway.config import StoreConfig
 from gateway.conversations.events import Conversation, NewEvent
 from gateway.storage.backends import make_store
+from gateway.storage.db import Db
 from gateway.storage.payload import DeferredPayload, as_text, encoded
 from gateway.storage.store import Store
 from gateway.storage.writes import Write
@@ -125,9 +126,89 @@ async def test_every_payload_is_stored_as_its_json_text(make: MakeStore, tmp_pat
     events = await store.events("c")
     assert [e.payload for e in events] == [plain, {"content": "héllo"}]
     if store.dialect == "sqlite":
+        # A long stream's payload sits in a table of its own (written in pieces, see below).
         with sqlite3.connect(tmp_path / "store.db") as db:
-            rows = db.execute("SELECT typeof(payload), payload FROM events ORDER BY seq").fetchall()
+            rows = db.execute(
+                "SELECT typeof(payload), payload, body FROM events"
+                " LEFT JOIN event_payloads ON id = payload_id ORDER BY seq"
+            ).fetchall()
         assert rows == [
-            ("text", orjson.dumps(plain).decode()),
-            ("text", '{"content":"héllo"}'),
+            ("text", "", orjson.dumps(plain)),
+            ("text", '{"content":"héllo"}', None),
         ]
+
+
+def test_a_deferred_payload_is_handed_on_in_pieces_never_whole() -> None:
+    plain, deferred = plain_and_deferred()
+    whole = orjson.dumps(plain)
+    for piece in (1, 100, 1000, len(whole), 10 * len(whole)):
+        pieces: list[bytes] = []
+        assert deferred.write(lambda b, into=pieces: into.append(bytes(b)), piece) == len(whole)
+        assert b"".join(pieces) == whole
+        # A piece is handed on as soon as it reaches `piece`: past it by one append at most
+        # (the longest here: the content's text, or all the parts in one batch).
+        longest = max(len(orjson.dumps(plain["content"][0]["text"])),
+                      len(orjson.dumps(plain["stream"][0]["parts"])))  # fmt: skip
+        assert max(map(len, pieces)) < piece + longest
+    assert deferred.size() == len(whole)
+
+
+async def test_a_long_payload_lands_whole_through_small_pieces_once_per_event(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    import gateway.storage.payload as payload_module
+
+    monkeypatch.setattr(payload_module, "PIECE", 7)  # hundreds of blob writes
+    store = make_store(StoreConfig(url=f"sqlite:///{tmp_path}/s.db", spool_path=str(tmp_path)), "t")
+    await store.start()
+    try:
+        plain, deferred = plain_and_deferred()
+        store.create_conversation(Conversation("c", 1.0))
+        store.append(NewEvent("c", "t", "assistant/message", deferred, uid="u1"))
+        await store.flush()
+        # The same event again (a replay): it is stored already, so nothing more is written.
+        again = Write("event", {"conversation_id": "c", "turn_id": "t", "type": "x",
+                                "created_at": 2.0, "payload": deferred, "uid": "u1"})  # fmt: skip
+        await store.backend.apply([again])
+        assert [e.payload for e in await store.events("c")] == [plain]
+        # Written through a small page cache, and the usual one is back for what follows.
+        assert await store.backend.run(_cache_size) == -2000
+    finally:
+        await store.close()
+    with sqlite3.connect(tmp_path / "s.db") as db:
+        assert db.execute("SELECT count(*), max(length(body)) FROM event_payloads").fetchall() == [
+            (1, len(orjson.dumps(plain)))
+        ]
+
+
+async def test_a_long_payload_that_changes_while_written_is_not_stored_cut(
+    tmp_path: Path,
+) -> None:
+    store = make_store(StoreConfig(url=f"sqlite:///{tmp_path}/s.db", spool_path=str(tmp_path)), "t")
+    await store.start()
+    try:
+        store.create_conversation(Conversation("c", 1.0))
+        await store.flush()
+        for step in (1, -1):  # one part more, or one fewer, each time it is read
+            passes: list[list[str]] = []
+
+            def parts(step: int = step, passes: list[list[str]] = passes) -> Any:
+                passes.append(["p"] * (5 + step * len(passes)))
+                return (passes[-1],)
+
+            changing = DeferredPayload({"parts": Batches([parts])})
+            row = {"conversation_id": "c", "turn_id": "t", "type": "x", "created_at": 2.0,
+                   "payload": changing, "uid": "u2"}  # fmt: skip
+            with pytest.raises(RuntimeError, match="changed as it was written"):
+                await store.backend.apply([Write("event", row)])
+            assert len(passes) == 2
+        assert await store.events("c") == []
+        assert await store.backend.run(_cache_size) == -2000
+    finally:
+        await store.close()
+    with sqlite3.connect(tmp_path / "s.db") as db:
+        assert db.execute("SELECT count(*) FROM event_payloads").fetchone() == (0,)
+
+
+async def _cache_size(db: Db) -> int:
+    return int(await db.fetchval("PRAGMA cache_size"))
