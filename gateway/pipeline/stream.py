@@ -138,6 +138,8 @@ class _StreamRelay:
                 raise UpstreamStreamError(failure.message, upstream=failure.upstream)
             if not chunk:
                 break
+        # Not held through the turn's recording: the last read (a long stream's can be large).
+        chunk, split, frames = b"", None, ()
         upstream.close(keep_alive=True)  # the stream's end: its connection may be reused
         self.upstream = None
         if not parser.finished:
