@@ -86,6 +86,17 @@ def _duplicate(sock: socket.socket) -> socket.socket | None:
         return None
 
 
+_STEP = 1024  # frames between two kept frame ends
+
+
+def _wider(gaps: bytearray | array[int], more: list[int]) -> array[int]:
+    """`gaps` and then `more`, as 4-byte items, or 8-byte ones where those do not hold."""
+    kind = "I" if isinstance(gaps, bytearray) and max(more) < 2**32 else "Q"
+    wider = array(kind, iter(gaps))  # (from a bytearray: its items, not its bytes)
+    wider.extend(more)
+    return wider
+
+
 class DeliveryTracker:
     """Maps the frames a response wrote to the bytes its peer acknowledged."""
 
@@ -94,9 +105,16 @@ class DeliveryTracker:
         self._sock: socket.socket | None = None  # a duplicate of the connection's socket
         self.level: DeliveryLevel = "sent"
         self._base = 0
-        # End offset of each written frame: 4 bytes a frame, not an int object each (a long
-        # stream writes 100,000 of them); 8 bytes past 4 GiB.
-        self._ends: array[int] = array("I")
+        # Where each written frame ends, kept small (a long stream writes 100,000 of them):
+        # the first one's end, then each frame's gap from the end before it, a byte each (a
+        # frame and its chunk's framing are usually shorter than 256 bytes), widened to 4
+        # bytes (8 past 4 GiB) for all once one is not; and the end of every _STEP-th frame,
+        # so that finding a frame by offset reads at most _STEP gaps.
+        self._first_end = 0
+        self._end = 0  # the last frame's
+        self._gaps: bytearray | array[int] = bytearray()
+        self._steps: array[int] = array("Q")
+        self._next_step = _STEP
         # A write under way: its frames' lengths, its bytes after the chunk size line, and the
         # output size before it.
         self._pending: tuple[list[int], int, int] | None = None
@@ -153,24 +171,53 @@ class DeliveryTracker:
         self._pending = None
         if output_size == before:
             return  # nothing reached the transport
-        end = output_size - total
-        ends = self._ends
-        for length in lengths:
-            end += length
-            try:
-                ends.append(end)
-            except OverflowError:  # past 4 GiB in one response
-                ends = self._ends = array("Q", ends)
-                ends.append(end)
+        if lengths:
+            self._add(output_size - total, lengths)
         transport = self._transport
         buffered = (
             transport.get_write_buffer_size() if transport and not transport.is_closing() else 0
         )
         self._handed = output_size - buffered
 
+    def _add(self, start: int, lengths: list[int]) -> None:
+        """Frames of `lengths` written one after the other from offset `start`."""
+        gaps = self._gaps
+        if not gaps:
+            self._first_end = self._end = start + lengths[0]  # its gap: 0
+        first = start + lengths[0] - self._end
+        self._end = start + sum(lengths)
+        more = lengths[1:]
+        had = len(gaps)
+        try:
+            gaps.append(first)
+            if more:
+                gaps.extend(more)
+        except (ValueError, OverflowError):  # a gap past what an item holds: wider ones
+            del gaps[had:]
+            gaps = self._gaps = _wider(gaps, [first, *more])
+        while len(gaps) >= self._next_step:
+            # The step's frame is in this write: its end, counted back from the write's last.
+            frame = self._next_step - 1
+            self._steps.append(self._end - sum(gaps[frame + 1 :]))
+            self._next_step += _STEP
+
     @property
     def frames_written(self) -> int:
-        return len(self._ends)
+        return len(self._gaps)
+
+    def frames_ending_by(self, offset: int) -> int:
+        """How many written frames end at or before `offset`."""
+        gaps = self._gaps
+        if not gaps or offset < self._first_end:
+            return 0
+        steps = self._steps
+        passed = bisect.bisect_right(steps, offset)
+        frame, end = (passed * _STEP, steps[passed - 1]) if passed else (1, self._first_end)
+        count = len(gaps)
+        while frame < count and end + gaps[frame] <= offset:
+            end += gaps[frame]
+            frame += 1
+        return frame
 
     def delivered_frames(self, output_size: int) -> int:
         """How many written frames the client's side has, counted from the first."""
@@ -178,8 +225,8 @@ class DeliveryTracker:
         if self.level == "acked" and self._sock is not None:
             acked = tcp_bytes_acked(self._sock)
             if acked is not None:
-                return bisect.bisect_right(self._ends, acked - self._base)
-        return bisect.bisect_right(self._ends, self._handed)
+                return self.frames_ending_by(acked - self._base)
+        return self.frames_ending_by(self._handed)
 
     def close(self) -> None:
         if self._shared is not None:

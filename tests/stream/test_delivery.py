@@ -3,6 +3,7 @@ frames are out of the process, however writes group them, past 4 GiB too."""
 
 from __future__ import annotations
 
+import bisect
 import os
 from typing import Any
 
@@ -102,3 +103,43 @@ def test_a_connection_socket_closes_once_the_connection_is_lost_and_no_tracker_r
     finally:
         for sock in (server, client, accepted):
             sock.close()
+
+
+def test_frames_are_found_by_offset_however_writes_and_frame_sizes_come() -> None:
+    """Against the plain list of every frame's end: byte-sized gaps, widened ones (a frame of
+    300 bytes, then one past 4 GiB), writes of one frame and of thousands (past the kept
+    step ends), and writes that reached nothing."""
+    import random
+
+    from gateway.stream import delivery
+
+    rng = random.Random(7)
+    for case in range(6):
+        tracked, _ = tracker()
+        size, ends = 100, []
+        for _ in range(400):
+            n = rng.choice((1, 1, 2, 50, 3000))
+            lengths = [rng.randint(1, 200) for _ in range(n)]
+            if case >= 2 and rng.random() < 0.05:
+                lengths[rng.randrange(n)] = 300
+            if case == 5 and rng.random() < 0.01:
+                lengths[0] = 2**32 + 5
+            tracked.before_write(lengths, size)
+            if rng.random() < 0.1:
+                tracked.after_write(size)  # nothing reached the transport
+                continue
+            at = size + 6  # the chunk's size line
+            for length in lengths:
+                at += length
+                ends.append(at)
+            size = at + 2
+            tracked.after_write(size)
+        assert tracked.frames_written == len(ends)
+        kind = type(tracked._gaps).__name__
+        assert kind == ("bytearray" if case < 2 else "array")
+        assert len(tracked._steps) == len(ends) // delivery._STEP
+        probes = [0, 99, ends[0] - 1, ends[0], ends[-1], ends[-1] + 1, size + 10]
+        probes += [rng.randrange(ends[-1] + 2) for _ in range(300)]
+        probes += [e + d for e in rng.sample(ends, 300) for d in (-1, 0, 1)]
+        for offset in probes:
+            assert tracked.frames_ending_by(offset) == bisect.bisect_right(ends, offset)
