@@ -171,7 +171,17 @@ class DeliveryTracker:
         self._pending = None
         if output_size == before:
             return  # nothing reached the transport
-        if lengths:
+        gaps = self._gaps
+        if len(lengths) == 1 and gaps:  # a frame a write, what providers' streams make
+            end = output_size - total + lengths[0]
+            try:
+                gaps.append(end - self._end)
+            except (ValueError, OverflowError):  # a gap past what an item holds: wider ones
+                gaps = self._gaps = _wider(gaps, [end - self._end])
+            self._end = end
+            if len(gaps) >= self._next_step:
+                self._keep_steps()
+        elif lengths:
             self._add(output_size - total, lengths)
         transport = self._transport
         buffered = (
@@ -194,11 +204,14 @@ class DeliveryTracker:
                 gaps.extend(more)
         except (ValueError, OverflowError):  # a gap past what an item holds: wider ones
             del gaps[had:]
-            gaps = self._gaps = _wider(gaps, [first, *more])
+            self._gaps = _wider(gaps, [first, *more])
+        self._keep_steps()
+
+    def _keep_steps(self) -> None:
+        """The end of each _STEP-th frame the last write passed: counted back from its last."""
+        gaps = self._gaps
         while len(gaps) >= self._next_step:
-            # The step's frame is in this write: its end, counted back from the write's last.
-            frame = self._next_step - 1
-            self._steps.append(self._end - sum(gaps[frame + 1 :]))
+            self._steps.append(self._end - sum(gaps[self._next_step :]))
             self._next_step += _STEP
 
     @property
