@@ -173,12 +173,11 @@ async def apply_batch(db: Db, writes: list[Write]) -> None:
 def _event_args(row: dict[str, Any], dialect: str) -> tuple[Any, ...]:
     cid = row["conversation_id"]  # three times: the row, and the two lookups of its next seq
     payload = row["payload"]
-    if dialect == "sqlite":  # (binds bytes as they are)
+    if dialect == "sqlite":  # (binds bytes as they are), and where a long payload went
         return (cid, cid, cid, row["turn_id"], row["type"], row["created_at"], payload,
                 row["uid"], row.get("payload_id"))  # fmt: skip
-    if not isinstance(payload, str):
-        payload = as_text(payload)
-    return (cid, cid, cid, row["turn_id"], row["type"], row["created_at"], payload, row["uid"])
+    text = payload if isinstance(payload, str) else as_text(payload)
+    return (cid, cid, cid, row["turn_id"], row["type"], row["created_at"], text, row["uid"])
 
 
 def _end_args(row: dict[str, Any]) -> tuple[Any, ...]:

@@ -33,29 +33,14 @@ from bisect import bisect_right
 from collections.abc import Iterator, Sequence
 from itertools import accumulate, pairwise, repeat
 from time import monotonic
-from typing import Any, NamedTuple, TypeAlias, overload
+from typing import Any, NamedTuple, overload
 
 from gateway.stream.assembler import BlockAssembler
 from gateway.stream.compact import BATCH, CompactRecords, Parts, Timed
 from gateway.stream.events import BlockDelta, BlockEnd, BlockStart, Finish, StreamEvent, Usage
+from gateway.stream.narrow import Items, widened
 
 _JOIN_AT = 256  # delta strings waiting before they are joined into one piece of the buffer
-
-
-Items: TypeAlias = "bytearray | array[int]"
-
-
-def _widened(items: Items, value: int) -> array[int]:
-    """`items` with `value` appended, as 4-byte items if they were bytes and it fits, else as
-    8-byte items (a value past 2**32: never in practice, as it would take a 4 GB delta or a
-    49-day attempt, but not a reason to fail)."""
-    wider = array("I" if isinstance(items, bytearray) and value < 2**32 else "Q", iter(items))
-    try:
-        wider.append(value)
-    except OverflowError:
-        wider = array("Q", wider)
-        wider.append(value)
-    return wider
 
 
 class _Span(Sequence[int]):
@@ -177,11 +162,11 @@ class AttemptLog:
         try:
             self._lens.append(len(text))
         except (ValueError, OverflowError):  # bytes, then 4-byte items
-            self._lens = _widened(self._lens, len(text))
+            self._lens = widened(self._lens, [len(text)])
         try:
             self._times.append(round(t_ms))
         except OverflowError:
-            self._times = _widened(self._times, round(t_ms))
+            self._times = widened(self._times, [round(t_ms)])
         if len(pending) >= _JOIN_AT:
             self._done.append("".join(pending))
             pending.clear()

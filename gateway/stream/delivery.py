@@ -27,6 +27,8 @@ from typing import Literal
 
 from aiohttp import web
 
+from gateway.stream.narrow import Items, widened
+
 DeliveryLevel = Literal["acked", "sent"]
 
 _TCP_INFO_LEN = 136
@@ -89,14 +91,6 @@ def _duplicate(sock: socket.socket) -> socket.socket | None:
 _STEP = 1024  # frames between two kept frame ends
 
 
-def _wider(gaps: bytearray | array[int], more: list[int]) -> array[int]:
-    """`gaps` and then `more`, as 4-byte items, or 8-byte ones where those do not hold."""
-    kind = "I" if isinstance(gaps, bytearray) and max(more) < 2**32 else "Q"
-    wider = array(kind, iter(gaps))  # (from a bytearray: its items, not its bytes)
-    wider.extend(more)
-    return wider
-
-
 class DeliveryTracker:
     """Maps the frames a response wrote to the bytes its peer acknowledged."""
 
@@ -112,7 +106,7 @@ class DeliveryTracker:
         # so that finding a frame by offset reads at most _STEP gaps.
         self._first_end = 0
         self._end = 0  # the last frame's
-        self._gaps: bytearray | array[int] = bytearray()
+        self._gaps: Items = bytearray()
         self._steps: array[int] = array("Q")
         self._next_step = _STEP
         # A write under way: its frames' lengths, its bytes after the chunk size line, and the
@@ -177,7 +171,7 @@ class DeliveryTracker:
             try:
                 gaps.append(end - self._end)
             except (ValueError, OverflowError):  # a gap past what an item holds: wider ones
-                gaps = self._gaps = _wider(gaps, [end - self._end])
+                gaps = self._gaps = widened(gaps, [end - self._end])
             self._end = end
             if len(gaps) >= self._next_step:
                 self._keep_steps()
@@ -204,7 +198,7 @@ class DeliveryTracker:
                 gaps.extend(more)
         except (ValueError, OverflowError):  # a gap past what an item holds: wider ones
             del gaps[had:]
-            self._gaps = _wider(gaps, [first, *more])
+            self._gaps = widened(gaps, [first, *more])
         self._keep_steps()
 
     def _keep_steps(self) -> None:

@@ -8,7 +8,6 @@ the blocks. The log must give the same answers, and the same JSON byte for byte.
 from __future__ import annotations
 
 import tracemalloc
-from array import array
 from collections.abc import Iterator
 from contextlib import contextmanager
 from pathlib import Path
@@ -186,12 +185,6 @@ def test_long_deltas_crowded_frames_and_times_that_jump_or_go_back() -> None:
     assert_same_at_every_mark(frames)
     with batches_of(64, 7):
         assert_same_at_every_mark(frames)
-
-
-def test_lengths_widen_to_4_then_8_bytes() -> None:
-    assert attempt_log._widened(bytearray(b"\x01\xff"), 256) == array("I", [1, 255, 256])
-    assert attempt_log._widened(bytearray(b"\x01"), 2**40) == array("Q", [1, 2**40])
-    assert attempt_log._widened(array("I", [7]), 2**40) == array("Q", [7, 2**40])
 
 
 def test_empty_and_start_only_blocks() -> None:
