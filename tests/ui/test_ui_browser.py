@@ -431,6 +431,9 @@ async def test_chat_shows_reasoning_tools_and_failures(
     await page.goto(gw.url + "/ui/")
     await page.get_by_test_id("login-key").fill(MASTER)
     await page.get_by_test_id("login-submit").click()
+    # Signed in once the list shows: the login's own redirect to it would otherwise land after
+    # the navigation below and take its place.
+    await expect(page.get_by_test_id("filter-q")).to_be_visible()
     await page.goto(f"{gw.url}/ui/#/conversations/{cid}")
     reasoning = page.locator("details.reasoning")
     await expect(reasoning).to_have_count(1)
