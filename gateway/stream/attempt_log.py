@@ -5,7 +5,9 @@ performance issue's target: a 100,000-chunk stream within 2 MB beyond its text).
 costs only:
 - its text, appended to a buffer (pending strings are joined into one every `_JOIN_AT` deltas);
 - its length, a byte (4 bytes each once a delta is longer than 255 code points);
-- its time, whole milliseconds (what the compact stream records), a 4-byte array item;
+- its time, whole milliseconds (what the compact stream records) since the delta before, a
+  byte (a gap that does not fit, such as the first delta's or a stall's, is a 0 there and the
+  gap itself aside);
 and consecutive deltas of one block form a *run* (three array items per run, not per delta).
 Every other event (block starts and ends, usage, finish, in-stream errors) is rare and kept as
 the object it is, with its position and exact time. A frame written to the client is marked
@@ -13,11 +15,12 @@ with how many events had been received by its end (its *mark*); as nearly every 
 one more event than the frame before it, only the frames where that step is broken are kept
 (two array items each), so a run of text frames costs nothing per frame.
 
-A length is a byte because bytearray.append is the cheapest append CPython has (cheaper than
-a 4-byte array item's; 2-byte items go through a conversion that costs twice as much). Times
-and marks as a byte each were tried (gaps, or offsets from a base that moves, the rare misfit
-noted aside): 0.3 MB less a 100,000 deltas each, but keeping the last time costs ~30 ns more a
-delta, and the mark's base ~13 ns more a frame, on every frame.
+A length and a time gap are a byte because bytearray.append is the cheapest append CPython
+has (cheaper than a 4-byte array item's; 2-byte items go through a conversion that costs twice
+as much). A gap costs keeping the last time, ~30 ns a delta on the per-delta path (text frames
+come a read at a time: one gap a read, then zeros); it holds 0.29 MiB less for 100,000 deltas
+than a 4-byte time each, which is most of what stood between a long stream and its memory
+target.
 
 Everything a turn's end needs is read from that, up to any mark (the delivered prefix): the
 events with each run merged into one delta (what BlockAssembler needs, one string per run
@@ -29,9 +32,9 @@ each for the whole stream).
 from __future__ import annotations
 
 from array import array
-from bisect import bisect_right
+from bisect import bisect_left, bisect_right
 from collections.abc import Iterator, Sequence
-from itertools import accumulate, pairwise, repeat
+from itertools import accumulate, pairwise
 from time import monotonic
 from typing import Any, NamedTuple, overload
 
@@ -43,14 +46,50 @@ from gateway.stream.narrow import Items, widened
 _JOIN_AT = 256  # delta strings waiting before they are joined into one piece of the buffer
 
 
-class _Span(Sequence[int]):
-    """Items `first` to `stop` of an array, read when asked (slices are copies: no buffer
-    export, so the array may still grow)."""
+class _Clock:
+    """Deltas' times, whole ms since the log's start, summed from their gaps; read in order
+    (each read starts where the last one ended), as many times as asked. Reads copy what they
+    take: no buffer export, so the log may still grow (a drain, on the loop's thread, while the
+    store's thread reads a long run)."""
 
-    __slots__ = ("_first", "_items", "_stop")
+    __slots__ = ("_at", "_gaps", "_late_at", "_late_gap", "_t")
 
-    def __init__(self, items: array[int], first: int, stop: int) -> None:
-        self._items, self._first, self._stop = items, first, stop
+    def __init__(self, gaps: bytearray, late_at: array[int], late_gap: array[int]) -> None:
+        self._gaps, self._late_at, self._late_gap = gaps, late_at, late_gap
+        self._at = self._t = 0  # the time of delta `_at - 1` (0 before any)
+
+    def times(self, first: int, stop: int) -> list[int]:
+        """The times of deltas `first` to `stop`."""
+        if first < self._at:
+            self._at = self._t = 0
+        t = self._t + self._sum(self._at, first)
+        gaps: bytearray | list[int] = self._gaps[first:stop]
+        i, j = bisect_left(self._late_at, first), bisect_left(self._late_at, stop)
+        if i < j:
+            gaps = list(gaps)
+            for k in range(i, j):
+                gaps[self._late_at[k] - first] = self._late_gap[k]
+        out = list(accumulate(gaps, initial=t))
+        del out[0]
+        self._at, self._t = stop, out[-1] if out else t
+        return out
+
+    def _sum(self, first: int, stop: int) -> int:
+        if first >= stop:
+            return 0
+        late = self._late_at
+        i, j = bisect_left(late, first), bisect_left(late, stop)
+        return sum(self._gaps[first:stop]) + (sum(self._late_gap[i:j]) if i < j else 0)
+
+
+class _Times(Sequence[int]):
+    """Deltas `first` to `stop`'s times, read when asked (a long run's, when its record is
+    written on the store's thread)."""
+
+    __slots__ = ("_clock", "_first", "_stop")
+
+    def __init__(self, clock: _Clock, first: int, stop: int) -> None:
+        self._clock, self._first, self._stop = clock, first, stop
 
     def __len__(self) -> int:
         return self._stop - self._first
@@ -64,10 +103,10 @@ class _Span(Sequence[int]):
     def __getitem__(self, key: int | slice) -> int | Sequence[int]:
         at = range(self._first, self._stop)[key]
         if isinstance(at, int):
-            return self._items[at]
+            return self._clock.times(at, at + 1)[0]
         if at.step != 1:
-            raise ValueError("a span is sliced in order")
-        return self._items[at.start : at.stop]
+            raise ValueError("times are read in order")
+        return self._clock.times(at.start, at.stop)
 
 
 class Run(NamedTuple):
@@ -94,6 +133,10 @@ class AttemptLog:
         "_frames",
         "_full",
         "_full_n",
+        "_gaps",
+        "_last_t",
+        "_late_at",
+        "_late_gap",
         "_lens",
         "_mark_at",
         "_mark_off",
@@ -102,7 +145,6 @@ class AttemptLog:
         "_others",
         "_pending",
         "_runs",
-        "_times",
         "count",
         "first_ms",
         "started",
@@ -116,7 +158,12 @@ class AttemptLog:
         self._done: list[str] = []  # joined pieces of the text buffer
         self._full, self._full_n = "", 0  # the whole text, once read, and how many deltas
         self._lens: Items = bytearray()  # per delta: its length in code points
-        self._times: array[int] = array("I")  # per delta: whole ms since `started`
+        # Per delta: whole ms since the delta before (the first: since `started`), a byte;
+        # a gap that does not fit is a 0 there, and its number and the gap are kept aside.
+        self._gaps = bytearray()
+        self._late_at: array[int] = array("q")
+        self._late_gap: array[int] = array("q")
+        self._last_t = 0  # the last delta's time
         # Per run, three items: the event position of its first delta, that delta's number,
         # its block index.
         self._runs: array[int] = array("q")
@@ -163,10 +210,12 @@ class AttemptLog:
             self._lens.append(len(text))
         except (ValueError, OverflowError):  # bytes, then 4-byte items
             self._lens = widened(self._lens, [len(text)])
+        t = round(t_ms)
         try:
-            self._times.append(round(t_ms))
-        except OverflowError:
-            self._times = widened(self._times, [round(t_ms)])
+            self._gaps.append(t - self._last_t)
+        except ValueError:
+            self._late(t - self._last_t)
+        self._last_t = t
         if len(pending) >= _JOIN_AT:
             self._done.append("".join(pending))
             pending.clear()
@@ -178,8 +227,6 @@ class AttemptLog:
         t, count, n = round(t_ms), self.count, len(texts)
         first = len(self._lens)
         try:
-            if t >= 2**32:
-                raise ValueError  # past 49 days: let the times widen
             self._lens.extend(map(len, texts))  # all or none (ValueError: a length over 255)
         except ValueError:
             for text in texts:
@@ -192,7 +239,14 @@ class AttemptLog:
             self._runs.extend((count, first, index))
             self._open = index
         self.count = count + n
-        self._times.extend(repeat(t, n))
+        gaps = self._gaps
+        try:
+            gaps.append(t - self._last_t)
+        except ValueError:
+            self._late(t - self._last_t)
+        if n > 1:
+            gaps += bytes(n - 1)
+        self._last_t = t
         # Frame j of these (numbered frames + j) is marked count + j: one offset for all.
         if count - self._frames != self._offset:
             self._step_broken(self._frames + 1, count - self._frames)
@@ -208,6 +262,12 @@ class AttemptLog:
         frames = self._frames = self._frames + 1
         if self.count - frames != self._offset:
             self._step_broken(frames, self.count - frames)
+
+    def _late(self, gap: int) -> None:
+        """The next delta's gap does not fit in a byte."""
+        self._late_at.append(len(self._gaps))
+        self._late_gap.append(gap)
+        self._gaps.append(0)
 
     def _step_broken(self, frame: int, offset: int) -> None:
         """From `frame` on, a frame's mark is its number plus `offset`."""
@@ -292,15 +352,16 @@ class AttemptLog:
     def timed(self, end: int) -> list[Timed]:
         """The first `end` events one by one with their times (deltas at whole ms): the old
         representation, for what still wants it. A long stream's worth of objects: avoid."""
-        text, times, lens = self.text(), self._times, self._lens
+        text, clock, lens = self.text(), self._clock(), self._lens
         out: list[Timed] = []
         for segment in self.segments(end):
             if isinstance(segment, Other):
                 out.append((segment.t_ms, segment.event))
                 continue
             at = segment.start
-            for d in range(segment.first, segment.stop):
-                out.append((float(times[d]), BlockDelta(segment.block, text[at : at + lens[d]])))
+            times = clock.times(segment.first, segment.stop)
+            for d, t in zip(range(segment.first, segment.stop), times, strict=True):
+                out.append((float(t), BlockDelta(segment.block, text[at : at + lens[d]])))
                 at += lens[d]
         return out
 
@@ -317,8 +378,7 @@ class AttemptLog:
         shifted by `shift_ms` and block indexes by `index_offset` (a later part of a continued
         answer). Returns the highest block index fed, -1 if none."""
         text = self.text()
-        times = self._times
-        view = memoryview(times)  # short runs' times: used up before this returns
+        clock = self._clock()
         top = -1
         for segment in self.segments(end):
             if isinstance(segment, Run):
@@ -326,11 +386,13 @@ class AttemptLog:
                 first, stop = segment.first, segment.stop
                 # A long run's times are read when its record is written.
                 if stop - first > BATCH:
-                    stream.run(index, _Span(times, first, stop), self._parts(segment), shift_ms)
+                    times = _Times(self._clock(), first, stop)
+                    stream.run(index, times, self._parts(segment), shift_ms)
                 elif self._done:
-                    stream.run(index, view[first:stop], self._parts(segment), shift_ms)
+                    stream.run(index, clock.times(first, stop), self._parts(segment), shift_ms)
                 else:  # a short log: its part strings are at hand
-                    stream.run(index, view[first:stop], self._pending[first:stop], shift_ms)
+                    strings = self._pending[first:stop]
+                    stream.run(index, clock.times(first, stop), strings, shift_ms)
                 assembler.feed(BlockDelta(index, text[segment.start : segment.end]))
             else:
                 event = _shifted(segment.event, index_offset) if index_offset else segment.event
@@ -342,6 +404,9 @@ class AttemptLog:
             if index > top:
                 top = index
         return top
+
+    def _clock(self) -> _Clock:
+        return _Clock(self._gaps, self._late_at, self._late_gap)
 
     def usage(self, end: int | None = None) -> dict[str, Any] | None:
         """The provider's own count, the last that came (among the first `end` events)."""
