@@ -32,14 +32,14 @@ class Write:
         that text starts."""
         row = self.row
         column = _RAW.get(self.kind)
-        value = row.get(column) if column is not None else None
-        if value is None:
+        if column is None or (value := row.get(column)) is None:
             return orjson.dumps({"k": self.kind, "r": row})
-        text = value.encode() if isinstance(value, str) else bytes(as_bytes(value))
+        text = value.encode() if value.__class__ is str else bytes(as_bytes(value))
         if b"\n" in text:  # not orjson's: kept escaped inside the row
             return orjson.dumps({"k": self.kind, "r": {**row, column: text.decode()}})
-        rest = {k: v for k, v in row.items() if k != column}
-        return orjson.dumps({"k": self.kind, "r": rest}) + b"\t" + text
+        rest = row.copy()  # (a copy and a del: a third of a comprehension's cost)
+        del rest[column]
+        return b"%s\t%s" % (orjson.dumps({"k": self.kind, "r": rest}), text)
 
     @staticmethod
     def decode(line: bytes) -> Write:
