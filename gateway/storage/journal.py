@@ -62,9 +62,7 @@ class Journal:
     def append(self, writes: list[Write], mark: int) -> None:
         """Append `writes`, the last of them the `mark`th write submitted. Raises OSError
         (then nothing of them counts as journaled)."""
-        lines = [w.encode() for w in writes]
-        lines.append(b"")  # (so that the join ends the last line too)
-        data = b"\n".join(lines)
+        data = b"".join([w.line() for w in writes])
         if self._size + len(data) > SEGMENT_BYTES and self._size:
             self._full.append((self._path(self._number), self._mark))
             os.close(self._fd)

@@ -61,7 +61,7 @@ class Spool:
         return self._size - self._pos
 
     def append(self, writes: list[Write]) -> None:
-        data = b"".join(w.encode() + b"\n" for w in writes)
+        data = b"".join([w.line() for w in writes])
         with open(self.log_path, "ab") as file:
             try:
                 file.write(data)

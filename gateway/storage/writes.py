@@ -25,21 +25,27 @@ class Write:
     row: dict[str, Any]
 
     def encode(self) -> bytes:
-        """One line (the spool's and the journal's): the write as JSON, then, after a tab, its
-        JSON column (an event's payload, a turn's or a response's request) as the text it is.
-        Inside the row it would be a string to escape, every quote of it, on every turn;
-        orjson's JSON never holds a raw tab or newline, so the first tab on the line is where
-        that text starts."""
+        """One line (the spool's and the journal's), without its newline: the write as JSON,
+        then, after a tab, its JSON column (an event's payload, a turn's or a response's
+        request) as the text it is. Inside the row it would be a string to escape, every
+        quote of it, on every turn; orjson's JSON never holds a raw tab or newline, so the
+        first tab on the line is where that text starts."""
+        return self.line()[:-1]
+
+    def line(self) -> bytes:
+        """`encode()` and its newline, made as one object of its own size: orjson's bytes
+        keep a 4 KiB buffer however short they are, and a turn's few held at once while its
+        lines were joined left 4 MiB more in RSS for 1,000 streams started at once."""
         row = self.row
         column = _RAW.get(self.kind)
         if column is None or (value := row.get(column)) is None:
-            return orjson.dumps({"k": self.kind, "r": row})
+            return orjson.dumps({"k": self.kind, "r": row}) + b"\n"
         text = value.encode() if value.__class__ is str else bytes(as_bytes(value))
         if b"\n" in text:  # not orjson's: kept escaped inside the row
-            return orjson.dumps({"k": self.kind, "r": {**row, column: text.decode()}})
+            return orjson.dumps({"k": self.kind, "r": {**row, column: text.decode()}}) + b"\n"
         rest = row.copy()  # (a copy and a del: a third of a comprehension's cost)
         del rest[column]
-        return b"%s\t%s" % (orjson.dumps({"k": self.kind, "r": rest}), text)
+        return b"%s\t%s\n" % (orjson.dumps({"k": self.kind, "r": rest}), text)
 
     @staticmethod
     def decode(line: bytes) -> Write:
