@@ -39,10 +39,15 @@ async def test_counters_move_with_traffic(gw: GatewayUnderTest) -> None:
         ),
     )
     before = await scrape(gw)
+    billed = {"prompt": 0, "completion": 0}
     for _ in range(3):
-        await gw.client().chat.completions.create(
+        answer = await gw.client().chat.completions.create(
             model="demo", messages=[{"role": "user", "content": "hi"}]
         )
+        assert answer.usage is not None
+        billed["prompt"] += answer.usage.prompt_tokens
+        billed["completion"] += answer.usage.completion_tokens
+    billed["delivered"] = billed["completion"]  # answered whole: all of it delivered
     await gw.flush()
     after = await scrape(gw)
     completions = (
@@ -58,7 +63,11 @@ async def test_counters_move_with_traffic(gw: GatewayUnderTest) -> None:
     for key in (turns, attempts, completions, duration):
         assert after[key] - before.get(key, 0.0) == 3
     assert after[("gateway_streams_in_flight", ())] == 0
-    assert after[tokens] > before.get(tokens, 0.0)
+    # Each kind of token is counted under its own label set, by what the provider reported.
+    for kind, count in billed.items():
+        labels = (*tokens[1][:2], ("kind", kind), tokens[1][3])
+        key = ("gateway_tokens_total", labels)
+        assert count > 0 and after[key] - before.get(key, 0.0) == count
 
 
 def test_metric_values_take_no_lock_per_update() -> None:

@@ -91,6 +91,7 @@ class Meter:
     ) -> None:
         self._price_of = price_of  # deployment name -> price
         self._write = write
+        self._counters: dict[tuple[str, str, str], tuple[tuple[Any, ...], Any]] = {}
 
     def turn(self, turn: TurnRecorder) -> dict[str, Any]:
         """Record every attempt of an ending turn; return the turn's metered totals."""
@@ -171,17 +172,34 @@ class Meter:
             duration_ms=round((ended - attempt.started) * 1000.0, 2),
         )
 
-    @staticmethod
-    def _count(record: UsageRecord) -> None:
-        labels = (record.alias or "", record.deployment)
-        for kind, value in (
-            ("prompt", record.prompt_tokens),
-            ("completion", record.completion_tokens),
-            ("delivered", record.completion_delivered),
-            ("reasoning", record.reasoning_tokens),
-            ("cached", record.cached_tokens),
-        ):
+    def _count(self, record: UsageRecord) -> None:
+        key = (record.alias or "", record.deployment, record.usage_source)
+        tokens, cost = self._counters.get(key) or self._counters_of(key)
+        for counter, value in zip(tokens, _token_counts(record), strict=True):
             if value:
-                metrics.TOKENS.labels(*labels, kind, record.usage_source).inc(value)
+                counter.inc(value)
         if record.cost_usd:
-            metrics.COST.labels(*labels).inc(record.cost_usd)
+            cost.inc(record.cost_usd)
+
+    def _counters_of(self, key: tuple[str, str, str]) -> tuple[tuple[Any, ...], Any]:
+        """A label set's token counters, one per kind, and its cost counter: looked up once
+        (five lookups and their label tuples a turn, otherwise). Label sets are few: aliases
+        and deployments come from the config."""
+        alias, deployment, source = key
+        tokens = tuple(metrics.TOKENS.labels(alias, deployment, k, source) for k in _TOKEN_KINDS)
+        counters = self._counters[key] = (tokens, metrics.COST.labels(alias, deployment))
+        return counters
+
+
+_TOKEN_KINDS = ("prompt", "completion", "delivered", "reasoning", "cached")
+
+
+def _token_counts(record: UsageRecord) -> tuple[int, ...]:
+    """The record's counts in `_TOKEN_KINDS` order."""
+    return (
+        record.prompt_tokens,
+        record.completion_tokens,
+        record.completion_delivered,
+        record.reasoning_tokens,
+        record.cached_tokens,
+    )
