@@ -25,7 +25,7 @@ import tempfile
 from datetime import UTC, datetime
 from pathlib import Path
 
-from bench.procs import HOST, Child, cpu_s, free_port, http_get_status, spawn, wait_until
+from bench.procs import HOST, cpu_s
 from bench.run import (
     CHAT_PATH,
     REPO,
@@ -40,6 +40,8 @@ from bench.run import (
 )
 from bench.wrk import run_wrk
 
+# The two gateways, as the bench names its targets (and their logs: ab-base-<UTC>.log).
+BASE, TREE = "ab-base", "ab-tree"
 _MODES = {"non-stream": (False, False), "stream": (True, False), "burst": (True, True)}
 
 
@@ -73,34 +75,25 @@ def main() -> int:
     RESULTS.mkdir(parents=True, exist_ok=True)
     bench = Bench(seconds, rounds, stamp)
     os.sched_setaffinity(0, {bench.upstream_core})  # the harness only waits: off the core measured
-    children: dict[str, Child] = {}
     with tempfile.TemporaryDirectory(prefix="gateway-ab-") as tmp_text:
         tmp = Path(tmp_text)
-        base_tree = checkout(rev, tmp / "tree")
+        base_tree = checkout(rev, tmp / "base")
+        names = {BASE: rev, TREE: "the tree"}
         try:
             bench.start_upstream()
-            children["upstream"] = bench.children["upstream"]
-            ports: dict[str, int] = {}
             keys: dict[str, str] = {}
-            for target in (rev, "tree"):
+            for number, target in enumerate((BASE, TREE)):
                 env = dict(bench.env)
-                if target == rev:
+                if target == BASE:
                     env["PYTHONPATH"] = str(base_tree)
-                config = write_gateway_config(tmp / f"store-{len(ports)}", bench.ports["direct"])
+                config = write_gateway_config(tmp / f"store-{number}", bench.ports["direct"])
+                bench.configs[target] = config
                 keys[target] = create_virtual_key(bench.gateway_bin, config, env)
-                port = ports[target] = free_port()
-                argv = [str(bench.gateway_bin), "serve", "--config", str(config),
-                        "--host", HOST, "--port", str(port)]  # fmt: skip
-                log = RESULTS / f"ab-{len(ports)}-{stamp}.log"
-                child = children[target] = spawn(target, argv, bench.target_core, log, REPO, env)
-
-                def ready(port: int = port) -> bool:
-                    return http_get_status(port, "/health/ready") == 200
-
-                wait_until(child, ready)
+                bench.start_gateway(target, env)
+            ports, children = bench.ports, bench.children
             spent: dict[tuple[Cell, str], list[float]] = {}
             for round_number in range(rounds):
-                order = [rev, "tree"] if round_number % 2 == 0 else ["tree", rev]
+                order = [BASE, TREE] if round_number % 2 == 0 else [TREE, BASE]
                 for cell in cells:
                     body = request_body(cell.stream, cell.burst)
                     for target in order:
@@ -112,19 +105,19 @@ def main() -> int:
                         result = run_wrk(*run, seconds, bench.target_core, keys[target])
                         used = (cpu_s(pid) or 0.0) - before
                         if result.error_total or not result.requests:
-                            raise SystemExit(f"{target} {cell.name}: errors {result.errors}")
+                            raise SystemExit(f"{names[target]} {cell.name}: {result.errors}")
                         us = used * 1e6 / result.requests
                         spent.setdefault((cell, target), []).append(us)
                         print(f"round {round_number + 1}/{rounds} {cell.name:<18} "
-                              f"{target:<12} {us:6.0f} us/request  {result.rps:6.0f} req/s",
+                              f"{names[target]:<12} {us:6.0f} us/request  {result.rps:6.0f} req/s",
                               flush=True)  # fmt: skip
             print(f"\nmedian CPU a request over {rounds} rounds of {seconds} s, {rev} -> the tree")
             for cell in cells:
-                a = statistics.median(spent[(cell, rev)])
-                b = statistics.median(spent[(cell, "tree")])
+                a = statistics.median(spent[(cell, BASE)])
+                b = statistics.median(spent[(cell, TREE)])
                 print(f"{cell.name:<20} {a:6.0f} -> {b:6.0f} us  ({(b - a) / a:+.1%})")
         finally:
-            for child in children.values():
+            for child in bench.children.values():
                 child.stop()
     return 0
 

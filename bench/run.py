@@ -387,18 +387,20 @@ class Bench:
         return [str(self.gateway_bin), "serve", "--config", str(self.configs[target]),
                 "--host", HOST, "--port", str(port), *extra]  # fmt: skip
 
-    def start_gateway(self) -> None:
+    def start_gateway(self, target: str = "gateway", env: dict[str, str] | None = None) -> None:
+        """`gateway serve` on `self.configs[target]`, on the targets' core, until it is ready
+        (`env`: instead of the bench's, as bench.ab serves another revision's code)."""
         gw_port = free_port()
-        self.ports["gateway"] = gw_port
+        self.ports[target] = gw_port
         gateway = spawn(
-            "gateway",
-            self.serve_argv("gateway", gw_port),
+            target,
+            self.serve_argv(target, gw_port),
             self.target_core,
-            self.log_path("gateway"),
+            self.log_path(target),
             REPO,
-            self.env,
+            self.env if env is None else env,
         )
-        self.children["gateway"] = gateway
+        self.children[target] = gateway
         wait_until(gateway, lambda: http_get_status(gw_port, "/health/ready", timeout=0.5) == 200)
 
     def cold_starts(self) -> None:
