@@ -74,8 +74,12 @@ def turns(db: Path) -> dict[str, dict[str, object]]:
 
 
 async def run_load_then(
-    sig: signal.Signals, tmp_path: Path
+    sig: signal.Signals, tmp_path: Path, *, open_in_db: bool = False
 ) -> tuple[list[Outcome], int, Path, int]:
+    """Streams from CLIENTS clients, then `sig` once enough have completed and one is in
+    flight; `open_in_db`: also once the database holds an open turn (a stream's start reaches
+    it on the journal's next commit, which a loaded machine can hold back past the moment a
+    client has its first bytes)."""
     config = write_config(tmp_path)
     port = free_port()
     process = await start(config, port)
@@ -86,6 +90,8 @@ async def run_load_then(
     async with asyncio.timeout(30):  # and a stream whose client has part of it
         while not any(o.conversation and not o.completed for o in outcomes):
             await asyncio.sleep(0.001)
+        while open_in_db and all(turns(tmp_path / "gw.db").values()):
+            await asyncio.sleep(0.005)
     process.send_signal(sig)
     code = await asyncio.wait_for(process.wait(), 30)
     await asyncio.wait_for(asyncio.gather(*clients), 30)
@@ -115,7 +121,7 @@ async def test_sigterm_under_load_records_every_stream(tmp_path: Path) -> None:
 
 
 async def test_kill_9_under_load_loses_no_completed_turn(tmp_path: Path) -> None:
-    outcomes, code, config, port = await run_load_then(signal.SIGKILL, tmp_path)
+    outcomes, code, config, port = await run_load_then(signal.SIGKILL, tmp_path, open_in_db=True)
     assert code == -signal.SIGKILL
     recorded_before = turns(tmp_path / "gw.db")
     open_before = [cid for cid, end in recorded_before.items() if not end]
