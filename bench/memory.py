@@ -7,7 +7,8 @@ virtual key, every feature on), then reads the gateway's RSS from /proc:
 - idle, after warming up (one request, then a 1,000-chunk stream through the long stream's own
   path, so that what loads on first use, such as the tokenizer for the estimate a stream without
   usage needs, is not counted as the long stream's) and once RSS has stopped moving;
-- the peak (VmHWM) while one `--chunks`-chunk stream goes through, minus the RSS before it,
+- the peak (VmHWM) while one `--chunks`-chunk stream goes through (`--frames openai`: each
+  chunk as big as OpenAI's, ~330 bytes with the fields it sends), minus the RSS before it,
   next to the size of the text that stream records;
 - with `--idle-streams` streams open and waiting at once.
 Prints the figures and writes them to bench/results/memory-<UTC>.json.
@@ -42,8 +43,21 @@ from bench.run import MASTER_KEY, RESULTS, create_virtual_key
 WORD = "word "
 
 
-def _chunk(content: str | None, finish: str | None = None) -> bytes:
+def _chunk(content: str | None, finish: str | None = None, shape: str = "short") -> bytes:
     delta = {"content": content} if content is not None else {}
+    if shape == "openai":  # the fields and sizes of the captured OpenAI stream: ~330 bytes
+        body: dict[str, Any] = {
+            "id": "chatcmpl-Dx0Xq5Xx9rHB2ehcHZCRDsnuymUXc",
+            "object": "chat.completion.chunk",
+            "created": 1782955818,
+            "model": "gpt-4o-mini-2024-07-18",
+            "service_tier": "default",
+            "system_fingerprint": "fp_d0469e1700",
+            "choices": [{"index": 0, "delta": delta, "logprobs": None, "finish_reason": finish}],
+            "usage": None,
+            "obfuscation": "auU6fTns",
+        }
+        return b"data: " + json.dumps(body, separators=(",", ":")).encode() + b"\n\n"
     body = {
         "id": "chatcmpl-mem",
         "object": "chat.completion.chunk",
@@ -62,7 +76,7 @@ async def upstream(request: web.Request) -> web.StreamResponse:
         await response.write(_chunk("hello"))
         await asyncio.Event().wait()  # until the gateway closes the connection
     chunks = 1000 if body["model"] == "warm" else int(request.app["chunks"])
-    piece = _chunk(WORD)
+    piece = _chunk(WORD, shape=request.app["shape"])
     batch = piece * 1000
     for _ in range(chunks // 1000):
         await response.write(batch)
@@ -70,9 +84,10 @@ async def upstream(request: web.Request) -> web.StreamResponse:
     return response
 
 
-def serve_upstream(port: int, chunks: int) -> None:
+def serve_upstream(port: int, chunks: int, shape: str = "short") -> None:
     app = web.Application()
     app["chunks"] = chunks
+    app["shape"] = shape
     app.router.add_post("/v1/chat/completions", upstream)
     web.run_app(app, host="127.0.0.1", port=port, print=None)
 
@@ -111,7 +126,7 @@ def traced_serve(config: str, report: str) -> None:
         return rowid
 
     TurnRecorder.completed = completed_and_look  # type: ignore[method-assign,assignment]
-    sqlite_backend._write_long_payload = write_long_and_look
+    sqlite_backend._write_long_payload = write_long_and_look  # type: ignore[assignment]
 
     def start(*_: Any) -> None:
         state["base"] = tracemalloc.take_snapshot()
@@ -249,12 +264,18 @@ def main() -> None:
     parser.add_argument("--chunks", type=int, default=100_000)
     parser.add_argument("--idle-streams", type=int, default=1000)
     parser.add_argument("--trace", action="store_true", help="where the long stream's memory goes")
+    parser.add_argument(
+        "--frames",
+        choices=("short", "openai"),
+        default="short",
+        help="the long stream's chunks: short (~150 bytes) or OpenAI's fields (~330 bytes)",
+    )
     args = parser.parse_args()
     tmp = Path(tempfile.mkdtemp(prefix="gw-mem-"))
     up_port, gw_port = free_port(), free_port()
     up = subprocess.Popen(
         [sys.executable, "-c", f"from bench.memory import serve_upstream; "
-         f"serve_upstream({up_port}, {args.chunks})"],
+         f"serve_upstream({up_port}, {args.chunks}, {args.frames!r})"],
     )  # fmt: skip
     config = tmp / "gw.yaml"
     deployment = {
@@ -311,7 +332,8 @@ def main() -> None:
         print(f"{name:32} {value:10.2f}")
     RESULTS.mkdir(parents=True, exist_ok=True)
     stamp = datetime.now(UTC).strftime("%Y%m%dT%H%M%SZ")
-    (RESULTS / f"memory-{stamp}.json").write_text(json.dumps(figures, indent=2))
+    name = "memory" if args.frames == "short" else f"memory-{args.frames}-frames"
+    (RESULTS / f"{name}-{stamp}.json").write_text(json.dumps(figures, indent=2))
 
 
 if __name__ == "__main__":

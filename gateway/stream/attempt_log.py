@@ -208,7 +208,7 @@ class AttemptLog:
         pending.append(text)
         try:
             self._lens.append(len(text))
-        except (ValueError, OverflowError):  # bytes, then 4-byte items
+        except (ValueError, OverflowError):  # bytes, then wider items (gateway.stream.narrow)
             self._lens = widened(self._lens, [len(text)])
         t = round(t_ms)
         try:
@@ -227,8 +227,9 @@ class AttemptLog:
         t, count, n = round(t_ms), self.count, len(texts)
         first = len(self._lens)
         try:
-            self._lens.extend(map(len, texts))  # all or none (ValueError: a length over 255)
-        except ValueError:
+            self._lens.extend(map(len, texts))
+        except (ValueError, OverflowError):  # a length past what an item holds
+            del self._lens[first:]  # (a bytearray takes all or none; an array what fit)
             for text in texts:
                 self.delta(index, text, t_ms)
                 self.mark()

@@ -101,9 +101,10 @@ class DeliveryTracker:
         self._base = 0
         # Where each written frame ends, kept small (a long stream writes 100,000 of them):
         # the first one's end, then each frame's gap from the end before it, a byte each (a
-        # frame and its chunk's framing are usually shorter than 256 bytes), widened to 4
-        # bytes (8 past 4 GiB) for all once one is not; and the end of every _STEP-th frame,
-        # so that finding a frame by offset reads at most _STEP gaps.
+        # frame and its chunk's framing are often shorter than 256 bytes), widened to 2 bytes
+        # for all once one is not (a provider's frame is often 200-350 bytes), 4 past 64 KiB;
+        # and the end of every _STEP-th frame, so that finding a frame by offset reads at most
+        # _STEP gaps.
         self._first_end = 0
         self._end = 0  # the last frame's
         self._gaps: Items = bytearray()

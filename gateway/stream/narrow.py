@@ -1,5 +1,6 @@
-"""Integer sequences kept narrow: a byte an item while every item fits in one, then 4 bytes,
-then 8 (a long stream keeps a few per chunk, and 100,000 int objects would be megabytes)."""
+"""Integer sequences kept narrow: a byte an item while every item fits in one, then 2 bytes,
+then 4, then 8 (a long stream keeps a few per chunk, and 100,000 int objects would be
+megabytes)."""
 
 from __future__ import annotations
 
@@ -8,12 +9,19 @@ from typing import TypeAlias
 
 Items: TypeAlias = "bytearray | array[int]"
 
+# The widths an item may take, narrowest first, each with the first value it cannot hold.
+_WIDTHS = (("H", 2**16), ("I", 2**32), ("Q", 2**64))
+
 
 def widened(items: Items, values: list[int]) -> array[int]:
-    """`items` and then `values`, as 4-byte items where all of them fit in 4 bytes, else as
-    8-byte items (past 2**32: never in practice, but not a reason to fail). For when appending
-    `values` to `items` raised ValueError (a byte too small) or OverflowError."""
-    wide = max(values) >= 2**32 or getattr(items, "typecode", "I") == "Q"
-    wider = array("Q" if wide else "I", iter(items))  # (from a bytearray: its items, not bytes)
+    """`items` and then `values`, in the narrowest items of 2, 4 or 8 bytes that hold all of
+    them and are no narrower than `items` (a provider's frame with its SSE and chunk framing is
+    often 200-350 bytes, past a byte but far from 2 bytes' 65,535; 2**32 is never reached in
+    practice, but not a reason to fail). For when appending `values` to `items` raised
+    ValueError (a byte too small) or OverflowError (wider items too small)."""
+    top = max(values)
+    held = getattr(items, "itemsize", 1)
+    code = next(c for c, limit in _WIDTHS if top < limit and array(c).itemsize >= held)
+    wider = array(code, iter(items))  # (from a bytearray: its items, not bytes)
     wider.extend(values)
     return wider

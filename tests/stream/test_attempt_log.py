@@ -294,13 +294,15 @@ def test_a_lone_delta_logged_without_its_event_reads_back_the_same(frames: Frame
 
 
 _long_text = st.text(min_size=250, max_size=300)  # past 255 code points: lengths widen
+_huge_text = st.just("h" * 65_536)  # past 65,535: wider again, within a run of frames
 _text_frames = st.lists(
     st.tuples(
         st.sampled_from([0.0, 0.0, 1.0, 2.5]),  # gaps: many frames arrive in one read
         st.one_of(
             st.lists(st.builds(BlockDelta, st.integers(0, 1), st.text(max_size=4)), max_size=1),
             st.lists(
-                st.builds(BlockDelta, st.just(0), st.text(max_size=4) | _long_text), max_size=1
+                st.builds(BlockDelta, st.just(0), st.text(max_size=4) | _long_text | _huge_text),
+                max_size=1,
             ),
             st.lists(_event, max_size=2),
         ),
@@ -340,6 +342,23 @@ def test_runs_of_text_frames_logged_at_once_read_back_as_each_alone(
                 fast.mark()
         flush()
         assert_reads_back_the_same(fast, slow, len(frames))
+
+
+def test_a_run_holding_a_length_past_what_its_items_hold_reads_back_as_each_alone() -> None:
+    # 2-byte lengths (after a delta of 300 code points), then a read whose frames carry 2, then
+    # 65,536, then 1: the run cannot go in at once, and what went in before the long one must
+    # not stay twice.
+    texts = ["ab", "h" * 65_536, "c"]
+    slow, fast = AttemptLog(started=0.0), AttemptLog(started=0.0)
+    for log in (slow, fast):
+        log.add([BlockDelta(0, "x" * 300)], 1.0)
+        log.mark()
+    fast.text_frames(0, texts, 2.0)
+    for text in texts:
+        slow.add([BlockDelta(0, text)], 2.0)
+        slow.mark()
+    assert_reads_back_the_same(fast, slow, 4)
+    assert fast.text() == "x" * 300 + "".join(texts)
 
 
 # -- what it costs ---------------------------------------------------------------------------
