@@ -33,6 +33,10 @@ _MAX_LINE = 4 * 1024  # a chunk-size line, extensions included
 _MAX_TRAILERS = 64 * 1024
 # Bodies up to this size go out in one write with their head (one send, one segment or few).
 _JOIN_WRITE = 64 * 1024
+# The most one `read()` returns. A socket read can be 256 KiB (uvloop's), and a reader's work
+# on it (a stream's frames split out, the slice held for the client) is as big again, several
+# times over; in pieces of 64 KiB those copies are a quarter the size.
+READ_MAX = 64 * 1024
 
 # Parser states of a connection.
 _IDLE, _HEAD, _LENGTH, _CHUNK_SIZE, _CHUNK_DATA, _CHUNK_END, _TRAILERS, _UNTIL_CLOSE = range(8)
@@ -452,7 +456,8 @@ class Response:
         self.usage_injected = False
         self._conn: Connection | None = conn
         self._loop = loop
-        self._buf: list[bytes] = []
+        # (a memoryview: the rest of a received piece bigger than READ_MAX, not copied)
+        self._buf: list[bytes | memoryview] = []
         self._size = 0
         self._waiter: asyncio.Future[None] | None = None
         self._exc: Exception | None = None
@@ -484,13 +489,17 @@ class Response:
         while True:
             buf = self._buf
             if buf:
-                data = buf[0] if len(buf) == 1 else b"".join(buf)
-                buf.clear()
-                self._size = 0
+                if self._size <= READ_MAX:
+                    data = buf[0] if len(buf) == 1 else b"".join(buf)
+                    buf.clear()
+                    self._size = 0
+                else:
+                    data = self._take(READ_MAX)
                 conn = self._conn
-                if conn is not None and conn._paused and not self._zmore:
+                resume = not self._zmore and self._size <= HIGH_WATER
+                if conn is not None and conn._paused and resume:
                     conn.resume()
-                return data
+                return bytes(data)  # (a copy only where it was a memoryview)
             if self._zmore:
                 self._inflate_more()
                 continue
@@ -503,6 +512,23 @@ class Response:
             # once its body has ended cleanly, so it is never reused half-read.
             waiter = self._waiter = self._loop.create_future()
             await waiter
+
+    def _take(self, most: int) -> bytes:
+        """The first `most` bytes of the buffer (which holds more), in order."""
+        buf, taken, size = self._buf, [], 0
+        while size < most:
+            piece = buf[0]
+            if size + len(piece) <= most:
+                taken.append(piece)
+                size += len(piece)
+                del buf[0]
+                continue
+            view = piece if type(piece) is memoryview else memoryview(piece)
+            taken.append(view[: most - size])
+            buf[0] = view[most - size :]
+            size = most
+        self._size -= size
+        return b"".join(taken)
 
     def close(self, *, keep_alive: bool = False) -> None:
         """Drop the connection unless the body has already arrived whole (then it is pooled).

@@ -10,6 +10,7 @@ from __future__ import annotations
 
 import asyncio
 import gzip
+import itertools
 from dataclasses import dataclass
 
 import pytest
@@ -18,7 +19,7 @@ from hypothesis import strategies as st
 
 from gateway import upstream_conn
 from gateway.errors import UpstreamProtocolError
-from gateway.upstream_conn import HIGH_WATER, Connection, Response
+from gateway.upstream_conn import HIGH_WATER, READ_MAX, Connection, Response
 from gateway.upstream_http import Endpoint, UpstreamPool
 
 
@@ -151,12 +152,33 @@ async def test_reading_pauses_past_the_high_water_mark_and_resumes_when_drained(
     big = b"x" * (HIGH_WATER + 1)
     fed = await feed(ok(big + big)[: -len(big)])  # the head and the first half
     assert fed.transport.paused
-    assert await fed.response.read() == big
-    assert not fed.transport.paused
+    assert await fed.response.read() == big[:READ_MAX]
+    assert not fed.transport.paused  # what is left is under the mark
+    assert await fed.response.read() == big[READ_MAX:]
     fed.conn.data_received(big)
-    assert await fed.response.read() == big
-    assert await fed.response.read() == b""
+    assert await read_all(fed.response) == big
     assert fed.conn.in_pool
+    await fed.pool.close()
+
+
+async def test_a_read_returns_at_most_read_max_however_the_bytes_came() -> None:
+    # One socket read of 256 KiB (uvloop's), then small ones, then another large one: the
+    # reader gets them in order, in pieces of at most READ_MAX, and reading stays paused
+    # while more than the high-water mark waits.
+    body = bytes(range(256)) * 1024 * 2 + b"tail" + bytes(range(7, 256)) * 1000
+    cuts = [0, 4 * READ_MAX + 5, 4 * READ_MAX + 9, 4 * READ_MAX + 300, len(body)]
+    whole = ok(body)
+    head = len(whole) - len(body)
+    reads = [body[a:b] for a, b in itertools.pairwise(cuts[1:])]
+    fed = await feed(whole[: head + cuts[1]], *reads)
+    pieces = []
+    while piece := await fed.response.read():
+        assert len(piece) <= READ_MAX and type(piece) is bytes
+        pieces.append(piece)
+        if fed.transport.paused:
+            assert fed.response._size > HIGH_WATER
+    assert b"".join(pieces) == body
+    assert len(pieces) == -(-len(body) // READ_MAX)  # each full but the last
     await fed.pool.close()
 
 
