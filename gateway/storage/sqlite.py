@@ -25,14 +25,6 @@ T = TypeVar("T")
 # after it.
 _LONG_PAYLOAD_CACHE_KIB = 256
 
-# The page size a new file is made with (an existing file keeps its own: in WAL mode SQLite
-# ignores the pragma). `events` is WITHOUT ROWID, and such a table keeps at most about a
-# quarter of a page of a row in the page itself, the rest in overflow pages: at 4 KiB, every
-# answer's event of more than ~1 KB (a 50-chunk stream's) spills over. A turn's writes cost
-# the writer thread 6% (a short answer) to 20% (that stream) less CPU at 8 KiB, half the
-# WAL frames a commit; 16 KiB and more cost more again (docs/performance.md, session 9).
-PAGE_SIZE = 8192
-
 # OperationalErrors that mean "the file cannot be written now", not "this SQL is wrong".
 _ENVIRONMENT = ("locked", "busy", "disk", "full", "i/o", "readonly", "unable to open")
 
@@ -132,7 +124,6 @@ class SQLiteBackend:
         assert loop is not None
         try:
             raw = sqlite3.connect(self.path, isolation_level=None, check_same_thread=False)
-            raw.execute(f"PRAGMA page_size={PAGE_SIZE}")  # before WAL mode makes the file
             raw.execute("PRAGMA journal_mode=WAL")
             raw.execute("PRAGMA synchronous=NORMAL")
             raw.execute("PRAGMA busy_timeout=5000")

@@ -16,7 +16,6 @@ from gateway.conversations.store import history_path
 from gateway.storage import schema
 from gateway.storage.backends import make_store
 from gateway.storage.db import Db
-from gateway.storage.sqlite import PAGE_SIZE
 from gateway.storage.store import SchemaBehind, Store
 
 MakeStore = Callable[..., Awaitable[Store]]
@@ -126,25 +125,6 @@ async def test_sqlite_is_a_wal_file(tmp_path: Path) -> None:
     await store.close()
     with sqlite3.connect(tmp_path / "s.db") as db:
         assert db.execute("PRAGMA journal_mode").fetchone() == ("wal",)
-        assert db.execute("PRAGMA page_size").fetchone() == (PAGE_SIZE,)
-
-
-async def test_a_file_made_with_other_pages_keeps_them_and_works(tmp_path: Path) -> None:
-    # A store made before the page size was set (SQLite's default, 4 KiB): never rebuilt.
-    with sqlite3.connect(tmp_path / "s.db") as db:
-        db.execute("PRAGMA page_size=4096")
-        db.execute("PRAGMA journal_mode=WAL")
-        db.execute("CREATE TABLE earlier (x)")
-    store = make_store(
-        StoreConfig(url=f"sqlite:///{tmp_path}/s.db", spool_path=str(tmp_path / "spool")), "t"
-    )
-    await store.start()
-    store.create_conversation(Conversation("c1", 1.0))
-    store.append(event("c1"))
-    await store.close()
-    with sqlite3.connect(tmp_path / "s.db") as db:
-        assert db.execute("PRAGMA page_size").fetchone() == (4096,)
-        assert db.execute("SELECT COUNT(*) FROM events").fetchone() == (1,)
 
 
 async def test_writes_never_block_the_event_loop(store: Store) -> None:
