@@ -9,8 +9,8 @@ from typing import TypeAlias
 
 Items: TypeAlias = "bytearray | array[int]"
 
-# The widths an item may take, narrowest first, each with the first value it cannot hold.
-_WIDTHS = (("H", 2**16), ("I", 2**32), ("Q", 2**64))
+# The widths an item may take, narrowest first: typecode, bytes, the first value it cannot hold.
+_WIDTHS = (("H", 2, 2**16), ("I", 4, 2**32), ("Q", 8, 2**64))
 
 
 def widened(items: Items, values: list[int]) -> array[int]:
@@ -21,7 +21,7 @@ def widened(items: Items, values: list[int]) -> array[int]:
     ValueError (a byte too small) or OverflowError (wider items too small)."""
     top = max(values)
     held = getattr(items, "itemsize", 1)
-    code = next(c for c, limit in _WIDTHS if top < limit and array(c).itemsize >= held)
+    code = next(c for c, size, limit in _WIDTHS if top < limit and size >= held)
     wider = array(code, iter(items))  # (from a bytearray: its items, not bytes)
     wider.extend(values)
     return wider
