@@ -54,7 +54,10 @@ def parse_cell(text: str) -> Cell:
 
 
 def checkout(rev: str, into: Path) -> Path:
-    """`rev`'s gateway package, to put first on PYTHONPATH."""
+    """`rev`'s gateway package, to put first on PYTHONPATH (a directory holding a `gateway/`
+    package is used as it is: a build of the tree, an experiment's copy)."""
+    if (Path(rev) / "gateway").is_dir():
+        return Path(rev)
     into.mkdir(parents=True)
     archive = subprocess.run(
         ["git", "archive", rev, "gateway"], cwd=REPO, capture_output=True, check=True
