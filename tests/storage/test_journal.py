@@ -77,15 +77,16 @@ async def waits_for_its_commit(store: Store, release: asyncio.Event, tmp_path: P
     """durable_enough journals nothing and returns only once the held commits are let go."""
     waiting = asyncio.ensure_future(store.durable_enough())
     await asyncio.sleep(0.05)  # time to return early, which it must not
-    assert not waiting.done() and journal_lines(tmp_path) == 0
+    assert not waiting.done() and journal_writes(tmp_path) == 0
     release.set()
     async with asyncio.timeout(5):
         await waiting
     assert store._handled == store._submitted
 
 
-def journal_lines(tmp_path: Path) -> int:
-    return sum(p.read_bytes().count(b"\n") for p in (tmp_path / "spool").glob("*.journal.*"))
+def journal_writes(tmp_path: Path) -> int:
+    """The writes the journal's segments hold."""
+    return sum(len(Journal.read(p)) for p in (tmp_path / "spool").glob("*.journal.*"))
 
 
 async def test_a_turn_is_durable_once_journaled_before_any_commit(
@@ -97,7 +98,7 @@ async def test_a_turn_is_durable_once_journaled_before_any_commit(
     async with asyncio.timeout(5):
         await store.durable_enough()  # returns though the database has committed nothing
     assert store._handled == 0
-    assert journal_lines(tmp_path) == 5  # conversation, turn, three events
+    assert journal_writes(tmp_path) == 5  # conversation, turn, three events
     release.set()
     assert [e.type for e in await store.events("c1")] == [
         "user/message",
@@ -121,7 +122,7 @@ async def test_what_a_crash_left_in_the_journal_is_in_the_database_at_the_next_s
         ["what the user saw"],
     ]
     assert await again.turn_ended("t-lost-without-it")
-    assert journal_lines(tmp_path) == 0  # replayed, then gone
+    assert journal_writes(tmp_path) == 0  # replayed, then gone
 
 
 async def test_writes_committed_and_journaled_both_land_once(
@@ -154,7 +155,7 @@ async def test_another_instances_journal_is_left_alone(
     await crash(store)
     other = await make(owner="worker-2")
     assert await other.get_conversation("theirs") is None  # worker-1's own restart replays it
-    assert journal_lines(tmp_path) == 5
+    assert journal_writes(tmp_path) == 5
 
 
 async def test_the_journal_keeps_only_what_the_database_does_not_have(
@@ -167,7 +168,7 @@ async def test_the_journal_keeps_only_what_the_database_does_not_have(
         a_turn(store, f"k{n}")
         await store.durable_enough()
     segments = sorted((tmp_path / "spool").glob("*.journal.*"))
-    assert len(segments) > 3 and journal_lines(tmp_path) == 100
+    assert len(segments) > 3 and journal_writes(tmp_path) == 100
     release.set()
     await store.flush()
     assert [p.stat().st_size for p in (tmp_path / "spool").glob("*.journal.*")] == [0]
@@ -200,8 +201,27 @@ def test_a_line_torn_by_a_crash_is_not_read(tmp_path: Path) -> None:
     journal.append([Write("conversation", {"id": "a"}), Write("conversation", {"id": "b"})], 2)
     path = journal.left_behind()[0]
     with path.open("ab") as file:
-        file.write(b'{"k":"conversation","r":{"id":"c"')  # the append the crash cut
+        file.write(b'[["conversation",{"id":"c"}],["conversation",{"id":')  # the crash cut it
     assert [w.row["id"] for w in Journal.read(path)] == ["a", "b"]
+
+
+def test_an_append_is_one_line_and_a_segment_of_one_write_a_line_still_reads(
+    tmp_path: Path,
+) -> None:
+    journal = Journal(tmp_path, "lines")
+    journal.open()
+    writes = [
+        Write("turn", {"id": "t", "request": '{"model":"m","messages":[]}'}),
+        Write("event", {"uid": "e", "payload": '{"content":[{"type":"text","text":"a\\n\\"b"}]}'}),
+    ]
+    journal.append(writes, 2)
+    path = journal.left_behind()[0]
+    assert path.read_bytes().count(b"\n") == 1
+    assert Journal.read(path) == writes
+    # A segment left by a gateway that journaled a write a line, in the spool's encoding.
+    old = tmp_path / "old.journal.1"
+    old.write_bytes(b"".join(w.line() for w in writes))
+    assert Journal.read(old) == writes
 
 
 async def test_a_database_behind_by_more_than_a_batch_makes_turns_wait_for_commits(
