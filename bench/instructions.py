@@ -17,11 +17,10 @@ after their answers, are counted as well). Cells as bench.ab's (`non-stream:16`,
 or two.
 
 What it does not see: time in the kernel (a system call is one instruction), waits, cache
-misses. And what depends on time runs differently under valgrind: the store's writer, which
-natively gathers a few milliseconds of turns into one commit, has each turn committed before
-its answer is sent, so the journal is never needed (no append in a 300-request run: its cost
-is not counted here). A change to such a path, or one that trades instructions for
-system calls, needs bench.ab as well.
+misses. And what depends on time can run differently under valgrind: the store's writer
+gathers a few milliseconds of turns into one commit, so how many turns share a commit is not
+what it is natively. A change to such a path, or one that trades instructions for system
+calls, needs bench.ab as well.
 """
 
 from __future__ import annotations
@@ -43,7 +42,6 @@ from bench.ab import checkout, parse_cell
 from bench.procs import HOST, cpu_s, free_port, http_get_status, spawn, wait_until
 from bench.run import (
     CHAT_PATH,
-    REPO,
     RESULTS,
     Bench,
     Cell,
@@ -116,16 +114,24 @@ def measure(
 ) -> dict[Cell, float]:
     """Instructions a request, per cell, for one gateway (`env` says which code it runs)."""
     requests, warmup = counts
+    env = {**env, "PYTHONHASHSEED": "0"}  # the same dict layouts in every run
     store = tmp / name
     config = write_gateway_config(store, bench.ports["direct"])
     key = create_virtual_key(bench.gateway_bin, config, env)
     port = free_port()
     # Kept, a file a cell: `callgrind_annotate` reads where the instructions went.
     out = RESULTS / f"callgrind-{name}-{bench.stamp}.out"
+    # Run from the store's directory: `-m` puts the working directory first on sys.path, where
+    # the repository's own gateway/ would shadow REV's on PYTHONPATH.
     argv = ["valgrind", "--tool=callgrind", "--instr-atstart=no", f"--callgrind-out-file={out}",
             sys.executable, "-m", "gateway", "serve", "--config", str(config),
             "--host", HOST, "--port", str(port)]  # fmt: skip
-    child = spawn(name, argv, bench.target_core, bench.log_path(name), REPO, env)
+    imported = subprocess.run(
+        [sys.executable, "-c", "import gateway; print(gateway.__file__)"],
+        cwd=store, env=env, capture_output=True, text=True, check=True,
+    ).stdout.strip()  # fmt: skip
+    print(f"{name}: {imported}", flush=True)
+    child = spawn(name, argv, bench.target_core, bench.log_path(name), store, env)
     bench.children[name] = child
     try:
         wait_until(child, lambda: http_get_status(port, "/health/ready", timeout=5) == 200, 600)
