@@ -12,10 +12,10 @@ array of its writes as `[kind, row]` pairs, made by one orjson call (a turn's ha
 encoded one by one, as the spool keeps them, cost twice as much on every request). A line torn
 by a crash is a whole append lost, never part of one: an append counts only once written.
 A segment is removed once the database has every write in it (or the spool has them, which
-fsyncs); the newest is emptied rather than removed. What a crash leaves
-is put into the database before the next start serves anything; writes are idempotent, so one
-that was also committed lands once. Only for a store on this machine's disk (SQLite): a
-PostgreSQL commit is durable on the server, which a file beside a replica is not.
+fsyncs); the newest is emptied rather than removed. What a crash leaves is put into the
+database before the next start serves anything; writes are idempotent, so one that was also
+committed lands once. Only for a store on this machine's disk (SQLite): a PostgreSQL commit
+is durable on the server, which a file beside a replica is not.
 """
 
 from __future__ import annotations
@@ -61,7 +61,7 @@ class Journal:
         for line in path.read_bytes().split(b"\n")[:-1]:
             if line.startswith(b"["):
                 writes.extend(Write(kind, row) for kind, row in orjson.loads(line))
-            else:  # one write a line, in the spool's encoding (a journal left by 2026-12-01's)
+            else:  # one write a line, in the spool's encoding: left by an earlier gateway
                 writes.append(Write.decode(line))
         return writes
 
@@ -73,7 +73,8 @@ class Journal:
     def append(self, writes: list[Write], mark: int) -> None:
         """Append `writes`, the last of them the `mark`th write submitted. Raises OSError
         (then nothing of them counts as journaled)."""
-        # A row's payload is text; bytes only where a backend made them (`as_text`).
+        # Every JSON column is queued as text (Store and the writers beside it encode it);
+        # `as_text` keeps the bytes the spool's encoding accepted from failing an append.
         data = orjson.dumps([(w.kind, w.row) for w in writes], default=as_text) + b"\n"
         if self._size + len(data) > SEGMENT_BYTES and self._size:
             self._full.append((self._path(self._number), self._mark))
