@@ -17,6 +17,7 @@ from gateway.storage import schema
 from gateway.storage.backends import make_store
 from gateway.storage.db import Db
 from gateway.storage.store import SchemaBehind, Store
+from gateway.storage.writes import Write
 
 MakeStore = Callable[..., Awaitable[Store]]
 
@@ -104,6 +105,22 @@ async def test_one_bad_write_does_not_sink_its_batch(store: Store) -> None:
     store.write("usage", {"id": "u1"})  # NOT NULL columns missing: refused by the database
     store.append(event("c", n=2))
     assert [e.payload["n"] for e in await store.events("c")] == [1, 2]
+
+
+async def test_a_write_from_before_a_column_existed_lands_with_it_null(store: Store) -> None:
+    """A spooled or journaled row written by an older gateway lacks the columns added since
+    (a turn's `owner`, its team and key): it lands, those NULL, beside rows that have them."""
+    store.create_conversation(Conversation("c", 1.0))
+    await store.flush()
+    old = {"id": "old", "conversation_id": "c", "started_at": 1.0, "request": "{}"}
+    new = {**old, "id": "new", "team_id": "t", "key_id": "k", "owner": "test"}
+    await store.backend.apply([Write("turn", old), Write("turn", new)])  # one batch
+
+    async def turns(db: Db) -> list[tuple[object, ...]]:
+        rows = await db.fetch("SELECT id, team_id, owner FROM turns ORDER BY id")
+        return [tuple(row) for row in rows]
+
+    assert await store.backend.run(turns) == [("new", "t", "test"), ("old", None, None)]
 
 
 async def test_it_survives_a_restart(make: MakeStore) -> None:
