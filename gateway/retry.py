@@ -37,6 +37,11 @@ class RetryPlan:
         """The deployment to try now (after any wait), or None when the budget is spent."""
         if self.last_error is not None and not self.last_error.retryable:
             return None
+        if not self.attempts and self._plan and self._retry.max_attempts > 0:
+            # The first try of every request: the plan's best, no wait (what the loop picks).
+            first = self._plan[0]
+            self._tries[first.name] = self.attempts = 1
+            return first
         while self.attempts < self._retry.max_attempts:
             candidates = [d for d in self._plan if d.name not in self._skip]
             if not candidates:

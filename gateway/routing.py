@@ -165,6 +165,8 @@ class Router:
 
     def _order(self, alias: Alias, body: dict[str, Any]) -> list[Deployment]:
         deployments = list(alias.deployments)
+        if len(deployments) < 2:  # an order of one, whatever the strategy
+            return deployments
         strategy = alias.config.strategy
         if strategy == "fallback":
             return sorted(deployments, key=lambda d: d.config.priority)
