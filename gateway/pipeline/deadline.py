@@ -1,60 +1,109 @@
-"""An attempt's deadline, moved on every upstream read without touching the event loop's timers.
+"""An attempt's deadline, kept as a number: one watchdog timer per event loop serves them all.
 
-The idle timeout restarts with every chunk, and a stream has dozens of them a second:
-rescheduling an `asyncio.Timeout` each time cancels one timer handle and pushes another onto
-the loop's heap, twice a chunk (once when the chunk arrives, once around the write to the
-client). Here `set()` only stores the new time; one timer handle is kept at the earliest time
-the deadline could pass, and when it fires it either expires the timeout (the deadline has
-passed) or moves itself to the deadline as it now stands.
+Every attempt has a deadline (the first token's, the idle gap's, the total's), and the idle one
+moves with every upstream chunk, dozens of times a second. A timer per attempt cost a timer
+handle and its cancel, and `asyncio.timeout` around the attempt its context protocol: together
+about 2% of a request's instructions (bench.instructions, session 11). Here `set()` only stores
+the time. The loop's one `Watchdog`, ticking while any attempt is under way, cancels the task of
+an attempt whose deadline has passed: on time for a deadline it saw at its last tick, at most
+`TICK_S` late for one moved earlier since. The relay turns that cancellation into a timeout
+(`took_back`), as `asyncio.timeout` does: only when no one else cancelled the task as well.
 """
 
 from __future__ import annotations
 
 import asyncio
 
+TICK_S = 0.05  # the longest a watchdog sleeps while it watches anything
+
+
+class Watchdog:
+    """The deadlines under way on one event loop, and the one timer that checks them."""
+
+    __slots__ = ("_handle", "_live", "loop")
+
+    def __init__(self, loop: asyncio.AbstractEventLoop) -> None:
+        self.loop = loop
+        self._live: set[Deadline] = set()
+        self._handle: asyncio.TimerHandle | None = None
+
+    def watch(self, task: asyncio.Task[object]) -> Deadline:
+        """A deadline for `task`, none set yet."""
+        deadline = Deadline(self, task)
+        self._live.add(deadline)
+        if self._handle is None:
+            self._handle = self.loop.call_at(self.loop.time() + TICK_S, self._tick)
+        return deadline
+
+    def watching(self) -> int:
+        return len(self._live)
+
+    def _tick(self) -> None:
+        self._handle = None
+        now = self.loop.time()
+        soonest = now + TICK_S
+        for deadline in list(self._live):
+            when = deadline.when
+            if when is None:
+                continue
+            if when <= now:
+                deadline.expire()
+            elif when < soonest:
+                soonest = when
+        if self._live:  # idle while nothing is under way: no timer at all
+            self._handle = self.loop.call_at(soonest, self._tick)
+
+
+_watchdog: Watchdog | None = None
+
+
+def watchdog(loop: asyncio.AbstractEventLoop) -> Watchdog:
+    """The watchdog of `loop` (a new one when the loop changed, as between tests: a deadline
+    keeps the watchdog it was made by, whose timer runs on its own loop)."""
+    global _watchdog
+    current = _watchdog
+    if current is None or current.loop is not loop:
+        current = _watchdog = Watchdog(loop)
+    return current
+
 
 class Deadline:
-    """A deadline for the body of an `asyncio.timeout(None)` context: `timeout` is expired,
-    cancelling what that context awaits, once the time last `set()` has passed."""
+    """When an attempt's task is cancelled: the time last `set()` (loop time; None: none for
+    now), or at once on `expire()`."""
 
-    __slots__ = ("_handle", "_loop", "_wake_at", "timeout", "when")
+    __slots__ = ("_task", "_watchdog", "expired", "when")
 
-    def __init__(self, timeout: asyncio.Timeout, loop: asyncio.AbstractEventLoop) -> None:
-        self.timeout = timeout
-        self._loop = loop
-        self.when: float | None = None  # None: no deadline, for now
-        self._handle: asyncio.TimerHandle | None = None
-        self._wake_at = 0.0  # when `_handle` fires
+    def __init__(self, watchdog: Watchdog, task: asyncio.Task[object]) -> None:
+        self._watchdog = watchdog
+        self._task: asyncio.Task[object] | None = task
+        self.when: float | None = None
+        self.expired = False
 
     def set(self, when: float | None) -> None:
-        """The deadline is now `when` (loop time), or none while `when` is None."""
         self.when = when
-        if when is not None and (self._handle is None or when < self._wake_at):
-            self._arm(when)
 
     def expire(self) -> None:
-        """Expire now, whatever the deadline (an explicit cancel)."""
-        self.close()
-        self.when = self._loop.time()
-        self.timeout.reschedule(self.when)
+        """Cancel the task now, whatever the deadline (the watchdog's call; an explicit cancel
+        from another connection). Once: a second cancel would read as someone else's."""
+        if self.expired or self._task is None:
+            return
+        self.expired = True
+        self._watchdog._live.discard(self)
+        self._task.cancel()
+
+    def took_back(self) -> bool:
+        """On a CancelledError in the attempt: whether it is this deadline's alone (it expired,
+        and nothing else, such as the client going away, asked the task to cancel). Its own
+        cancel request is withdrawn either way, once."""
+        task = self._task
+        if not self.expired or task is None:
+            return False
+        self._task = None
+        return task.uncancel() == 0
 
     def close(self) -> None:
-        if self._handle is not None:
-            self._handle.cancel()
-            self._handle = None
-
-    def _arm(self, when: float) -> None:
-        if self._handle is not None:
-            self._handle.cancel()
-        self._wake_at = when
-        self._handle = self._loop.call_at(when, self._fire)
-
-    def _fire(self) -> None:
-        self._handle = None
-        when = self.when
-        if when is None or self.timeout.expired():
-            return  # no deadline now (the next set() arms one), or expired already
-        if when <= self._loop.time():
-            self.timeout.reschedule(when)  # in the past: the timeout expires at once
-        else:
-            self._arm(when)
+        """The attempt is over: no longer watched (an expiry it never saw is withdrawn)."""
+        self._watchdog._live.discard(self)
+        if self.expired and self._task is not None:
+            self._task.uncancel()
+        self._task = None

@@ -26,7 +26,7 @@ from gateway.errors import (
     UpstreamTimeout,
 )
 from gateway.pipeline.body import _BodyRelay
-from gateway.pipeline.deadline import Deadline
+from gateway.pipeline.deadline import Deadline, watchdog
 from gateway.pipeline.endings import _ClientCancelled, _Endings
 from gateway.pipeline.stream import _StreamRelay
 from gateway.providers.base import UpstreamResponse
@@ -99,6 +99,10 @@ class _Relay(_StreamRelay, _BodyRelay, _Endings):
         self.timer: Deadline | None = None
         self.holding = True  # nothing reaches the client before the first content chunk
         self.loop = asyncio.get_running_loop()
+        task = asyncio.current_task(self.loop)
+        assert task is not None, "the relay runs in its request's task"
+        self.task = task  # what an attempt's deadline cancels
+        self.watchdog = watchdog(self.loop)
         self.decoder: SSEDecoder | None = None
         self.parser: StreamParser | None = None
         # continue_on_failure: earlier attempts whose frames reached the client, and how many.
@@ -165,17 +169,18 @@ class _Relay(_StreamRelay, _BodyRelay, _Endings):
         health.acquire()
         try:
             try:
-                async with asyncio.timeout(None) as timeout:
-                    self.timer = Deadline(timeout, self.loop)
-                    self.timer.set(self._deadline())
-                    self.upstream = await deployment.provider.chat(
-                        self._body(deployment), stream=self.call.stream
-                    )
-                    if self.call.stream:
-                        response = await self._relay_stream(deployment)
-                    else:
-                        response = await self._relay_body(deployment)
-            except TimeoutError:
+                self.timer = timer = self.watchdog.watch(self.task)
+                timer.set(self._deadline())
+                self.upstream = await deployment.provider.chat(
+                    self._body(deployment), stream=self.call.stream
+                )
+                if self.call.stream:
+                    response = await self._relay_stream(deployment)
+                else:
+                    response = await self._relay_body(deployment)
+            except (TimeoutError, asyncio.CancelledError) as exc:
+                if isinstance(exc, asyncio.CancelledError) and not timer.took_back():
+                    raise  # not the deadline's: the client went away, the server stops
                 if self.cancel_requested:
                     raise _ClientCancelled() from None
                 raise self._timeout_error() from None

@@ -1,8 +1,9 @@
-"""An attempt's Deadline (gateway.pipeline.deadline): moving it later costs no timer work, and
-the timeout it guards expires once the time last set has passed, and only then.
+"""An attempt's Deadline (gateway.pipeline.deadline): a number that costs no timer work to move;
+the loop's one Watchdog cancels the attempt's task once the time last set has passed, and only
+then; the attempt tells its own deadline's cancellation from anyone else's.
 
-The timer handle's own firing is driven by hand here (`_fire`, what the loop would call at
-`_wake_at`), so no test waits on the clock except the last, which lets a real one run out.
+The watchdog's tick is driven by hand here (`_tick`, what its timer calls), so no test waits on
+the clock except the last, which lets a real one run out.
 """
 
 from __future__ import annotations
@@ -11,104 +12,123 @@ import asyncio
 
 import pytest
 
-from gateway.pipeline.deadline import Deadline
+from gateway.pipeline.deadline import TICK_S, Deadline, Watchdog, watchdog
 
 
-async def guarded() -> tuple[Deadline, asyncio.Task[None]]:
-    """A task waiting forever inside `asyncio.timeout(None)`, and a Deadline on that timeout."""
+async def guarded(dog: Watchdog) -> tuple[Deadline, asyncio.Task[str]]:
+    """A task waiting forever as an attempt does, under a deadline: it says how it ended (a
+    timeout is a cancellation its deadline takes back)."""
     ready: asyncio.Future[Deadline] = asyncio.Future()
 
-    async def wait() -> None:
-        async with asyncio.timeout(None) as timeout:
-            ready.set_result(Deadline(timeout, asyncio.get_running_loop()))
+    async def attempt() -> str:
+        deadline = dog.watch(asyncio.current_task())  # type: ignore[arg-type]
+        ready.set_result(deadline)
+        try:
             await asyncio.Event().wait()
+        except asyncio.CancelledError:
+            if deadline.took_back():
+                return "timed out"
+            raise
+        finally:
+            deadline.close()
+        return "never"
 
-    task = asyncio.ensure_future(wait())
+    task = asyncio.ensure_future(attempt())
     return await ready, task
 
 
-async def test_moving_the_deadline_later_keeps_the_one_timer_it_has() -> None:
-    deadline, task = await guarded()
-    now = asyncio.get_running_loop().time()
-    deadline.set(now + 10)
-    handle = deadline._handle
-    for step in range(1, 100):  # a chunk after each other: the idle deadline moves on
-        deadline.set(now + 10 + step)
-    assert deadline._handle is handle and deadline._wake_at == now + 10
-    assert deadline.when == now + 109
-    deadline.set(None)  # a write to a slow client: no deadline meanwhile
-    assert deadline._handle is handle
-    deadline.close()
-    task.cancel()
+async def test_moving_deadlines_touches_no_timer_and_one_timer_serves_them_all() -> None:
+    dog = Watchdog(asyncio.get_running_loop())
+    first, one = await guarded(dog)
+    handle = dog._handle
+    second, two = await guarded(dog)
+    now = dog.loop.time()
+    for step in range(100):  # a chunk after another: the idle deadline moves on
+        first.set(now + 10 + step)
+        second.set(now + 20 + step)
+    second.set(None)  # a write to a slow client: no deadline meanwhile
+    assert dog._handle is handle and handle is not None and dog.watching() == 2
+    one.cancel()
+    two.cancel()
+    await asyncio.gather(one, two, return_exceptions=True)
+    assert dog.watching() == 0
 
 
-async def test_when_its_timer_fires_early_it_moves_to_the_deadline_as_it_stands() -> None:
-    deadline, task = await guarded()
-    now = asyncio.get_running_loop().time()
-    deadline.set(now + 10)
-    deadline.set(now + 30)
-    deadline._fire()  # at now + 10, the deadline being now + 30
-    assert deadline._wake_at == now + 30 and deadline._handle is not None
-    assert deadline.timeout.when() is None and not task.done()
-    deadline.close()
-    task.cancel()
+async def test_a_passed_deadline_cancels_its_task_which_reads_it_as_a_timeout() -> None:
+    dog = Watchdog(asyncio.get_running_loop())
+    passed, late = await guarded(dog)
+    kept, waiting = await guarded(dog)
+    passed.set(dog.loop.time() - 1)
+    kept.set(dog.loop.time() + 3600)
+    dog._tick()
+    assert await late == "timed out"
+    assert not waiting.done() and dog.watching() == 1
+    waiting.cancel()
 
 
-async def test_an_earlier_deadline_rearms_the_timer() -> None:
-    deadline, task = await guarded()
-    now = asyncio.get_running_loop().time()
-    deadline.set(now + 30)
-    deadline.set(now + 5)  # the total deadline comes before the idle one would
-    assert deadline._wake_at == now + 5
-    deadline.close()
-    task.cancel()
-
-
-async def test_no_deadline_when_the_timer_fires_then_the_next_set_arms_one() -> None:
-    deadline, task = await guarded()
-    now = asyncio.get_running_loop().time()
-    deadline.set(now + 10)
+async def test_the_watchdog_wakes_for_a_deadline_before_its_tick_and_sleeps_when_idle() -> None:
+    dog = Watchdog(asyncio.get_running_loop())
+    deadline, task = await guarded(dog)
+    soon = dog.loop.time() + TICK_S / 5
+    deadline.set(soon)
+    dog._tick()
+    assert dog._handle is not None and dog._handle.when() == soon
     deadline.set(None)
-    deadline._fire()
-    assert deadline._handle is None and not task.done()
-    deadline.set(now + 20)
-    assert deadline._handle is not None and deadline._wake_at == now + 20
-    deadline.close()
+    dog._tick()  # no deadline now: it keeps watching at its own pace
+    assert dog._handle is not None and not task.done()
     task.cancel()
+    await asyncio.gather(task, return_exceptions=True)
+    assert dog._handle is not None
+    dog._handle.cancel()
+    dog._tick()  # nothing under way: no timer left behind
+    assert dog._handle is None
 
 
-async def test_a_passed_deadline_expires_the_timeout() -> None:
-    deadline, task = await guarded()
-    deadline.set(asyncio.get_running_loop().time() - 1)
-    deadline._fire()
-    with pytest.raises(TimeoutError):
-        await task
-    assert deadline.timeout.expired()
-
-
-async def test_expire_ends_the_wait_whatever_the_deadline() -> None:
-    deadline, task = await guarded()
-    deadline.set(asyncio.get_running_loop().time() + 3600)
+async def test_expire_cancels_now_whatever_the_deadline_and_only_once() -> None:
+    dog = Watchdog(asyncio.get_running_loop())
+    deadline, task = await guarded(dog)
+    deadline.set(dog.loop.time() + 3600)
     deadline.expire()  # an explicit cancel from another connection
-    with pytest.raises(TimeoutError):
+    deadline.expire()  # and the watchdog finding it passed: still one cancel request
+    assert await task == "timed out"
+
+
+async def test_a_cancel_from_anyone_else_is_not_taken_for_the_deadline() -> None:
+    dog = Watchdog(asyncio.get_running_loop())
+    deadline, task = await guarded(dog)
+    deadline.expire()
+    task.cancel()  # the client went away as well: the server cancels the handler
+    with pytest.raises(asyncio.CancelledError):
         await task
-    deadline.close()
+    alone, other = await guarded(dog)
+    other.cancel()  # only the client: the deadline never expired
+    with pytest.raises(asyncio.CancelledError):
+        await other
+    assert not alone.expired
+
+
+async def test_each_loop_has_its_own_watchdog() -> None:
+    loop = asyncio.get_running_loop()
+    assert watchdog(loop) is watchdog(loop)
+    other = asyncio.new_event_loop()
+    try:
+        assert watchdog(other).loop is other
+    finally:
+        other.close()
+    assert watchdog(loop).loop is loop
 
 
 async def test_a_real_deadline_runs_out_after_its_last_move_and_not_before() -> None:
     loop = asyncio.get_running_loop()
+    dog = watchdog(loop)
+    deadline, task = await guarded(dog)
 
-    async def keep_moving(deadline: Deadline) -> None:
+    async def keep_moving() -> None:
         for _ in range(5):  # five chunks 10 ms apart, each moving the deadline 50 ms on
             deadline.set(loop.time() + 0.05)
             await asyncio.sleep(0.01)
 
-    with pytest.raises(TimeoutError):
-        async with asyncio.timeout(None) as timeout:
-            deadline = Deadline(timeout, loop)
-            mover = asyncio.ensure_future(keep_moving(deadline))
-            await asyncio.Event().wait()
+    await keep_moving()
+    assert await task == "timed out"
     expired_at = loop.time()
-    mover.cancel()
-    deadline.close()
     assert deadline.when is not None and expired_at >= deadline.when
