@@ -35,6 +35,10 @@ class Authenticator:
         self._cache_s = cache_s
         self._cache: dict[str, tuple[float, KeyRecord | None]] = {}
         self._teams: dict[str, tuple[float, Team | None]] = {}
+        # A key's record and the principal made of it and its team, kept as long as they are:
+        # the principal is the same object every request (two lookups and a frozen dataclass
+        # less a request). Forgetting a key or a team forgets every principal.
+        self._principals: dict[str, tuple[float, KeyRecord, Principal]] = {}
 
     async def principal(self, headers: Mapping[str, str]) -> Principal:
         secret = presented_key(headers)
@@ -52,12 +56,25 @@ class Authenticator:
             if self.open:
                 return OPEN  # any SDK placeholder key works locally
             raise Unauthorized("Incorrect API key provided.")
-        record = await self._lookup(key_hash)
-        if record is None:
-            raise Unauthorized("Incorrect API key provided.")
-        reason = record.unusable_because()
+        now = time.monotonic()
+        known = self._principals.get(key_hash)
+        if known is not None and known[0] > now:
+            record, principal = known[1], known[2]
+        else:
+            found = await self._lookup(key_hash)
+            if found is None:
+                raise Unauthorized("Incorrect API key provided.")
+            record = found
+            principal = await self._principal_of(record)
+            if len(self._principals) >= _CACHE_MAX:
+                self._principals.clear()
+            self._principals[key_hash] = (now + self._cache_s, record, principal)
+        reason = record.unusable_because()  # every time: a key expires at its time, cached or not
         if reason is not None:
             raise Unauthorized(f"This API key has been {reason}.", code=f"api_key_{reason}")
+        return principal
+
+    async def _principal_of(self, record: KeyRecord) -> Principal:
         models = frozenset(record.models) if record.models is not None else None
         team = await self._team(record.team_id)
         return Principal(
@@ -81,6 +98,7 @@ class Authenticator:
 
     def forget_team(self, team_id: str) -> None:
         self._teams.pop(team_id, None)
+        self._principals.clear()
 
     async def _lookup(self, key_hash: str) -> KeyRecord | None:
         now = time.monotonic()
@@ -95,3 +113,4 @@ class Authenticator:
 
     def forget(self, key_hash: str) -> None:
         self._cache.pop(key_hash, None)
+        self._principals.clear()
