@@ -149,6 +149,15 @@ _EVENT = {
     "postgresql": _EVENT_INSERT.format("", ""),
 }
 _END_TURN = "UPDATE turns SET ended_at = ?, status = ? WHERE id = ?"
+# A batch's turns, each with its end when the batch holds that too (most short turns: their
+# start and end are in one commit); a turn already stored takes an end it did not have.
+_TURN_WITH_END = _insert(
+    "turns",
+    (*_TURN, "ended_at", "status"),
+    "ON CONFLICT (id) DO UPDATE SET ended_at = COALESCE(excluded.ended_at, turns.ended_at),"
+    " status = COALESCE(excluded.status, turns.status)",
+)
+_NOT_ENDED = (None, None)
 
 
 _ORDER: tuple[Kind, ...] = ("conversation", "turn", "event", "usage", "response")
@@ -164,19 +173,29 @@ async def apply_batch(db: Db, writes: list[Write]) -> None:
     by_kind: dict[str, list[Write]] = {}
     for write in writes:
         by_kind.setdefault(write.kind, []).append(write)
+    # The batch's turn ends, by turn: a turn whose start is in the batch is inserted ended
+    # (no UPDATE after it, and never in the index of open turns); the others are updated.
+    ends = {
+        w.row["turn_id"]: _end_args(w.row)
+        for w in by_kind.get("event", ())
+        if w.row["type"] == "turn/end"
+    }
     for kind in _ORDER:
         group = by_kind.get(kind)
         if not group:
             continue
-        if kind != "event":
+        if kind == "turn":
+            values = _values(kind, group)
+            with_end = [v + ends.pop(v[0], _NOT_ENDED)[:2] for v in values]
+            await db.executemany(_TURN_WITH_END, with_end)
+        elif kind != "event":
             await db.executemany(_SQL[kind], _values(kind, group))
-            continue
-        rows = [_event_args(w.row, db.dialect) for w in group]
-        ends = [_end_args(w.row) for w in group if w.row["type"] == "turn/end"]
-        await db.executemany(_EVENT[db.dialect], rows)
-        if ends:
-            # Unconditional (unlike `apply`): setting the same end twice changes nothing.
-            await db.executemany(_END_TURN, ends)
+        else:
+            rows = [_event_args(w.row, db.dialect) for w in group]
+            await db.executemany(_EVENT[db.dialect], rows)
+            if ends:
+                # Unconditional (unlike `apply`): setting the same end twice changes nothing.
+                await db.executemany(_END_TURN, list(ends.values()))
 
 
 def _values(kind: Kind, group: list[Write]) -> list[tuple[Any, ...]]:

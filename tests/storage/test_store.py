@@ -123,6 +123,43 @@ async def test_a_write_from_before_a_column_existed_lands_with_it_null(store: St
     assert await store.backend.run(turns) == [("new", "t", "test"), ("old", None, None)]
 
 
+async def test_a_batch_ends_the_turns_it_starts_and_the_turns_stored_before_it(
+    store: Store,
+) -> None:
+    """A turn whose start and end share a commit is inserted ended, so it is never an open
+    turn; an end whose turn was stored by an earlier commit, or is written again (a replay),
+    ends that turn all the same."""
+    store.create_conversation(Conversation("c", 1.0))
+    store.start_turn(TurnStart("earlier", "c", 1.0, {}))
+    store.start_turn(TurnStart("replayed", "c", 1.0, {}))
+    await store.flush()
+
+    def start(turn: str) -> Write:
+        row = {"id": turn, "conversation_id": "c", "started_at": 2.0, "request": "{}"}
+        return Write("turn", {**row, "team_id": None, "key_id": None, "owner": "test"})
+
+    def end(turn: str, status: str) -> Write:
+        payload = f'{{"status":"{status}"}}'
+        row = {"conversation_id": "c", "turn_id": turn, "type": "turn/end", "created_at": 3.0}
+        return Write("event", {**row, "payload": payload, "uid": f"end-{turn}", "status": status})
+
+    batch = [start("both"), start("replayed"), start("open"), end("both", "completed")]
+    batch += [end("earlier", "aborted"), end("replayed", "error")]
+    await store.backend.apply(batch)  # one batch, one transaction
+
+    async def turns(db: Db) -> list[tuple[object, ...]]:
+        rows = await db.fetch("SELECT id, ended_at, status FROM turns ORDER BY id")
+        return [tuple(row) for row in rows]
+
+    assert await store.backend.run(turns) == [
+        ("both", 3.0, "completed"),
+        ("earlier", 3.0, "aborted"),
+        ("open", None, None),
+        ("replayed", 3.0, "error"),
+    ]
+    assert await store.claim_orphaned_turns(own=True, stale_before=0.0) == [("open", "c")]
+
+
 async def test_it_survives_a_restart(make: MakeStore) -> None:
     first = await make()
     first.create_conversation(Conversation("c", 1.0))
