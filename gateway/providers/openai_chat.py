@@ -216,8 +216,19 @@ def parse_completion(obj: dict[str, Any]) -> list[StreamEvent]:
         error = obj["error"]
         upstream = error if isinstance(error, dict) else {"message": str(error)}
         return [StreamFailure(_error_message(error), upstream)]
+    choices = obj.get("choices")
+    if type(choices) is list and len(choices) == 1 and (plain := _plain_text(choices[0])):
+        # The usual answer, text alone: the events the general way gives, made directly.
+        text, reason = plain
+        out: list[StreamEvent] = [BlockStart(0, TEXT), BlockDelta(0, text)]
+        if reason:
+            out += (BlockEnd(0), Finish(str(reason)))
+        usage = obj.get("usage")
+        if isinstance(usage, dict):
+            out.append(Usage(usage))
+        return out
     parser = ChatStreamParser()
-    out: list[StreamEvent] = []
+    out = []
     for choice in obj.get("choices") or ():
         if not isinstance(choice, dict) or choice.get("index", 0) != 0:
             continue
@@ -237,3 +248,22 @@ def parse_completion(obj: dict[str, Any]) -> list[StreamEvent]:
     if isinstance(obj.get("usage"), dict):
         out.append(Usage(obj["usage"]))
     return out
+
+
+def _plain_text(choice: Any) -> tuple[str, Any] | None:
+    """A first choice whose message is text alone (no reasoning, no tool calls): its text and
+    finish reason. None: the general way."""
+    if type(choice) is not dict or choice.get("index", 0) != 0:
+        return None
+    message = choice.get("message")
+    if type(message) is not dict:
+        return None
+    content = message.get("content")
+    if (
+        type(content) is not str
+        or message.get("reasoning_content") is not None
+        or message.get("reasoning") is not None
+        or message.get("tool_calls")
+    ):
+        return None
+    return content, choice.get("finish_reason")

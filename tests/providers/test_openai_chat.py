@@ -9,6 +9,7 @@ from hypothesis import given, settings
 from hypothesis import strategies as st
 
 from gateway.errors import UpstreamProtocolError
+from gateway.providers import openai_chat
 from gateway.providers.openai_chat import ChatStreamParser, parse_completion
 from gateway.stream.assembler import BlockAssembler
 from gateway.stream.events import BlockDelta, BlockEnd, BlockStart, StreamEvent, StreamFailure
@@ -230,3 +231,44 @@ def test_a_text_piece_read_off_the_raw_payload_is_what_feed_reads(
         return
     if read is not None:  # refusing is always allowed; reading must agree with feed
         assert (events, kind) == ([BlockDelta(*read)], "data")
+
+
+@settings(max_examples=300, deadline=None)
+@given(
+    content=st.one_of(st.none(), st.text(max_size=5), st.integers()),
+    reason=st.sampled_from([None, "", "stop", "length", 7]),
+    extra=st.sampled_from(
+        [
+            {},
+            {"reasoning_content": "r"},
+            {"reasoning": ""},
+            {"tool_calls": []},
+            {"refusal": "no"},
+            {"tool_calls": [{"id": "c", "function": {"name": "f", "arguments": "{}"}}]},
+        ]
+    ),
+    index=st.sampled_from([None, 0, 1]),
+    usage=st.sampled_from([None, {"prompt_tokens": 1}, 3]),
+    more_choices=st.booleans(),
+)
+def test_a_text_answer_gives_the_events_the_general_way_gives(
+    content: object,
+    reason: object,
+    extra: dict[str, object],
+    index: int | None,
+    usage: object,
+    more_choices: bool,
+) -> None:
+    """parse_completion makes a plain text answer's events directly: the same events, in the
+    same order, as the chunk-by-chunk way every other answer takes."""
+    choice: dict[str, object] = {"message": {"role": "assistant", "content": content, **extra}}
+    choice["finish_reason"] = reason
+    if index is not None:
+        choice["index"] = index
+    body: dict[str, object] = {"choices": [choice] * (2 if more_choices else 1)}
+    if usage is not None:
+        body["usage"] = usage
+    direct = parse_completion(body)
+    with pytest.MonkeyPatch.context() as patched:
+        patched.setattr(openai_chat, "_plain_text", lambda choice: None)
+        assert direct == parse_completion(body)
