@@ -44,6 +44,7 @@ from gateway.stream.events import BlockDelta, BlockEnd, BlockStart, Finish, Stre
 from gateway.stream.narrow import Items, widened
 
 _JOIN_AT = 256  # delta strings waiting before they are joined into one piece of the buffer
+_BOUNDS = (BlockStart, BlockEnd)  # (a tuple: `A | B` makes a union object every time)
 
 
 class _Clock:
@@ -399,7 +400,7 @@ class AttemptLog:
                 event = _shifted(segment.event, index_offset) if index_offset else segment.event
                 stream.event(segment.t_ms + shift_ms, event)
                 assembler.feed(event)
-                if not isinstance(event, BlockStart | BlockEnd):
+                if not isinstance(event, _BOUNDS):
                     continue
                 index = event.index
             if index > top:
