@@ -12,7 +12,7 @@ import sqlite3
 import threading
 from collections.abc import Callable
 from pathlib import Path
-from typing import Any, NoReturn, TypeVar
+from typing import Any, NoReturn, TypeVar, cast
 
 from gateway.storage.db import Dialect, Op, Row, StoreUnavailable, run_now
 from gateway.storage.payload import DeferredPayload
@@ -24,6 +24,13 @@ T = TypeVar("T")
 # as they fill rather than grow the cache by the payload's size. The usual size is restored
 # after it.
 _LONG_PAYLOAD_CACHE_KIB = 256
+
+# A NULL parameter as it is, without the module's search for an adapter: sqlite3 binds int,
+# float and str directly but looks every other value up, None included, and a miss there costs
+# an AttributeError made and dropped (~0.2 us a parameter; a turn binds about ten NULLs). An
+# adapter for None that gives None back (an empty dict's `get`, a C call) is found at once.
+# Process-wide, as every sqlite3 adapter is, and the same value either way.
+sqlite3.register_adapter(type(None), cast(Callable[[None], None], {}.get))
 
 # OperationalErrors that mean "the file cannot be written now", not "this SQL is wrong".
 _ENVIRONMENT = ("locked", "busy", "disk", "full", "i/o", "readonly", "unable to open")
