@@ -47,6 +47,12 @@ log = logging.getLogger(__name__)
 T = TypeVar("T")
 
 _BATCH = 512
+# How far the database may fall behind the journal (writes not yet committed) before a turn
+# waits for its commit instead: a few batches, so that the batch being committed and the one
+# gathering meanwhile never make turns wait on a store that keeps up (at 64 streams at once
+# the backlog hovers at one batch and a half), while one that does not keep up is still held
+# to a bound.
+_JOURNAL_LAG_MAX = 4 * _BATCH
 _RETRIES = 3
 _STUCK_RETRY_S = 0.5
 _ACK_WAIT_S = 5.0
@@ -259,10 +265,10 @@ class Store:
         mark = self._submitted
         if self._handled >= mark or self._writer is None or self._stuck:
             return
-        # The journal while the database keeps up; behind by more than a batch, the turn waits
-        # for its commit: the backlog must not grow without bound (it would spill to the spool).
+        # The journal while the database keeps up; behind by more than a few batches, the turn
+        # waits for its commit: the backlog must not grow without bound (it would spill).
         backlog = len(self._queue) + len(self._inflight)
-        if self._journal is not None and backlog <= _BATCH and self._journal_append(mark):
+        if self._journal is not None and backlog <= _JOURNAL_LAG_MAX and self._journal_append(mark):
             return
         # A future per waiting turn and one shared watchdog timer, rather than a timeout per
         # turn: this runs on every request.
