@@ -48,8 +48,8 @@ async def record(turns: int) -> None:
         answer = orjson.loads(COMPLETION_BODY)
         route = {"provider": "openai", "deployment": "bench/0-openai", "model": "fake-model"}
         messages = [{"role": "user", "content": "Say hello."}]
-        request = {"endpoint": "openai.chat", "request_id": "0" * 32, "model": "bench"}
-        request |= {"stream": False, "instructions": [], "params": {"model": "bench"}}
+        request: dict[str, object] = {"endpoint": "openai.chat", "request_id": "0" * 32}
+        request |= {"model": "bench", "stream": False, "instructions": [], "params": {}}
 
         def one() -> None:
             cid = new_id("conv")
