@@ -33,12 +33,10 @@ class Authenticator:
         self._master_hash = hash_key(master_key) if master_key else None
         self._keys = keys
         self._cache_s = cache_s
-        self._cache: dict[str, tuple[float, KeyRecord | None]] = {}
+        # By key hash: its record (None: no such key) and the principal made of it and its
+        # team, the same object every request while cached.
+        self._cache: dict[str, tuple[float, KeyRecord | None, Principal | None]] = {}
         self._teams: dict[str, tuple[float, Team | None]] = {}
-        # A key's record and the principal made of it and its team, kept as long as they are:
-        # the principal is the same object every request (two lookups and a frozen dataclass
-        # less a request). Forgetting a key or a team forgets every principal.
-        self._principals: dict[str, tuple[float, KeyRecord, Principal]] = {}
 
     async def principal(self, headers: Mapping[str, str]) -> Principal:
         secret = presented_key(headers)
@@ -56,19 +54,9 @@ class Authenticator:
             if self.open:
                 return OPEN  # any SDK placeholder key works locally
             raise Unauthorized("Incorrect API key provided.")
-        now = time.monotonic()
-        known = self._principals.get(key_hash)
-        if known is not None and known[0] > now:
-            record, principal = known[1], known[2]
-        else:
-            found = await self._lookup(key_hash)
-            if found is None:
-                raise Unauthorized("Incorrect API key provided.")
-            record = found
-            principal = await self._principal_of(record)
-            if len(self._principals) >= _CACHE_MAX:
-                self._principals.clear()
-            self._principals[key_hash] = (now + self._cache_s, record, principal)
+        record, principal = await self._lookup(key_hash)
+        if record is None or principal is None:
+            raise Unauthorized("Incorrect API key provided.")
         reason = record.unusable_because()  # every time: a key expires at its time, cached or not
         if reason is not None:
             raise Unauthorized(f"This API key has been {reason}.", code=f"api_key_{reason}")
@@ -98,19 +86,22 @@ class Authenticator:
 
     def forget_team(self, team_id: str) -> None:
         self._teams.pop(team_id, None)
-        self._principals.clear()
+        # Its keys' principals carry its limits.
+        self._cache = {
+            h: c for h, c in self._cache.items() if c[2] is None or c[2].team_id != team_id
+        }
 
-    async def _lookup(self, key_hash: str) -> KeyRecord | None:
+    async def _lookup(self, key_hash: str) -> tuple[KeyRecord | None, Principal | None]:
         now = time.monotonic()
         cached = self._cache.get(key_hash)
         if cached is not None and cached[0] > now:
-            return cached[1]
+            return cached[1], cached[2]
         record = await self._keys.key_by_hash(key_hash)
+        principal = await self._principal_of(record) if record is not None else None
         if len(self._cache) >= _CACHE_MAX:
             self._cache.clear()
-        self._cache[key_hash] = (now + self._cache_s, record)
-        return record
+        self._cache[key_hash] = (now + self._cache_s, record, principal)
+        return record, principal
 
     def forget(self, key_hash: str) -> None:
         self._cache.pop(key_hash, None)
-        self._principals.clear()

@@ -114,7 +114,14 @@ USAGE_COLUMNS = (
 
 _SQL = {
     "conversation": _insert("conversations", _CONVERSATION, "ON CONFLICT (id) DO NOTHING"),
-    "turn": _insert("turns", _TURN, "ON CONFLICT (id) DO NOTHING"),
+    # A turn is inserted with its end (`ended_at`, `status`) when the batch holds that too, else
+    # NULLs; one stored already (a replay) takes an end it did not have, and keeps the one it has.
+    "turn": _insert(
+        "turns",
+        (*_TURN, "ended_at", "status"),
+        "ON CONFLICT (id) DO UPDATE SET ended_at = COALESCE(excluded.ended_at, turns.ended_at),"
+        " status = COALESCE(excluded.status, turns.status)",
+    ),
     "response": _insert("responses", _RESPONSE, "ON CONFLICT (id) DO NOTHING"),
     # A drained stream's usage replaces the first estimate of the same attempt.
     "usage": _insert(
@@ -149,14 +156,6 @@ _EVENT = {
     "postgresql": _EVENT_INSERT.format("", ""),
 }
 _END_TURN = "UPDATE turns SET ended_at = ?, status = ? WHERE id = ?"
-# A batch's turns, each with its end when the batch holds that too (most short turns: their
-# start and end are in one commit); a turn already stored takes an end it did not have.
-_TURN_WITH_END = _insert(
-    "turns",
-    (*_TURN, "ended_at", "status"),
-    "ON CONFLICT (id) DO UPDATE SET ended_at = COALESCE(excluded.ended_at, turns.ended_at),"
-    " status = COALESCE(excluded.status, turns.status)",
-)
 _NOT_ENDED = (None, None)
 
 
@@ -184,12 +183,11 @@ async def apply_batch(db: Db, writes: list[Write]) -> None:
         group = by_kind.get(kind)
         if not group:
             continue
-        if kind == "turn":
-            values = _values(kind, group)
-            with_end = [v + ends.pop(v[0], _NOT_ENDED)[:2] for v in values]
-            await db.executemany(_TURN_WITH_END, with_end)
-        elif kind != "event":
-            await db.executemany(_SQL[kind], _values(kind, group))
+        if kind != "event":
+            rows = _values(kind, group)
+            if kind == "turn":  # and its end, if the batch has it
+                rows = [v + ends.pop(v[0], _NOT_ENDED)[:2] for v in rows]
+            await db.executemany(_SQL[kind], rows)
         else:
             rows = [_event_args(w.row, db.dialect) for w in group]
             await db.executemany(_EVENT[db.dialect], rows)
@@ -228,4 +226,7 @@ async def apply(db: Db, write: Write) -> None:
         if inserted and row["type"] == "turn/end":
             await db.execute(_END_TURN, *_end_args(row))
         return
-    await db.execute(_SQL[write.kind], *(row.get(c) for c in _COLUMNS[write.kind]))
+    values = [row.get(c) for c in _COLUMNS[write.kind]]
+    if write.kind == "turn":
+        values += _NOT_ENDED  # a turn alone: its end comes with its turn/end
+    await db.execute(_SQL[write.kind], *values)
