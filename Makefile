@@ -4,10 +4,14 @@ VENV := .venv
 BIN := $(VENV)/bin
 CONFIG ?= config/gateway.yaml
 STAMP := $(VENV)/.installed
+# The recording path compiled with mypyc (gateway/native.py): rebuilt when one of its sources
+# changes; without a C compiler the gateway runs it as plain Python.
+NATIVE := .native/manifest.json
+NATIVE_SOURCES := $(shell sed -n 's/^    "\(gateway\/.*\.py\)",$$/\1/p' gateway/native.py)
 
 .PHONY: setup system run test lint typecheck check bench clean
 
-setup: $(STAMP)
+setup: $(STAMP) $(NATIVE)
 
 # What the tests start or drive themselves: a throwaway PostgreSQL and Redis (replica and
 # store-outage tests), promtool and docker-compose (deploy/ validation), Chromium (admin UI).
@@ -32,6 +36,9 @@ $(STAMP): pyproject.toml
 	$(BIN)/pip install --quiet -e '.[dev]'
 	touch $(STAMP)
 
+$(NATIVE): $(STAMP) gateway/native.py $(NATIVE_SOURCES)
+	$(BIN)/python -c "from gateway import native; native.build()" || echo "gateway: compiled modules not built: running as plain Python"
+
 run: setup
 	mkdir -p data
 	$(BIN)/gateway serve --config $(CONFIG)
@@ -52,4 +59,4 @@ bench: setup
 	$(BIN)/python -m bench.run
 
 clean:
-	rm -rf $(VENV) data/*.db* .pytest_cache .mypy_cache .ruff_cache
+	rm -rf $(VENV) .native data/*.db* .pytest_cache .mypy_cache .ruff_cache

@@ -16,7 +16,7 @@ from __future__ import annotations
 
 import time
 from collections.abc import Callable, Sequence
-from typing import TYPE_CHECKING, Any
+from typing import TYPE_CHECKING, Any, Protocol
 
 from gateway import metrics
 from gateway.conversations.events import (
@@ -41,6 +41,21 @@ from gateway.stream.assembler import BlockAssembler
 from gateway.stream.attempt_log import AttemptLog
 from gateway.stream.compact import CompactRecords, Timed
 from gateway.stream.events import StreamEvent
+
+
+class TurnWrites(Protocol):
+    """What a turn writes through: the Store (a protocol, not the class, so a stand-in that
+    keeps the writes can take its place, compiled or not: gateway.native)."""
+
+    def create_conversation(self, conversation: Conversation) -> None: ...
+
+    def start_turn(self, turn: TurnStart) -> None: ...
+
+    def append(self, event: NewEvent) -> None: ...
+
+    async def durable_enough(self) -> None: ...
+
+    def journal_pending(self) -> None: ...
 
 
 class Attempt:
@@ -204,7 +219,7 @@ def _sum_usage(usages: list[dict[str, Any]]) -> dict[str, int]:
 class TurnRecorder:
     def __init__(
         self,
-        store: Store,
+        store: TurnWrites,
         conversation_id: str,
         turn_id: str,
         *,

@@ -50,7 +50,31 @@ class UsageRecord:
     duration_ms: float | None
 
     def row(self) -> dict[str, Any]:
-        return dict(self.__dict__)  # flat fields: asdict's deep copy costs 20x more
+        # Spelled out: a compiled class (gateway.native) has no __dict__, and asdict's deep
+        # copy costs 20x more.
+        return {
+            "id": self.id,
+            "turn_id": self.turn_id,
+            "conversation_id": self.conversation_id,
+            "team_id": self.team_id,
+            "key_id": self.key_id,
+            "user": self.user,
+            "alias": self.alias,
+            "deployment": self.deployment,
+            "provider": self.provider,
+            "model": self.model,
+            "created_at": self.created_at,
+            "status": self.status,
+            "prompt_tokens": self.prompt_tokens,
+            "completion_tokens": self.completion_tokens,
+            "completion_delivered": self.completion_delivered,
+            "reasoning_tokens": self.reasoning_tokens,
+            "cached_tokens": self.cached_tokens,
+            "usage_source": self.usage_source,
+            "cost_usd": self.cost_usd,
+            "ttft_ms": self.ttft_ms,
+            "duration_ms": self.duration_ms,
+        }
 
 
 def _int(value: Any) -> int:
