@@ -126,9 +126,14 @@ def active() -> bool:
     return any(isinstance(f, _Finder) for f in sys.meta_path)
 
 
-def build(directory: Path = DIRECTORY) -> None:
-    """Compile `COMPILED` into `directory` and write its manifest (last: a build that fails
-    halfway leaves no manifest, so nothing of it is used)."""
+def build(directory: Path = DIRECTORY, temp: Path | None = None) -> None:
+    """Compile `COMPILED` (the sources beside this module) into `directory` and write its
+    manifest (last: a build that fails halfway leaves no manifest, so nothing of it is used).
+
+    `directory` may be another package's `.native`: the container image compiles its source
+    tree and puts the build beside the installed package (whose sources are the same), as mypy
+    cannot compile from site-packages itself. `temp` holds the C sources and objects (default:
+    `directory/build`)."""
     import shutil
 
     from mypyc.build import mypycify
@@ -139,10 +144,9 @@ def build(directory: Path = DIRECTORY) -> None:
     os.chdir(ROOT)  # mypyc names modules by their paths from here
     (directory / MANIFEST).unlink(missing_ok=True)
     sources = digests()
-    extensions = mypycify(
-        list(COMPILED), group_name=GROUP, target_dir=str(directory / "build"), multi_file=True
-    )
-    args = ["build_ext", "--build-lib", str(directory), "--build-temp", str(directory / "build")]
+    temp = temp or directory / "build"
+    extensions = mypycify(list(COMPILED), group_name=GROUP, target_dir=str(temp), multi_file=True)
+    args = ["build_ext", "--build-lib", str(directory), "--build-temp", str(temp)]
     args += ["-j", str(os.cpu_count() or 1)]
     setup(name=GROUP, ext_modules=extensions, script_args=["-q", *args])
     manifest = {"python": sys.implementation.cache_tag, "suffix": _SUFFIX, "sources": sources}

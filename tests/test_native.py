@@ -47,6 +47,19 @@ def test_gateway_native_0_runs_plain_python(build: dict[str, Path], tmp_path: Pa
     assert out == [str(native.ROOT / "gateway/stream/compact.py"), "False"]
 
 
+def test_a_build_moved_beside_an_installed_copy_of_the_package_is_used(
+    build: dict[str, Path], tmp_path: Path
+) -> None:
+    # What the container image does: built from a source tree, then put in site-packages.
+    site = tmp_path / "site-packages"
+    shutil.copytree(native.ROOT / "gateway", site / "gateway")
+    shutil.copytree(native.DIRECTORY, site / ".native", ignore=shutil.ignore_patterns("build"))
+    done = _python(WHERE, tmp_path, PYTHONPATH=str(site))
+    library = site / ".native/gateway/stream" / ("compact" + native._SUFFIX)
+    assert done.stdout.split() == [str(library), "True"]
+    assert done.stderr == ""
+
+
 def test_one_changed_source_leaves_the_whole_build_unused(
     build: dict[str, Path], tmp_path: Path
 ) -> None:
