@@ -149,6 +149,7 @@ def write_gateway_config(tmp: Path, upstream_port: int) -> Path:
 
 def create_virtual_key(gateway_bin: Path, config: Path, env: dict[str, str] | None = None) -> str:
     """A team and a key in the bench store, made with the CLI as an operator would."""
+
     def cli(*args: str) -> str:
         return subprocess.run(
             [str(gateway_bin), *args, "--config", str(config)],
