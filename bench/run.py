@@ -589,7 +589,12 @@ class Bench:
                 # Each round's own ratio: how much of the median's distance from 0.6 is noise.
                 gw, pt = self.results[(cell, "gateway")], self.results[(cell, "passthrough")]
                 pairs = zip(gw, pt, strict=False)  # a run cut short by a failure: fewer rounds
-                row["gateway_over_passthrough_by_round"] = [ratio(g.rps, p.rps) for g, p in pairs]
+                by_round = [r for g, p in pairs if (r := ratio(g.rps, p.rps)) is not None]
+                row["gateway_over_passthrough_by_round"] = by_round
+                # Paired: each round's two targets ran a few seconds apart, under the same
+                # machine; the median's ratio may pair one round's gateway with another's.
+                if by_round:
+                    row["gateway_over_passthrough_round_median"] = statistics.median(by_round)
             if W2 in rps and "passthrough" in rps:
                 row["w2_over_passthrough_rps"] = ratio(rps[W2], rps["passthrough"])
             if W2 in rps and "gateway" in rps:
@@ -713,7 +718,9 @@ def print_report(report: dict[str, Any]) -> None:
                 ratio = f"  {row['gateway_over_passthrough_rps']:.2f}"
                 by_round = row.get("gateway_over_passthrough_by_round") or []
                 if len(by_round) > 1:
-                    ratio += "  (rounds " + " ".join(f"{r:.2f}" for r in by_round if r) + ")"
+                    rounds = " ".join(f"{r:.2f}" for r in by_round)
+                    paired = row["gateway_over_passthrough_round_median"]
+                    ratio += f"  (rounds {rounds}: median {paired:.2f})"
             if target == W2 and row.get("w2_over_passthrough_rps") is not None:
                 ratio = f"  {row['w2_over_passthrough_rps']:.2f}"
                 if row.get("w2_over_gateway_rps_same_core") is not None:
