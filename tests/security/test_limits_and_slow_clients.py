@@ -206,6 +206,20 @@ async def trickle(writer: asyncio.StreamWriter, data: bytes, pace_s: float = 0.0
 async def closed_after(served: Served, prefix: bytes, slow: bytes) -> tuple[float, bytes]:
     """Send `prefix` at once, then `slow` byte by byte; how long until the server closed the
     connection, and what it said. Meanwhile other connections are served normally."""
+    # In debug mode asyncio logs a connection it could not set up after accepting it; else it
+    # drops it silently, which would read here as a close within milliseconds. One such close
+    # was seen (2 ms, a silent connection, 1 full run in 4 in session 14, not reproduced in 100
+    # runs of the test alone): if it comes back, the captured log says why.
+    loop = asyncio.get_running_loop()
+    debug = loop.get_debug()
+    loop.set_debug(True)
+    try:
+        return await _closed_after(served, prefix, slow)
+    finally:
+        loop.set_debug(debug)
+
+
+async def _closed_after(served: Served, prefix: bytes, slow: bytes) -> tuple[float, bytes]:
     reader, writer = await asyncio.open_connection(served.host, served.port)
     started = time.monotonic()
     writer.write(prefix)
