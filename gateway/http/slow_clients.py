@@ -7,7 +7,10 @@ default), and nothing times a body a handler is reading. So:
 
 - **Head** (`server.header_timeout_s`): a new connection must deliver its first request head
   whole within the limit, and on a kept-alive connection a head must be whole within the limit
-  of its first byte. Otherwise the connection is closed, after a `408` when part of a head came.
+  of its first byte. Otherwise the connection is closed, after a `408` when part of a head came;
+  that close lingers (RFC 9112 section 9.6): the gateway half-closes and drops what the client
+  still sends for up to `LINGER_S`, since closing a socket with bytes unread resets it and the
+  client's kernel may then throw the `408` away unread.
   Idle keep-alive connections (no byte of a next request) are left to aiohttp's keep-alive
   timeout, so a load balancer's pooled connections are not cut. This lives in a subclass of
   aiohttp's `RequestHandler` (the protocol of one connection), made by `guarded_runner`: used by
@@ -44,6 +47,8 @@ from gateway.errors import GatewayError, InvalidRequest, PayloadTooLarge
 from gateway.stream.delivery import ConnectionSocket
 
 log = logging.getLogger(__name__)
+
+LINGER_S = 2.0  # how long a connection cut off with a 408 is drained before it is closed
 
 
 class RequestTimeout(InvalidRequest, TimeoutError):
@@ -113,6 +118,7 @@ class SlowClientGuard(RequestHandler):
         self._header_timeout_s = header_timeout_s
         self._deadline: asyncio.TimerHandle | None = None
         self._partial = False  # part of a head has arrived
+        self._lingering: asyncio.TimerHandle | None = None  # cut off: draining until closed
         # A duplicate of this connection's socket, for the delivery tracking of every stream
         # it carries (gateway.stream.delivery); made by the first.
         self.delivery_socket: ConnectionSocket | None = None
@@ -123,11 +129,16 @@ class SlowClientGuard(RequestHandler):
 
     def connection_lost(self, exc: BaseException | None) -> None:
         self._disarm()
+        if self._lingering is not None:
+            self._lingering.cancel()
+            self._lingering = None
         if self.delivery_socket is not None:
             self.delivery_socket.connection_lost()
         super().connection_lost(exc)
 
     def data_received(self, data: bytes) -> None:
+        if self._lingering is not None:
+            return  # cut off with a 408: what still comes is read and dropped
         # Waiting for a next request: these bytes begin its head.
         waiting = self._waiter is not None and not self._waiter.done()
         heads = self._request_count
@@ -158,6 +169,14 @@ class SlowClientGuard(RequestHandler):
                 f"The request head did not arrive within {self._header_timeout_s:g} s."
             )
             self.transport.write(_raw_error(408, "Request Timeout", error))
+            if self.transport.can_write_eof():
+                self.transport.write_eof()  # the 408 and then the end; bytes may still come in
+                self._lingering = self._loop.call_later(LINGER_S, self._linger_done)
+                return
+        self.force_close()
+
+    def _linger_done(self) -> None:
+        self._lingering = None
         self.force_close()
 
     def handle_error(
