@@ -171,12 +171,9 @@ class SlowClientGuard(RequestHandler):
             self.transport.write(_raw_error(408, "Request Timeout", error))
             if self.transport.can_write_eof():
                 self.transport.write_eof()  # the 408 and then the end; bytes may still come in
-                self._lingering = self._loop.call_later(LINGER_S, self._linger_done)
+                # (Kept set once fired: bytes are dropped until the connection is gone.)
+                self._lingering = self._loop.call_later(LINGER_S, self.force_close)
                 return
-        self.force_close()
-
-    def _linger_done(self) -> None:
-        self._lingering = None
         self.force_close()
 
     def handle_error(
