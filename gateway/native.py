@@ -1,4 +1,5 @@
-"""The recording path compiled with mypyc: how it is built, and found at import.
+"""The recording path (and the upstream's bytes) compiled with mypyc: how it is built, and
+found at import.
 
 Recording a turn (its events, blocks, compact stream, usage row and store writes) is half of
 what a non-streaming request costs the gateway's one core (docs/performance.md). Compiled to C
@@ -29,9 +30,13 @@ from collections.abc import Sequence
 from pathlib import Path
 from types import ModuleType
 
-# Pure computation on the loop's thread once per turn or per frame. Not here: modules whose
-# classes tests patch or that aiohttp decorates (mypyc's functions take no attributes), and
-# pydantic models (mypyc does not compile them).
+# Pure computation on the loop's thread once per turn or per frame, and since session 15 the
+# upstream's bytes up to the frames (its connection, the SSE decoder) and the request's small
+# helpers. Not here: modules whose classes tests patch or that aiohttp decorates (mypyc's
+# functions take no attributes), pydantic models (mypyc does not compile them), the module
+# of the chat chunk's msgspec Structs (compiled, a stream took 60% more instructions), and
+# the relay, the store and the upstream request's side: compiled as well, a request took 7%
+# fewer instructions but 10-37% more CPU time (docs/performance.md, session 15).
 COMPILED = (
     "gateway/conversations/events.py",
     "gateway/conversations/recorder.py",
@@ -47,6 +52,12 @@ COMPILED = (
     "gateway/stream/attempt_log.py",
     "gateway/stream/compact.py",
     "gateway/stream/events.py",
+    "gateway/upstream_conn.py",
+    "gateway/storage/journal.py",
+    "gateway/providers/wire.py",
+    "gateway/dialects/requests.py",
+    "gateway/metering/keys.py",
+    "gateway/stream/sse.py",
 )
 GROUP = "gateway_native"  # the shared library every compiled module loads: f"{GROUP}__mypyc"
 ROOT = Path(__file__).resolve().parent.parent  # the directory holding gateway/
