@@ -30,13 +30,13 @@ from collections.abc import Sequence
 from pathlib import Path
 from types import ModuleType
 
-# Pure computation on the loop's thread once per turn or per frame, and since session 15 the
-# upstream's bytes up to the frames (its connection, the SSE decoder) and the request's small
-# helpers. Not here: modules whose classes tests patch or that aiohttp decorates (mypyc's
-# functions take no attributes), pydantic models (mypyc does not compile them), the module
-# of the chat chunk's msgspec Structs (compiled, a stream took 60% more instructions), and
-# the relay, the store and the upstream request's side: compiled as well, a request took 7%
-# fewer instructions but 10-37% more CPU time (docs/performance.md, session 15).
+# Pure computation on the loop's thread once per turn or per frame, the upstream's bytes up
+# to the frames (its connection, the SSE decoder) and the request's small helpers. Not here:
+# modules whose classes tests patch or that aiohttp decorates (mypyc's functions take no
+# attributes), pydantic models (mypyc does not compile them), the module of the chat chunk's
+# msgspec Structs (compiled, a stream took 60% more instructions), and the relay, the store
+# and the upstream request's side: compiled as well, a request took 7% fewer instructions but
+# 10-37% more CPU time (docs/performance-history.md, session 15).
 COMPILED = (
     "gateway/conversations/events.py",
     "gateway/conversations/recorder.py",

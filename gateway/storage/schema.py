@@ -99,7 +99,7 @@ _SQLITE_V4 = (
     # rows in key order, so a turn of an older conversation is written into the middle of the
     # table, and it keeps at most ~1 KB of a row in its page, the rest spilt to overflow
     # pages: answers are rows of kilobytes. Measured over 60,000 turns of conversations taken
-    # up again at random (docs/performance.md, session 9): 219 -> 150 MiB, a turn's three
+    # up again at random (docs/performance-history.md, session 9): 219 -> 150 MiB, a turn's three
     # events 56-58 -> 35-37 us of the writer's CPU; a conversation's history reads as fast.
     """CREATE TABLE events_v4 (
         conversation_id TEXT NOT NULL, seq INTEGER NOT NULL, turn_id TEXT NOT NULL,
