@@ -24,8 +24,9 @@ if TYPE_CHECKING:
 
 
 # Not frozen: a frozen dataclass sets each of these 21 fields through object.__setattr__, a
-# microsecond and a half a record; nothing changes one after it is made.
-@dataclass
+# microsecond and a half a record; nothing changes one after it is made. Its `__init__`
+# written out: compiled (gateway.native), it runs as C; the decorator's is interpreted.
+@dataclass(init=False)
 class UsageRecord:
     id: str
     turn_id: str
@@ -48,6 +49,52 @@ class UsageRecord:
     cost_usd: float | None
     ttft_ms: float | None
     duration_ms: float | None
+
+    def __init__(
+        self,
+        id: str,
+        turn_id: str,
+        conversation_id: str,
+        team_id: str | None,
+        key_id: str | None,
+        user: str | None,
+        alias: str | None,
+        deployment: str,
+        provider: str,
+        model: str,
+        created_at: float,
+        status: str,
+        prompt_tokens: int,
+        completion_tokens: int,
+        completion_delivered: int,
+        reasoning_tokens: int,
+        cached_tokens: int,
+        usage_source: str,
+        cost_usd: float | None,
+        ttft_ms: float | None,
+        duration_ms: float | None,
+    ) -> None:
+        self.id = id
+        self.turn_id = turn_id
+        self.conversation_id = conversation_id
+        self.team_id = team_id
+        self.key_id = key_id
+        self.user = user
+        self.alias = alias
+        self.deployment = deployment
+        self.provider = provider
+        self.model = model
+        self.created_at = created_at
+        self.status = status
+        self.prompt_tokens = prompt_tokens
+        self.completion_tokens = completion_tokens
+        self.completion_delivered = completion_delivered
+        self.reasoning_tokens = reasoning_tokens
+        self.cached_tokens = cached_tokens
+        self.usage_source = usage_source
+        self.cost_usd = cost_usd
+        self.ttft_ms = ttft_ms
+        self.duration_ms = duration_ms
 
     def row(self) -> dict[str, Any]:
         # Spelled out: a compiled class (gateway.native) has no __dict__, and asdict's deep

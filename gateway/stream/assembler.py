@@ -3,7 +3,7 @@
 from __future__ import annotations
 
 from collections.abc import Iterable
-from dataclasses import dataclass, field
+from dataclasses import dataclass
 from typing import Any
 
 from gateway.stream.events import (
@@ -20,15 +20,34 @@ from gateway.stream.events import (
 )
 
 
-@dataclass(slots=True)
+@dataclass(slots=True, init=False)
 class Block:
     index: int
     kind: str
-    parts: list[str] = field(default_factory=list)
-    closed: bool = False
-    id: str | None = None
-    name: str | None = None
-    data: dict[str, Any] | None = None
+    parts: list[str]
+    closed: bool
+    id: str | None
+    name: str | None
+    data: dict[str, Any] | None
+
+    # Written out: compiled (gateway.native), it runs as C (the decorator's is interpreted).
+    def __init__(
+        self,
+        index: int,
+        kind: str,
+        parts: list[str] | None = None,
+        closed: bool = False,
+        id: str | None = None,
+        name: str | None = None,
+        data: dict[str, Any] | None = None,
+    ) -> None:
+        self.index = index
+        self.kind = kind
+        self.parts = [] if parts is None else parts
+        self.closed = closed
+        self.id = id
+        self.name = name
+        self.data = data
 
     @property
     def text(self) -> str:
