@@ -16,6 +16,7 @@ from gateway.metering.limits import Limiter
 from gateway.metering.reports import UsageStore
 from gateway.metering.store import KeyStore
 from gateway.metering.usage import Meter
+from gateway.pipeline.turn_ends import TurnEnds
 from gateway.routing import Router
 from gateway.storage.store import Store
 from gateway.upstream_http import UpstreamPool
@@ -41,6 +42,8 @@ class Gateway:
     # In-flight chat completions by request id, for POST .../{request_id}/cancel: the team
     # that owns each (only that team, or the admin, may cancel it) and how to stop it.
     cancels: dict[str, tuple[str | None, Callable[[], bool]]] = field(default_factory=dict)
+    # Non-streaming answers complete here, recorded a loop iteration's worth at a time.
+    turn_ends: TurnEnds = field(default_factory=TurnEnds)
 
     def spawn(self, work: Coroutine[Any, Any, None]) -> None:
         task = asyncio.get_running_loop().create_task(work)

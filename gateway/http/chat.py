@@ -108,6 +108,7 @@ async def complete(
         request_id=cancel_key or request[REQUEST_ID],
         team_id=principal.team_id,
         dialect=dialect,
+        turn_ends=gateway.turn_ends,
     )
     return await run_chat(call)
 

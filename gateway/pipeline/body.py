@@ -78,8 +78,10 @@ class _BodyRelay:
             raw = self.call.dialect.body(
                 str(self.call.body.get("model")), BlockAssembler.of(events)
             )
-        self.turn.completed(attempt)
-        await self.turn.store.durable_enough()  # durable before the client has its answer
+        # Recorded with the other answers of this loop iteration (pipeline/turn_ends.py), and
+        # durable before the client has its answer.
+        await self.call.turn_ends.completed(self.turn, attempt)
+        await self.turn.store.durable_enough()
         return web.Response(
             body=raw, content_type="application/json", headers=self._headers(deployment)
         )

@@ -29,6 +29,7 @@ from gateway.pipeline.body import _BodyRelay
 from gateway.pipeline.deadline import Deadline, watchdog
 from gateway.pipeline.endings import _ClientCancelled, _Endings
 from gateway.pipeline.stream import _StreamRelay
+from gateway.pipeline.turn_ends import TurnEnds
 from gateway.providers.base import UpstreamResponse
 from gateway.providers.wire import StreamParser
 from gateway.retry import RetryPlan
@@ -56,6 +57,7 @@ class ChatCall:
     request_id: str
     team_id: str | None
     dialect: Dialect  # the client's: how answers, errors and cancels are rendered
+    turn_ends: TurnEnds  # where a non-streaming answer's turn is recorded complete
 
 
 async def run_chat(call: ChatCall) -> web.StreamResponse:
