@@ -37,15 +37,12 @@ class TurnEnds:
     def _record(self) -> None:
         pending, self._pending = self._pending, []
         for turn, attempt, future in pending:
-            if turn.ended:  # its client left meanwhile, and that was recorded
-                if not future.done():
-                    future.set_result(None)
-                continue
             try:
-                turn.completed(attempt)
+                if not turn.ended:  # else its client left meanwhile, and that was recorded
+                    turn.completed(attempt)
             except Exception as exc:  # that turn's handler reports it, as if it had called
                 if not future.done():
                     future.set_exception(exc)
-                continue
-            if not future.done():
-                future.set_result(None)
+            else:
+                if not future.done():
+                    future.set_result(None)
