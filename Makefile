@@ -50,8 +50,8 @@ test: setup system
 	$(BIN)/pytest -q -p no:cacheprovider
 	@# The compiled modules' own tests again as plain Python: what runs where no C compiler is.
 	GATEWAY_NATIVE=0 $(BIN)/pytest -q -p no:cacheprovider tests/stream tests/conversations \
-		tests/metering tests/storage tests/pipeline tests/test_routing_strategies.py tests/test_ids.py \
-		tests/test_upstream_conn.py tests/test_upstream_http.py tests/dialects/test_requests.py
+		tests/metering tests/storage tests/pipeline tests/routing/test_strategies.py tests/test_ids.py \
+		tests/upstream/test_connection.py tests/upstream/test_pool.py tests/dialects/test_requests.py
 
 lint: setup
 	$(BIN)/ruff check gateway tests bench

@@ -20,14 +20,14 @@ from gateway.http.routes import add_routes
 from gateway.http.slow_clients import request_limits
 from gateway.metering import tokens
 from gateway.metering.auth import Authenticator
+from gateway.metering.key_store import KeyStore
 from gateway.metering.limits import Limiter
 from gateway.metering.reports import UsageStore
-from gateway.metering.store import KeyStore
 from gateway.metering.usage import Meter
-from gateway.routing import Router
+from gateway.routing.router import Router
 from gateway.storage.backends import instance_id, make_store
 from gateway.storage.db import StoreUnavailable
-from gateway.upstream_http import UpstreamPool
+from gateway.upstream.pool import UpstreamPool
 
 log = logging.getLogger(__name__)
 
@@ -89,7 +89,7 @@ async def _resources(app: web.Application) -> AsyncIterator[None]:
     gateway.router = Router(gateway.config, gateway.upstreams)
     cooldowns = None
     if (redis_url := gateway.config.limits.redis_url) is not None:
-        from gateway.cooldowns import CooldownSync
+        from gateway.routing.cooldowns import CooldownSync
 
         # A deployment cooling down on one replica is skipped by all of them.
         healths = [d.health for d in gateway.router.deployments()]

@@ -155,7 +155,7 @@ async def _admin(args: argparse.Namespace, loaded: LoadedConfig) -> int:
     from gateway.errors import GatewayError
     from gateway.metering.admin import Admin, NewKey, NewTeam
     from gateway.metering.auth import Authenticator
-    from gateway.metering.store import KeyStore
+    from gateway.metering.key_store import KeyStore
 
     config = loaded.config
     store = _cli_store(loaded)

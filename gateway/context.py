@@ -12,14 +12,14 @@ from aiohttp import web
 from gateway.config import GatewayConfig
 from gateway.conversations.service import Conversations
 from gateway.metering.auth import Authenticator
+from gateway.metering.key_store import KeyStore
 from gateway.metering.limits import Limiter
 from gateway.metering.reports import UsageStore
-from gateway.metering.store import KeyStore
 from gateway.metering.usage import Meter
 from gateway.pipeline.turn_ends import TurnEnds
-from gateway.routing import Router
+from gateway.routing.router import Router
 from gateway.storage.store import Store
-from gateway.upstream_http import UpstreamPool
+from gateway.upstream.pool import UpstreamPool
 
 
 @dataclass

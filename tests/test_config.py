@@ -84,7 +84,10 @@ def test_the_shipped_config_is_valid() -> None:
             "models[0].deployments: List should have at least 1 item",
         ),
         ("server: {port: 99999}\n", "server.port: Input should be less than or equal to 65535"),
-        ("store: {url: 'mysql://x'}\n", "store.url: Value error, use sqlite:///PATH or postgresql://"),
+        (
+            "store: {url: 'mysql://x'}\n",
+            "store.url: Value error, use sqlite:///PATH or postgresql://",
+        ),
         (
             "models: [{name: a, deployments: [{provider: demo}]},"
             " {name: a, deployments: [{provider: demo}]}]\n",

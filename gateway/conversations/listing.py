@@ -121,8 +121,9 @@ def _sql(dialect: Dialect, query: ListQuery) -> tuple[str, list[Any]]:
     ended = _LAST_TURN.format(col="ended_at")
     if query.status == "active":
         # Turns that have started and not ended; a conversation with no turn is not active.
-        where.append(f"EXISTS (SELECT 1 FROM turns t WHERE t.conversation_id = c.id) AND {ended}"
-                     " IS NULL")
+        where.append(
+            f"EXISTS (SELECT 1 FROM turns t WHERE t.conversation_id = c.id) AND {ended} IS NULL"
+        )
     elif query.status is not None:
         where.append(f"{status} = ?")
         args.append(STATUSES[query.status])
@@ -153,9 +154,7 @@ def _text_of(payload: str | None) -> str | None:
         return None
     content = orjson.loads(payload).get("content")
     if isinstance(content, list):
-        content = " ".join(
-            str(part.get("text", "")) for part in content if isinstance(part, dict)
-        )
+        content = " ".join(str(part.get("text", "")) for part in content if isinstance(part, dict))
     if not isinstance(content, str):
         return None
     text = " ".join(content.split())
@@ -185,7 +184,8 @@ async def list_conversations(store: Store, query: ListQuery) -> Page:
             while row[11] is None and parent is not None and hops < _PARENT_HOPS:
                 if parent not in ancestors:
                     found = await db.fetchrow(
-                        "SELECT c.parent_id, " + _FIRST_USER.format(cid="c.id")
+                        "SELECT c.parent_id, "
+                        + _FIRST_USER.format(cid="c.id")
                         + " FROM conversations c WHERE c.id = ?",
                         parent,
                     )
@@ -200,8 +200,20 @@ async def list_conversations(store: Store, query: ListQuery) -> Page:
     rows, inherited = await store.run(op)
     data = []
     for row in rows[:limit]:
-        (id_, created, team, key, parent, parent_seq, turns, status, ended, request, last,
-         first_user) = row
+        (
+            id_,
+            created,
+            team,
+            key,
+            parent,
+            parent_seq,
+            turns,
+            status,
+            ended,
+            request,
+            last,
+            first_user,
+        ) = row
         open_turn = turns and ended is None
         data.append(
             {

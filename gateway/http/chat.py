@@ -20,7 +20,7 @@ from gateway.metering.keys import Principal
 from gateway.metering.limits import Lease, Limiter, scopes_of
 from gateway.metering.tokens import count_messages
 from gateway.pipeline import ChatCall, run_chat
-from gateway.routing import Deployment
+from gateway.routing.router import Deployment
 
 # The completion a request without max_tokens is assumed to take, for budget reservations.
 DEFAULT_COMPLETION_ESTIMATE = 1024

@@ -10,7 +10,7 @@ from gateway.context import GATEWAY
 from gateway.dialects.requests import parse_json_object
 from gateway.errors import InvalidRequest, UpstreamError, UpstreamTimeout
 from gateway.http.auth import PRINCIPAL
-from gateway.retry import RetryPlan
+from gateway.routing.retry import RetryPlan
 
 
 async def embeddings(request: web.Request) -> web.Response:

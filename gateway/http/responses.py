@@ -12,8 +12,8 @@ from gateway.conversations.derive import close_unanswered
 from gateway.conversations.events import new_id
 from gateway.conversations.items import path_items
 from gateway.conversations.recorder import TurnRecorder
-from gateway.conversations.responses import ResponseStore, StoredResponse, answer_of
-from gateway.dialects.responses import (
+from gateway.conversations.stored_responses import ResponseStore, StoredResponse, answer_of
+from gateway.dialects.openai_responses import (
     Responses,
     ResponsesRequest,
     chat_body,

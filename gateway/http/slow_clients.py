@@ -44,7 +44,7 @@ from aiohttp.web_server import Server
 
 from gateway.config import ServerConfig
 from gateway.errors import GatewayError, InvalidRequest, PayloadTooLarge
-from gateway.stream.delivery import ConnectionSocket
+from gateway.http.delivery import ConnectionSocket
 
 log = logging.getLogger(__name__)
 
@@ -120,7 +120,7 @@ class SlowClientGuard(RequestHandler):
         self._partial = False  # part of a head has arrived
         self._lingering: asyncio.TimerHandle | None = None  # cut off: draining until closed
         # A duplicate of this connection's socket, for the delivery tracking of every stream
-        # it carries (gateway.stream.delivery); made by the first.
+        # it carries (gateway.http.delivery); made by the first.
         self.delivery_socket: ConnectionSocket | None = None
 
     def connection_made(self, transport: asyncio.BaseTransport) -> None:

@@ -11,9 +11,9 @@ from pydantic import BaseModel, ConfigDict, Field
 from gateway.conversations.events import new_id
 from gateway.errors import Conflict, InvalidRequest, NotFound
 from gateway.metering.auth import Authenticator
+from gateway.metering.key_store import KeyStore
 from gateway.metering.keys import KeyRecord, Team, generate_key, hash_key
 from gateway.metering.limits import Limits
-from gateway.metering.store import KeyStore
 
 _TEAM_ID = re.compile(r"^[A-Za-z0-9._-]{1,64}$")
 

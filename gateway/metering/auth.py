@@ -13,8 +13,8 @@ import time
 from collections.abc import Mapping
 
 from gateway.errors import Unauthorized
+from gateway.metering.key_store import KeyStore
 from gateway.metering.keys import ADMIN, KEY_PREFIX, OPEN, KeyRecord, Principal, Team, hash_key
-from gateway.metering.store import KeyStore
 
 _CACHE_MAX = 10_000
 

@@ -19,7 +19,7 @@ from gateway.errors import (
 from gateway.pipeline.deadline import Deadline
 from gateway.providers.base import UpstreamResponse
 from gateway.providers.wire import parse_body
-from gateway.routing import Deployment
+from gateway.routing.router import Deployment
 from gateway.stream.assembler import BlockAssembler
 from gateway.stream.events import Finish, StreamFailure
 

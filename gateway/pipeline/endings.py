@@ -14,11 +14,11 @@ from gateway import metrics
 from gateway.conversations.recorder import Attempt, Segment, TurnRecorder
 from gateway.dialects.base import StreamRenderer
 from gateway.errors import Conflict, GatewayError
+from gateway.http.delivery import DeliveryTracker
 from gateway.pipeline.deadline import Deadline
 from gateway.providers.base import UpstreamResponse
 from gateway.providers.wire import StreamParser
-from gateway.routing import Deployment
-from gateway.stream.delivery import DeliveryTracker
+from gateway.routing.router import Deployment
 from gateway.stream.sse import SSEDecoder, SSEFrameTooLarge
 
 if TYPE_CHECKING:

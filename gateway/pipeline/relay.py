@@ -16,7 +16,6 @@ from typing import Any
 from aiohttp import web
 
 from gateway import metrics
-from gateway.continuation import continuation_body
 from gateway.conversations.recorder import Attempt, Segment, TurnRecorder
 from gateway.dialects.base import Dialect, StreamRenderer
 from gateway.errors import (
@@ -25,18 +24,19 @@ from gateway.errors import (
     UpstreamIncompleteStream,
     UpstreamTimeout,
 )
+from gateway.http.delivery import DeliveryTracker
 from gateway.pipeline.body import _BodyRelay
+from gateway.pipeline.continuation import continuation_body
 from gateway.pipeline.deadline import Deadline, watchdog
 from gateway.pipeline.endings import _ClientCancelled, _Endings
 from gateway.pipeline.stream import _StreamRelay
 from gateway.pipeline.turn_ends import TurnEnds
 from gateway.providers.base import UpstreamResponse
 from gateway.providers.wire import StreamParser
-from gateway.retry import RetryPlan
-from gateway.routing import Alias, Deployment
-from gateway.stream.delivery import DeliveryTracker
+from gateway.routing.retry import RetryPlan
+from gateway.routing.router import Alias, Deployment
 from gateway.stream.sse import SSEDecoder
-from gateway.upstream import credentials, redact_error
+from gateway.upstream.seam import credentials, redact_error
 
 log = logging.getLogger("gateway.pipeline")  # one logger for the whole data path
 

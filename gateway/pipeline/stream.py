@@ -22,13 +22,13 @@ from gateway.errors import (
     UpstreamProtocolError,
     UpstreamStreamError,
 )
+from gateway.http.delivery import DeliveryTracker
 from gateway.pipeline.deadline import Deadline
 from gateway.pipeline.endings import _ClientCancelled
 from gateway.providers.base import UpstreamResponse
 from gateway.providers.openai_chat import ChatStreamParser
 from gateway.providers.wire import StreamParser, stream_parser
-from gateway.routing import Deployment
-from gateway.stream.delivery import DeliveryTracker
+from gateway.routing.router import Deployment
 from gateway.stream.events import (
     REASONING,
     TEXT,

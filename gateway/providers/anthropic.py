@@ -13,8 +13,8 @@ from typing import Any
 
 from gateway.config import DeploymentConfig
 from gateway.providers.anthropic_messages import openai_error_body, to_anthropic_request
-from gateway.upstream import UpstreamBody, post
-from gateway.upstream_http import Endpoint, UpstreamPool
+from gateway.upstream.pool import Endpoint, UpstreamPool
+from gateway.upstream.seam import UpstreamBody, post
 
 DEFAULT_API_BASE = "https://api.anthropic.com"
 ANTHROPIC_VERSION = "2023-06-01"

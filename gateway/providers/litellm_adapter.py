@@ -37,7 +37,7 @@ from gateway.errors import (
     UpstreamStreamError,
     UpstreamTimeout,
 )
-from gateway.upstream import retry_after_seconds
+from gateway.upstream.seam import retry_after_seconds
 
 # OpenAI chat parameters passed on to litellm, which maps them to each provider's own (and drops
 # the ones a provider has no equivalent for). Anything else in the body is not forwarded.

@@ -6,8 +6,8 @@ from typing import Any
 
 from gateway.config import DeploymentConfig
 from gateway.providers.responses_request import to_responses_request
-from gateway.upstream import UpstreamBody, post, read_all
-from gateway.upstream_http import Endpoint, UpstreamPool
+from gateway.upstream.pool import Endpoint, UpstreamPool
+from gateway.upstream.seam import UpstreamBody, post, read_all
 
 
 class OpenAICompatibleProvider:

@@ -16,7 +16,7 @@ import pytest
 from openai.types.responses import Response
 
 from gateway.dialects.base import Dialect
-from gateway.dialects.responses import (
+from gateway.dialects.openai_responses import (
     Responses,
     ResponsesRequest,
     ResponsesStreamRenderer,

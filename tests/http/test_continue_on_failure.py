@@ -6,7 +6,7 @@ from typing import Any
 
 import aiohttp
 
-from gateway.continuation import CONTINUE_PROMPT
+from gateway.pipeline.continuation import CONTINUE_PROMPT
 from tests.conftest import GatewayUnderTest, MakeGateway, MakeUpstream
 from tests.fakes import DONE, USAGE, FakeUpstream, chunk, frames
 

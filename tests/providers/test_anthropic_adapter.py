@@ -17,8 +17,8 @@ from gateway.errors import UpstreamConnectError, UpstreamHTTPError
 from gateway.providers.anthropic import AnthropicProvider
 from gateway.providers.anthropic_messages import parse_message
 from gateway.stream.assembler import BlockAssembler
-from gateway.upstream import UpstreamBody
-from gateway.upstream_http import UpstreamPool
+from gateway.upstream.pool import UpstreamPool
+from gateway.upstream.seam import UpstreamBody
 from tests.fakes import fixture_bytes
 
 KEY = "sk-ant-test"

@@ -71,9 +71,7 @@ def test_an_ignored_alias_with_a_reason_passes(
     assert "not on the service (2): local0, local1" in out
 
 
-def test_an_ignore_entry_needs_a_reason(
-    monkeypatch: pytest.MonkeyPatch, tmp_path: Path
-) -> None:
+def test_an_ignore_entry_needs_a_reason(monkeypatch: pytest.MonkeyPatch, tmp_path: Path) -> None:
     assert verdict(monkeypatch, tmp_path, {"pypi": report(VULN)}, "PYSEC-2024-1\n") == 2
 
 

@@ -31,7 +31,7 @@ from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 
 from gateway.conversations.history import message_key
-from gateway.dialects import anthropic_messages, responses
+from gateway.dialects import anthropic_messages, openai_responses
 from gateway.dialects.openai_chat import parse_chat_request
 from gateway.errors import GatewayError
 from gateway.metering.tokens import count_messages
@@ -381,11 +381,11 @@ def test_anthropic_messages_parser(raw: bytes) -> None:
 @fuzz(300)
 @given(bodies(RESPONSES_SEEDS))
 def test_responses_parser(raw: bytes) -> None:
-    parsed = parsed_or_4xx(responses.parse_request, raw)
+    parsed = parsed_or_4xx(openai_responses.parse_request, raw)
     if parsed is not None:
         request, new_messages = parsed
         # The text format is checked when the upstream body is built, with a 4xx too.
-        body = parsed_or_4xx(lambda _: responses.chat_body(request, [], new_messages), raw)
+        body = parsed_or_4xx(lambda _: openai_responses.chat_body(request, [], new_messages), raw)
         if body is not None and body["messages"]:
             accepted_by_the_chat_path(body)
 

@@ -195,8 +195,14 @@ async def test_no_cors_grant_for_another_origin(secured: GatewayUnderTest) -> No
         "Access-Control-Request-Headers": "authorization, content-type",
     }
     answers: list[Answer] = []
-    for path in ("/v1/chat/completions", "/v1/conversations", "/v1/gateway/keys", "/v1/me",
-                 "/ui/", "/metrics"):
+    for path in (
+        "/v1/chat/completions",
+        "/v1/conversations",
+        "/v1/gateway/keys",
+        "/v1/me",
+        "/ui/",
+        "/metrics",
+    ):
         answers.append(await send(secured, "OPTIONS", path, headers=preflight))
         browser = {**preflight, "Sec-Fetch-Site": "cross-site", "Sec-Fetch-Mode": "cors"}
         answers.append(await send(secured, "OPTIONS", path, headers=browser))
@@ -204,9 +210,7 @@ async def test_no_cors_grant_for_another_origin(secured: GatewayUnderTest) -> No
         assert status >= 400  # no preflight is granted
     # A request that carries a key and an Origin (a server-side client, say) is answered, but
     # never with a grant for that origin: a browser would not let the page read it.
-    answers.append(
-        await send(secured, "GET", "/v1/me", headers={**bearer(key), "Origin": EVIL})
-    )
+    answers.append(await send(secured, "GET", "/v1/me", headers={**bearer(key), "Origin": EVIL}))
     answers.append(
         await send(secured, "POST", "/v1/chat/completions", json=CHAT,
                    headers={**bearer(key), "Origin": EVIL})

@@ -609,7 +609,7 @@ def gateway_tasks() -> list[asyncio.Task[Any]]:
 
 FAULTS: list[tuple[str, Any]] = [
     ("reset", lambda: frames(chunk("Half "), then="reset")),
-    ("reset-early", lambda: frames(b"data: {\"cho", then="reset")),
+    ("reset-early", lambda: frames(b'data: {"cho', then="reset")),
     ("bad-json", lambda: frames(chunk("x"), b"data: {not json\n\n")),
     ("html", lambda: status(502, "<html><body>Bad Gateway</body></html>")),
     ("429", lambda: too_many("0")),

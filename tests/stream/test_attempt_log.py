@@ -256,9 +256,7 @@ _jumps = st.lists(
 
 @settings(max_examples=200, deadline=None)
 @given(_jumps, st.integers(1, 4))
-def test_times_that_jump_or_go_back_anywhere_read_back_the_same(
-    frames: Frames, batch: int
-) -> None:
+def test_times_that_jump_or_go_back_anywhere_read_back_the_same(frames: Frames, batch: int) -> None:
     """A delta's time is kept as the gap from the delta before, in a byte; those that do not
     fit are kept aside. Long runs (batches, read later) and short ones give the old times."""
     frames = _in_time_order(frames)

@@ -62,8 +62,9 @@ def deployment(fake: FakeUpstream, name: str) -> dict[str, Any]:
     }
 
 
-async def call(gw: GatewayUnderTest, method: str, path: str, body: Any = None,
-               key: str = MASTER) -> tuple[int, Any]:
+async def call(
+    gw: GatewayUnderTest, method: str, path: str, body: Any = None, key: str = MASTER
+) -> tuple[int, Any]:
     async with aiohttp.ClientSession() as session:
         async with session.request(
             method, gw.url + path, json=body, headers={"Authorization": f"Bearer {key}"}
@@ -133,9 +134,7 @@ async def stream_all(gw: GatewayUnderTest, key: str, question: str) -> tuple[str
     return "".join(parts), response.headers
 
 
-async def interrupted_conversation(
-    gw: GatewayUnderTest, a: FakeUpstream
-) -> tuple[str, str]:
+async def interrupted_conversation(gw: GatewayUnderTest, a: FakeUpstream) -> tuple[str, str]:
     """Turn 1 falls back from `a` (500) to `b`; turn 2 is cut by its client mid-stream.
     Returns the conversation id and the delivered text the store recorded."""
     a.push(status(500, {"error": {"message": "upstream exploded", "type": "server_error"}}))
@@ -179,7 +178,9 @@ async def test_the_admin_ui_end_to_end(
     conversation_id, delivered = await interrupted_conversation(gw, a)
     # A team with a budget, and its key's own conversation, for the usage and read-only views.
     status_code, _ = await call(
-        gw, "POST", "/v1/gateway/teams",
+        gw,
+        "POST",
+        "/v1/gateway/teams",
         {"name": "Search", "id": "search", "limits": {"budget": {"usd": 0.05, "mode": "soft"}}},
     )
     assert status_code == 201
@@ -198,8 +199,9 @@ async def test_the_admin_ui_end_to_end(
     page.set_default_timeout(10_000)
     shots = Shots(page, shots_dir)
     try:
-        await walk_through(gw, a, page, shots, conversation_id, delivered, team_key["key"],
-                           team_conversation)
+        await walk_through(
+            gw, a, page, shots, conversation_id, delivered, team_key["key"], team_conversation
+        )
     except BaseException:
         # What the page showed when it went wrong, for the report.
         await page.screenshot(path=str(shots_dir / "failure.png"), full_page=True)
@@ -290,7 +292,10 @@ async def walk_through(
     events = [e["type"] for e in await gw.wait_turn_end(branch_id)]
     assert events == ["user/message", "assistant/message", "turn/end"]
     assert [m["content"] for m in await gw_messages(gw, branch_id)] == [
-        QUESTION, TEXT, "Does branching work?", "".join(BRANCH_ANSWER)
+        QUESTION,
+        TEXT,
+        "Does branching work?",
+        "".join(BRANCH_ANSWER),
     ]
     await shots.take("05-branch")
     await page.goto(f"{gw.url}/ui/#/conversations/{conversation_id}")
@@ -371,7 +376,6 @@ async def walk_through(
     await shots.take("11-team-conversation")
 
 
-
 async def gw_messages(gw: GatewayUnderTest, conversation_id: str) -> list[dict[str, Any]]:
     code, body = await call(gw, "GET", f"/v1/conversations/{conversation_id}/messages")
     assert code == 200, body
@@ -412,17 +416,32 @@ async def test_chat_shows_reasoning_tools_and_failures(
         {"type": "tool_call", "id": "call_paris", "name": "weather", "arguments": '{"q":"Paris"}'},
         {"type": "tool_call", "id": "call_rome", "name": "weather", "arguments": '{"q":"Rome"}'},
     ]
-    add("t1", "assistant/message", {"content": call_blocks, "interrupted": False,
-                                    "route": route, "attempt": 1, "stream": []})
+    add(
+        "t1",
+        "assistant/message",
+        {"content": call_blocks, "interrupted": False, "route": route, "attempt": 1, "stream": []},
+    )
     add("t1", "turn/end", {"status": "completed", "reason": None})
     store.start_turn(TurnStart("t2", cid, 1_780_000_002.0, {"model": "m"}))
     add("t2", "tool/result", {"tool_call_id": "call_paris", "content": "18C", "synthetic": False})
     add("t2", "user/message", {"content": "And tomorrow?"})  # Rome's result never came
-    add("t2", "assistant/attempt", {"reason": "provider_error", "attempt": 1, "route": route,
-                                    "stream": [], "usage": None})
-    add("t2", "request/error", {"attempt": 1, "route": route, "status": 503,
-                                "code": "upstream_error", "message": "overloaded",
-                                "retryable": True})
+    add(
+        "t2",
+        "assistant/attempt",
+        {"reason": "provider_error", "attempt": 1, "route": route, "stream": [], "usage": None},
+    )
+    add(
+        "t2",
+        "request/error",
+        {
+            "attempt": 1,
+            "route": route,
+            "status": 503,
+            "code": "upstream_error",
+            "message": "overloaded",
+            "retryable": True,
+        },
+    )
     add("t2", "turn/end", {"status": "error", "reason": "provider_error"})
     await store.flush()
 

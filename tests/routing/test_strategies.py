@@ -9,8 +9,8 @@ from typing import Any
 import pytest
 
 from gateway.config import parse_config
-from gateway.routing import Router
-from gateway.upstream_http import UpstreamPool
+from gateway.routing.router import Router
+from gateway.upstream.pool import UpstreamPool
 
 
 async def router(strategy: str, deployments: list[dict[str, Any]], **alias: Any) -> Router:

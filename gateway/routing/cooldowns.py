@@ -31,8 +31,8 @@ from typing import Any
 
 from redis.asyncio import Redis
 
-from gateway.health import DeploymentHealth
 from gateway.redis_client import ERRORS, REDIS_ERRORS, connect
+from gateway.routing.health import DeploymentHealth
 
 log = logging.getLogger(__name__)
 

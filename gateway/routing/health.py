@@ -5,8 +5,8 @@ one request probes it (half-open). The probe's success makes it healthy again; i
 starts another cooldown. Only faults that say something about the deployment count (5xx, 429,
 timeouts, connection errors), never the client's own mistakes or disconnects.
 
-With Redis, `gateway.cooldowns` shares cooldowns between replicas: `on_cooldown` tells it when
-this replica starts or ends one, and `cool_until` applies another replica's.
+With Redis, `gateway.routing.cooldowns` shares cooldowns between replicas: `on_cooldown` tells
+it when this replica starts or ends one, and `cool_until` applies another replica's.
 """
 
 from __future__ import annotations

@@ -1,9 +1,9 @@
-"""The upstream HTTP client (gateway.upstream_http) against real servers on loopback.
+"""The upstream HTTP client (gateway.upstream.pool) against real servers on loopback.
 
 aiohttp servers for well-formed answers; raw asyncio servers for what aiohttp would never send
 (malformed heads, chunk extensions and trailers, resets, answers cut off, connections closed
 without an answer). Tests synchronise on what the server saw (events), never on sleeps. The
-connection's parser fed directly, split at every byte, is tests/test_upstream_conn.py.
+connection's parser fed directly, split at every byte, is tests/upstream/test_connection.py.
 """
 
 from __future__ import annotations
@@ -32,9 +32,9 @@ from gateway.errors import (
     UpstreamProtocolError,
     UpstreamTimeout,
 )
-from gateway.upstream import post
-from gateway.upstream_http import HIGH_WATER, USER_AGENT, Endpoint, UpstreamPool
-from tests.test_upstream_conn import ok, read_all
+from gateway.upstream.pool import HIGH_WATER, USER_AGENT, Endpoint, UpstreamPool
+from gateway.upstream.seam import post
+from tests.upstream.test_connection import ok, read_all
 
 MakeServer = Callable[..., Awaitable[TestServer]]
 KEY = "sk-test-0123456789"

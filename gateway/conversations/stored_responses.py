@@ -23,8 +23,7 @@ from gateway.conversations.events import (
     Event,
     new_id,
 )
-from gateway.conversations.service import Conversations, Joined
-from gateway.conversations.store import history_path
+from gateway.conversations.service import Conversations, Joined, history_path
 from gateway.errors import InvalidRequest, NotFound
 from gateway.metering.keys import Principal
 from gateway.storage.db import Db, Row

@@ -1,9 +1,9 @@
-"""One upstream HTTP/1.1 connection (gateway.upstream_conn), its parser fed directly.
+"""One upstream HTTP/1.1 connection (gateway.upstream.connection), its parser fed directly.
 
 Each response is handed to the protocol in pieces, split at every byte, with a fake transport
 underneath: the framing (Content-Length, chunked with extensions and trailers, interim answers),
 gzip undone step by step, the high-water pause, and what a malformed answer does. The same
-client over real sockets is tests/test_upstream_http.py.
+client over real sockets is tests/upstream/test_pool.py.
 """
 
 from __future__ import annotations
@@ -17,10 +17,10 @@ import pytest
 from hypothesis import given, settings
 from hypothesis import strategies as st
 
-from gateway import upstream_conn
 from gateway.errors import UpstreamProtocolError
-from gateway.upstream_conn import HIGH_WATER, READ_MAX, Connection, Response
-from gateway.upstream_http import Endpoint, UpstreamPool
+from gateway.upstream import connection
+from gateway.upstream.connection import HIGH_WATER, READ_MAX, Connection, Response
+from gateway.upstream.pool import Endpoint, UpstreamPool
 
 
 async def read_all(response: Response) -> bytes:
@@ -335,7 +335,7 @@ async def test_closed_once_read_enough_the_connection_is_pooled_when_its_body_en
 async def test_closed_once_read_enough_a_body_that_never_ends_is_dropped(
     monkeypatch: pytest.MonkeyPatch,
 ) -> None:
-    monkeypatch.setattr(upstream_conn, "KEEP_ALIVE_WAIT_S", 0.0)
+    monkeypatch.setattr(connection, "KEEP_ALIVE_WAIT_S", 0.0)
     fed = await feed(_CHUNKED_HEAD + _MANY)
     fed.response.close(keep_alive=True)
     async with asyncio.timeout(5):

@@ -15,7 +15,7 @@ import time
 
 from gateway import metrics
 from gateway.errors import UpstreamError, UpstreamHTTPError
-from gateway.routing import Alias, Deployment
+from gateway.routing.router import Alias, Deployment
 
 
 class RetryPlan:

@@ -12,11 +12,11 @@ from typing import Any
 import pytest
 
 from gateway.config import parse_config
-from gateway.cooldowns import CooldownSync
-from gateway.health import DeploymentHealth
 from gateway.redis_client import REDIS_ERRORS
-from gateway.routing import Router
-from gateway.upstream_http import UpstreamPool
+from gateway.routing.cooldowns import CooldownSync
+from gateway.routing.health import DeploymentHealth
+from gateway.routing.router import Router
+from gateway.upstream.pool import UpstreamPool
 
 BODY = {"messages": [{"role": "user", "content": "Hello"}]}
 INTERVAL_S = 0.5  # the default poll interval
@@ -144,7 +144,7 @@ async def test_redis_down_keeps_cooldowns_local(
     replica: MakeReplica, unused_tcp_port: int, caplog: pytest.LogCaptureFixture
 ) -> None:
     errors = REDIS_ERRORS.labels("cooldown_poll")._value.get()
-    with caplog.at_level(logging.WARNING, logger="gateway.cooldowns"):
+    with caplog.at_level(logging.WARNING, logger="gateway.routing.cooldowns"):
         one = await replica(url=f"redis://127.0.0.1:{unused_tcp_port}/0")
         one.health(A).failed("http_500")
         one.health(A).failed("http_500")

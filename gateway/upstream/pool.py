@@ -10,7 +10,7 @@ frame the body, and hand the body out piece by piece as it arrives. This module 
 - `UpstreamPool`: keep-alive connections per (scheme, host, port). A connection goes back only
   after a response that ended cleanly without `Connection: close`; one found closed by the
   server when reused is replaced once by a fresh connection; idle ones expire.
-- `Response` (from gateway.upstream_conn, which holds one connection and its response's
+- `Response` (from gateway.upstream.connection, which holds one connection and its response's
   framing): the status, the headers (parsed only when asked for), and `read()`, which returns
   whatever body has arrived (gzip and deflate undone) and pauses the socket while too much
   waits unread.
@@ -36,7 +36,7 @@ from urllib.parse import quote, unquote, urlsplit
 
 from gateway import __version__, metrics
 from gateway.errors import UpstreamConnectError, UpstreamProtocolError, UpstreamTimeout
-from gateway.upstream_conn import HIGH_WATER, Connection, PoolKey, Response, StaleConnection
+from gateway.upstream.connection import HIGH_WATER, Connection, PoolKey, Response, StaleConnection
 
 __all__ = [
     "HIGH_WATER",
@@ -179,7 +179,7 @@ class UpstreamPool:
         conns.clear()
         return None
 
-    # What its connections tell it (gateway.upstream_conn.Pool): opened, release, discard.
+    # What its connections tell it (gateway.upstream.connection.Pool): opened, release, discard.
 
     def opened(self, conn: Connection) -> None:
         self._all.add(conn)

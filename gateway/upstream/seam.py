@@ -3,7 +3,7 @@
 Every HTTP adapter sends through `post()` and reads through `UpstreamBody`, so a connection
 error, a reset mid-stream or an HTTP error status becomes the same `UpstreamError` whatever the
 provider. Adapters differ only in URL, headers, and how they translate bodies and error JSON.
-The client underneath (gateway.upstream_http) maps connection faults itself; here an error
+The client underneath (gateway.upstream.pool) maps connection faults itself; here an error
 status becomes `UpstreamHTTPError` (the provider's error JSON converted, credentials redacted)
 and a redirect is refused.
 """
@@ -22,7 +22,7 @@ from gateway.errors import (
     UpstreamHTTPError,
     UpstreamProtocolError,
 )
-from gateway.upstream_http import Endpoint, Response, UpstreamPool
+from gateway.upstream.pool import Endpoint, Response, UpstreamPool
 
 _ERROR_BODY_LIMIT = 1 << 20
 # Request headers whose values are credentials (Authorization, api-key, x-api-key, ...).

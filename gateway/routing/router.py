@@ -1,7 +1,7 @@
 """Model aliases to an ordered plan of deployments for one request.
 
 A deployment is one provider + upstream model + endpoint, with its live health
-(`gateway.health`). The alias's strategy orders its own deployments (fallback by priority,
+(`gateway.routing.health`). The alias's strategy orders its own deployments (fallback by priority,
 weighted random, least busy, lowest time to first token, cheapest for this request), then the
 deployments of its `fallbacks` aliases follow in their own order. Deployments cooling down
 are left out unless nothing else is available.
@@ -15,7 +15,6 @@ from typing import Any
 
 from gateway.config import DeploymentConfig, GatewayConfig, ModelConfig, RetryConfig
 from gateway.errors import ModelNotFound
-from gateway.health import DeploymentHealth
 from gateway.metering.keys import Principal
 from gateway.metering.prices import Price, deployment_price
 from gateway.providers.base import Provider
@@ -25,7 +24,8 @@ from gateway.providers.openai_compatible import (
     OpenAICompatibleProvider,
     OpenAIResponsesProvider,
 )
-from gateway.upstream_http import UpstreamPool
+from gateway.routing.health import DeploymentHealth
+from gateway.upstream.pool import UpstreamPool
 
 
 @dataclass(frozen=True, eq=False)
