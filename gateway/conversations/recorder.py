@@ -30,22 +30,20 @@ from gateway.conversations.events import (
     NewEvent,
     TurnStart,
 )
+from gateway.errors import GatewayError, UpstreamError
 from gateway.storage.payload import DeferredPayload
 from gateway.storage.store import Store
-
-if TYPE_CHECKING:
-    from gateway.metering.limits import Lease
-    from gateway.metering.usage import Meter
-from gateway.errors import GatewayError, UpstreamError
 from gateway.stream.assembler import BlockAssembler
 from gateway.stream.attempt_log import AttemptLog
 from gateway.stream.compact import CompactRecords, Timed
 from gateway.stream.events import StreamEvent
 
+if TYPE_CHECKING:
+    from gateway.metering.limits import Lease
+
 
 class TurnWrites(Protocol):
-    """What a turn writes through: the Store (a protocol, not the class, so a stand-in that
-    keeps the writes can take its place, compiled or not: gateway.native)."""
+    """What a turn writes through: the Store, or a stand-in that keeps the writes (tests)."""
 
     def create_conversation(self, conversation: Conversation) -> None: ...
 
@@ -56,6 +54,13 @@ class TurnWrites(Protocol):
     async def durable_enough(self) -> None: ...
 
     def journal_pending(self) -> None: ...
+
+
+class TurnMeter(Protocol):
+    """What meters an ending turn (gateway.metering.usage.Meter): one usage record per attempt
+    written, the turn's billed totals returned."""
+
+    def turn(self, turn: TurnRecorder) -> dict[str, Any]: ...
 
 
 class Attempt:
@@ -228,7 +233,7 @@ class TurnRecorder:
         user: str | None = None,
         alias: str | None = None,
         prompt: list[Any] | None = None,
-        meter: Meter | None = None,
+        meter: TurnMeter | None = None,
         lease: Lease | None = None,
     ) -> None:
         self.store = store

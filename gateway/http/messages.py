@@ -9,10 +9,14 @@ from __future__ import annotations
 
 from aiohttp import web
 
+from gateway.context import GATEWAY
 from gateway.dialects.anthropic_messages import ANTHROPIC_MESSAGES, parse_request
-from gateway.http.chat import complete
+from gateway.http.auth import PRINCIPAL
+from gateway.http.middleware import REQUEST_ID
+from gateway.pipeline.turn import TurnRequest, run_turn
 
 
 async def messages(request: web.Request) -> web.StreamResponse:
     body, parsed = parse_request(await request.read())
-    return await complete(request, body, bool(parsed.stream), ANTHROPIC_MESSAGES)
+    turn = TurnRequest(body, bool(parsed.stream), ANTHROPIC_MESSAGES, request[REQUEST_ID])
+    return await run_turn(request.app[GATEWAY], request, request[PRINCIPAL], turn)

@@ -23,7 +23,8 @@ from gateway.dialects.openai_responses import (
 )
 from gateway.errors import Conflict
 from gateway.http.auth import PRINCIPAL
-from gateway.http.chat import complete
+from gateway.http.middleware import REQUEST_ID
+from gateway.pipeline.turn import TurnRequest, run_turn
 
 
 def _store(request: web.Request) -> ResponseStore:
@@ -68,15 +69,16 @@ async def create(request: web.Request) -> web.StreamResponse:
             )
         )
 
-    return await complete(
-        request,
+    turn = TurnRequest(
         body,
         bool(parsed.stream),
         Responses(initial),
+        request[REQUEST_ID],
         joined=joined,
         cancel_key=response_id,
         on_turn=remember,
     )
+    return await run_turn(request.app[GATEWAY], request, principal, turn)
 
 
 async def _object(request: web.Request, stored: StoredResponse) -> dict[str, Any]:

@@ -1,32 +1,16 @@
-"""The data path of one chat completion, top to bottom.
+"""The data path of one completion, from admission to the recorded end of its turn.
 
-    plan: the alias's deployments in strategy order, then its fallback aliases'
-      -> attempt: open the upstream; until the first content chunk nothing is sent to the
-         client, so a failure up to then is retried (backoff with jitter, Retry-After within
-         a cap, bounded attempts and time) on the next deployment of the plan
-      -> relay: decode upstream SSE frames into the gateway's stream events; forward each
-         frame's bytes unchanged when the upstream speaks the client's dialect, else render
-         the events in the client's dialect; note which events each written frame carried
-      -> track delivery: the kernel's acknowledged-byte count says which frames the client has
-      -> record: the finalisation rules of contract section 3 (gateway.conversations.recorder)
+    turn.py          run_turn: limits, the conversation joined, the turn's recorder, the relay
+    relay.py         Relay: the attempts (retries, fallbacks, deadlines), the stream or body
+                     relayed to the client, and every way a turn ends
+    client.py        the client's side of a stream: its response, writes, what it received
+    body.py          a non-streaming answer read whole
+    deadline.py      an attempt's deadlines, served by one watchdog timer per event loop
+    continuation.py  continue_on_failure: the request that asks another deployment to finish
+    turn_ends.py     non-streaming turns of one loop iteration, recorded together
+    embeddings.py    an embeddings request: routed and retried like a turn, not recorded
 
-When the client goes away, aiohttp cancels the handler (`handler_cancellation=True`) wherever it
-is waiting: on the upstream's headers, on the next upstream chunk, or on a write (or a write
-raises ConnectionError first). `client_gone` then runs without awaiting anything: it closes the
-upstream connection at once and records the delivered prefix.
-
-Upstream timeouts live here, not in aiohttp: time to first token (until the first content
-chunk), the idle gap between chunks (paused while a slow client holds up a write), and total.
-
-The package, in that order:
-
-    relay.py     ChatCall, run_chat, the relay's state and its attempts (retries, deadlines)
-    stream.py    the streaming relay: frames in, frames out, held until the first content
-    body.py      the non-streaming relay: one JSON body
-    endings.py   the client gone, draining, a crash, an explicit cancel, closing up
-    deadline.py  an attempt's deadline, moved on every upstream read without timer work
+Below it: gateway.routing (which deployments), gateway.upstream (the HTTP to them),
+gateway.providers (their wire formats), gateway.stream (events, assembly, the attempt's log),
+gateway.conversations.recorder (what is recorded, in which order) and gateway.storage.
 """
-
-from gateway.pipeline.relay import ChatCall, run_chat
-
-__all__ = ["ChatCall", "run_chat"]

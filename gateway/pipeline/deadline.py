@@ -1,18 +1,22 @@
-"""An attempt's deadline, kept as a number: one watchdog timer per event loop serves them all.
+"""An attempt's deadlines, kept as numbers: one watchdog timer per event loop serves them all.
 
 Every attempt has a deadline (the first token's, the idle gap's, the total's), and the idle one
-moves with every upstream chunk, dozens of times a second. A timer per attempt cost a timer
-handle and its cancel, and `asyncio.timeout` around the attempt its context protocol: together
-about 2% of a request's instructions (bench.instructions, session 11). Here `set()` only stores
-the time. The loop's one `Watchdog`, ticking while any attempt is under way, cancels the task of
-an attempt whose deadline has passed: on time for a deadline it saw at its last tick, at most
-`TICK_S` late for one moved earlier since. The relay turns that cancellation into a timeout
-(`took_back`), as `asyncio.timeout` does: only when no one else cancelled the task as well.
+moves with every upstream chunk, dozens of times a second. A timer per attempt would cost a
+timer handle and its cancel on every chunk (docs/decisions.md, "One watchdog for every
+deadline"); here `set()` only stores the time. The loop's one `Watchdog`, ticking while any
+attempt is under way, cancels the task of an attempt whose deadline has passed: on time for a
+deadline it saw at its last tick, at most `TICK_S` late for one moved earlier since. The relay
+turns that cancellation into a timeout (`took_back`), as `asyncio.timeout` does: only when no
+one else cancelled the task as well.
+
+`AttemptClock` says which of an attempt's three deadlines applies now.
 """
 
 from __future__ import annotations
 
 import asyncio
+
+from gateway.errors import UpstreamTimeout
 
 TICK_S = 0.05  # the longest a watchdog sleeps while it watches anything
 
@@ -107,3 +111,45 @@ class Deadline:
         if self.expired and self._task is not None:
             self._task.uncancel()
         self._task = None
+
+
+class AttemptClock:
+    """An attempt's deadlines: the first token's until content arrives (`holding`), then the
+    idle gap's, each within the total's."""
+
+    __slots__ = ("first_token", "holding", "idle_s", "loop", "timer", "total")
+
+    def __init__(
+        self,
+        timer: Deadline,
+        loop: asyncio.AbstractEventLoop,
+        *,
+        first_token_s: float,
+        idle_s: float,
+        total_s: float,
+    ) -> None:
+        self.timer = timer
+        self.loop = loop
+        start = loop.time()
+        self.first_token = start + first_token_s
+        self.total = start + total_s
+        self.idle_s = idle_s
+        self.holding = True  # nothing has reached the client yet: a failure can be retried
+
+    def arm(self) -> None:
+        """Before each wait on the upstream: the deadline as of now."""
+        phase = self.first_token if self.holding else self.loop.time() + self.idle_s
+        self.timer.set(min(phase, self.total))
+
+    def pause(self) -> None:
+        """While a write waits on a slow client: that is not an idle upstream."""
+        self.timer.set(None)
+
+    def timeout_error(self) -> UpstreamTimeout:
+        if self.loop.time() >= self.total:
+            return UpstreamTimeout("the upstream request exceeded its total timeout", phase="total")
+        if self.holding:
+            return UpstreamTimeout(
+                "the upstream sent no content before the first-token timeout", phase="first_token"
+            )
+        return UpstreamTimeout("the upstream sent nothing within the idle timeout", phase="idle")

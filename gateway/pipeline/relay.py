@@ -1,135 +1,165 @@
-"""One chat completion's relay: its input (`ChatCall`), its entry point (`run_chat`), its state,
-and its attempts: the retry plan, each attempt's deadlines, the response headers.
+"""One turn's relay: its attempts, the answer relayed to the client, and every way it ends.
 
-The phases after the upstream answers are mixins `_Relay` inherits: `_StreamRelay`
-(stream.py), `_BodyRelay` (body.py), `_Endings` (endings.py).
+    attempts: the alias's plan, tried in order (gateway.routing.retry); until the first
+      content chunk nothing reaches the client, so a failure up to then moves on to the next
+      deployment, and each attempt runs under its deadlines (gateway.pipeline.deadline)
+    -> stream: upstream SSE frames decoded into the gateway's stream events and logged for
+      the turn; each read's frames written to the client in one send, unchanged when the
+      upstream speaks the client's dialect, else rendered in it; the delivery tracker notes
+      which frames each write carried (gateway.pipeline.client)
+    -> or body: a non-streaming answer read whole and answered at once
+    -> endings: finished, the client gone (its delivered prefix recorded, and the upstream
+      drained for its usage where configured), an explicit cancel from another connection,
+      a provider fault with no deployment left, or a crash in the gateway itself
+
+When the client goes away, aiohttp cancels the handler wherever it is waiting (on the
+upstream's headers, on its next chunk, or on a write), or a write raises ConnectionError first.
+`client_gone` then runs without awaiting anything: it closes the upstream connection at once
+and records the delivered prefix.
 """
 
 from __future__ import annotations
 
 import asyncio
 import logging
-from collections.abc import Callable, Coroutine
-from dataclasses import dataclass
+import time
+from collections.abc import Callable
 from typing import Any
 
 from aiohttp import web
 
 from gateway import metrics
+from gateway.context import Gateway
 from gateway.conversations.recorder import Attempt, Segment, TurnRecorder
-from gateway.dialects.base import Dialect, StreamRenderer
+from gateway.dialects.base import Dialect
 from gateway.errors import (
+    Conflict,
     GatewayError,
     UpstreamError,
     UpstreamIncompleteStream,
-    UpstreamTimeout,
+    UpstreamProtocolError,
+    UpstreamStreamError,
 )
-from gateway.http.delivery import DeliveryTracker
-from gateway.pipeline.body import _BodyRelay
+from gateway.pipeline.body import read_json
+from gateway.pipeline.client import ClientCancelled, ClientStream
 from gateway.pipeline.continuation import continuation_body
-from gateway.pipeline.deadline import Deadline, watchdog
-from gateway.pipeline.endings import _ClientCancelled, _Endings
-from gateway.pipeline.stream import _StreamRelay
-from gateway.pipeline.turn_ends import TurnEnds
+from gateway.pipeline.deadline import AttemptClock, watchdog
 from gateway.providers.base import UpstreamResponse
-from gateway.providers.wire import StreamParser
+from gateway.providers.openai_chat import ChatStreamParser
+from gateway.providers.wire import StreamParser, parse_body, stream_parser
 from gateway.routing.retry import RetryPlan
 from gateway.routing.router import Alias, Deployment
-from gateway.stream.sse import SSEDecoder
+from gateway.stream.assembler import BlockAssembler
+from gateway.stream.events import (
+    REASONING,
+    TEXT,
+    BlockDelta,
+    BlockStart,
+    Finish,
+    StreamEvent,
+    StreamFailure,
+)
+from gateway.stream.sse import SSEDecoder, SSEFrame, SSEFrameTooLarge
 from gateway.upstream.seam import credentials, redact_error
 
 log = logging.getLogger("gateway.pipeline")  # one logger for the whole data path
 
 
-@dataclass
-class ChatCall:
-    request: web.Request
-    body: dict[str, Any]
-    stream: bool
-    alias: Alias
-    plan: list[Deployment]
-    turn: TurnRecorder
-    headers: dict[str, str]  # response headers decided before the upstream call
-    cancel_reason: Callable[[], str]  # "client_disconnect", or "shutdown" while draining
-    spawn: Callable[[Coroutine[Any, Any, None]], None]  # run work past the request's end
-    # Explicit cancel (POST /v1/chat/completions/{request_id}/cancel) reaches the relay here.
-    cancels: dict[str, tuple[str | None, Callable[[], bool]]]
-    request_id: str
-    team_id: str | None
-    dialect: Dialect  # the client's: how answers, errors and cancels are rendered
-    turn_ends: TurnEnds  # where a non-streaming answer's turn is recorded complete
+def _is_content(event: StreamEvent) -> bool:
+    """The first of these ends the hold: from then on the client has bytes, retries are over."""
+    if isinstance(event, BlockDelta):
+        return event.text != ""
+    if isinstance(event, BlockStart):
+        return event.kind not in (TEXT, REASONING)  # a tool call's start carries its name
+    return isinstance(event, Finish)
 
 
-async def run_chat(call: ChatCall) -> web.StreamResponse:
-    relay = _Relay(call)
-    entry = (call.team_id, relay.cancel)
-    registered = call.cancels.setdefault(call.request_id, entry) is entry
-    try:
-        return await relay.run()
-    except _ClientCancelled:
-        return await relay.cancelled()
-    except asyncio.CancelledError:
-        relay.client_gone(call.cancel_reason())
-        raise
-    except ConnectionError:
-        # A write found the client gone before aiohttp cancelled the handler. Upstream faults
-        # never arrive here: the provider adapters map them to UpstreamError.
-        relay.client_gone(call.cancel_reason())
-        return relay.response or web.Response(status=499)
-    except GatewayError as error:
-        error.headers.update(call.headers)
-        raise
-    except BaseException:
-        # A bug must not leave the turn open: record it as an error, then let it surface.
-        relay.crashed()
-        raise
-    finally:
-        if registered:
-            call.cancels.pop(call.request_id, None)
-        relay.close()
-
-
-class _Relay(_StreamRelay, _BodyRelay, _Endings):
-    def __init__(self, call: ChatCall) -> None:
-        self.call = call
-        self.turn = call.turn
+class Relay:
+    def __init__(
+        self,
+        gateway: Gateway,
+        request: web.Request,
+        turn: TurnRecorder,
+        *,
+        body: dict[str, Any],
+        stream: bool,
+        alias: Alias,
+        plan: list[Deployment],
+        headers: dict[str, str],
+        dialect: Dialect,
+    ) -> None:
+        self.gateway = gateway
+        self.turn = turn
+        self.body = body
+        self.stream = stream
+        self.alias = alias
+        self.plan = plan
+        self.headers = headers  # response headers decided before the upstream call
+        self.dialect = dialect
+        self.client = ClientStream(request, turn.store)
+        # One per response: a continuation keeps rendering the same client stream.
+        self.renderer = dialect.renderer(body)
+        # The attempt under way: its record, deployment, open upstream answer and deadlines.
         self.attempt: Attempt | None = None
         self.deployment: Deployment | None = None
         self.upstream: UpstreamResponse | None = None
-        self.response: web.StreamResponse | None = None
-        self.tracker: DeliveryTracker | None = None
-        self.timer: Deadline | None = None
-        self.holding = True  # nothing reaches the client before the first content chunk
+        self.clock: AttemptClock | None = None
         self.loop = asyncio.get_running_loop()
         task = asyncio.current_task(self.loop)
         assert task is not None, "the relay runs in its request's task"
         self.task = task  # what an attempt's deadline cancels
         self.watchdog = watchdog(self.loop)
-        self.decoder: SSEDecoder | None = None
-        self.parser: StreamParser | None = None
         # continue_on_failure: earlier attempts whose frames reached the client, and how many.
         self.segments: list[Segment] = []
-        self.cancel_requested = False
-        # One per response: a continuation keeps rendering the same client stream.
-        self.renderer: StreamRenderer = call.dialect.renderer(call.body)
-        # The stream's relay state, for `_take`: whether bytes pass unchanged, what waits for
-        # the next write (byte strings, and the size of each frame in them), the last frame.
+        # The stream's state: its decoder and parser, whether bytes pass unchanged, what waits
+        # for the next write (byte strings, and the size of each frame in them), the last frame.
+        self.decoder: SSEDecoder | None = None
+        self.parser: StreamParser | None = None
         self.passthrough = False
         self.held: list[bytes] = []
         self.sizes: list[int] = []
         self.terminator = b""
 
+    async def serve(self, cancel_key: str, team_id: str | None) -> web.StreamResponse:
+        """Run the turn to its end, however it ends; cancellable meanwhile by `cancel_key`."""
+        cancels = self.gateway.cancels
+        entry = (team_id, self.cancel)
+        registered = cancels.setdefault(cancel_key, entry) is entry
+        try:
+            return await self.run()
+        except ClientCancelled:
+            return await self.cancelled()
+        except asyncio.CancelledError:
+            self.client_gone(self.gateway.cancel_reason())
+            raise
+        except ConnectionError:
+            # A write found the client gone before aiohttp cancelled the handler. Upstream
+            # faults never arrive here: the provider adapters map them to UpstreamError.
+            self.client_gone(self.gateway.cancel_reason())
+            return self.client.response or web.Response(status=499)
+        except GatewayError as error:
+            error.headers.update(self.headers)
+            raise
+        except BaseException:
+            # A bug must not leave the turn open: record it as an error, then let it surface.
+            self.crashed()
+            raise
+        finally:
+            if registered:
+                cancels.pop(cancel_key, None)
+            self.close()
+
     # -- attempts ----------------------------------------------------------------------------
 
     async def run(self) -> web.StreamResponse:
-        plan = RetryPlan(self.call.alias, self.call.plan)
-        continuing = self.call.alias.config.continue_on_failure and self.call.stream
+        plan = RetryPlan(self.alias, self.plan)
+        continuing = self.alias.config.continue_on_failure and self.stream
         while (deployment := await plan.next()) is not None:
             try:
                 return await self._attempt(deployment)
             except UpstreamError as error:
                 plan.failed(deployment, error)
-                if self.response is None:
+                if self.client.response is None:
                     continue
                 sent = self._frames_sent_by_attempt()
                 if continuing and sent and error.retryable:
@@ -143,49 +173,51 @@ class _Relay(_StreamRelay, _BodyRelay, _Endings):
         last = plan.last_error
         assert last is not None, "no deployment was tried"
         self.turn.failed(last)
-        if self.response is not None:
-            await self._write_error_frame(last)
-            return self.response
+        if self.client.response is not None:
+            await self.client.end_with(self.renderer.error(last))
+            return self.client.response
         last.headers["X-Gateway-Attempts"] = str(len(self.turn.attempts))
         raise last
 
     def _frames_sent_by_attempt(self) -> int:
-        written = self.tracker.frames_written if self.tracker is not None else 0
-        return written - sum(n for _, n in self.segments)
+        return self.client.frames_written - sum(n for _, n in self.segments)
 
-    def _body(self, deployment: Deployment) -> dict[str, Any]:
+    def _request_body(self, deployment: Deployment) -> dict[str, Any]:
         """The request for this attempt: the client's, or a continuation of what was sent."""
         if not self.segments:
-            return self.call.body
-        return continuation_body(self.call.body, self.segments, deployment.provider.wire)
+            return self.body
+        return continuation_body(self.body, self.segments, deployment.provider.wire)
 
     async def _attempt(self, deployment: Deployment) -> web.StreamResponse:
         self.deployment = deployment
         attempt = self.attempt = self.turn.new_attempt(deployment.route)
         health = deployment.health
         timeouts = deployment.config.timeouts
-        start = self.loop.time()
-        self._first_deadline = start + timeouts.first_token_s
-        self._total_deadline = start + timeouts.total_s
-        self._idle_s = timeouts.idle_s
         health.acquire()
         try:
+            timer = self.watchdog.watch(self.task)
+            clock = self.clock = AttemptClock(
+                timer,
+                self.loop,
+                first_token_s=timeouts.first_token_s,
+                idle_s=timeouts.idle_s,
+                total_s=timeouts.total_s,
+            )
             try:
-                self.timer = timer = self.watchdog.watch(self.task)
-                timer.set(self._deadline())
+                clock.arm()
                 self.upstream = await deployment.provider.chat(
-                    self._body(deployment), stream=self.call.stream
+                    self._request_body(deployment), stream=self.stream
                 )
-                if self.call.stream:
+                if self.stream:
                     response = await self._relay_stream(deployment)
                 else:
                     response = await self._relay_body(deployment)
             except (TimeoutError, asyncio.CancelledError) as exc:
                 if isinstance(exc, asyncio.CancelledError) and not timer.took_back():
                     raise  # not the deadline's: the client went away, the server stops
-                if self.cancel_requested:
-                    raise _ClientCancelled() from None
-                raise self._timeout_error() from None
+                if self.client.cancel_requested:
+                    raise ClientCancelled() from None
+                raise clock.timeout_error() from None
         except UpstreamError as error:
             if self.upstream is not None:
                 self.upstream.close()
@@ -203,9 +235,9 @@ class _Relay(_StreamRelay, _BodyRelay, _Endings):
             )
             raise
         finally:
-            if self.timer is not None:
-                self.timer.close()
-                self.timer = None
+            if self.clock is not None:
+                self.clock.timer.close()
+                self.clock = None
             health.release()
         health.succeeded(attempt.first_token_ms)
         metrics.ATTEMPTS.labels(deployment.name, "ok").inc()
@@ -213,22 +245,310 @@ class _Relay(_StreamRelay, _BodyRelay, _Endings):
             metrics.FIRST_TOKEN.labels(deployment.name).observe(attempt.first_token_ms / 1000)
         return response
 
-    def _deadline(self) -> float:
-        phase = self._first_deadline if self.holding else self.loop.time() + self._idle_s
-        return min(phase, self._total_deadline)
-
-    def _timeout_error(self) -> UpstreamTimeout:
-        if self.loop.time() >= self._total_deadline:
-            return UpstreamTimeout("the upstream request exceeded its total timeout", phase="total")
-        if self.holding:
-            return UpstreamTimeout(
-                "the upstream sent no content before the first-token timeout", phase="first_token"
-            )
-        return UpstreamTimeout("the upstream sent nothing within the idle timeout", phase="idle")
-
     def _headers(self, deployment: Deployment) -> dict[str, str]:
         return {
-            **self.call.headers,
+            **self.headers,
             "X-Gateway-Deployment": deployment.name,
             "X-Gateway-Attempts": str(len(self.turn.attempts)),
         }
+
+    # -- a non-streaming answer ----------------------------------------------------------------
+
+    async def _relay_body(self, deployment: Deployment) -> web.StreamResponse:
+        upstream, attempt, clock = self.upstream, self.attempt, self.clock
+        assert upstream is not None and attempt is not None and clock is not None
+        raw, obj = await read_json(upstream, clock)
+        self.upstream = None
+        events = parse_body(deployment.provider.wire, obj)
+        attempt.add(events)
+        attempt.first_token_ms = (time.monotonic() - attempt.started) * 1000
+        if events and isinstance(events[0], StreamFailure):
+            raise UpstreamStreamError(events[0].message, upstream=events[0].upstream)
+        if not any(isinstance(e, Finish) for e in events):
+            raise UpstreamIncompleteStream("the upstream answer has no finish_reason")
+        if deployment.provider.wire != self.dialect.wire:
+            raw = self.dialect.body(str(self.body.get("model")), BlockAssembler.of(events))
+        # Recorded with the other answers of this loop iteration (pipeline/turn_ends.py), and
+        # durable before the client has its answer.
+        await self.gateway.turn_ends.completed(self.turn, attempt)
+        await self.turn.store.durable_enough()
+        return web.Response(
+            body=raw, content_type="application/json", headers=self._headers(deployment)
+        )
+
+    # -- a stream: the hot path ----------------------------------------------------------------
+
+    async def _relay_stream(self, deployment: Deployment) -> web.StreamResponse:
+        upstream, attempt, clock = self.upstream, self.attempt, self.clock
+        assert upstream is not None and attempt is not None and clock is not None
+        decoder = self.decoder = SSEDecoder()
+        parser = self.parser = stream_parser(deployment.provider.wire)
+        # The upstream speaks the client's dialect: relay its bytes unchanged.
+        self.passthrough = deployment.provider.wire == self.dialect.wire
+        # Chat chunks relayed unchanged: most are one more piece of the open text, read
+        # without events (the chat renderer tracks nothing, so no events are needed for it).
+        text_delta = (
+            parser.text_delta if self.passthrough and isinstance(parser, ChatStreamParser) else None
+        )
+        held: list[bytes] = []  # to write: byte strings, and the size of each frame in them
+        sizes: list[int] = []
+        self.held, self.sizes = held, sizes
+        self.terminator = b""  # the stream's last frame: sent once the turn is durably recorded
+        started = attempt.started
+        while not parser.done:
+            if self.client.cancel_requested:
+                raise ClientCancelled()
+            clock.arm()
+            try:
+                chunk = await upstream.read()
+            except UpstreamProtocolError:
+                if not parser.finished:
+                    raise
+                # Cut after the finish_reason (before its usage or [DONE]): the client has the
+                # whole answer, so the turn is complete, as a clean end there would be.
+                chunk = b""
+            try:
+                split = decoder.split(chunk) if text_delta is not None and chunk else None
+                frames = (
+                    () if split is not None else decoder.feed(chunk) if chunk else decoder.flush()
+                )
+            except SSEFrameTooLarge as exc:
+                raise UpstreamProtocolError(str(exc)) from None
+            failure: StreamFailure | None = None
+            # The frames of a read arrive as one.
+            received_ms = (time.monotonic() - started) * 1000.0
+            for frame in frames:
+                if frame.complete and (failure := self._take(frame, received_ms)) is not None:
+                    break
+            if split is not None:
+                assert text_delta is not None
+                failure = self._take_split(*split, text_delta, received_ms)
+            if held and not clock.holding:
+                # Written before a failure in the same read too, so that what the client sees
+                # does not depend on how the upstream's bytes were split into reads.
+                await self._write(deployment, held, sizes)
+                held, sizes = self.held, self.sizes = [], []
+            if failure is not None:
+                raise UpstreamStreamError(failure.message, upstream=failure.upstream)
+            if not chunk:
+                break
+        # Not held through the turn's recording: the last read (a long stream's can be large).
+        chunk, split, frames = b"", None, ()
+        upstream.close(keep_alive=True)  # the stream's end: its connection may be reused
+        self.upstream = None
+        if not parser.finished:
+            raise UpstreamIncompleteStream("the upstream stream ended without a finish_reason")
+        terminator = self.terminator
+        if not self.passthrough and not parser.done:
+            terminator = self.renderer.done()
+        if held:
+            await self._write(deployment, held, sizes)
+        self.turn.completed(attempt, self.segments)
+        # Committed (or spooled) before the client sees the end: a crash from here on loses
+        # no turn the client saw complete.
+        await self.turn.store.durable_enough()
+        if terminator:
+            attempt.frame_written()
+            await self._write(deployment, [terminator], [len(terminator)], last=True)
+        response = self.client.response
+        if response is None:  # an upstream that finished without a single frame
+            response = await self.client.start(self._headers(deployment))
+        await response.write_eof()  # done already when the terminator ended the body
+        return response
+
+    def _take_split(
+        self,
+        span: bytes,
+        pieces: list[bytes],
+        text_delta: Callable[[bytes], tuple[int, str] | None],
+        received_ms: float,
+    ) -> StreamFailure | None:
+        """A read's frames as `SSEDecoder.split` gives them, relayed unchanged. A run of frames
+        that are each one more piece of the open text is logged in one call and held as one
+        slice of the span; any other frame goes through `_take`. Returns the failure a frame
+        reports, if any (the frames after it are not taken)."""
+        decoder, attempt, clock = self.decoder, self.attempt, self.clock
+        assert attempt is not None and decoder is not None and clock is not None
+        received, held, sizes = attempt.log, self.held, self.sizes
+        at = written = 0  # where the next piece starts in the span; what went to `held`
+        i, n = 0, len(pieces)
+        while i < n:
+            texts: list[str] = []
+            index, start = 0, i
+            while i < n:
+                piece = pieces[i]
+                if piece[:6] != b"data: " or (delta := text_delta(piece[6:])) is None:
+                    break
+                index = delta[0]
+                texts.append(delta[1])
+                i += 1
+            if texts:
+                received.text_frames(index, texts, received_ms)
+                run = [len(p) + 2 for p in pieces[start:i]]
+                sizes += run
+                at += sum(run)
+                if clock.holding and any(texts):
+                    self._first_content(attempt, clock)
+                if i == n:
+                    break
+            if at > written:
+                held.append(span[written:at])
+            size = len(pieces[i]) + 2
+            frame = decoder.frame(span[at : at + size])
+            at = written = at + size
+            i += 1
+            if (failure := self._take(frame, received_ms)) is not None:
+                return failure
+        if at > written:
+            held.append(span[written:at])
+        return None
+
+    def _take(self, frame: SSEFrame, received_ms: float) -> StreamFailure | None:
+        """One complete upstream frame: its events logged, its bytes (or their rendering in
+        the client's dialect) held for the next write. Returns the failure it reports, if any."""
+        parser, attempt, clock = self.parser, self.attempt, self.clock
+        assert parser is not None and attempt is not None and clock is not None
+        events, kind = parser.feed(frame)
+        received = attempt.log
+        received.add(events, received_ms)
+        if kind == "error":
+            return events[0]  # type: ignore[return-value]
+        if clock.holding and any(_is_content(e) for e in events):
+            self._first_content(attempt, clock)
+        if self.passthrough:
+            if kind == "usage_only" and self.upstream is not None and self.upstream.usage_injected:
+                return None
+            self.renderer.track(events)
+            if kind == "done":
+                self.terminator = frame.raw
+                return None
+            data = frame.raw
+        else:
+            data = self.renderer.render(events)
+            if kind == "done":
+                self.terminator = self.renderer.done()
+            if not data:
+                return None
+        self.held.append(data)
+        self.sizes.append(len(data))
+        received.mark()
+        return None
+
+    @staticmethod
+    def _first_content(attempt: Attempt, clock: AttemptClock) -> None:
+        """The hold ends: from here on what arrives goes to the client, retries are over."""
+        clock.holding = False
+        attempt.first_token_ms = (time.monotonic() - attempt.started) * 1000
+
+    async def _write(
+        self, deployment: Deployment, chunks: list[bytes], sizes: list[int], last: bool = False
+    ) -> None:
+        if self.clock is not None:
+            self.clock.pause()  # a slow client is not an idle upstream
+        if self.client.response is None:
+            await self.client.start(self._headers(deployment))
+        await self.client.write(chunks, sizes, last)
+
+    # -- endings -------------------------------------------------------------------------------
+
+    def client_gone(self, reason: str) -> None:
+        upstream, self.upstream = self.upstream, None
+        if self.turn.ended:
+            if upstream is not None:
+                upstream.close()
+            return
+        delivered, level = self.client.delivered()
+        prior = self._split_delivery(delivered)
+        delivered -= sum(n for _, n in prior)
+        attempt = self.attempt
+        if attempt is None and prior:  # between a failed segment and its continuation
+            attempt, delivered = prior.pop()
+        drain = self.alias.config.on_client_disconnect == "drain"
+        if drain and upstream is not None and self.parser is not None and reason != "shutdown":
+            # Keep reading only to learn the provider's usage; history gets the delivered part.
+            self.gateway.spawn(self._drain(upstream, delivered, level, reason, prior))
+            return
+        if upstream is not None:
+            upstream.close()
+        self.turn.interrupted(attempt, delivered, level, reason, prior)
+
+    def _split_delivery(self, delivered: int) -> list[Segment]:
+        """How many of each earlier segment's frames are among the first `delivered`."""
+        prior: list[Segment] = []
+        for earlier, sent in self.segments:
+            prior.append((earlier, min(sent, delivered)))
+            delivered -= prior[-1][1]
+        return prior
+
+    async def _drain(
+        self,
+        upstream: UpstreamResponse,
+        delivered: int,
+        level: str,
+        reason: str,
+        prior: list[Segment],
+    ) -> None:
+        decoder, parser, attempt = self.decoder, self.parser, self.attempt
+        assert decoder is not None and parser is not None and attempt is not None
+        try:
+            async with asyncio.timeout(self.alias.config.drain_timeout_s):
+                while not parser.done:
+                    chunk = await upstream.read()
+                    for frame in decoder.feed(chunk) if chunk else decoder.flush():
+                        if frame.complete:
+                            attempt.add(parser.feed(frame)[0])
+                    if not chunk:
+                        break
+        except (TimeoutError, GatewayError, SSEFrameTooLarge) as exc:
+            log.info("draining %s stopped early: %s", attempt.route["deployment"], exc)
+        finally:
+            upstream.close(keep_alive=parser.done)  # drained to its end: reusable
+            self.turn.interrupted(attempt, delivered, level, reason, prior)
+
+    def crashed(self) -> None:
+        if self.upstream is not None:
+            self.upstream.close()
+            self.upstream = None
+        if not self.turn.ended:
+            log.exception("the chat pipeline failed unexpectedly")
+            self.turn.failed(GatewayError("internal error in the gateway"))
+
+    def cancel(self) -> bool:
+        """Stop this request from another connection; False when it has already ended."""
+        if self.turn.ended or self.client.cancel_requested:
+            return False
+        self.client.cancel_requested = True
+        if self.clock is not None:
+            # Expire the attempt's deadline now: whatever the relay awaits on the upstream
+            # (headers or the next chunk) is interrupted, and it checks the flag after writes.
+            self.clock.timer.expire()
+        return True
+
+    async def cancelled(self) -> web.StreamResponse:
+        """End the client's stream cleanly after its last delta and record what it received."""
+        if self.upstream is not None:
+            self.upstream.close()
+            self.upstream = None
+        attempt = self.attempt
+        if not self.stream:
+            self.turn.interrupted(attempt, 0, "acked", "client_cancel")
+            error = Conflict("The request was cancelled.", code="request_cancelled")
+            error.headers.update(self.headers)
+            raise error
+        deployment = self.deployment
+        assert deployment is not None
+        response = self.client.response
+        if response is None:
+            response = await self.client.start(self._headers(deployment))
+        delivered, level = await self.client.end_cancelled(self.renderer.cancelled())
+        prior = self._split_delivery(delivered)
+        current = delivered - sum(n for _, n in prior)
+        if attempt is None and prior:
+            attempt, current = prior.pop()
+        self.turn.interrupted(attempt, current, level, "client_cancel", prior)
+        return response
+
+    def close(self) -> None:
+        if self.upstream is not None:
+            self.upstream.close()
+        self.client.close()

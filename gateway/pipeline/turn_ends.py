@@ -1,11 +1,11 @@
 """Non-streaming answers that completed in one iteration of the event loop, recorded together.
 
-Recording a turn's end (its blocks, compact stream, usage row and events: `completed()`) takes
-about 20 us with its code and data in the CPU's caches, and about five times that run once
-between the rest of a request, which evicts them (docs/performance.md). With 16 requests in
-flight about seven answers come in the same loop iteration; recorded back to back, at the
-end of it, all but the first find that code warm, and the first of their handlers to go on
-puts all of their writes into the journal in one append.
+Recording a turn's end (its blocks, compact stream, usage row and events: `completed()`) runs
+several times faster with its code and data in the CPU's caches than run once between the rest
+of a request, which evicts them (docs/decisions.md, "Turn ends recorded together"). Under load
+several answers come in the same loop iteration; recorded back to back, at the end of it, all
+but the first find that code warm, and the first of their handlers to go on puts all of their
+writes into the journal in one append.
 
 The end is decided when the answer has come whole; it is recorded one loop iteration later,
 before the client can see it (each handler waits for its turn's future, then for the

@@ -1,0 +1,137 @@
+"""One turn, from admission to its end: what every completion endpoint runs.
+
+    admit: rate limits and budgets for the key and its team, before any upstream call
+      -> join: the request's conversation (`X-Conversation-Id`, a stored response's, or new)
+      -> record: the turn begins with its new input (gateway.conversations.recorder)
+      -> relay: the alias's deployments tried in plan order, the answer relayed to the client
+         and the turn ended however it ends (gateway.pipeline.relay)
+
+The HTTP handlers only parse the client's dialect into an OpenAI chat body, authenticate, and
+call `run_turn`; the answer comes back already rendered in the client's dialect.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Callable
+from dataclasses import dataclass
+from typing import Any
+
+from aiohttp import web
+
+from gateway.context import Gateway
+from gateway.conversations.events import new_id
+from gateway.conversations.recorder import TurnRecorder
+from gateway.conversations.service import Joined
+from gateway.dialects.base import Dialect
+from gateway.errors import InvalidRequest
+from gateway.metering.keys import Principal
+from gateway.metering.limits import Lease, Limiter, scopes_of
+from gateway.metering.tokens import count_messages
+from gateway.pipeline.relay import Relay
+from gateway.routing.router import Deployment
+
+# The completion a request without max_tokens is assumed to take, for budget reservations.
+DEFAULT_COMPLETION_ESTIMATE = 1024
+
+
+@dataclass(frozen=True, slots=True)
+class TurnRequest:
+    """What a client asked for, already in OpenAI chat shape whatever its dialect."""
+
+    body: dict[str, Any]
+    stream: bool
+    dialect: Dialect  # the client's: how answers, errors and cancels are rendered
+    request_id: str
+    # Set by the Responses API, which joins its conversation through the stored response.
+    joined: Joined | None = None
+    cancel_key: str | None = None  # what an explicit cancel names; the request id if None
+    on_turn: Callable[[TurnRecorder], None] | None = None  # told of the turn before it begins
+
+
+async def run_turn(
+    gateway: Gateway, request: web.Request, principal: Principal, turn: TurnRequest
+) -> web.StreamResponse:
+    """Admit, join, record and relay one completion; returns the client's response."""
+    body = turn.body
+    if isinstance(body.get("user"), str) and "\x00" in body["user"]:
+        # Recorded with the turn's usage, where PostgreSQL text refuses NUL: the usage row
+        # would be dropped and the request go unmetered (a way round budgets).
+        raise InvalidRequest("'user' may not contain a NUL character.", param="user")
+    alias = gateway.routes.alias(body.get("model"), principal)
+    plan = gateway.routes.plan(alias, body)
+    lease = await admit(gateway.limiter, principal, body, plan)
+    joined = turn.joined
+    try:
+        if joined is None:
+            joined = await gateway.conversations.join(
+                request.headers.get("X-Conversation-Id"), body["messages"], principal
+            )
+    except BaseException:
+        lease.release()
+        raise
+    headers = {"X-Conversation-Id": joined.conversation_id, **lease.headers}
+    if joined.repaired is not None:
+        # The upstream gets the history the user saw: the dropped partial answer put back.
+        body = {**body, "messages": joined.repaired}
+        headers["X-Gateway-History-Repaired"] = "1"
+    user = body.get("user") if isinstance(body.get("user"), str) else None
+    recorder = TurnRecorder(
+        gateway.store,
+        joined.conversation_id,
+        new_id("turn"),
+        team_id=principal.team_id,
+        key_id=principal.key_id,
+        user=principal.user or user,
+        alias=alias.name,
+        prompt=body["messages"],
+        meter=gateway.meter,
+        lease=lease,
+    )
+    recorder.dialect = turn.dialect.name
+    if turn.on_turn is not None:
+        turn.on_turn(recorder)
+    recorder.begin(
+        new_conversation=joined.create,
+        new_messages=joined.new_messages,
+        request={
+            "endpoint": turn.dialect.name,
+            "request_id": turn.request_id,
+            "model": alias.name,
+            "stream": turn.stream,
+            "instructions": [
+                m for m in body["messages"] if m.get("role") in ("system", "developer")
+            ],
+            "params": {k: v for k, v in body.items() if k != "messages"},
+        },
+    )
+    relay = Relay(
+        gateway,
+        request,
+        recorder,
+        body=body,
+        stream=turn.stream,
+        alias=alias,
+        plan=plan,
+        headers=headers,
+        dialect=turn.dialect,
+    )
+    return await relay.serve(turn.cancel_key or turn.request_id, principal.team_id)
+
+
+async def admit(
+    limiter: Limiter, principal: Principal, body: dict[str, Any], plan: list[Deployment]
+) -> Lease:
+    """Rate limits and budgets, before any upstream call; 429 when one is reached."""
+    scopes = scopes_of(
+        principal.key_limits, principal.team_limits, principal.key_id, principal.team_id
+    )
+    if not any(s[2].tpm or s[2].budget for s in scopes):
+        return await limiter.admit(scopes, 0, 0.0)  # only counts: no estimate needed
+    # Reserve generously: the prompt, plus the most the answer may take.
+    prompt = count_messages(body.get("messages") or [])
+    completion = body.get("max_completion_tokens") or body.get("max_tokens")
+    if not isinstance(completion, int):
+        completion = DEFAULT_COMPLETION_ESTIMATE
+    price = plan[0].price if plan else None
+    cost = price.cost(prompt, completion) if price is not None else 0.0
+    return await limiter.admit(scopes, prompt + completion, cost)
