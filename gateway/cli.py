@@ -24,9 +24,9 @@ def settle_collector() -> None:
     # Everything made so far lives as long as the process: out of every later collection's way.
     gc.freeze()
     # A request makes no reference cycles, so young collections find nothing; at the default
-    # threshold (700 objects) the requests in flight alone cross it every few requests, ~13 us
-    # a request spent walking live objects (stream c=16). Ten thousand is above what dozens
-    # of requests in flight hold, and still bounds any cyclic garbage.
+    # threshold (700 objects) the requests in flight alone cross it every few requests, and
+    # each time the collector walks live objects for nothing. Ten thousand is above what
+    # dozens of requests in flight hold, and still bounds any cyclic garbage.
     gc.set_threshold(_YOUNG_COLLECTION_AT, *gc.get_threshold()[1:])
     gc.enable()
 

@@ -1,4 +1,4 @@
-"""Model history from the event log (contract section 5).
+"""Model history from the event log (docs/recording.md, "Model history").
 
 `derive_messages` walks the surface events of a conversation's path and returns the
 provider-neutral history in OpenAI chat message shape. An interrupted answer appears exactly as

@@ -1,4 +1,5 @@
-"""Recording a turn: new input, attempts, and the finalisation rules of contract section 3.
+"""Recording a turn: new input, attempts, and the order of its events (docs/recording.md,
+"Order inside a turn").
 
 Order inside a turn, always:
 - success: input events, `assistant/message`, `turn/end(completed)`;
@@ -171,10 +172,11 @@ Part = tuple[Attempt, int]  # an attempt, and how many of its events (in receive
 
 
 def _answer(parts: list[Part]) -> tuple[BlockAssembler, list[dict[str, Any]], bool]:
-    """An answer's blocks and its compact stream (contract section 4), from the events of one
-    attempt or, for a continued answer, of each attempt in order: block indexes shifted so they
-    never collide, times measured from the first attempt's start. The flag: the stream holds
-    long runs read from the logs when stored (its payload must be a DeferredPayload)."""
+    """An answer's blocks and its compact stream (docs/recording.md, "The compact stream"),
+    from the events of one attempt or, for a continued answer, of each attempt in order: block
+    indexes shifted so they never collide, times measured from the first attempt's start. The
+    flag: the stream holds long runs read from the logs when stored (its payload must be a
+    DeferredPayload)."""
     assembler = BlockAssembler()
     stream = CompactRecords()
     origin = parts[0][0].started

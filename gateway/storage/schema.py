@@ -98,9 +98,9 @@ _SQLITE_V4 = (
     # `events` as a rowid table, its key an index beside it. A WITHOUT ROWID table keeps its
     # rows in key order, so a turn of an older conversation is written into the middle of the
     # table, and it keeps at most ~1 KB of a row in its page, the rest spilt to overflow
-    # pages: answers are rows of kilobytes. Measured over 60,000 turns of conversations taken
-    # up again at random (docs/performance-history.md, session 9): 219 -> 150 MiB, a turn's three
-    # events 56-58 -> 35-37 us of the writer's CPU; a conversation's history reads as fast.
+    # pages: answers are rows of kilobytes. As a rowid table the file is about a third smaller
+    # and a turn's events cost the writer a third less CPU, while a conversation's history
+    # reads as fast (docs/decisions.md, "Events in a rowid table").
     """CREATE TABLE events_v4 (
         conversation_id TEXT NOT NULL, seq INTEGER NOT NULL, turn_id TEXT NOT NULL,
         type TEXT NOT NULL, created_at REAL NOT NULL, payload TEXT NOT NULL, uid TEXT,
@@ -201,7 +201,7 @@ async def migrate(db: Db) -> list[int]:
     for migration in MIGRATIONS[db.dialect]:
         if migration.version <= version:
             continue
-        # Some rebuild a table (version 4 of SQLite's: about 20 us an event): say so first.
+        # Some rebuild a table (version 4 of SQLite's), which takes a while: say so first.
         log.info("store migrating to version %d (%s)", migration.version, migration.name)
         for statement in migration.statements:
             await db.execute(statement)

@@ -27,7 +27,7 @@ _LONG_PAYLOAD_CACHE_KIB = 256
 
 # A NULL parameter as it is, without the module's search for an adapter: sqlite3 binds int,
 # float and str directly but looks every other value up, None included, and a miss there costs
-# an AttributeError made and dropped (~0.2 us a parameter; a turn binds about ten NULLs). An
+# an AttributeError made and dropped (a turn binds about ten NULLs). An
 # adapter for None that gives None back (an empty dict's `get`, a C call) is found at once.
 # Process-wide, as every sqlite3 adapter is, and the same value either way.
 sqlite3.register_adapter(type(None), cast(Callable[[None], None], {}.get))

@@ -16,15 +16,15 @@ one more event than the frame before it, only the frames where that step is brok
 (two array items each), so a run of text frames costs nothing per frame.
 
 A length and a time gap are a byte because bytearray.append is the cheapest append CPython
-has (cheaper than a 4-byte array item's; 2-byte items go through a conversion that costs twice
-as much). A gap costs keeping the last time, ~15 ns a delta on the per-delta path (text frames
-come a read at a time: one gap a read, then zeros, cheaper than the time repeated); it holds
-0.29 MiB less for 100,000 deltas than a 4-byte time each, which is most of what stood between
-a long stream and its memory target.
+has (cheaper than a 4-byte array item's; 2-byte items go through a conversion). A gap costs
+keeping the last time on the per-delta path (text frames come a read at a time: one gap a
+read, then zeros, cheaper than the time repeated), and holds far less for a long stream than
+a 4-byte time each: most of what stood between a long stream and its memory target
+(docs/performance.md).
 
 Everything a turn's end needs is read from that, up to any mark (the delivered prefix): the
 events with each run merged into one delta (what BlockAssembler needs, one string per run
-rather than per part), the provider's usage, and the compact timed stream of contract section 4
+rather than per part), the provider's usage, and the compact timed stream (docs/recording.md)
 built from the arrays (a long run's parts encoded to JSON a batch at a time, never a string
 each for the whole stream).
 """

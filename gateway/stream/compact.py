@@ -1,4 +1,5 @@
-"""The compact timed stream of contract section 4, and its lossless expansion.
+"""The compact timed stream (docs/recording.md, "The compact stream"), and its lossless
+expansion.
 
 Consecutive deltas of one block merge into one run record
 `{"type": kind, "index", "t0", "dt": [...], "parts": [...]}` (a tool call adds `id` and
