@@ -125,3 +125,35 @@ _REMOVED = re.compile(r"mypyc|\.native\b|GATEWAY_NATIVE|gateway/native\.py", re.
 def test_no_doc_describes_the_removed_compiled_build(path: Path) -> None:
     hits = [line for line in path.read_text().splitlines() if _REMOVED.search(line)]
     assert hits == []
+
+
+# Code cites a doc as `docs/recording.md` or `docs/recording.md, "Order inside a turn"` (the
+# title may be broken across comment or docstring lines).
+_CITATION = re.compile(r'docs/([\w-]+\.md)(?:,\s*"([^"]+)")?')
+_SOURCES = ["gateway", "tests"]
+
+
+def _citations() -> list[tuple[str, str, str | None]]:
+    out = []
+    for top in _SOURCES:
+        for source in sorted((ROOT / top).rglob("*.py")):
+            text = source.read_text()
+            for match in _CITATION.finditer(text):
+                line = text.count("\n", 0, match.start()) + 1
+                title = match.group(2)
+                if title is not None:
+                    title = " ".join(title.replace("#", " ").split())
+                where = f"{source.relative_to(ROOT)}:{line}"
+                out.append((where, match.group(1), title))
+    return out
+
+
+def test_every_doc_the_code_cites_exists() -> None:
+    broken = []
+    for where, name, title in _citations():
+        path = DOCS / name
+        if not path.exists():
+            broken.append(f"{where}: docs/{name} does not exist")
+        elif title is not None and _anchor(title) not in _anchors(path):
+            broken.append(f'{where}: docs/{name} has no section "{title}"')
+    assert broken == []
