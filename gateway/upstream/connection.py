@@ -51,8 +51,9 @@ _TRANSFER_ENCODING = b"\r\ntransfer-encoding:"
 _CONTENT_LENGTH = b"\r\ncontent-length:"
 _CONTENT_ENCODING = b"\r\ncontent-encoding:"
 
-# (scheme, host, port): the origin a connection is open to, and the pool's key for it.
-PoolKey = tuple[str, str, int]
+# (scheme, host, port, route): the origin a connection is open to and how (the route: its
+# proxy and TLS context, "" for a direct one with the pool's default), and the pool's key for it.
+PoolKey = tuple[str, str, int, str]
 
 
 class Pool(Protocol):

@@ -6,8 +6,10 @@ less: POST a prebuilt body to a URL from its config, read the status and the few
 frame the body, and hand the body out piece by piece as it arrives. This module does only that:
 
 - `Endpoint`: a URL and its headers, encoded once per deployment; a request then costs the
-  length of its body and one write.
-- `UpstreamPool`: keep-alive connections per (scheme, host, port). A connection goes back only
+  length of its body and one write. Its proxy (gateway.upstream.proxy: the deployment's, else
+  the environment's) and its TLS trust (gateway.upstream.tls) are decided then too, once.
+- `UpstreamPool`: keep-alive connections per (scheme, host, port, route): the route is the
+  proxy and the TLS context, so no connection serves two settings. A connection goes back only
   after a response that ended cleanly without `Connection: close`; one found closed by the
   server when reused is replaced once by a fresh connection; idle ones expire.
 - `Response` (from gateway.upstream.connection, which holds one connection and its response's
@@ -36,6 +38,8 @@ from urllib.parse import quote, unquote, urlsplit
 
 from gateway import __version__, metrics
 from gateway.errors import UpstreamConnectError, UpstreamProtocolError, UpstreamTimeout
+from gateway.upstream import proxy as proxies
+from gateway.upstream import tls
 from gateway.upstream.connection import HIGH_WATER, Connection, PoolKey, Response, StaleConnection
 
 __all__ = [
@@ -54,15 +58,11 @@ _TOKEN = re.compile(r"[!#$%&'*+\-.^_`|~0-9A-Za-z]+")
 # Framing is the client's: a caller's value for these would contradict the bytes it sends.
 _OWN_HEADERS = frozenset({"content-length", "transfer-encoding", "connection"})
 
-_default_context: ssl.SSLContext | None = None
-
 
 def default_ssl_context() -> ssl.SSLContext:
-    """Certificates verified against the system's CAs, made once (loading them takes ms)."""
-    global _default_context
-    if _default_context is None:
-        _default_context = ssl.create_default_context()
-    return _default_context
+    """Certificates verified against `SSL_CERT_FILE`/`SSL_CERT_DIR`'s CAs if the environment
+    names them, else the system's; made once (loading them takes ms)."""
+    return tls.default_context()
 
 
 class Endpoint:
@@ -71,11 +71,34 @@ class Endpoint:
     Headers merge case-insensitively, later ones winning: the defaults (`Host`, `User-Agent`,
     `Accept`, `Accept-Encoding: gzip, deflate`), then `headers` in order. `Content-Length`,
     `Transfer-Encoding` and `Connection` are always the client's own.
+
+    `proxy`: a proxy URL, or `none` (directly); None: the environment's (HTTPS_PROXY,
+    HTTP_PROXY, NO_PROXY), read now. `ssl_context`: the TLS context of an https URL (None: the
+    pool's default). A plain http URL through a proxy is sent to the proxy in absolute form.
     """
 
-    __slots__ = ("connect_s", "headers", "host", "key", "port", "prefix", "tls", "url")
+    __slots__ = (
+        "connect_s",
+        "headers",
+        "host",
+        "key",
+        "port",
+        "prefix",
+        "proxy",
+        "ssl",
+        "tls",
+        "url",
+    )
 
-    def __init__(self, url: str, headers: Mapping[str, str], connect_s: float = 10.0) -> None:
+    def __init__(
+        self,
+        url: str,
+        headers: Mapping[str, str],
+        connect_s: float = 10.0,
+        *,
+        proxy: str | None = None,
+        ssl_context: ssl.SSLContext | None = None,
+    ) -> None:
         parts = urlsplit(url)
         scheme = parts.scheme.lower()
         if scheme not in ("http", "https") or not parts.hostname:
@@ -85,7 +108,13 @@ class Endpoint:
         self.host = parts.hostname
         default_port = 443 if self.tls else 80
         self.port = parts.port or default_port  # .port raises ValueError for a bad port
-        self.key: PoolKey = (scheme, self.host, self.port)
+        self.proxy = proxies.resolve(scheme, self.host, self.port, proxy)
+        self.ssl = ssl_context if self.tls else None
+        # The route: "" for a direct connection with the pool's TLS default (the usual case).
+        route = self.proxy.key if self.proxy is not None else ""
+        if self.ssl is not None:
+            route += f"|tls:{id(self.ssl)}"  # (contexts are made once, kept: ids stay unique)
+        self.key: PoolKey = (scheme, self.host, self.port, route)
         self.connect_s = connect_s
         authority = f"[{self.host}]" if ":" in self.host else self.host
         if self.port != default_port:
@@ -101,6 +130,9 @@ class Endpoint:
             userinfo = f"{unquote(parts.username)}:{unquote(parts.password or '')}"
             basic = base64.b64encode(userinfo.encode()).decode()
             defaults["Authorization"] = f"Basic {basic}"
+        absolute = self.proxy is not None and not self.tls
+        if absolute and self.proxy is not None and self.proxy.authorization is not None:
+            defaults["Proxy-Authorization"] = self.proxy.authorization
         for name, value in [*defaults.items(), *headers.items()]:
             if not _TOKEN.fullmatch(name) or any(c in value for c in "\r\n\0"):
                 raise ValueError(f"invalid header for {url}: {name!r}")
@@ -111,20 +143,27 @@ class Endpoint:
         target = quote(parts.path or "/", safe="/%:@!$&'()*+,;=~")
         if parts.query:
             target += "?" + quote(parts.query, safe="/?%:@!$&'()*+,;=~")
+        if absolute:  # to a proxy: the whole URL (its credentials left out)
+            target = f"{scheme}://{authority}{target}"
         lines = [f"POST {target} HTTP/1.1", *(f"{n}: {v}" for n, v in merged.values())]
         lines += ["Connection: keep-alive", "Content-Length: "]
         self.prefix = "\r\n".join(lines).encode("utf-8")
 
 
 class UpstreamPool:
-    """Keep-alive connections per (scheme, host, port), shared by every deployment.
+    """Keep-alive connections per (scheme, host, port, route), shared by every deployment.
 
-    `ssl_context` replaces the default verifying context (tests trust their own CA with it).
+    `ssl_context` replaces the default verifying context, of endpoints without one of their own
+    (tests trust their own CA with it). Else the default trusts `SSL_CERT_FILE` and
+    `SSL_CERT_DIR` when the environment names them, read here, at start: a path that does not
+    exist raises `ConfigError` naming it.
     """
 
     def __init__(self, *, idle_s: float = IDLE_S, ssl_context: ssl.SSLContext | None = None):
         self._idle_s = idle_s
         self._ssl = ssl_context
+        # Checked now; the context itself is made at the first https connection.
+        self._trust = tls.environment_trust() if ssl_context is None else (None, None)
         # Idle connections per key, oldest first: reuse takes the newest, expiry the oldest.
         self._idle: dict[PoolKey, list[Connection]] = {}
         self._all: set[Connection] = set()
@@ -183,7 +222,7 @@ class UpstreamPool:
 
     def opened(self, conn: Connection) -> None:
         self._all.add(conn)
-        scheme, host, port = conn.key
+        scheme, host, port, _ = conn.key
         metrics.UPSTREAM_CONNECTIONS.labels(f"{scheme}://{host}:{port}").inc()
 
     def release(self, conn: Connection) -> None:
@@ -226,29 +265,57 @@ class UpstreamPool:
         if next_at is not None and not self._closed:
             self._sweep = loop.call_later(max(0.0, next_at - now) + 0.01, self._expire, loop)
 
+    def _context(self, endpoint: Endpoint) -> ssl.SSLContext:
+        if endpoint.ssl is not None:
+            return endpoint.ssl
+        if self._ssl is None:
+            self._ssl = tls.context(*self._trust)
+        return self._ssl
+
     async def _connect(self, endpoint: Endpoint) -> Connection:
         if self._closed:
             raise UpstreamConnectError("the gateway is closing its upstream connections")
         loop = asyncio.get_running_loop()
         conn = Connection(self, endpoint.key, loop)
-        context = (self._ssl or default_ssl_context()) if endpoint.tls else None
+        context = self._context(endpoint) if endpoint.tls else None
+        proxy = endpoint.proxy
         try:
             try:
-                # The TCP connect and the TLS handshake, both within connect_s.
+                # The TCP connect (and the proxy's tunnel) and the TLS handshake, all within
+                # connect_s.
                 async with asyncio.timeout(endpoint.connect_s):
-                    await loop.create_connection(
-                        lambda: conn,
-                        endpoint.host,
-                        endpoint.port,
-                        ssl=context,
-                        server_hostname=endpoint.host if context is not None else None,
-                    )
+                    if proxy is None:
+                        await loop.create_connection(
+                            lambda: conn,
+                            endpoint.host,
+                            endpoint.port,
+                            ssl=context,
+                            server_hostname=endpoint.host if context is not None else None,
+                        )
+                    elif context is None:  # http through the proxy: requests in absolute form
+                        try:
+                            await loop.create_connection(lambda: conn, proxy.host, proxy.port)
+                        except OSError as exc:
+                            raise UpstreamConnectError(
+                                f"cannot reach the proxy {proxy.display}: {exc}"
+                            ) from None
+                    else:
+                        await proxies.open_tunnel(
+                            loop, conn, proxy, endpoint.host, endpoint.port, context, USER_AGENT
+                        )
             except TimeoutError as exc:
                 if exc.errno is None:  # ours, not the kernel's ETIMEDOUT
+                    via = f" through the proxy {proxy.display}" if proxy is not None else ""
                     raise UpstreamTimeout(
-                        "connecting to the upstream timed out", phase="connect"
+                        f"connecting to the upstream{via} timed out", phase="connect"
                     ) from None
                 raise UpstreamConnectError(f"cannot reach the upstream: {exc}") from None
+            except ssl.SSLCertVerificationError as exc:
+                raise UpstreamConnectError(
+                    f"cannot reach the upstream {endpoint.host}: its TLS certificate is not"
+                    f" trusted ({exc.verify_message}; {exc.reason}); trust the CA that signed"
+                    " it with the deployment's tls.ca_bundle or SSL_CERT_FILE"
+                ) from None
             except OSError as exc:  # refused, DNS, TLS (ssl.SSLError is an OSError)
                 raise UpstreamConnectError(f"cannot reach the upstream: {exc}") from None
         except BaseException:

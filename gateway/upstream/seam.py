@@ -3,26 +3,31 @@
 Every HTTP adapter sends through `post()` and reads through `UpstreamBody`, so a connection
 error, a reset mid-stream or an HTTP error status becomes the same `UpstreamError` whatever the
 provider. Adapters differ only in URL, headers, and how they translate bodies and error JSON.
-The client underneath (gateway.upstream.pool) maps connection faults itself; here an error
-status becomes `UpstreamHTTPError` (the provider's error JSON converted, credentials redacted)
-and a redirect is refused.
+
+`post()` takes any `Transport`: one call sends an `Endpoint`'s request with a body and returns
+the response once its status and headers have arrived. The lean client
+(gateway.upstream.pool.UpstreamPool: keep-alive, proxies, TLS trust) is the one the gateway
+makes. A transport maps connection faults itself; here an error status becomes
+`UpstreamHTTPError` (the provider's error JSON converted, credentials redacted) and a redirect
+is refused.
 """
 
 from __future__ import annotations
 
 import re
 from collections.abc import Callable, Iterable, Mapping
-from typing import Any
+from typing import Any, Protocol
 
 import orjson
 
 from gateway.errors import (
     GatewayError,
+    UpstreamConnectError,
     UpstreamError,
     UpstreamHTTPError,
     UpstreamProtocolError,
 )
-from gateway.upstream.pool import Endpoint, Response, UpstreamPool
+from gateway.upstream.pool import Endpoint
 
 _ERROR_BODY_LIMIT = 1 << 20
 # Request headers whose values are credentials (Authorization, api-key, x-api-key, ...).
@@ -32,8 +37,41 @@ REDACTED = "[redacted]"
 # Turns a provider's error JSON into the OpenAI error shape (None: it is not the provider's).
 ErrorConverter = Callable[[int, dict[str, Any]], dict[str, Any] | None]
 
-# A successful upstream response, read piece by piece (gateway.providers.base.UpstreamResponse).
-UpstreamBody = Response
+
+class UpstreamBody(Protocol):
+    """An upstream response whose status and headers have arrived; its body comes by `read()`
+    (gateway.upstream.connection.Response; gateway.providers.base.UpstreamResponse is what the
+    pipeline needs of it)."""
+
+    status: int
+    usage_injected: bool
+
+    @property
+    def headers(self) -> Mapping[str, str]:
+        """By lowercased name."""
+        ...
+
+    async def read(self) -> bytes:
+        """The body received so far and not yet read; b"" at its end."""
+        ...
+
+    def close(self, *, keep_alive: bool = False) -> None:
+        """Drop the connection, unless the body has ended (or, `keep_alive`, ends soon)."""
+        ...
+
+
+class Transport(Protocol):
+    """What the adapters post through (gateway.upstream.pool.UpstreamPool)."""
+
+    async def post(self, endpoint: Endpoint, body: bytes) -> UpstreamBody:
+        """Send `body` to `endpoint` and wait for the response's status and headers (any
+        status). Faults: `UpstreamConnectError`, `UpstreamTimeout(phase="connect")`,
+        `UpstreamProtocolError`."""
+        ...
+
+    async def close(self) -> None:
+        """Close every connection."""
+        ...
 
 
 def openai_error(status: int, body: dict[str, Any]) -> dict[str, Any] | None:
@@ -41,18 +79,26 @@ def openai_error(status: int, body: dict[str, Any]) -> dict[str, Any] | None:
 
 
 async def post(
-    pool: UpstreamPool,
+    transport: Transport,
     endpoint: Endpoint,
     payload: Any,
     convert: ErrorConverter = openai_error,
-) -> Response:
+) -> UpstreamBody:
     """POST JSON; an HTTP error status raises `UpstreamHTTPError` with an OpenAI-shaped body.
     Connection faults come from the client as `UpstreamConnectError`, `UpstreamTimeout` (the
     connect phase) or `UpstreamProtocolError`."""
-    response = await pool.post(endpoint, orjson.dumps(payload))
+    response = await transport.post(endpoint, orjson.dumps(payload))
     status = response.status
     if status < 300:
         return response
+    if status == 407 and (proxy := endpoint.proxy) is not None:
+        # A plain http request through a proxy, refused by the proxy (an https one's CONNECT
+        # was refused before this): the request reached no upstream.
+        response.close()
+        raise UpstreamConnectError(
+            f"the proxy {proxy.display} refused the request: HTTP 407 (its credentials are"
+            " missing or wrong)"
+        )
     if status >= 400:
         raise await _http_error(response, convert, credentials(endpoint.headers))
     # Never followed: a redirect would take the request, and key headers other than
@@ -99,7 +145,7 @@ def redact_error(error: GatewayError, secrets: Iterable[str]) -> None:
             error.body = orjson.loads(cleaned)  # type: ignore[attr-defined]
 
 
-async def read_all(response: Response, limit: int | None = None) -> bytes:
+async def read_all(response: UpstreamBody, limit: int | None = None) -> bytes:
     """The whole body, or its first `limit` bytes; then the connection is pooled or dropped."""
     parts: list[bytes] = []
     size = 0
@@ -116,7 +162,7 @@ async def read_all(response: Response, limit: int | None = None) -> bytes:
 
 
 async def _http_error(
-    response: Response, convert: ErrorConverter, secrets: list[str]
+    response: UpstreamBody, convert: ErrorConverter, secrets: list[str]
 ) -> UpstreamHTTPError:
     status = response.status
     try:

@@ -639,7 +639,7 @@ def test_headers_merge_case_insensitively_and_the_client_owns_the_framing() -> N
     assert "Anthropic-Version: 2\r\n" in head and "anthropic-version" not in head
     assert "99" not in head and head.endswith("\r\nContent-Length: ")
     assert endpoint.headers["Authorization"] == "Basic dXNlcjpwQHNz"  # user:p@ss
-    assert endpoint.key == ("https", "upstream.test", 8443)
+    assert endpoint.key == ("https", "upstream.test", 8443, "")
 
 
 # -- TLS -----------------------------------------------------------------------------------------
