@@ -28,6 +28,7 @@ from gateway.routing.router import Router
 from gateway.storage.backends import instance_id, make_store
 from gateway.storage.db import StoreUnavailable
 from gateway.upstream.pool import UpstreamPool
+from gateway.upstream.tls import warn_unverified
 
 log = logging.getLogger(__name__)
 
@@ -85,8 +86,10 @@ async def _resources(app: web.Application) -> AsyncIterator[None]:
         log.warning("closed %d turns left open by a previous process (crash_recovered)", recovered)
     keeper = asyncio.create_task(_keep_alive(gateway, started), name="store-heartbeat")
     # One pool for every upstream: kept-alive connections, no per-request TLS handshakes.
+    # (It reads SSL_CERT_FILE and SSL_CERT_DIR now, and the router's endpoints their proxies.)
     gateway.upstreams = UpstreamPool()
     gateway.router = Router(gateway.config, gateway.upstreams)
+    warn_unverified(gateway.router.deployments())  # once each, for `tls.verify: false`
     cooldowns = None
     if (redis_url := gateway.config.limits.redis_url) is not None:
         from gateway.routing.cooldowns import CooldownSync

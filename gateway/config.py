@@ -114,6 +114,29 @@ class TimeoutsConfig(_Model):
     total_s: float = Field(900, gt=0, description="Whole upstream request, streaming included.")
 
 
+class TLSConfig(_Model):
+    ca_bundle: str | None = Field(
+        None,
+        description="PEM file of the CAs this deployment's upstream certificate is checked"
+        " against, instead of the system's (and SSL_CERT_FILE's). A file that is missing or"
+        " holds no certificate is a config error.",
+    )
+    verify: bool = Field(
+        True,
+        description="Check the upstream's certificate and host name. `false` checks nothing"
+        " (anyone on the path can read the traffic); a warning at start names the deployment.",
+    )
+
+    @field_validator("ca_bundle")
+    @classmethod
+    def _readable_bundle(cls, value: str | None) -> str | None:
+        if value is not None:
+            from gateway.upstream.tls import check_bundle
+
+            check_bundle(value)
+        return value
+
+
 class DeploymentConfig(_Model):
     provider: Literal["openai", "azure", "anthropic", "litellm", "demo"] = Field(
         description="`openai`: any OpenAI-compatible endpoint; `azure`: Azure OpenAI;"
@@ -139,6 +162,16 @@ class DeploymentConfig(_Model):
     extra_headers: dict[str, str] = Field(
         default_factory=dict, description="Headers added to every upstream request."
     )
+    proxy: str | None = Field(
+        None,
+        description="HTTP proxy to the upstream: `http://[user:password@]host:port`, or `none`"
+        " (also `null`) to connect directly. Unset: from the environment (`HTTPS_PROXY`,"
+        " `HTTP_PROXY`, `NO_PROXY`, lower-case too), as curl reads them. Not for `litellm`.",
+    )
+    tls: TLSConfig = Field(
+        default_factory=TLSConfig,
+        description="How the upstream's certificate is checked. Not for `litellm`.",
+    )
     weight: float = Field(1, gt=0, description="Share of traffic under the `weighted` strategy.")
     priority: int = Field(
         0, description="Lower goes first under the `fallback` strategy (ties keep file order)."
@@ -152,6 +185,35 @@ class DeploymentConfig(_Model):
     output_cost_per_mtok: float | None = Field(
         None, ge=0, description="USD per million completion tokens (the `cost` strategy)."
     )
+
+    @model_validator(mode="before")
+    @classmethod
+    def _null_proxy_is_direct(cls, data: Any) -> Any:
+        # `proxy: null` (or an empty value) says "no proxy", as `none` does; unset is the
+        # environment's.
+        if isinstance(data, dict) and "proxy" in data and not data["proxy"]:
+            return {**data, "proxy": "none"}
+        return data
+
+    @field_validator("proxy")
+    @classmethod
+    def _proxy_url(cls, value: str | None) -> str | None:
+        if value is not None:
+            from gateway.upstream.proxy import DIRECT, Proxy
+
+            if value.strip().lower() not in DIRECT:
+                Proxy(value)  # ValueError (never quoting its credentials)
+        return value
+
+    @model_validator(mode="after")
+    def _transport_settings(self) -> DeploymentConfig:
+        own = "proxy" in self.model_fields_set or self.tls != TLSConfig()
+        if self.provider == "litellm" and own:
+            raise ValueError(
+                "proxy and tls are not supported for provider 'litellm': litellm reads"
+                " HTTPS_PROXY, HTTP_PROXY, NO_PROXY and SSL_CERT_FILE from the environment"
+            )
+        return self
 
     @model_validator(mode="after")
     def _needs_api_base(self) -> DeploymentConfig:

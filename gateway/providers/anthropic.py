@@ -13,8 +13,9 @@ from typing import Any
 
 from gateway.config import DeploymentConfig
 from gateway.providers.anthropic_messages import openai_error_body, to_anthropic_request
-from gateway.upstream.pool import Endpoint, UpstreamPool
-from gateway.upstream.seam import UpstreamBody, post
+from gateway.upstream.pool import Endpoint
+from gateway.upstream.seam import Transport, UpstreamBody, post
+from gateway.upstream.tls import deployment_context
 
 DEFAULT_API_BASE = "https://api.anthropic.com"
 ANTHROPIC_VERSION = "2023-06-01"
@@ -23,7 +24,7 @@ ANTHROPIC_VERSION = "2023-06-01"
 class AnthropicProvider:
     wire = "anthropic"
 
-    def __init__(self, config: DeploymentConfig, pool: UpstreamPool, model: str) -> None:
+    def __init__(self, config: DeploymentConfig, pool: Transport, model: str) -> None:
         base = (config.api_base or DEFAULT_API_BASE).rstrip("/")
         url = base + ("/messages" if base.endswith("/v1") else "/v1/messages")
         self._pool = pool
@@ -35,7 +36,14 @@ class AnthropicProvider:
         # default, not doubles it.
         headers.update(config.extra_headers)
         # First-token, idle and total timeouts are the pipeline's; only connecting is timed here.
-        self._messages = Endpoint(url, headers, config.timeouts.connect_s)
+        # Its proxy (the deployment's, else the environment's) and TLS trust: decided now, once.
+        self._messages = Endpoint(
+            url,
+            headers,
+            config.timeouts.connect_s,
+            proxy=config.proxy,
+            ssl_context=deployment_context(config.tls.ca_bundle, config.tls.verify),
+        )
 
     async def chat(self, body: dict[str, Any], *, stream: bool) -> UpstreamBody:
         payload = to_anthropic_request(body, self._model, stream=stream)

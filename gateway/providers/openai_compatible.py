@@ -6,14 +6,15 @@ from typing import Any
 
 from gateway.config import DeploymentConfig
 from gateway.providers.responses_request import to_responses_request
-from gateway.upstream.pool import Endpoint, UpstreamPool
-from gateway.upstream.seam import UpstreamBody, post, read_all
+from gateway.upstream.pool import Endpoint
+from gateway.upstream.seam import Transport, UpstreamBody, post, read_all
+from gateway.upstream.tls import deployment_context
 
 
 class OpenAICompatibleProvider:
     wire = "openai_chat"
 
-    def __init__(self, config: DeploymentConfig, pool: UpstreamPool, model: str) -> None:
+    def __init__(self, config: DeploymentConfig, pool: Transport, model: str) -> None:
         assert config.api_base is not None
         self._pool = pool
         self._model = model
@@ -21,8 +22,12 @@ class OpenAICompatibleProvider:
         headers = self._headers(config)
         # First-token, idle and total timeouts are the pipeline's; only connecting is timed here.
         connect_s = config.timeouts.connect_s
-        self._chat = Endpoint(chat_url, headers, connect_s)
-        self._embeddings = Endpoint(embeddings_url, headers, connect_s)
+        # Its proxy (the deployment's, else the environment's) and TLS trust: decided now, once.
+        proxy, tls = config.proxy, deployment_context(config.tls.ca_bundle, config.tls.verify)
+        self._chat = Endpoint(chat_url, headers, connect_s, proxy=proxy, ssl_context=tls)
+        self._embeddings = Endpoint(
+            embeddings_url, headers, connect_s, proxy=proxy, ssl_context=tls
+        )
 
     def _urls(self, base: str, config: DeploymentConfig, model: str) -> tuple[str, str]:
         """The chat and embeddings URLs."""
