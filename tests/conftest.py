@@ -109,10 +109,7 @@ MakeUpstream = Callable[[], Awaitable[FakeUpstream]]
 @pytest.fixture
 def make_upstream(aiohttp_server: Callable[..., Awaitable[TestServer]]) -> MakeUpstream:
     async def make() -> FakeUpstream:
-        fake = FakeUpstream()
-        server = await aiohttp_server(fake.app)
-        fake.url = str(server.make_url("/v1"))
-        return fake
+        return await FakeUpstream().start(aiohttp_server)
 
     return make
 
@@ -146,14 +143,7 @@ async def make_gateway(
                         "name": "fake",
                         # One attempt: these tests see each upstream fault as the client does.
                         "retry": {"max_attempts": 1},
-                        "deployments": [
-                            {
-                                "provider": "openai",
-                                "model": "fake-model",
-                                "api_base": upstream.url,
-                                "api_key": "sk-up",
-                            }
-                        ],
+                        "deployments": [upstream.deployment()],
                     }
                 )
         db_path = tmp_path / "gateway.db"

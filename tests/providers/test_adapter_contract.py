@@ -2,9 +2,9 @@
 
 Each case runs end to end over every adapter: the real `openai` SDK (AsyncOpenAI) talks to the
 gateway (a real aiohttp server), which talks over loopback to a fake upstream speaking the
-adapter's own wire format (tests/providers/upstreams.py): OpenAI-compatible chat completions,
-Azure OpenAI, Anthropic Messages and, when the litellm adapter is there, Gemini through litellm.
-Each case asserts on what the client received and on what the gateway recorded.
+adapter's own wire format (tests/fakes.py, tests/providers/upstreams.py): OpenAI-compatible chat
+completions, Azure OpenAI, Anthropic Messages and, when the litellm adapter is there, Gemini
+through litellm. Each case asserts on what the client received and on what the gateway recorded.
 """
 
 from __future__ import annotations
@@ -27,13 +27,8 @@ from openai.types.chat import ChatCompletionChunk, ChatCompletionMessageParam
 
 import gateway.providers
 from tests.conftest import GatewayUnderTest, MakeGateway
-from tests.providers.upstreams import (
-    COMPLETION_TOKENS,
-    PROMPT_TOKENS,
-    SERVERS,
-    FakeServer,
-    MakeServer,
-)
+from tests.fakes import COMPLETION_TOKENS, PROMPT_TOKENS, FakeServer, MakeServer
+from tests.providers.upstreams import SERVERS
 
 ALIAS = "m"
 QUESTION_TEXT = "What is the capital of France?"
@@ -176,7 +171,7 @@ async def test_the_request_reaches_the_upstream_in_its_own_wire_format(
     fake.text(ANSWER)
     await stream_chat(gw)
     assert len(fake.requests) == 1
-    fake.check_request(fake.requests[0])
+    fake.check_request(fake.seen[0], fake.requests[0])
     assert fake.question(fake.requests[0]) == QUESTION_TEXT
 
 

@@ -11,8 +11,8 @@ from dataclasses import dataclass
 from pathlib import Path
 
 import aiohttp
-from aiohttp import web
 
+from tests.fakes import FakeUpstream, frames, sse
 from tests.test_cli import free_port
 from tests.test_process import start
 
@@ -160,54 +160,36 @@ async def test_kill_9_under_load_loses_no_completed_turn(tmp_path: Path) -> None
     assert part_seen and all(recorded[cid].get("reason") == "crash_recovered" for cid in part_seen)
 
 
-async def test_kill_9_just_after_a_lone_streams_first_chunk_keeps_its_turn(tmp_path: Path) -> None:
+async def test_kill_9_just_after_a_lone_streams_first_chunk_keeps_its_turn(
+    tmp_path: Path, upstream: FakeUpstream
+) -> None:
     """No other turn ends to commit or journal this one's start, and the store holds a turn's
     start back for a moment to commit it with its end: the relay journals it before the
     client gets its first byte, so a kill right after cannot lose what the user sent."""
-    stalled = asyncio.Event()  # never set: the answer stops after its first piece
-
-    async def chat(request: web.Request) -> web.StreamResponse:
-        response = web.StreamResponse(headers={"Content-Type": "text/event-stream"})
-        await response.prepare(request)
-        chunk = {"choices": [{"index": 0, "delta": {"role": "assistant", "content": "Hi"}}]}
-        await response.write(b"data: " + json.dumps(chunk).encode() + b"\n\n")
-        await stalled.wait()
-        return response
-
-    app = web.Application()
-    app.router.add_post("/v1/chat/completions", chat)
-    runner = web.AppRunner(app)
-    await runner.setup()
-    site = web.TCPSite(runner, "127.0.0.1", 0)
-    await site.start()
-    upstream_port = site._server.sockets[0].getsockname()[1]  # type: ignore[union-attr]
+    # The answer stops after its first piece.
+    first = sse({"choices": [{"index": 0, "delta": {"role": "assistant", "content": "Hi"}}]})
+    upstream.push(frames(first, then="stall"))
     config = write_config(tmp_path)
-    deployment = {"provider": "openai", "model": "m", "api_key": "sk-test",
-                  "api_base": f"http://127.0.0.1:{upstream_port}/v1"}  # fmt: skip
     settings = json.loads(config.read_text())
-    settings["models"] = [{"name": "demo", "deployments": [deployment]}]
+    settings["models"] = [{"name": "demo", "deployments": [upstream.deployment()]}]
     config.write_text(json.dumps(settings))
     port = free_port()
     process = await start(config, port)
     body = {"model": "demo", "messages": [{"role": "user", "content": "keep me"}], "stream": True}
-    try:
-        async with aiohttp.ClientSession() as session:
-            async with session.post(f"http://127.0.0.1:{port}/v1/chat/completions", json=body) as r:
-                conversation = r.headers["X-Conversation-Id"]
-                assert b'"Hi"' in await r.content.readline()  # the client has the first piece
-                process.send_signal(signal.SIGKILL)
-                assert await process.wait() == -signal.SIGKILL
-        process = await start(config, port)  # the same instance: it puts its journal in first
-        with sqlite3.connect(tmp_path / "gw.db") as db:
-            events = db.execute(
-                "SELECT type, payload FROM events WHERE conversation_id = ? ORDER BY seq",
-                (conversation,),
-            ).fetchall()
-        process.send_signal(signal.SIGTERM)
-        await process.wait()
-    finally:
-        stalled.set()
-        await runner.cleanup()
+    async with aiohttp.ClientSession() as session:
+        async with session.post(f"http://127.0.0.1:{port}/v1/chat/completions", json=body) as r:
+            conversation = r.headers["X-Conversation-Id"]
+            assert b'"Hi"' in await r.content.readline()  # the client has the first piece
+            process.send_signal(signal.SIGKILL)
+            assert await process.wait() == -signal.SIGKILL
+    process = await start(config, port)  # the same instance: it puts its journal in first
+    with sqlite3.connect(tmp_path / "gw.db") as db:
+        events = db.execute(
+            "SELECT type, payload FROM events WHERE conversation_id = ? ORDER BY seq",
+            (conversation,),
+        ).fetchall()
+    process.send_signal(signal.SIGTERM)
+    await process.wait()
     assert [t for t, _ in events] == ["user/message", "turn/end"]
     assert json.loads(events[0][1])["content"] == "keep me"
     assert json.loads(events[1][1])["reason"] == "crash_recovered"

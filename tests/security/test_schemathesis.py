@@ -38,7 +38,7 @@ from gateway.app import create_app
 from gateway.config import parse_config
 from gateway.http.openapi import document
 from gateway.http.slow_clients import guarded_runner
-from tests.fakes import FakeUpstream, completion, replay
+from tests.fakes import FakeUpstream
 
 MASTER = "sk-master-0123456789abcdef"
 SEED_TEAM = "seed"
@@ -51,21 +51,6 @@ CHECKS = [
     content_type_conformance,
     response_schema_conformance,
 ]
-
-
-class Upstream(FakeUpstream):
-    """The fake upstream, answering each request in the shape it asked for (its routes call
-    `self._handle`, so this override serves them)."""
-
-    async def _handle(self, request: web.Request) -> web.StreamResponse:
-        if not self.scripts and request.path.endswith("/chat/completions"):
-            body = await request.json()
-            self.push(
-                replay("openai-chat-text-usage.sse")
-                if body.get("stream")
-                else completion("Hello from the fake upstream.")
-            )
-        return await super()._handle(request)
 
 
 class LiveGateway:
@@ -121,7 +106,8 @@ class LiveGateway:
 
     async def _serve(self) -> None:
         self._stop = asyncio.Event()
-        upstream = Upstream()
+        # Each request answered in the shape it asked for: streamed, or a whole completion.
+        upstream = FakeUpstream(plain_answer="Hello from the fake upstream.")
         up_runner = web.AppRunner(upstream.app)
         await up_runner.setup()
         up_site = web.TCPSite(up_runner, "127.0.0.1", 0)
