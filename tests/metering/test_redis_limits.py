@@ -13,8 +13,8 @@ import openai
 import pytest
 
 from gateway.metering.limits import Budget, BudgetExceeded, Lease, LimitExceeded, Limits
-from gateway.metering.redis_limits import LOCAL_FALLBACKS, RedisLimiter
-from gateway.redis_client import REDIS_ERRORS
+from gateway.metering.redis_limits import RedisLimiter
+from gateway.metrics import REGISTRY
 from tests.conftest import GatewayUnderTest, MakeGateway
 
 if TYPE_CHECKING:
@@ -25,6 +25,11 @@ MakeLimiter = Callable[..., RedisLimiter]
 # Dyadic amounts, so that sums of them are exact in binary floating point.
 COST = 2.0**-10  # ~0.001 USD
 BUDGET = Limits(budget=Budget(usd=0.01, period="day"))
+
+
+def sample(name: str, **labels: str) -> float:
+    """A metric's value, as /metrics exports it (0 before its first update)."""
+    return REGISTRY.get_sample_value(name, labels) or 0.0
 
 
 async def no_spend(kind: str, ident: str, since: float) -> float:
@@ -227,8 +232,8 @@ async def test_redis_down_fails_open_to_local_limits(
 ) -> None:
     port = unused_tcp_port  # nothing listens there
     limiter = replicas(url=f"redis://127.0.0.1:{port}/0", probe_s=0.05)
-    fallbacks = LOCAL_FALLBACKS._value.get()
-    errors = REDIS_ERRORS.labels("admit")._value.get()
+    fallbacks = sample("gateway_limit_local_fallbacks_total")
+    errors = sample("gateway_redis_errors_total", operation="admit")
     scopes = [("key", "k", Limits(rpm=2))]
     with caplog.at_level(logging.WARNING, logger="gateway.metering.redis_limits"):
         started = time.monotonic()
@@ -240,8 +245,8 @@ async def test_redis_down_fails_open_to_local_limits(
             await limiter.admit(scopes, 0, 0.0)
     assert first.headers["x-ratelimit-remaining-requests"] == "1"
     first.settle(0.0, 0)
-    assert LOCAL_FALLBACKS._value.get() == fallbacks + 3
-    assert REDIS_ERRORS.labels("admit")._value.get() == errors + 1
+    assert sample("gateway_limit_local_fallbacks_total") == fallbacks + 3
+    assert sample("gateway_redis_errors_total", operation="admit") == errors + 1
     warnings = [r for r in caplog.records if "Redis unreachable" in r.getMessage()]
     assert len(warnings) == 1 and limiter.down
 

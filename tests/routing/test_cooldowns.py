@@ -12,7 +12,7 @@ from typing import Any
 import pytest
 
 from gateway.config import parse_config
-from gateway.redis_client import REDIS_ERRORS
+from gateway.metrics import REGISTRY
 from gateway.routing.cooldowns import CooldownSync
 from gateway.routing.health import DeploymentHealth
 from gateway.routing.router import Router
@@ -22,6 +22,12 @@ BODY = {"messages": [{"role": "user", "content": "Hello"}]}
 INTERVAL_S = 0.5  # the default poll interval
 # Names of their own: the deployment metrics are process-wide, other tests count theirs.
 A, B = "cooldowns-a", "cooldowns-b"
+
+
+def poll_errors() -> float:
+    """Failed cooldown polls of Redis, as /metrics exports them."""
+    value = REGISTRY.get_sample_value("gateway_redis_errors_total", {"operation": "cooldown_poll"})
+    return value or 0.0
 
 
 class Replica:
@@ -143,15 +149,13 @@ async def test_a_probe_clears_only_the_cooldown_it_knows_of(replica: MakeReplica
 async def test_redis_down_keeps_cooldowns_local(
     replica: MakeReplica, unused_tcp_port: int, caplog: pytest.LogCaptureFixture
 ) -> None:
-    errors = REDIS_ERRORS.labels("cooldown_poll")._value.get()
+    errors = poll_errors()
     with caplog.at_level(logging.WARNING, logger="gateway.routing.cooldowns"):
         one = await replica(url=f"redis://127.0.0.1:{unused_tcp_port}/0")
         one.health(A).failed("http_500")
         one.health(A).failed("http_500")
         assert one.plan() == [B]
-        await until(
-            lambda: REDIS_ERRORS.labels("cooldown_poll")._value.get() >= errors + 2, timeout=3
-        )
+        await until(lambda: poll_errors() >= errors + 2, timeout=3)
     assert one.plan() == [B]
     warnings = [r for r in caplog.records if "Redis unreachable" in r.getMessage()]
     assert len(warnings) == 1

@@ -12,12 +12,18 @@ from gateway.conversations.events import NewEvent
 from gateway.storage import schema
 from gateway.storage.backends import make_store
 
+# The migrations table as every version of the gateway has made it.
+TRACKING = (
+    "CREATE TABLE IF NOT EXISTS schema_migrations"
+    " (version INTEGER PRIMARY KEY, name TEXT NOT NULL, applied_at DOUBLE PRECISION NOT NULL)"
+)
+
 
 def _sqlite_at(path: Path, version: int) -> sqlite3.Connection:
     """An SQLite file as a gateway of schema `version` left it."""
     db = sqlite3.connect(path, isolation_level=None)
     db.execute("PRAGMA journal_mode=WAL")
-    db.execute(schema._TRACKING)
+    db.execute(TRACKING)
     for migration in schema.MIGRATIONS["sqlite"]:
         if migration.version > version:
             break

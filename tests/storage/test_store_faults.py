@@ -10,6 +10,7 @@ from collections.abc import Callable
 from pathlib import Path
 
 from gateway.storage.db import Db
+from gateway.storage.spool import Spool
 from tests.conftest import GatewayUnderTest, MakeGateway
 from tests.fakes import FakeUpstream, completion
 
@@ -77,7 +78,7 @@ async def test_a_full_disk_and_a_full_spool_lose_nothing(
     upstream.push(*[completion("answer")] * 12)
     before = await ask(gw, 2)
     await gw.flush()
-    spool_log = store._spool.log_path  # where the spool appends
+    spool_log = Spool(tmp_path / "spool", store.owner).log_path  # where the spool appends
 
     async def cap(pages: int | None) -> None:
         async def op(db: Db) -> None:
