@@ -16,6 +16,9 @@ from typing import Any, Literal
 import yaml
 from pydantic import BaseModel, ConfigDict, Field, ValidationError, field_validator, model_validator
 
+from gateway.upstream.proxy import DIRECT, Proxy
+from gateway.upstream.tls import TrustError, check_bundle, environment_trust
+
 DEFAULT_CONFIG_PATH = Path("config/gateway.yaml")
 
 _ENV_REF = re.compile(r"\$\{([A-Za-z_][A-Za-z0-9_]*)(?::-([^}]*))?\}")
@@ -131,8 +134,6 @@ class TLSConfig(_Model):
     @classmethod
     def _readable_bundle(cls, value: str | None) -> str | None:
         if value is not None:
-            from gateway.upstream.tls import check_bundle
-
             check_bundle(value)
         return value
 
@@ -198,11 +199,8 @@ class DeploymentConfig(_Model):
     @field_validator("proxy")
     @classmethod
     def _proxy_url(cls, value: str | None) -> str | None:
-        if value is not None:
-            from gateway.upstream.proxy import DIRECT, Proxy
-
-            if value.strip().lower() not in DIRECT:
-                Proxy(value)  # ValueError (never quoting its credentials)
+        if value is not None and value.strip().lower() not in DIRECT:
+            Proxy(value)  # ValueError (never quoting its credentials)
         return value
 
     @model_validator(mode="after")
@@ -418,4 +416,8 @@ def load_config(path: Path | str | None = None) -> LoadedConfig:
         problem = getattr(exc, "problem", None) or str(exc)
         raise ConfigError(f"{path}: {where}invalid YAML: {problem}") from None
     loaded = parse_config(raw, str(path))
+    try:
+        environment_trust()  # read again when the upstream pool is made
+    except TrustError as exc:
+        raise ConfigError(str(exc)) from None
     return LoadedConfig(config=loaded.config, path=path, warnings=loaded.warnings)

@@ -156,7 +156,7 @@ class UpstreamPool:
     `ssl_context` replaces the default verifying context, of endpoints without one of their own
     (tests trust their own CA with it). Else the default trusts `SSL_CERT_FILE` and
     `SSL_CERT_DIR` when the environment names them, read here, at start: a path that does not
-    exist raises `ConfigError` naming it.
+    exist raises `TrustError` naming it (a config load has checked them already).
     """
 
     def __init__(self, *, idle_s: float = IDLE_S, ssl_context: ssl.SSLContext | None = None):

@@ -26,21 +26,23 @@ log = logging.getLogger(__name__)
 _contexts: dict[tuple[str | None, str | None, bool], ssl.SSLContext] = {}
 
 
-def environment_trust(environ: Mapping[str, str] | None = None) -> tuple[str | None, str | None]:
-    """`SSL_CERT_FILE` and `SSL_CERT_DIR` (None where unset); `ConfigError` naming the variable
-    and its path when it names nothing usable."""
-    from gateway.config import ConfigError
+class TrustError(ValueError):
+    """`SSL_CERT_FILE` or `SSL_CERT_DIR` names nothing usable (the message says which)."""
 
+
+def environment_trust(environ: Mapping[str, str] | None = None) -> tuple[str | None, str | None]:
+    """`SSL_CERT_FILE` and `SSL_CERT_DIR` (None where unset); `TrustError` naming the variable
+    and its path when it names nothing usable (gateway.config checks it when it loads)."""
     env = os.environ if environ is None else environ
     cafile = env.get("SSL_CERT_FILE") or None
     capath = env.get("SSL_CERT_DIR") or None
     if cafile is not None and not Path(cafile).is_file():
-        raise ConfigError(f"SSL_CERT_FILE={cafile}: no such file (a PEM bundle of CAs)")
+        raise TrustError(f"SSL_CERT_FILE={cafile}: no such file (a PEM bundle of CAs)")
     if capath is not None:
         # A list of directories, as OpenSSL reads it; each must exist.
         for part in capath.split(os.pathsep):
             if part and not Path(part).is_dir():
-                raise ConfigError(f"SSL_CERT_DIR={capath}: no such directory {part}")
+                raise TrustError(f"SSL_CERT_DIR={capath}: no such directory {part}")
     return cafile, capath
 
 

@@ -22,11 +22,11 @@ import trustme
 from aiohttp import web
 from aiohttp.test_utils import TestServer
 
-from gateway.config import ConfigError
+from gateway.config import ConfigError, load_config
 from gateway.errors import UpstreamConnectError, UpstreamTimeout
 from gateway.upstream.pool import Endpoint, UpstreamPool
 from gateway.upstream.seam import post, read_all
-from gateway.upstream.tls import deployment_context
+from gateway.upstream.tls import TrustError, deployment_context
 from tests.conftest import MakeGateway
 from tests.upstream.proxy_server import ForwardProxy
 
@@ -407,15 +407,20 @@ async def test_verify_false_checks_nothing(
     assert deployment_context(None, verify=True) is None  # the pool's default
 
 
-def test_a_bad_ssl_cert_file_fails_the_pool_at_start(
+def test_a_bad_ssl_cert_file_fails_the_config_and_the_pool_at_start(
     monkeypatch: pytest.MonkeyPatch, tmp_path: Path
 ) -> None:
+    config = Path(__file__).parents[2] / "config" / "gateway.yaml"
     monkeypatch.setenv("SSL_CERT_FILE", str(tmp_path / "missing.pem"))
     with pytest.raises(ConfigError, match=r"SSL_CERT_FILE=.*missing\.pem: no such file"):
+        load_config(config)
+    with pytest.raises(TrustError, match=r"SSL_CERT_FILE=.*missing\.pem: no such file"):
         UpstreamPool()
     monkeypatch.delenv("SSL_CERT_FILE")
     monkeypatch.setenv("SSL_CERT_DIR", str(tmp_path / "nowhere"))
     with pytest.raises(ConfigError, match=r"SSL_CERT_DIR=.*nowhere"):
+        load_config(config)
+    with pytest.raises(TrustError, match=r"SSL_CERT_DIR=.*nowhere"):
         UpstreamPool()
 
 
