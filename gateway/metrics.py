@@ -2,226 +2,177 @@
 
 from __future__ import annotations
 
-from bisect import bisect_left
-from typing import Any
+from typing import Generic, TypeVar
 
-import prometheus_client
-from prometheus_client import CollectorRegistry, generate_latest
-from prometheus_client import values as _values
+from prometheus_client import CollectorRegistry, Counter, Gauge, Histogram, generate_latest
 
 REGISTRY = CollectorRegistry(auto_describe=True)
 
-
-class _LoopValue:
-    """A metric child's value, without prometheus_client's lock around every update.
-
-    The gateway updates and exports its metrics only on the event loop's thread (the store's
-    threads and the tokenizer's never touch them), so the lock bought nothing, and a request
-    makes about fifteen updates. Same interface as prometheus_client's MutexValue."""
-
-    _multiprocess = False
-
-    def __init__(self, *args: Any, **kwargs: Any) -> None:
-        self._value = 0.0
-        self._exemplar: Any = None
-
-    def inc(self, amount: float) -> None:
-        self._value += amount
-
-    def set(self, value: float, timestamp: float | None = None) -> None:
-        self._value = value
-
-    def set_exemplar(self, exemplar: Any) -> None:
-        self._exemplar = exemplar
-
-    def get(self) -> float:
-        return self._value
-
-    def get_exemplar(self) -> Any:
-        return self._exemplar
+M = TypeVar("M", Counter, Gauge, Histogram)
 
 
-# prometheus_client picks the value class when it is imported (it is how its multiprocess mode
-# swaps in shared files); only the plain in-process one is replaced.
-if _values.ValueClass is _values.MutexValue:
-    _values.ValueClass = _LoopValue
+class Family(Generic[M]):
+    """A labelled metric, its children kept by label values: prometheus_client's `labels()`
+    checks the values and takes a lock on every call (about 2 us), and a request makes about
+    ten; here it is a dict lookup after the first. The label values are few by design (no key
+    or team ids), and the gateway never removes a child (`metric.remove()`, `clear()`), which
+    would leave a kept one exported no more.
 
+    Only the library's public API: the children are its own, and every update goes its way."""
 
-class _KeptChildren:
-    """`labels()` from a dict: prometheus_client validates and locks on every call (~2 us),
-    and a request makes about ten. Label values here are few by design (no key or team ids)."""
+    __slots__ = ("_children", "metric")
+    metric: M
+    _children: dict[tuple[object, ...], M]
 
-    _kept: dict[tuple[Any, ...], Any]
-    # Takes updates: a labelled metric's child, or a metric without labels (what the library
-    # checks on every update, decided here once).
-    _updatable: bool
+    def __init__(self, metric: M) -> None:
+        self.metric = metric
+        self._children = {}
 
-    def __init__(self, *args: Any, **kwargs: Any) -> None:
-        super().__init__(*args, **kwargs)
-        self._updatable = bool(self._labelvalues or not self._labelnames)  # type: ignore[attr-defined]
-
-    def labels(self, *values: Any, **by_name: Any) -> Any:
-        if by_name:
-            return super().labels(*values, **by_name)  # type: ignore[misc]
+    def labels(self, *values: object) -> M:
         try:
-            return self._kept[values]
-        except AttributeError:
-            self._kept = {}
+            return self._children[values]
         except KeyError:
-            pass
-        child = super().labels(*values)  # type: ignore[misc]
-        self._kept[values] = child
-        return child
+            child = self._children[values] = self.metric.labels(*values)
+            return child
 
 
-# Updates without prometheus_client's checks on every call (two nested calls, ~0.5 us, about
-# fifteen times a request): whether a metric takes updates is decided when it is made
-# (`_updatable`), which is all they check; anything else (an exemplar, a negative count, a
-# metric missing its labels) goes the library's way and gets its errors.
-
-
-class Counter(_KeptChildren, prometheus_client.Counter):
-    def inc(self, amount: float = 1, exemplar: dict[str, str] | None = None) -> None:
-        if exemplar is None and amount >= 0 and self._updatable:
-            self._value.inc(amount)
-        else:
-            super().inc(amount, exemplar)
-
-
-class Gauge(_KeptChildren, prometheus_client.Gauge):
-    def inc(self, amount: float = 1) -> None:
-        if self._updatable and not self._is_most_recent:
-            self._value.inc(amount)
-        else:
-            super().inc(amount)
-
-    def dec(self, amount: float = 1) -> None:
-        if self._updatable and not self._is_most_recent:
-            self._value.inc(-amount)
-        else:
-            super().dec(amount)
-
-
-class Histogram(_KeptChildren, prometheus_client.Histogram):
-    def observe(self, amount: float, exemplar: dict[str, str] | None = None) -> None:
-        if exemplar is not None or not self._updatable:
-            super().observe(amount, exemplar)
-            return
-        self._sum.inc(amount)
-        # The first bucket whose upper bound is at least `amount` (the last is +Inf; NaN
-        # counts in none, as in the library).
-        bounds = self._upper_bounds
-        at = bisect_left(bounds, amount)
-        if at < len(bounds) and amount <= bounds[at]:
-            self._buckets[at].inc(1)
-
-
-REQUESTS = Counter(
-    "gateway_requests_total",
-    "HTTP requests answered, by route and status code.",
-    ["route", "status"],
-    registry=REGISTRY,
+REQUESTS = Family(
+    Counter(
+        "gateway_requests_total",
+        "HTTP requests answered, by route and status code.",
+        ["route", "status"],
+        registry=REGISTRY,
+    )
 )
 IN_FLIGHT = Gauge(
     "gateway_requests_in_flight", "HTTP requests being handled right now.", registry=REGISTRY
 )
-COMPLETIONS = Counter(
-    "gateway_completions_total",
-    "Completion requests by alias, the deployment that answered last, client dialect and"
-    " final status (completed, aborted, error).",
-    ["alias", "deployment", "dialect", "status"],
-    registry=REGISTRY,
+COMPLETIONS = Family(
+    Counter(
+        "gateway_completions_total",
+        "Completion requests by alias, the deployment that answered last, client dialect and"
+        " final status (completed, aborted, error).",
+        ["alias", "deployment", "dialect", "status"],
+        registry=REGISTRY,
+    )
 )
-DURATION = Histogram(
-    "gateway_request_duration_seconds",
-    "From a completion request's arrival to its end, by alias.",
-    ["alias"],
-    buckets=(0.05, 0.1, 0.25, 0.5, 1, 2, 5, 10, 30, 60, 120, 300),
-    registry=REGISTRY,
+DURATION = Family(
+    Histogram(
+        "gateway_request_duration_seconds",
+        "From a completion request's arrival to its end, by alias.",
+        ["alias"],
+        buckets=(0.05, 0.1, 0.25, 0.5, 1, 2, 5, 10, 30, 60, 120, 300),
+        registry=REGISTRY,
+    )
 )
 STREAMS = Gauge(
     "gateway_streams_in_flight", "Streaming responses being written right now.", registry=REGISTRY
 )
-TURNS = Counter(
-    "gateway_turns_total",
-    "Conversation turns recorded, by final status and reason.",
-    ["status", "reason"],
-    registry=REGISTRY,
+TURNS = Family(
+    Counter(
+        "gateway_turns_total",
+        "Conversation turns recorded, by final status and reason.",
+        ["status", "reason"],
+        registry=REGISTRY,
+    )
 )
-ATTEMPTS = Counter(
-    "gateway_upstream_attempts_total",
-    "Upstream attempts, by deployment and outcome (ok or an error label).",
-    ["deployment", "outcome"],
-    registry=REGISTRY,
+ATTEMPTS = Family(
+    Counter(
+        "gateway_upstream_attempts_total",
+        "Upstream attempts, by deployment and outcome (ok or an error label).",
+        ["deployment", "outcome"],
+        registry=REGISTRY,
+    )
 )
-UPSTREAM_CONNECTIONS = Counter(
-    "gateway_upstream_connections_opened_total",
-    "Connections opened to upstreams, by origin (scheme://host:port): against requests, how"
-    " well keep-alive holds (each new one is a TCP and, for https, a TLS handshake).",
-    ["origin"],
-    registry=REGISTRY,
+UPSTREAM_CONNECTIONS = Family(
+    Counter(
+        "gateway_upstream_connections_opened_total",
+        "Connections opened to upstreams, by origin (scheme://host:port): against requests, how"
+        " well keep-alive holds (each new one is a TCP and, for https, a TLS handshake).",
+        ["origin"],
+        registry=REGISTRY,
+    )
 )
-FIRST_TOKEN = Histogram(
-    "gateway_time_to_first_token_seconds",
-    "From sending the upstream request to its first content event.",
-    ["deployment"],
-    buckets=(0.05, 0.1, 0.25, 0.5, 1, 2, 5, 10, 30, 60),
-    registry=REGISTRY,
-)
-
-
-DEPLOYMENT_IN_FLIGHT = Gauge(
-    "gateway_deployment_in_flight",
-    "Upstream requests in flight, by deployment.",
-    ["deployment"],
-    registry=REGISTRY,
-)
-DEPLOYMENT_STATE = Gauge(
-    "gateway_deployment_state",
-    "1 for the deployment's current health state (healthy, cooling, half_open), else 0.",
-    ["deployment", "state"],
-    registry=REGISTRY,
-)
-DEPLOYMENT_TRANSITIONS = Counter(
-    "gateway_deployment_transitions_total",
-    "Health state changes, by deployment and the state entered.",
-    ["deployment", "state"],
-    registry=REGISTRY,
-)
-RETRIES = Counter(
-    "gateway_retries_total",
-    "Attempts after the first, by alias and the reason the previous one failed.",
-    ["alias", "reason"],
-    registry=REGISTRY,
+FIRST_TOKEN = Family(
+    Histogram(
+        "gateway_time_to_first_token_seconds",
+        "From sending the upstream request to its first content event.",
+        ["deployment"],
+        buckets=(0.05, 0.1, 0.25, 0.5, 1, 2, 5, 10, 30, 60),
+        registry=REGISTRY,
+    )
 )
 
 
-TOKENS = Counter(
-    "gateway_tokens_total",
-    "Tokens by alias, deployment, kind (prompt, completion generated, delivered, reasoning,"
-    " cached) and source (provider's count or estimated).",
-    ["alias", "deployment", "kind", "source"],
-    registry=REGISTRY,
+DEPLOYMENT_IN_FLIGHT = Family(
+    Gauge(
+        "gateway_deployment_in_flight",
+        "Upstream requests in flight, by deployment.",
+        ["deployment"],
+        registry=REGISTRY,
+    )
 )
-COST = Counter(
-    "gateway_cost_usd_total",
-    "Cost in USD by alias and deployment, from the deployment's price.",
-    ["alias", "deployment"],
-    registry=REGISTRY,
+DEPLOYMENT_STATE = Family(
+    Gauge(
+        "gateway_deployment_state",
+        "1 for the deployment's current health state (healthy, cooling, half_open), else 0.",
+        ["deployment", "state"],
+        registry=REGISTRY,
+    )
+)
+DEPLOYMENT_TRANSITIONS = Family(
+    Counter(
+        "gateway_deployment_transitions_total",
+        "Health state changes, by deployment and the state entered.",
+        ["deployment", "state"],
+        registry=REGISTRY,
+    )
+)
+RETRIES = Family(
+    Counter(
+        "gateway_retries_total",
+        "Attempts after the first, by alias and the reason the previous one failed.",
+        ["alias", "reason"],
+        registry=REGISTRY,
+    )
 )
 
 
-LIMIT_REJECTIONS = Counter(
-    "gateway_limit_rejections_total",
-    "Requests refused with 429, by limit (rpm, tpm, concurrency, budget) and scope (key, team).",
-    ["limit", "scope"],
-    registry=REGISTRY,
+TOKENS = Family(
+    Counter(
+        "gateway_tokens_total",
+        "Tokens by alias, deployment, kind (prompt, completion generated, delivered, reasoning,"
+        " cached) and source (provider's count or estimated).",
+        ["alias", "deployment", "kind", "source"],
+        registry=REGISTRY,
+    )
 )
-BUDGET_WARNINGS = Counter(
-    "gateway_budget_warnings_total",
-    "Requests let through over a soft budget, by scope.",
-    ["scope"],
-    registry=REGISTRY,
+COST = Family(
+    Counter(
+        "gateway_cost_usd_total",
+        "Cost in USD by alias and deployment, from the deployment's price.",
+        ["alias", "deployment"],
+        registry=REGISTRY,
+    )
+)
+
+
+LIMIT_REJECTIONS = Family(
+    Counter(
+        "gateway_limit_rejections_total",
+        "Requests refused with 429, by limit (rpm, tpm, concurrency, budget) and scope (key,"
+        " team).",
+        ["limit", "scope"],
+        registry=REGISTRY,
+    )
+)
+BUDGET_WARNINGS = Family(
+    Counter(
+        "gateway_budget_warnings_total",
+        "Requests let through over a soft budget, by scope.",
+        ["scope"],
+        registry=REGISTRY,
+    )
 )
 STORE_QUEUE = Gauge(
     "gateway_store_queue_depth",
