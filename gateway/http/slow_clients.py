@@ -13,8 +13,8 @@ default), and nothing times a body a handler is reading. So:
   client's kernel may then throw the `408` away unread.
   Idle keep-alive connections (no byte of a next request) are left to aiohttp's keep-alive
   timeout, so a load balancer's pooled connections are not cut. This lives in a subclass of
-  aiohttp's `RequestHandler` (the protocol of one connection), made by `guarded_runner`: used by
-  `gateway serve` and by the tests that exercise it.
+  aiohttp's `web.RequestHandler` (the protocol of one connection), made by `guarded_runner`:
+  used by `gateway serve` and by the tests that exercise it.
 - **Body** (`server.body_timeout_s`): `request_limits` times the body from the moment the
   handler starts; a body still incomplete then fails the handler's read with `408`, and the
   connection is closed after that answer. A declared `Content-Length` over `server.max_body_mb`
@@ -24,13 +24,16 @@ default), and nothing times a body a handler is reading. So:
   fields too long or too many, `400` otherwise, each as an OpenAI error JSON (aiohttp's own
   answer is plain text, logged with a traceback).
 
-The guard reads two of `RequestHandler`'s attributes (`_request_count`, `_waiter`), stable
-across aiohttp 3.x; tests/security/test_limits_and_slow_clients.py pins the behaviour.
+What the guard needs of aiohttp beyond its public API (whether a connection awaits a request,
+how many heads it has parsed, and a runner that makes the guard its connections' protocol) it
+asks gateway.http.aiohttp_internals; tests/security/test_limits_and_slow_clients.py pins the
+behaviour.
 """
 
 from __future__ import annotations
 
 import asyncio
+import functools
 import logging
 from typing import Any
 
@@ -38,12 +41,10 @@ import orjson
 from aiohttp import web
 from aiohttp.http_exceptions import BadHttpMessage, HttpProcessingError, LineTooLong
 from aiohttp.typedefs import Handler, Middleware
-from aiohttp.web_protocol import RequestHandler
-from aiohttp.web_request import BaseRequest
-from aiohttp.web_server import Server
 
 from gateway.config import ServerConfig
 from gateway.errors import GatewayError, InvalidRequest, PayloadTooLarge
+from gateway.http.aiohttp_internals import awaiting_request, connection_runner, requests_received
 from gateway.http.delivery import ConnectionSocket
 
 log = logging.getLogger(__name__)
@@ -110,10 +111,10 @@ def _raw_error(status: int, reason: str, error: GatewayError) -> bytes:
     return head.encode() + body
 
 
-class SlowClientGuard(RequestHandler):
+class SlowClientGuard(web.RequestHandler):
     """aiohttp's connection protocol, with a deadline on each request head."""
 
-    def __init__(self, manager: Server, *, header_timeout_s: float, **kwargs: Any) -> None:
+    def __init__(self, manager: web.Server, *, header_timeout_s: float, **kwargs: Any) -> None:
         super().__init__(manager, **kwargs)
         self._header_timeout_s = header_timeout_s
         self._deadline: asyncio.TimerHandle | None = None
@@ -140,10 +141,10 @@ class SlowClientGuard(RequestHandler):
         if self._lingering is not None:
             return  # cut off with a 408: what still comes is read and dropped
         # Waiting for a next request: these bytes begin its head.
-        waiting = self._waiter is not None and not self._waiter.done()
-        heads = self._request_count
+        waiting = awaiting_request(self)
+        heads = requests_received(self)
         super().data_received(data)
-        if self._request_count != heads:
+        if requests_received(self) != heads:
             self._disarm()  # a head arrived whole (or was refused)
         elif data and (waiting or self._deadline is not None):
             if self._deadline is None:
@@ -151,7 +152,8 @@ class SlowClientGuard(RequestHandler):
             self._partial = True
 
     def _arm(self) -> None:
-        self._deadline = self._loop.call_later(self._header_timeout_s, self._expired)
+        loop = asyncio.get_running_loop()  # called from the loop's callbacks only
+        self._deadline = loop.call_later(self._header_timeout_s, self._expired)
         self._partial = False
 
     def _disarm(self) -> None:
@@ -172,13 +174,14 @@ class SlowClientGuard(RequestHandler):
             if self.transport.can_write_eof():
                 self.transport.write_eof()  # the 408 and then the end; bytes may still come in
                 # (Kept set once fired: bytes are dropped until the connection is gone.)
-                self._lingering = self._loop.call_later(LINGER_S, self.force_close)
+                loop = asyncio.get_running_loop()
+                self._lingering = loop.call_later(LINGER_S, self.force_close)
                 return
         self.force_close()
 
     def handle_error(
         self,
-        request: BaseRequest,
+        request: web.BaseRequest,
         status: int = 500,
         exc: BaseException | None = None,
         message: str | None = None,
@@ -223,32 +226,7 @@ def _parse_error(status: int, exc: BaseException | None, message: str | None) ->
     return error
 
 
-class _GuardedServer(Server):
-    def __init__(self, inner: Server, header_timeout_s: float) -> None:
-        super().__init__(
-            inner.request_handler,
-            request_factory=inner.request_factory,
-            handler_cancellation=inner.handler_cancellation,
-            loop=inner._loop,
-            **inner._kwargs,
-        )
-        self.header_timeout_s = header_timeout_s
-
-    def __call__(self) -> RequestHandler:
-        return SlowClientGuard(
-            self, loop=self._loop, header_timeout_s=self.header_timeout_s, **self._kwargs
-        )
-
-
-class _GuardedRunner(web.AppRunner):
-    def __init__(self, app: web.Application, *, header_timeout_s: float, **kwargs: Any) -> None:
-        super().__init__(app, **kwargs)
-        self.header_timeout_s = header_timeout_s
-
-    async def _make_server(self) -> Server:
-        return _GuardedServer(await super()._make_server(), self.header_timeout_s)
-
-
 def guarded_runner(app: web.Application, server: ServerConfig, **kwargs: Any) -> web.AppRunner:
     """An AppRunner whose connections have the head deadline of `server.header_timeout_s`."""
-    return _GuardedRunner(app, header_timeout_s=server.header_timeout_s, **kwargs)
+    guard = functools.partial(SlowClientGuard, header_timeout_s=server.header_timeout_s)
+    return connection_runner(app, guard, **kwargs)
