@@ -4,14 +4,10 @@ VENV := .venv
 BIN := $(VENV)/bin
 CONFIG ?= config/gateway.yaml
 STAMP := $(VENV)/.installed
-# The recording path compiled with mypyc (gateway/native.py): rebuilt when one of its sources
-# changes; without a C compiler the gateway runs it as plain Python.
-NATIVE := .native/manifest.json
-NATIVE_SOURCES := $(shell sed -n 's/^    "\(gateway\/.*\.py\)",$$/\1/p' gateway/native.py)
 
 .PHONY: setup system run test lint typecheck check bench clean
 
-setup: $(STAMP) $(NATIVE)
+setup: $(STAMP)
 
 # What the tests start or drive themselves: a throwaway PostgreSQL and Redis (replica and
 # store-outage tests), promtool and docker-compose (deploy/ validation), Chromium (admin UI).
@@ -36,9 +32,6 @@ $(STAMP): pyproject.toml
 	$(BIN)/pip install --quiet -e '.[dev]'
 	touch $(STAMP)
 
-$(NATIVE): $(STAMP) gateway/native.py $(NATIVE_SOURCES)
-	$(BIN)/python -c "from gateway import native; native.build()" || echo "gateway: compiled modules not built: running as plain Python"
-
 run: setup
 	mkdir -p data
 	$(BIN)/gateway serve --config $(CONFIG)
@@ -48,10 +41,6 @@ test: setup system
 	$(BIN)/mypy
 	$(BIN)/python .ci/audit
 	$(BIN)/pytest -q -p no:cacheprovider
-	@# The compiled modules' own tests again as plain Python: what runs where no C compiler is.
-	GATEWAY_NATIVE=0 $(BIN)/pytest -q -p no:cacheprovider tests/stream tests/conversations \
-		tests/metering tests/storage tests/pipeline tests/routing/test_strategies.py tests/test_ids.py \
-		tests/upstream/test_connection.py tests/upstream/test_pool.py tests/dialects/test_requests.py
 
 lint: setup
 	$(BIN)/ruff check gateway tests bench
@@ -63,4 +52,4 @@ bench: setup
 	$(BIN)/python -m bench.run
 
 clean:
-	rm -rf $(VENV) .native data/*.db* .pytest_cache .mypy_cache .ruff_cache
+	rm -rf $(VENV) data/*.db* .pytest_cache .mypy_cache .ruff_cache

@@ -55,7 +55,7 @@ def parse_cell(text: str) -> Cell:
 
 def checkout(rev: str, into: Path) -> Path:
     """`rev`'s gateway package, to put first on PYTHONPATH (a directory holding a `gateway/`
-    package is used as it is: a build of the tree, an experiment's copy)."""
+    package is used as it is: an experiment's copy)."""
     if (Path(rev) / "gateway").is_dir():
         return Path(rev)
     into.mkdir(parents=True)
