@@ -3,7 +3,7 @@
 from __future__ import annotations
 
 import time
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 from typing import Any
 
 from gateway.ids import random_hex
@@ -26,22 +26,14 @@ def sortable_hex() -> str:
     touch a few index pages instead of one random page per index and row (which the write-ahead
     log then writes whole); 80 random bits keep them as unguessable as any id needs to be.
     """
-    clock = _clock
+    global _ms, _ms_hex
     ms = time.time_ns() // 1_000_000
-    if ms != clock.ms:  # a request makes five ids, in the same millisecond: formatted once
-        clock.ms, clock.hex = ms, f"{ms:012x}"
-    return clock.hex + random_hex(10)
+    if ms != _ms:  # a request makes five ids, in the same millisecond: formatted once
+        _ms, _ms_hex = ms, f"{ms:012x}"
+    return _ms_hex + random_hex(10)
 
 
-class _Millisecond:
-    """The last millisecond an id was made in, and its hex (attributes: see gateway.ids)."""
-
-    def __init__(self) -> None:
-        self.ms = -1
-        self.hex = ""
-
-
-_clock = _Millisecond()
+_ms, _ms_hex = -1, ""
 
 
 def new_id(prefix: str) -> str:
@@ -68,7 +60,7 @@ class Event:
         }
 
 
-@dataclass(slots=True, init=False)
+@dataclass(slots=True)
 class NewEvent:
     """An event before the store gives it its `seq`."""
 
@@ -76,85 +68,30 @@ class NewEvent:
     turn_id: str
     type: str
     payload: dict[str, Any]
-    created_at: float
+    created_at: float = field(default_factory=time.time)
     # Makes its write idempotent: a write replayed from the spool twice lands once.
-    uid: str
-
-    # Written out, here and in the other records a request makes: compiled (gateway.native),
-    # an `__init__` runs as C, where the one the decorator writes stays interpreted (~0.3-1 us
-    # each, a request making a dozen or two).
-    def __init__(
-        self,
-        conversation_id: str,
-        turn_id: str,
-        type: str,
-        payload: dict[str, Any],
-        created_at: float | None = None,
-        uid: str | None = None,
-    ) -> None:
-        self.conversation_id = conversation_id
-        self.turn_id = turn_id
-        self.type = type
-        self.payload = payload
-        self.created_at = time.time() if created_at is None else created_at
-        self.uid = sortable_hex() if uid is None else uid
+    uid: str = field(default_factory=sortable_hex)
 
 
-@dataclass(slots=True, init=False)
+@dataclass(slots=True)
 class Conversation:
     id: str
     created_at: float
     # A branch: its history is the parent's events up to parent_seq, then its own.
-    parent_id: str | None
-    parent_seq: int | None
+    parent_id: str | None = None
+    parent_seq: int | None = None
     # The team whose keys may read it (None: made in open mode, only the admin sees it).
-    team_id: str | None
-    key_id: str | None
-    metadata: dict[str, Any] | None
-    deleted_at: float | None  # deleted through the Conversations API: hidden, kept
-
-    def __init__(
-        self,
-        id: str,
-        created_at: float,
-        parent_id: str | None = None,
-        parent_seq: int | None = None,
-        team_id: str | None = None,
-        key_id: str | None = None,
-        metadata: dict[str, Any] | None = None,
-        deleted_at: float | None = None,
-    ) -> None:
-        self.id = id
-        self.created_at = created_at
-        self.parent_id = parent_id
-        self.parent_seq = parent_seq
-        self.team_id = team_id
-        self.key_id = key_id
-        self.metadata = metadata
-        self.deleted_at = deleted_at
+    team_id: str | None = None
+    key_id: str | None = None
+    metadata: dict[str, Any] | None = None
+    deleted_at: float | None = None  # deleted through the Conversations API: hidden, kept
 
 
-@dataclass(slots=True, init=False)
+@dataclass(slots=True)
 class TurnStart:
     id: str
     conversation_id: str
     started_at: float
     request: dict[str, Any]
-    team_id: str | None
-    key_id: str | None
-
-    def __init__(
-        self,
-        id: str,
-        conversation_id: str,
-        started_at: float,
-        request: dict[str, Any],
-        team_id: str | None = None,
-        key_id: str | None = None,
-    ) -> None:
-        self.id = id
-        self.conversation_id = conversation_id
-        self.started_at = started_at
-        self.request = request
-        self.team_id = team_id
-        self.key_id = key_id
+    team_id: str | None = None
+    key_id: str | None = None

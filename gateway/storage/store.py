@@ -29,6 +29,7 @@ import orjson
 
 from gateway import metrics
 from gateway.conversations.events import (
+    TURN_END,
     Conversation,
     Event,
     NewEvent,
@@ -39,7 +40,7 @@ from gateway.storage.db import Db, Dialect, Op, StoreUnavailable
 from gateway.storage.journal import Journal
 from gateway.storage.payload import DeferredPayload
 from gateway.storage.spool import Spool
-from gateway.storage.writes import Kind, Write, conversation_row, event_row, turn_row
+from gateway.storage.writes import Kind, Write
 
 log = logging.getLogger(__name__)
 
@@ -201,13 +202,55 @@ class Store:
             self._wake.set()
 
     def create_conversation(self, conversation: Conversation) -> None:
-        self.write("conversation", conversation_row(conversation))
+        self.write(
+            "conversation",
+            {
+                "id": conversation.id,
+                "created_at": conversation.created_at,
+                "parent_id": conversation.parent_id,
+                "parent_seq": conversation.parent_seq,
+                "team_id": conversation.team_id,
+                "key_id": conversation.key_id,
+                "metadata": orjson.dumps(conversation.metadata).decode()
+                if conversation.metadata
+                else None,
+            },
+        )
 
     def start_turn(self, turn: TurnStart) -> None:
-        self.write("turn", turn_row(turn, self.owner))
+        self.write(
+            "turn",
+            {
+                "id": turn.id,
+                "conversation_id": turn.conversation_id,
+                "started_at": turn.started_at,
+                "request": orjson.dumps(turn.request).decode(),
+                "team_id": turn.team_id,
+                "key_id": turn.key_id,
+                "owner": self.owner,
+            },
+        )
 
     def append(self, event: NewEvent) -> None:
-        self.write("event", event_row(event))
+        # The payload's JSON text (decoded: orjson's bytes keep a 4 KiB buffer however short
+        # they are, a str is its size), or a long stream's payload, encoded when it is written
+        # (gateway.storage.payload).
+        payload: str | DeferredPayload = (
+            event.payload
+            if isinstance(event.payload, DeferredPayload)
+            else orjson.dumps(event.payload).decode()
+        )
+        row = {
+            "conversation_id": event.conversation_id,
+            "turn_id": event.turn_id,
+            "type": event.type,
+            "created_at": event.created_at,
+            "payload": payload,
+            "uid": event.uid,
+        }
+        if event.type == TURN_END:
+            row["status"] = event.payload.get("status")
+        self.write("event", row)
 
     async def flush(self) -> None:
         """Wait until everything submitted so far is durable (in the database or the spool)."""

@@ -14,22 +14,16 @@ from typing import Any, Literal
 
 import orjson
 
-from gateway.conversations.events import TURN_END, Conversation, NewEvent, TurnStart
 from gateway.storage.db import Db
-from gateway.storage.payload import DeferredPayload, as_bytes, as_text
+from gateway.storage.payload import as_bytes, as_text
 
 Kind = Literal["conversation", "turn", "event", "usage", "response"]
 
 
-@dataclass(slots=True, init=False)
+@dataclass(slots=True)
 class Write:
     kind: Kind
     row: dict[str, Any]
-
-    def __init__(self, kind: Kind, row: dict[str, Any]) -> None:
-        # Written out: compiled (gateway.native), it runs as C (the decorator's is interpreted).
-        self.kind = kind
-        self.row = row
 
     def encode(self) -> bytes:
         """One line (the spool's and the journal's), without its newline: the write as JSON,
@@ -62,55 +56,6 @@ class Write:
         if tab:
             row[_RAW[kind]] = text.decode()
         return Write(kind, row)  # (a line without a tab: all of it in the row)
-
-
-# The rows the store queues for a turn's records: here, compiled (gateway.native), as every
-# turn makes five or six of them.
-
-
-def conversation_row(conversation: Conversation) -> dict[str, Any]:
-    metadata = conversation.metadata
-    return {
-        "id": conversation.id,
-        "created_at": conversation.created_at,
-        "parent_id": conversation.parent_id,
-        "parent_seq": conversation.parent_seq,
-        "team_id": conversation.team_id,
-        "key_id": conversation.key_id,
-        "metadata": orjson.dumps(metadata).decode() if metadata else None,
-    }
-
-
-def turn_row(turn: TurnStart, owner: str) -> dict[str, Any]:
-    return {
-        "id": turn.id,
-        "conversation_id": turn.conversation_id,
-        "started_at": turn.started_at,
-        "request": orjson.dumps(turn.request).decode(),
-        "team_id": turn.team_id,
-        "key_id": turn.key_id,
-        "owner": owner,
-    }
-
-
-def event_row(event: NewEvent) -> dict[str, Any]:
-    # The payload's JSON text (decoded: orjson's bytes keep a 4 KiB buffer however short they
-    # are, a str is its size), or a long stream's payload, encoded when it is written
-    # (gateway.storage.payload).
-    payload: Any = event.payload
-    if not isinstance(payload, DeferredPayload):
-        payload = orjson.dumps(payload).decode()
-    row = {
-        "conversation_id": event.conversation_id,
-        "turn_id": event.turn_id,
-        "type": event.type,
-        "created_at": event.created_at,
-        "payload": payload,
-        "uid": event.uid,
-    }
-    if event.type == TURN_END:
-        row["status"] = event.payload.get("status")
-    return row
 
 
 # Each kind's column of JSON text, which a spooled line carries after its row.

@@ -3,7 +3,7 @@
 from __future__ import annotations
 
 from collections.abc import Iterable
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 from typing import Any
 
 from gateway.stream.events import (
@@ -20,34 +20,15 @@ from gateway.stream.events import (
 )
 
 
-@dataclass(slots=True, init=False)
+@dataclass(slots=True)
 class Block:
     index: int
     kind: str
-    parts: list[str]
-    closed: bool
-    id: str | None
-    name: str | None
-    data: dict[str, Any] | None
-
-    # Written out: compiled (gateway.native), it runs as C (the decorator's is interpreted).
-    def __init__(
-        self,
-        index: int,
-        kind: str,
-        parts: list[str] | None = None,
-        closed: bool = False,
-        id: str | None = None,
-        name: str | None = None,
-        data: dict[str, Any] | None = None,
-    ) -> None:
-        self.index = index
-        self.kind = kind
-        self.parts = [] if parts is None else parts
-        self.closed = closed
-        self.id = id
-        self.name = name
-        self.data = data
+    parts: list[str] = field(default_factory=list)
+    closed: bool = False
+    id: str | None = None
+    name: str | None = None
+    data: dict[str, Any] | None = None
 
     @property
     def text(self) -> str:

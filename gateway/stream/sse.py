@@ -21,31 +21,16 @@ class SSEFrameTooLarge(ValueError):
     pass
 
 
-@dataclass(slots=True, init=False)
+@dataclass(slots=True)
 class SSEFrame:
     raw: bytes
     # The `event:` field; None when absent (the spec's default type "message").
-    event: str | None
+    event: str | None = None
     # Data lines joined by "\n"; None when the frame had no data field (comments only).
-    data: str | None
-    id: str | None
+    data: str | None = None
+    id: str | None = None
     # False only for bytes flushed at end of stream without their blank line.
-    complete: bool
-
-    # Written out: compiled (gateway.native), it runs as C (the decorator's is interpreted).
-    def __init__(
-        self,
-        raw: bytes,
-        event: str | None = None,
-        data: str | None = None,
-        id: str | None = None,
-        complete: bool = True,
-    ) -> None:
-        self.raw = raw
-        self.event = event
-        self.data = data
-        self.id = id
-        self.complete = complete
+    complete: bool = True
 
 
 class SSEDecoder:
