@@ -31,8 +31,9 @@ def _graph() -> dict[str, set[str]]:
                 targets = [alias.name for alias in node.names]
             elif isinstance(node, ast.ImportFrom):
                 base = node.module or ""
-                if node.level:
-                    base = ".".join([*package.split(".")[: len(package.split(".")) - node.level + 1], base]).strip(".")
+                if node.level:  # relative: from the package, `level - 1` packages up
+                    parents = package.split(".")[: len(package.split(".")) - node.level + 1]
+                    base = ".".join([*parents, base]).strip(".")
                 # `from gateway.x import y` names module gateway.x.y when that is a module.
                 targets = [base] + [f"{base}.{alias.name}" for alias in node.names]
             for target in targets:
@@ -50,7 +51,7 @@ def _cycle(graph: dict[str, set[str]]) -> list[str] | None:
         path.append(node)
         for nxt in sorted(graph[node]):
             if state.get(nxt) == 1:
-                return path[path.index(nxt) :] + [nxt]
+                return [*path[path.index(nxt) :], nxt]
             if nxt not in state and (found := visit(nxt)) is not None:
                 return found
         path.pop()
