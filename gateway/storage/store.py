@@ -386,6 +386,18 @@ class Store:
     def spooled_bytes(self) -> int:
         return self._spool.pending_bytes
 
+    def pending_writes(self) -> int:
+        """Writes submitted and not yet in the database or fsync'd in the spool (a write only
+        in the journal counts: only the database serves reads). 0 once `flush()` has returned
+        with nothing written since. For operators and tests."""
+        return max(0, self._submitted - self._handled)
+
+    @property
+    def journaling(self) -> bool:
+        """A turn is durable once its writes are in the local journal, before the database
+        commits them (SQLite's default; off for good once the journal cannot be written)."""
+        return self._journal is not None
+
     async def _caught_up(self) -> None:
         mark = self._submitted
         if self._handled >= mark or self._writer is None:

@@ -7,6 +7,7 @@ from __future__ import annotations
 
 import asyncio
 from collections.abc import AsyncIterator, Awaitable, Callable
+from dataclasses import dataclass, field
 from pathlib import Path
 
 import pytest
@@ -14,34 +15,62 @@ import pytest
 from gateway.config import StoreConfig
 from gateway.conversations.events import Conversation, NewEvent, TurnStart
 from gateway.storage import journal as journal_module
-from gateway.storage.backends import make_store
+from gateway.storage.backends import make_backend, make_store
 from gateway.storage.journal import Journal
 from gateway.storage.payload import DeferredPayload
+from gateway.storage.spool import Spool
 from gateway.storage.store import Store
 from gateway.storage.writes import Write
 
 MakeStore = Callable[..., Awaitable[Store]]
+Crash = Callable[[Store], Awaitable[None]]
+
+
+@dataclass
+class Made:
+    stores: list[Store] = field(default_factory=list)
+    crashed: list[Store] = field(default_factory=list)  # never to be closed
 
 
 @pytest.fixture
-async def make(tmp_path: Path) -> AsyncIterator[MakeStore]:
-    made: list[Store] = []
+def made() -> Made:
+    return Made()
 
-    async def start(owner: str = "me", **options: object) -> Store:
+
+@pytest.fixture
+async def make(tmp_path: Path, made: Made) -> AsyncIterator[MakeStore]:
+    async def start(owner: str = "me", journal: Journal | None = None, **options: object) -> Store:
+        """The store `make_store` makes (with `journal`: that one, which the test holds)."""
         config = StoreConfig(
             url=f"sqlite:///{tmp_path}/store.db",
             spool_path=str(tmp_path / "spool"),
             **options,  # type: ignore[arg-type]
         )
-        store = make_store(config, owner)
+        if journal is None:
+            store = make_store(config, owner)
+        else:
+            store = Store(
+                make_backend(config), Spool(config.spool_path, owner), owner=owner, journal=journal
+            )
         await store.start()
-        made.append(store)
+        made.stores.append(store)
         return store
 
     yield start
-    for store in made:
-        if store._writer is not None and not store._writer.done():
+    for store in reversed(made.stores):  # closing again a store the test closed changes nothing
+        if not any(store is crashed for crashed in made.crashed):
             await store.close()
+
+
+@pytest.fixture
+def crash(made: Made) -> Crash:
+    async def crash(store: Store) -> None:
+        """The process dies while the database holds its commits back (`hold_commits`): nothing
+        more reaches the database, and the store is never closed."""
+        made.crashed.append(store)
+        await store.backend.close()
+
+    return crash
 
 
 def hold_commits(store: Store, monkeypatch: pytest.MonkeyPatch) -> asyncio.Event:
@@ -65,14 +94,6 @@ def a_turn(store: Store, cid: str, text: str = "hi") -> None:
     store.append(NewEvent(cid, f"t-{cid}", "turn/end", {"status": "completed"}))
 
 
-async def crash(store: Store) -> None:
-    """The process dies: the writer stops where it is, nothing more reaches the database."""
-    assert store._writer is not None
-    store._writer.cancel()
-    await asyncio.gather(store._writer, return_exceptions=True)
-    await store.backend.close()
-
-
 async def waits_for_its_commit(store: Store, release: asyncio.Event, tmp_path: Path) -> None:
     """durable_enough journals nothing and returns only once the held commits are let go."""
     waiting = asyncio.ensure_future(store.durable_enough())
@@ -81,7 +102,7 @@ async def waits_for_its_commit(store: Store, release: asyncio.Event, tmp_path: P
     release.set()
     async with asyncio.timeout(5):
         await waiting
-    assert store._handled == store._submitted
+    assert store.pending_writes() == 0
 
 
 def journal_writes(tmp_path: Path) -> int:
@@ -97,7 +118,7 @@ async def test_a_turn_is_durable_once_journaled_before_any_commit(
     a_turn(store, "c1")
     async with asyncio.timeout(5):
         await store.durable_enough()  # returns though the database has committed nothing
-    assert store._handled == 0
+    assert store.pending_writes() == 5
     assert journal_writes(tmp_path) == 5  # conversation, turn, three events
     release.set()
     assert [e.type for e in await store.events("c1")] == [
@@ -108,7 +129,7 @@ async def test_a_turn_is_durable_once_journaled_before_any_commit(
 
 
 async def test_what_a_crash_left_in_the_journal_is_in_the_database_at_the_next_start(
-    make: MakeStore, monkeypatch: pytest.MonkeyPatch, tmp_path: Path
+    make: MakeStore, crash: Crash, monkeypatch: pytest.MonkeyPatch, tmp_path: Path
 ) -> None:
     store = await make()
     hold_commits(store, monkeypatch)
@@ -126,17 +147,17 @@ async def test_what_a_crash_left_in_the_journal_is_in_the_database_at_the_next_s
 
 
 async def test_writes_committed_and_journaled_both_land_once(
-    make: MakeStore, monkeypatch: pytest.MonkeyPatch
+    make: MakeStore, crash: Crash, monkeypatch: pytest.MonkeyPatch, tmp_path: Path
 ) -> None:
-    store = await make()
+    journal = Journal(tmp_path / "spool", "me")
+    store = await make(journal=journal)
     release = hold_commits(store, monkeypatch)
     a_turn(store, "both")
     await store.durable_enough()
     release.set()
     await store.flush()  # committed, and the crash comes before the journal is let go of
-    journal = store._journal
-    assert journal is not None
     monkeypatch.setattr(journal, "handled", lambda count: None)
+    release.clear()  # the next commit is held back again: the crash comes before it
     a_turn(store, "second")
     await store.durable_enough()
     await crash(store)
@@ -146,7 +167,7 @@ async def test_writes_committed_and_journaled_both_land_once(
 
 
 async def test_another_instances_journal_is_left_alone(
-    make: MakeStore, monkeypatch: pytest.MonkeyPatch, tmp_path: Path
+    make: MakeStore, crash: Crash, monkeypatch: pytest.MonkeyPatch, tmp_path: Path
 ) -> None:
     store = await make(owner="worker-1")
     hold_commits(store, monkeypatch)
@@ -188,11 +209,11 @@ async def test_a_long_answer_encoded_only_as_stored_waits_for_its_commit(
 
 async def test_postgresql_waits_for_its_commit_by_default(tmp_path: Path) -> None:
     config = StoreConfig(url="postgresql://u:p@localhost/db", spool_path=str(tmp_path))
-    assert make_store(config, "pg")._journal is None
+    assert not make_store(config, "pg").journaling
     sqlite = StoreConfig(url=f"sqlite:///{tmp_path}/x.db", spool_path=str(tmp_path))
-    assert make_store(sqlite, "lite")._journal is not None
+    assert make_store(sqlite, "lite").journaling
     off = StoreConfig(url=f"sqlite:///{tmp_path}/x.db", spool_path=str(tmp_path), journal=False)
-    assert make_store(off, "lite")._journal is None
+    assert not make_store(off, "lite").journaling
 
 
 def test_a_line_torn_by_a_crash_is_not_read(tmp_path: Path) -> None:
@@ -235,11 +256,12 @@ async def test_a_batch_being_committed_and_more_behind_it_still_answer_from_the_
 
     store = await make()
     release = hold_commits(store, monkeypatch)
-    for n in range(store_module._BATCH * 3 // 10):  # five writes a turn
+    turns = store_module._BATCH * 3 // 10
+    for n in range(turns):  # five writes a turn
         a_turn(store, f"c{n}")
     async with asyncio.timeout(5):
         await store.durable_enough()  # though nothing is committed
-    assert store._handled == 0 and journal_writes(tmp_path) == store._submitted
+    assert store.pending_writes() == journal_writes(tmp_path) == 5 * turns
     release.set()
     await store.flush()
 
