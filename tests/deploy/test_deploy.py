@@ -75,6 +75,8 @@ def metric_labels() -> dict[str, set[str]]:
 
     labels = {}
     for value in vars(metrics).values():
+        if isinstance(value, metrics.Family):
+            value = value.metric  # a labelled metric, its children kept
         if isinstance(value, MetricWrapperBase):
             for family in value.describe():
                 labels[family.name] = set(getattr(value, "_labelnames", ())) | {"instance", "job"}
