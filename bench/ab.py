@@ -1,6 +1,6 @@
 """`python -m bench.ab REV [CELL ...]`: the gateway's CPU per request, a revision against the tree.
 
-How each optimisation in docs/performance-history.md is judged. req/s on this shared machine swing
+How each optimisation is judged (docs/performance.md). req/s on this shared machine swing
 10-30% between runs; the CPU a request costs, with both versions served at once and loaded in
 alternation, moves far less. This starts the bench's fake upstream and two gateways, `REV`'s
 (its `gateway/` from `git archive`, first on `PYTHONPATH`) and the working tree's, each on a

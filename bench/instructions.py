@@ -1,7 +1,7 @@
 """`python -m bench.instructions [REV] [CELL ...]`: instructions the gateway executes a request.
 
-CPU time on this shared VM moves 10% between two runs of the same code (an A/A run of
-`bench.ab` in session 10 read -10% and +8%), so a change worth 1-3% cannot be seen in it.
+CPU time on this shared VM moves about 10% between two runs of the same code (an A/A run of
+`bench.ab` reads that much either way), so a change worth 1-3% cannot be seen in it.
 Instructions can: this runs the gateway under valgrind's callgrind, which counts what the
 process executes whatever else the machine does, and prints each cell's instructions per
 request, for the working tree and, given `REV`, for that revision too (its `gateway/` from

@@ -816,7 +816,7 @@ def main() -> int:
     # Three rounds of 10 s, interleaved (every cell, then every cell again), reported as
     # medians: how the performance issue measured its own table. On this shared VM a slow
     # moment then costs one round of a cell rather than the whole cell, and a short stall
-    # little of a round (2 s rounds, session 13's, let one decide a cell's ratio).
+    # little of a round (with 2 s rounds one stall could decide a cell's ratio).
     duration_s = env_int("BENCH_DURATION", 10)
     rounds = env_int("BENCH_ROUNDS", 3)
     tmp = Path(tempfile.mkdtemp(prefix="gateway-bench-"))

@@ -41,7 +41,7 @@ def _limiter(config: GatewayConfig, usage: UsageStore) -> Limiter:
     """Limits in Redis are shared by every replica; else each process keeps its own."""
     if config.limits.redis_url is None:
         return Limiter(usage.spent)
-    # Imported only when configured: redis-py takes ~0.15 s to import (cold start).
+    # Imported only when configured: redis-py is slow to import (cold start).
     from gateway.metering.redis_limits import RedisLimiter
 
     return RedisLimiter(config.limits.redis_url, usage.spent, prefix=config.limits.redis_prefix)
@@ -100,7 +100,7 @@ async def _resources(app: web.Application) -> AsyncIterator[None]:
         cooldowns.start()
     prices = {d.name: d.price for d in gateway.router.deployments()}
     gateway.meter = Meter(prices.get, gateway.usage.write)
-    # The tokenizer for estimates takes ~0.4 s to load: in the background from the start, not
+    # The tokenizer for estimates is slow to load: in the background from the start, not
     # on the first cancel, and without holding up the first request (cold start).
     warming = asyncio.create_task(asyncio.to_thread(tokens.warm), name="tokenizer-warm")
     yield

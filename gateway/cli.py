@@ -263,7 +263,7 @@ async def _usage(args: argparse.Namespace, loaded: LoadedConfig) -> int:
 def main(argv: list[str] | None = None) -> int:
     # Starting up allocates tens of thousands of objects that live as long as the process
     # (modules, classes, pydantic schemas, aiohttp's tables) and almost no garbage; the cyclic
-    # collector would walk them again and again while they load, about a tenth of the time to
+    # collector would walk them again and again while they load, a good part of the time to
     # the first answer. Off until `serve` listens (it then freezes them) or the command ends.
     collecting = gc.isenabled()
     gc.disable()

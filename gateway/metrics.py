@@ -13,8 +13,8 @@ M = TypeVar("M", Counter, Gauge, Histogram)
 
 class Family(Generic[M]):
     """A labelled metric, its children kept by label values: prometheus_client's `labels()`
-    checks the values and takes a lock on every call (about 2 us), and a request makes about
-    ten; here it is a dict lookup after the first. The label values are few by design (no key
+    checks the values and takes a lock on every call, and a request makes about ten; here it
+    is a dict lookup after the first. The label values are few by design (no key
     or team ids), and the gateway never removes a child (`metric.remove()`, `clear()`), which
     would leave a kept one exported no more.
 

@@ -93,7 +93,7 @@ def chunk(
 
 
 DONE = b"data: [DONE]\n\n"
-# The events of a turn whose only attempt failed (contract section 3).
+# The events of a turn whose only attempt failed (docs/recording.md, "Order inside a turn").
 FAILED_TURN = ["user/message", "assistant/attempt", "request/error", "turn/end"]
 USAGE = {"prompt_tokens": 5, "completion_tokens": 7, "total_tokens": 12}
 

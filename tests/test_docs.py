@@ -130,7 +130,7 @@ def test_no_doc_describes_the_removed_compiled_build(path: Path) -> None:
 # Code cites a doc as `docs/recording.md` or `docs/recording.md, "Order inside a turn"` (the
 # title may be broken across comment or docstring lines).
 _CITATION = re.compile(r'docs/([\w-]+\.md)(?:,\s*"([^"]+)")?')
-_SOURCES = ["gateway", "tests"]
+_SOURCES = ["gateway", "tests", "bench"]
 
 
 def _citations() -> list[tuple[str, str, str | None]]:

@@ -1,4 +1,4 @@
-"""Event log records (contract section 3)."""
+"""Event log records (docs/recording.md, "The event log")."""
 
 from __future__ import annotations
 

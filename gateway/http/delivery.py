@@ -1,12 +1,12 @@
 """Delivery tracking: which written frames the client's side actually received.
 
 Writing is not delivering: a client that stops reading leaves megabytes in the kernel's send
-queue while `write()` keeps returning. "Delivered" (contract section 2) is what the peer
-acknowledged: Linux's `tcp_info.tcpi_bytes_acked` has passed the frame's last byte. The socket
-is duplicated when the response starts because asyncio closes its own socket object as soon as
-the connection is lost; the duplicate still answers `TCP_INFO` with the final count, even after a
-reset. Where TCP_INFO cannot be read (another OS, a Unix socket), the weaker "sent" level is
-used: bytes handed to the kernel with nothing left in the process's buffer.
+queue while `write()` keeps returning. "Delivered" (docs/recording.md, "Delivery levels") is
+what the peer acknowledged: Linux's `tcp_info.tcpi_bytes_acked` has passed the frame's last
+byte. The socket is duplicated when the response starts because asyncio closes its own socket
+object as soon as the connection is lost; the duplicate still answers `TCP_INFO` with the final
+count, even after a reset. Where TCP_INFO cannot be read (another OS, a Unix socket), the weaker
+"sent" level is used: bytes handed to the kernel with nothing left in the process's buffer.
 
 Offsets are in the payload writer's `output_size` coordinates (status line and headers
 included), relative to the connection's byte count when this response began, so keep-alive

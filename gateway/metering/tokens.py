@@ -51,7 +51,7 @@ def _read_encoding() -> Any:
 
 
 # warm() runs on a thread started with the app. The load holds the GIL for most of its
-# 0.4-1 s, so at once it would halve the speed of the end of startup and of the first requests
+# time, so at once it would halve the speed of the end of startup and of the first requests
 # (cold start to the first answer); a moment later the gateway is usually idle.
 _WARM_DELAY_S = 0.5
 

@@ -1,15 +1,16 @@
 """The journal: a turn's writes, appended to a local file before its client sees the end.
 
-A turn is durable before its last bytes reach the client (contract: nothing a user saw is
-lost). Waiting for the database's commit costs every request a hand-off to the store's thread
-and a commit of its own; a SQLite commit in WAL mode with `synchronous=NORMAL` is itself only a
-`write()` into the log, which survives the process but not the machine. An append of the same
-writes to this file, with one `write()` on the event loop's thread, is as durable, and the
-database then commits them in its own time, many turns a transaction.
+A turn is durable before its last bytes reach the client: nothing a user saw is lost
+(docs/recording.md, "When a turn is durable"). Waiting for the database's commit costs every
+request a hand-off to the store's thread and a commit of its own; a SQLite commit in WAL mode
+with `synchronous=NORMAL` is itself only a `write()` into the log, which survives the process
+but not the machine. An append of the same writes to this file, with one `write()` on the event
+loop's thread, is as durable, and the database then commits them in its own time, many turns a
+transaction.
 
 Writes are appended to numbered segments, `<name>.journal.<n>`, one append a line: a JSON
 array of its writes as `[kind, row]` pairs, made by one orjson call (a turn's half-dozen writes
-encoded one by one, as the spool keeps them, cost twice as much on every request). A line torn
+encoded one by one, as the spool keeps them, would cost more on every request). A line torn
 by a crash is a whole append lost, never part of one: an append counts only once written.
 A segment is removed once the database has every write in it (or the spool has them, which
 fsyncs); the newest is emptied rather than removed. What a crash leaves is put into the

@@ -36,7 +36,7 @@ class Write:
     def line(self) -> bytes:
         """`encode()` and its newline, made as one object of its own size: orjson's bytes
         keep a 4 KiB buffer however short they are, and a turn's few held at once while its
-        lines were joined left 4 MiB more in RSS for 1,000 streams started at once."""
+        lines were joined added up in RSS with many streams started at once."""
         row = self.row
         column = _RAW.get(self.kind)
         if column is None or (value := row.get(column)) is None:
@@ -137,8 +137,8 @@ _COLUMNS: dict[str, tuple[str, ...]] = {
     "response": _RESPONSE,
     "usage": USAGE_COLUMNS,
 }
-# A row's values in its columns' order, in one C call (a generator of `.get`s costs ~2 us for
-# usage's 21 columns, on the store's thread, which waits for the loop's GIL between steps).
+# A row's values in its columns' order, in one C call rather than a generator of `.get`s (usage
+# has 21 columns), on the store's thread, which waits for the loop's GIL between steps.
 _VALUES = {kind: itemgetter(*columns) for kind, columns in _COLUMNS.items()}
 
 # The next seq of a conversation: after its own last event, or after its branch point. The

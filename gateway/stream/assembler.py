@@ -1,4 +1,5 @@
-"""BlockAssembler: stream events in, assistant blocks out (contract section 4)."""
+"""BlockAssembler: stream events in, assistant blocks out (docs/recording.md, "The assembled
+stream")."""
 
 from __future__ import annotations
 
@@ -90,7 +91,7 @@ class BlockAssembler:
         return [b for b in self._blocks.values() if b.kind not in (TEXT, REASONING) or b.text != ""]
 
     def interrupted_blocks(self) -> list[Block]:
-        """What an interrupted answer keeps (contract section 4).
+        """What an interrupted answer keeps (docs/recording.md, "The assembled stream").
 
         Closed and unclosed text and reasoning blocks whose content is not only white space, in
         stream order; closed blocks of unknown kinds. Tool calls are left out (never dispatched,

@@ -1,6 +1,6 @@
 """A lean, pooled HTTP/1.1 client for the gateway's upstream POSTs, on asyncio protocols.
 
-aiohttp's client request path cost about a fifth of the gateway's CPU per request (request and
+aiohttp's client request path cost a large share of the gateway's CPU per request (request and
 response objects, multidicts, a StreamReader, timers, tracing hooks). The gateway needs far
 less: POST a prebuilt body to a URL from its config, read the status and the few headers that
 frame the body, and hand the body out piece by piece as it arrives. This module does only that:

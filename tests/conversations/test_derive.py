@@ -1,4 +1,4 @@
-"""derive_messages: model history from surface events (contract section 5)."""
+"""derive_messages: model history from surface events (docs/recording.md, "Model history")."""
 
 from __future__ import annotations
 

@@ -5,8 +5,8 @@ dialect (chat completions, Anthropic messages, Responses), the byte of the upstr
 which the client leaves, and how much of what reached it the client had read. Other streams run
 through the gateway meanwhile. For every cut, the assistant message recorded holds, block kind
 by block kind, exactly the content of the complete frames that reached the client's side (read,
-or waiting unread in its kernel: acknowledged either way), the events come in the contract's
-order, and the upstream connection was closed.
+or waiting unread in its kernel: acknowledged either way), the events come in the recorded
+order (docs/recording.md, "Order inside a turn"), and the upstream connection was closed.
 
 The gateway and the fake upstream run on an event loop in a thread of their own, so that
 hypothesis drives plain blocking sockets from the test thread. `GATEWAY_LONG_TESTS=1` runs the
@@ -313,7 +313,7 @@ def test_the_recorded_answer_is_what_reached_the_client(
 
     turn = events  # a conversation of its own: its one turn
     kinds = [e["type"] for e in turn]
-    # The contract's order: the input, then what was delivered (if anything), then the end.
+    # The order inside a turn: the input, then what was delivered (if anything), then the end.
     assert kinds[0] == "user/message" and kinds[-1] == "turn/end", kinds
     assert all(k in ("assistant/attempt", "assistant/message") for k in kinds[1:-1]), kinds
     end = turn[-1]["payload"]
@@ -322,8 +322,8 @@ def test_the_recorded_answer_is_what_reached_the_client(
     label = f"{end['status']}, client saw {'content' if any(seen.values()) else 'nothing'}"
     OUTCOMES[label] = OUTCOMES.get(label, 0) + 1
     if end["status"] != "completed":
-        # Contract section 4: an interrupted answer keeps its text and reasoning, not a tool
-        # call that was never dispatched, nor blocks of white space only.
+        # docs/recording.md, "The assembled stream": an interrupted answer keeps its text and
+        # reasoning, not a tool call that was never dispatched, nor blocks of white space only.
         seen = {k: v if k != "tool" and v.strip() else "" for k, v in seen.items()}
     messages = [e for e in turn if e["type"] == "assistant/message"]
     recorded = recorded_content(messages[-1]["payload"]["content"]) if messages else None

@@ -1,4 +1,5 @@
-"""BlockAssembler.interrupted_blocks(): what an interrupted answer keeps (contract section 4)."""
+"""BlockAssembler.interrupted_blocks(): what an interrupted answer keeps (docs/recording.md,
+"The assembled stream")."""
 
 from __future__ import annotations
 

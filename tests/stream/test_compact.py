@@ -1,4 +1,5 @@
-"""The compact timed stream expands back to every delta with its time (contract section 4)."""
+"""The compact timed stream expands back to every delta with its time (docs/recording.md, "The
+compact stream")."""
 
 from __future__ import annotations
 
