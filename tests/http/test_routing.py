@@ -9,6 +9,7 @@ import aiohttp
 import openai
 import pytest
 
+from gateway import metrics
 from tests.conftest import GatewayUnderTest, MakeGateway, MakeUpstream
 from tests.fakes import FAILED_TURN, FakeUpstream, chunk, completion, frames, status
 
@@ -188,6 +189,13 @@ async def test_cooldown_then_half_open_probe(
         cooldown={"failures": 2, "window_s": 60, "cooldown_s": 0.3},
         retry={**FAST, "max_attempts": 2},
     )
+
+    def transitions(state: str) -> float:
+        labels = {"deployment": "a", "state": state}
+        value = metrics.REGISTRY.get_sample_value("gateway_deployment_transitions_total", labels)
+        return value or 0.0
+
+    before = {state: transitions(state) for state in ("cooling", "half_open")}
     boom = status(500, {"error": {"message": "boom", "type": "server_error"}})
     a.push(boom, boom)
     for _ in range(2):
@@ -207,11 +215,15 @@ async def test_cooldown_then_half_open_probe(
     state = (await deployments(gw))["a"]
     assert state["state"] == "healthy"
     assert len(a.requests) == 3
+    # Each transition counted once (the metric is the process's: other tests' counts stay).
+    assert {state: transitions(state) - n for state, n in before.items()} == {
+        "cooling": 1.0,
+        "half_open": 1.0,
+    }
     async with aiohttp.ClientSession() as session:
         async with session.get(gw.url + "/metrics") as response:
-            metrics = await response.text()
-    assert 'gateway_deployment_transitions_total{deployment="a",state="cooling"} 1.0' in metrics
-    assert 'gateway_deployment_transitions_total{deployment="a",state="half_open"} 1.0' in metrics
+            exported = await response.text()
+    assert 'gateway_deployment_transitions_total{deployment="a",state="cooling"}' in exported
 
 
 async def test_a_failed_probe_cools_down_again(
