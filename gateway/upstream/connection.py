@@ -29,6 +29,22 @@ KEEP_ALIVE_WAIT_S = 5.0
 # is read, never all at once into memory.
 _INFLATE_STEP = HIGH_WATER
 _MAX_HEAD = 64 * 1024
+
+
+class _Inflater(Protocol):
+    """What a body's decoder is: `zlib.decompressobj()` (whose class zlib does not name)."""
+
+    @property
+    def unconsumed_tail(self) -> bytes: ...
+
+    @property
+    def eof(self) -> bool: ...
+
+    def decompress(self, data: bytes, max_length: int = ..., /) -> bytes: ...
+
+    def flush(self, length: int = ..., /) -> bytes: ...
+
+
 _MAX_LINE = 4 * 1024  # a chunk-size line, extensions included
 _MAX_TRAILERS = 64 * 1024
 # Bodies up to this size go out in one write with their head (one send, one segment or few).
@@ -466,7 +482,7 @@ class Response:
         self._raw_done = False  # ... before decompression
         self._head = b""
         self._encoding = 0
-        self._decoder: zlib._Decompress | None = None
+        self._decoder: _Inflater | None = None
         self._ztail = b""  # compressed bytes not yet decompressed
         self._zmore = False  # the decompressor may have more output for `_ztail`
         self._discarding = False  # closed with keep_alive: the rest of the body is dropped
