@@ -4,8 +4,10 @@ A stateless chat client sends its whole history every time. With `X-Conversation
 request's messages are compared with the conversation's stored surface messages: the matching
 prefix is already recorded, the rest is new input. When the request disagrees with the stored
 history (an edit, a regenerate, a client that dropped a message), the turn starts a branch at the
-last matching event. Comparison is on what a model sees (role, text, tool calls and results);
-fields clients commonly drop or add (reasoning, `name`, `refusal: null`) are ignored.
+last matching event. Comparison is on what a model sees (role, text, tool calls and results),
+in canonical form (docs/recording.md, "Equal histories"): text as a string or as text parts,
+tool-call arguments as the JSON they parse to; fields clients commonly drop or add
+(reasoning, `name`, `refusal: null`) are ignored.
 """
 
 from __future__ import annotations
@@ -34,6 +36,19 @@ def _text(content: Any) -> Any:
     return orjson.dumps(content, option=orjson.OPT_SORT_KEYS).decode()
 
 
+def _arguments(arguments: Any) -> Any:
+    """Tool-call arguments as the JSON they hold, keys sorted: clients send them back
+    re-serialised (`{"city": "Paris"}` for the upstream's `{"city":"Paris"}`). Text that is not
+    JSON is compared as it is."""
+    if not isinstance(arguments, str):
+        return arguments
+    try:
+        parsed = orjson.loads(arguments)
+    except orjson.JSONDecodeError:
+        return arguments
+    return orjson.dumps(parsed, option=orjson.OPT_SORT_KEYS).decode()
+
+
 def message_key(message: dict[str, Any]) -> tuple[Any, ...]:
     role = message.get("role")
     if role == "assistant":
@@ -41,9 +56,10 @@ def message_key(message: dict[str, Any]) -> tuple[Any, ...]:
             (
                 call.get("id"),
                 (call.get("function") or {}).get("name"),
-                (call.get("function") or {}).get("arguments"),
+                _arguments((call.get("function") or {}).get("arguments")),
             )
             for call in message.get("tool_calls") or ()
+            if isinstance(call, dict)
         )
         return ("assistant", _text(message.get("content")), calls)
     if role == "tool":

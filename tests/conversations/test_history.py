@@ -147,3 +147,84 @@ def test_no_repair_when_anything_else_differs() -> None:
 def test_repair_is_off_unless_asked() -> None:
     request = [{"role": "user", "content": "Q1"}, {"role": "user", "content": "Q2"}]
     assert match_history(INTERRUPTED, request).branch_at == 1
+
+
+TOOL_ROUND = stored(
+    ("user/message", {"content": "Weather in Paris?"}),
+    (
+        "assistant/message",
+        {
+            "content": [
+                {
+                    "type": "tool_call",
+                    "id": "c1",
+                    "name": "weather",
+                    "arguments": '{"city":"Paris","units":{"t":"C","w":"kmh"}}',
+                }
+            ]
+        },
+    ),
+)
+
+
+def _resent(arguments: str, *, call_id: str = "c1", name: str = "weather") -> list[dict[str, Any]]:
+    call = {"id": call_id, "type": "function", "function": {"name": name, "arguments": arguments}}
+    return [
+        {"role": "user", "content": [{"type": "text", "text": "Weather in Paris?"}]},
+        {"role": "assistant", "content": "", "tool_calls": [call]},
+        {"role": "tool", "tool_call_id": call_id, "content": "18 C"},
+    ]
+
+
+def test_tool_arguments_resent_re_serialised_or_reordered_continue() -> None:
+    for arguments in (
+        '{"city": "Paris", "units": {"t": "C", "w": "kmh"}}',  # json.dumps, as LangChain resends
+        '{"units":{"w":"kmh","t":"C"},"city":"Paris"}',  # keys in another order
+        '{\n  "city": "Paris",\n  "units": {"t": "C", "w": "kmh"}\n}',  # pretty-printed
+    ):
+        match = match_history(TOOL_ROUND, _resent(arguments))
+        assert match.branch_at is None, arguments
+        assert match.new_messages == [_resent(arguments)[2]]
+
+
+def test_a_changed_argument_call_id_or_name_branches() -> None:
+    for request in (
+        _resent('{"city": "Lyon", "units": {"t": "C", "w": "kmh"}}'),
+        _resent('{"city": "Paris", "units": {"t": "F", "w": "kmh"}}'),
+        _resent('{"city":"Paris","units":{"t":"C","w":"kmh"}}', call_id="c2"),
+        _resent('{"city":"Paris","units":{"t":"C","w":"kmh"}}', name="climate"),
+    ):
+        assert match_history(TOOL_ROUND, request).branch_at == 1
+
+
+def test_arguments_that_are_not_json_are_compared_as_text() -> None:
+    history = stored(
+        ("user/message", {"content": "go"}),
+        (
+            "assistant/message",
+            {"content": [{"type": "tool_call", "id": "c1", "name": "f", "arguments": "{broken"}]},
+        ),
+    )
+    call = {"id": "c1", "type": "function", "function": {"name": "f", "arguments": "{broken"}}
+    same = [{"role": "user", "content": "go"}, {"role": "assistant", "tool_calls": [call]}]
+    assert match_history(history, same).branch_at is None
+    other = {**call, "function": {"name": "f", "arguments": "{broken "}}
+    changed = [same[0], {"role": "assistant", "tool_calls": [other]}]
+    assert match_history(history, changed).branch_at == 1
+
+
+def test_text_parts_with_extra_keys_equal_their_joined_string() -> None:
+    request = [
+        {
+            "role": "user",
+            "content": [
+                {"type": "text", "text": "Q", "cache_control": {"type": "ephemeral"}},
+                {"type": "text", "text": "1"},
+            ],
+        },
+        {"role": "assistant", "content": [{"type": "text", "text": "A1"}]},
+        {"role": "user", "content": "Q2"},
+    ]
+    match = match_history(HISTORY, request)
+    assert match.branch_at is None
+    assert match.new_messages == [request[2]]

@@ -257,3 +257,43 @@ async def test_history_repair_can_be_turned_off(
     )
     assert "X-Gateway-History-Repaired" not in response.headers
     assert response.headers["X-Conversation-Id"] != conversation_id  # a branch, as before
+
+
+async def test_a_tool_round_resent_re_serialised_continues_the_conversation(
+    gw: GatewayUnderTest, upstream: FakeUpstream
+) -> None:
+    """A client that parses the tool call's arguments and sends them back with json.dumps
+    (LangChain does) continues the conversation it names instead of branching it."""
+    question = {"role": "user", "content": "Weather in Paris?"}
+    upstream.tool_call("call_1", "weather", ['{"city":', '"Paris"}'])
+    first = await gw.client().chat.completions.with_raw_response.create(
+        model="fake", messages=[question], stream=True
+    )
+    conversation_id = first.headers["X-Conversation-Id"]
+    call_id, arguments = "", ""
+    async for part in first.parse():
+        for delta in (part.choices[0].delta.tool_calls or []) if part.choices else []:
+            call_id = delta.id or call_id
+            arguments += (delta.function.arguments or "") if delta.function else ""
+    assert (call_id, arguments) == ("call_1", '{"city":"Paris"}')
+    await gw.wait_turn_end(conversation_id)
+    upstream.push(completion("18 C and sunny."))
+    resent = {
+        "id": call_id,
+        "type": "function",
+        "function": {"name": "weather", "arguments": '{"city": "Paris"}'},
+    }
+    second = await gw.client(
+        default_headers={"X-Conversation-Id": conversation_id}
+    ).chat.completions.with_raw_response.create(
+        model="fake",
+        messages=[
+            question,
+            {"role": "assistant", "content": None, "tool_calls": [resent]},
+            {"role": "tool", "tool_call_id": call_id, "content": "18 C"},
+        ],
+    )
+    assert second.headers["X-Conversation-Id"] == conversation_id  # not a branch
+    events = await gw.wait_turn_end(conversation_id, count=2)
+    kinds = [e["type"] for e in events if e["type"] != "turn/end"]
+    assert kinds == ["user/message", "assistant/message", "tool/result", "assistant/message"]
