@@ -64,14 +64,21 @@ def surface_message(event: Event) -> dict[str, Any] | None:
     return None
 
 
-def derive_messages(events: Iterable[Event], *, synthesize: bool = True) -> list[dict[str, Any]]:
+def derive_messages(
+    events: Iterable[Event], *, synthesize: bool = True, close_last: bool = True
+) -> list[dict[str, Any]]:
+    """`close_last=False`: the last assistant message's unanswered tool calls stay open (the
+    turn ended with them; the client runs them, and the next turn brings their results)."""
     messages = [m for m in (surface_message(e) for e in events) if m is not None]
-    return close_unanswered(messages) if synthesize else messages
+    return close_unanswered(messages, close_last=close_last) if synthesize else messages
 
 
-def close_unanswered(messages: list[dict[str, Any]]) -> list[dict[str, Any]]:
+def close_unanswered(
+    messages: list[dict[str, Any]], *, close_last: bool = True
+) -> list[dict[str, Any]]:
     """Give every assistant tool call a result: a synthetic ABORTED_BEFORE_DISPATCH one where
-    none follows it before the next user or assistant message."""
+    none follows it before the next user or assistant message (and, with `close_last`, at the
+    end of the history)."""
     out: list[dict[str, Any]] = []
     pending: list[str] = []  # tool call ids of the last assistant message still without a result
 
@@ -90,5 +97,6 @@ def close_unanswered(messages: list[dict[str, Any]]) -> list[dict[str, Any]]:
             close_pending()
         out.append(message)
         pending.extend(call.get("id") for call in message.get("tool_calls") or ())
-    close_pending()
+    if close_last:
+        close_pending()
     return out

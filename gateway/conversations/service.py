@@ -106,7 +106,9 @@ class Conversations:
         return path
 
     async def messages(self, conversation_id: str, principal: Principal) -> list[dict[str, Any]]:
-        return derive_messages(await self.path(conversation_id, principal))
+        """The model history as of now: the last turn's tool calls are pending, not aborted,
+        until a next turn leaves them unanswered."""
+        return derive_messages(await self.path(conversation_id, principal), close_last=False)
 
     async def branch(self, conversation_id: str, at_seq: Any, principal: Principal) -> Conversation:
         if not isinstance(at_seq, int) or isinstance(at_seq, bool) or at_seq < 0:

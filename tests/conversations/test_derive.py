@@ -57,3 +57,16 @@ def test_a_trailing_call_is_closed_too_unless_asked_not_to() -> None:
     events = [ev("user/message", content="x"), ev("assistant/message", content=[CALL])]
     assert derive_messages(events)[-1]["role"] == "tool"
     assert derive_messages(events, synthesize=False)[-1]["role"] == "assistant"
+
+
+def test_the_last_answers_calls_can_stay_pending_while_earlier_ones_close() -> None:
+    events = [
+        ev("user/message", content="x"),
+        ev("assistant/message", content=[CALL]),
+        ev("user/message", content="never mind, y"),  # c1 left unanswered: aborted
+        ev("assistant/message", content=[{**CALL, "id": "c2"}]),  # the last answer: pending
+    ]
+    messages = derive_messages(events, close_last=False)
+    assert [m["role"] for m in messages] == ["user", "assistant", "tool", "user", "assistant"]
+    assert messages[2]["tool_call_id"] == "c1"
+    assert ABORTED_BEFORE_DISPATCH in messages[2]["content"]

@@ -297,3 +297,33 @@ async def test_a_tool_round_resent_re_serialised_continues_the_conversation(
     events = await gw.wait_turn_end(conversation_id, count=2)
     kinds = [e["type"] for e in events if e["type"] != "turn/end"]
     assert kinds == ["user/message", "assistant/message", "tool/result", "assistant/message"]
+
+
+async def test_a_turn_that_ended_in_tool_calls_shows_them_pending_not_aborted(
+    gw: GatewayUnderTest, upstream: FakeUpstream
+) -> None:
+    question = {"role": "user", "content": "Weather in Paris?"}
+    upstream.tool_call("call_1", "weather", ['{"city":"Paris"}'])
+    response = await gw.client().chat.completions.with_raw_response.create(
+        model="fake", messages=[question], stream=True
+    )
+    conversation_id = response.headers["X-Conversation-Id"]
+    async for _ in response.parse():
+        pass
+    events = await gw.wait_turn_end(conversation_id)
+    assert events[-1]["payload"]["status"] == "completed"
+    status, body = await gw.get(f"/v1/conversations/{conversation_id}/messages")
+    assert status == 200
+    assert [m["role"] for m in body["data"]] == ["user", "assistant"]
+    assert body["data"][1]["tool_calls"][0]["id"] == "call_1"
+    # The next turn answers with a new question instead: now the call was never answered.
+    upstream.push(completion("Fine."))
+    followup = [question, body["data"][1], {"role": "user", "content": "Skip that."}]
+    await gw.client(default_headers={"X-Conversation-Id": conversation_id}).chat.completions.create(
+        model="fake", messages=followup
+    )
+    await gw.wait_turn_end(conversation_id, count=2)
+    status, body = await gw.get(f"/v1/conversations/{conversation_id}/messages")
+    roles = [m["role"] for m in body["data"]]
+    assert roles == ["user", "assistant", "tool", "user", "assistant"]
+    assert "ABORTED_BEFORE_DISPATCH" in body["data"][2]["content"]
