@@ -29,6 +29,14 @@ class Joined:
     repaired: list[dict[str, Any]] | None = None
 
 
+def _check_id(requested_id: str) -> None:
+    if not _CONVERSATION_ID.match(requested_id):
+        raise InvalidRequest(
+            "X-Conversation-Id must be 1-128 characters: letters, digits, '.', '_', ':', '-'.",
+            param="X-Conversation-Id",
+        )
+
+
 class Conversations:
     def __init__(self, store: Store, *, repair_interrupted: bool = True) -> None:
         self.store = store
@@ -40,11 +48,7 @@ class Conversations:
         history = [m for m in messages if m.get("role") in HISTORY_ROLES]
         if requested_id is None:
             return Joined(*self._new(new_id("conv"), principal), history)
-        if not _CONVERSATION_ID.match(requested_id):
-            raise InvalidRequest(
-                "X-Conversation-Id must be 1-128 characters: letters, digits, '.', '_', ':', '-'.",
-                param="X-Conversation-Id",
-            )
+        _check_id(requested_id)
         existing = await self._conversation(requested_id)
         if existing is None:
             return Joined(*self._new(requested_id, principal), history)
@@ -62,6 +66,16 @@ class Conversations:
             key_id=principal.key_id,
         )
         return Joined(branch.id, branch, match.new_messages)
+
+    async def open(self, requested_id: str, principal: Principal) -> tuple[Joined, list[Event]]:
+        """A conversation named by `X-Conversation-Id` for a client that keeps no history (the
+        Responses API): its path so far, or none when the id is new (created with the turn)."""
+        _check_id(requested_id)
+        existing = await self._conversation(requested_id)
+        if existing is None:
+            return Joined(*self._new(requested_id, principal), []), []
+        self._check(existing, principal)
+        return Joined(requested_id, None, []), await self._settled_path(requested_id, within_s=2.0)
 
     @staticmethod
     def _new(conversation_id: str, principal: Principal) -> tuple[str, Conversation]:

@@ -104,11 +104,26 @@ class ResponseStore:
         principal: Principal,
         previous_response_id: str | None,
         conversation_id: str | None,
+        header_id: str | None = None,
     ) -> tuple[Joined, list[dict[str, Any]]]:
         """Where the new response goes, and the model history it continues (tool calls left
-        unanswered: the new input may answer them; see `close_unanswered`)."""
+        unanswered: the new input may answer them; see `close_unanswered`). `header_id`, the
+        request's `X-Conversation-Id`, names the conversation as it does for chat: with
+        `previous_response_id` or `conversation` it must name the same one."""
+        if header_id is not None and conversation_id is not None and header_id != conversation_id:
+            raise InvalidRequest(
+                f"X-Conversation-Id '{header_id}' and conversation '{conversation_id}' name"
+                " different conversations.",
+                param="conversation",
+            )
         if previous_response_id is not None:
             previous = await self.get(previous_response_id, principal)
+            if header_id is not None and header_id != previous.conversation_id:
+                raise InvalidRequest(
+                    f"X-Conversation-Id '{header_id}' and previous_response_id"
+                    f" '{previous_response_id}' name different conversations.",
+                    param="previous_response_id",
+                )
             own = await self._store.settled(
                 lambda: self.turn_events(previous), lambda e: bool(e) and e[-1].type == TURN_END
             )
@@ -138,6 +153,9 @@ class ResponseStore:
         if conversation_id is not None:
             path = await self._conversations.path(conversation_id, principal)
             return Joined(conversation_id, None, []), derive_messages(path, synthesize=False)
+        if header_id is not None:
+            joined, path = await self._conversations.open(header_id, principal)
+            return joined, derive_messages(path, synthesize=False)
         conversation = Conversation(
             new_id("conv"), time.time(), team_id=principal.team_id, key_id=principal.key_id
         )

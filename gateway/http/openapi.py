@@ -165,6 +165,7 @@ def paths() -> dict[str, dict[str, Operation]]:
                 _ok(ref("Response"), extra=_STREAM),
                 _COMPLETION,
                 body=ref("ResponsesRequest"),
+                params=completion_params,
                 upstream=True,
             )
         },

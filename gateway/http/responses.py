@@ -37,7 +37,10 @@ async def create(request: web.Request) -> web.StreamResponse:
     principal = request[PRINCIPAL]
     store = _store(request)
     joined, history = await store.history(
-        principal, parsed.previous_response_id, parsed.conversation_id
+        principal,
+        parsed.previous_response_id,
+        parsed.conversation_id,
+        request.headers.get("X-Conversation-Id"),
     )
     joined = type(joined)(joined.conversation_id, joined.create, new_messages)
     response_id = f"resp_{new_id('r')[2:]}"

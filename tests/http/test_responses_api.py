@@ -175,3 +175,43 @@ async def test_store_false_is_not_retrievable(gw: GatewayUnderTest) -> None:
     assert made.store is False
     with pytest.raises(openai.NotFoundError):
         await api.responses.retrieve(made.id)
+
+
+async def test_x_conversation_id_threads_responses_as_it_does_chat(
+    gw: GatewayUnderTest, upstream: FakeUpstream
+) -> None:
+    """An Agents SDK user who sets the header, as for chat, gets one conversation of two turns,
+    the second sent upstream with the first's history."""
+    api = gw.client(default_headers={"X-Conversation-Id": "agent-run-7"})
+    upstream.push(completion("Paris."), completion("About 2.1 million."))
+    first = await api.responses.with_raw_response.create(model="fake", input="Capital of France?")
+    second = await api.responses.with_raw_response.create(model="fake", input="Population?")
+    assert first.headers["X-Conversation-Id"] == second.headers["X-Conversation-Id"]
+    assert first.headers["X-Conversation-Id"] == "agent-run-7"
+    assert upstream.requests[-1]["messages"] == [
+        {"role": "user", "content": "Capital of France?"},
+        {"role": "assistant", "content": "Paris."},
+        {"role": "user", "content": "Population?"},
+    ]
+    events = await gw.wait_turn_end("agent-run-7", count=2)
+    assert [e["type"] for e in events].count("user/message") == 2
+
+
+async def test_x_conversation_id_that_contradicts_the_body_is_refused(
+    gw: GatewayUnderTest, upstream: FakeUpstream
+) -> None:
+    upstream.push(completion("Paris."))
+    api = gw.client()
+    first = await api.responses.create(model="fake", input="Capital of France?")
+    headers = {"X-Conversation-Id": "somewhere-else"}
+    with pytest.raises(openai.BadRequestError) as refused:
+        await api.responses.create(
+            model="fake", input="And?", previous_response_id=first.id, extra_headers=headers
+        )
+    assert "previous_response_id" in str(refused.value) and "somewhere-else" in str(refused.value)
+    with pytest.raises(openai.BadRequestError) as refused:
+        await api.responses.create(
+            model="fake", input="And?", conversation="conv_other", extra_headers=headers
+        )
+    assert "conv_other" in str(refused.value) and "somewhere-else" in str(refused.value)
+    assert len(upstream.requests) == 1  # nothing reached the upstream
