@@ -334,11 +334,29 @@ class TurnRecorder:
         self._end("aborted", reason)
 
     def attempt_failed(
-        self, attempt: Attempt, error: GatewayError, *, aborted_finish: bool = False
+        self,
+        attempt: Attempt,
+        error: GatewayError,
+        *,
+        aborted_finish: bool = False,
+        delivered: int = 0,
+        level: str = "acked",
     ) -> None:
+        """The attempt failed, after `delivered` of its frames reached the client (a stream
+        that broke mid-answer). What it delivered stays in the attempt, outside model history:
+        only a user's cancel makes delivered text an interrupted message."""
         reason = "aborted_finish" if aborted_finish else "provider_error"
-        attempt.settle("error", 0)
-        self._append(ASSISTANT_ATTEMPT, self._attempt_payload(attempt, reason))
+        own = attempt.log.cut(delivered) if delivered else 0
+        attempt.settle("error", own)
+        payload = self._attempt_payload(attempt, reason)
+        if own:
+            blocks = _answer([(attempt, own)])[0].interrupted_blocks()
+            payload["delivered"] = {
+                "content": [b.to_content() for b in blocks],
+                "frames": delivered,
+                "delivery": level,
+            }
+        self._append(ASSISTANT_ATTEMPT, payload)
         self._append(
             REQUEST_ERROR,
             {

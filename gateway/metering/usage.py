@@ -138,7 +138,7 @@ class Meter:
                 prompt = 0  # refused before generating anything: nothing to bill
         if outcome == "completed":
             delivered = completion
-        elif outcome == "interrupted":
+        elif attempt.delivered:  # interrupted, or failed after part of it reached the client
             delivered = _generated_tokens(attempt.log.events(attempt.delivered))[0]
         else:
             delivered = 0

@@ -182,6 +182,11 @@ class Relay:
     def _frames_sent_by_attempt(self) -> int:
         return self.client.frames_written - sum(n for _, n in self.segments)
 
+    def _delivered_by_attempt(self) -> tuple[int, str]:
+        """The frames of the attempt under way that the client's side has, as of now."""
+        delivered, level = self.client.delivered()
+        return max(0, delivered - sum(n for _, n in self.segments)), level
+
     def _request_body(self, deployment: Deployment) -> dict[str, Any]:
         """The request for this attempt: the client's, or a continuation of what was sent."""
         if not self.segments:
@@ -224,8 +229,13 @@ class Relay:
                 self.upstream = None
             config = deployment.config
             redact_error(error, [config.api_key or "", *credentials(config.extra_headers)])
+            delivered, level = self._delivered_by_attempt()
             self.turn.attempt_failed(
-                attempt, error, aborted_finish=isinstance(error, UpstreamIncompleteStream)
+                attempt,
+                error,
+                aborted_finish=isinstance(error, UpstreamIncompleteStream),
+                delivered=delivered,
+                level=level,
             )
             metrics.ATTEMPTS.labels(deployment.name, error.label).inc()
             if error.retryable:

@@ -102,6 +102,29 @@ async def test_reset_mid_stream_ends_with_an_error_event(
     assert await gw.messages(conversation_id) == QUESTION
 
 
+async def test_a_stream_that_failed_after_delivery_keeps_what_the_client_got(
+    gw: GatewayUnderTest, upstream: FakeUpstream
+) -> None:
+    """The delivered prefix of a failed attempt is its own (for audit and usage), never model
+    history: only a user's cancel turns delivered text into an interrupted message."""
+    parts = [f"word{i} " for i in range(20)]
+    upstream.push(frames(*(chunk(p) for p in parts), then="reset"))
+    body, conversation_id = await gw.post_stream(
+        {"model": "fake", "messages": QUESTION, "stream": True}
+    )
+    assert body.startswith(b"".join(chunk(p) for p in parts))  # the client read all 20
+    events = await gw.wait_turn_end(conversation_id)
+    assert [e["type"] for e in events] == FAILED_TURN
+    delivered = events[1]["payload"]["delivered"]
+    assert delivered["delivery"] in ("acked", "sent")
+    assert 0 < delivered["frames"] <= len(parts)
+    text = delivered["content"][0]["text"]
+    assert "".join(parts).startswith(text) and text.startswith("word0 ")
+    metered = events[3]["payload"]["metered"]
+    assert metered["completion_delivered"] > 0
+    assert await gw.messages(conversation_id) == QUESTION  # outside model history
+
+
 async def test_sdk_raises_on_the_error_event(gw: GatewayUnderTest, upstream: FakeUpstream) -> None:
     upstream.push(frames(chunk("Partial "), then="reset"))
     stream = await gw.client().chat.completions.create(model="fake", messages=QUESTION, stream=True)
