@@ -29,22 +29,6 @@ KEEP_ALIVE_WAIT_S = 5.0
 # is read, never all at once into memory.
 _INFLATE_STEP = HIGH_WATER
 _MAX_HEAD = 64 * 1024
-
-
-class _Inflater(Protocol):
-    """What a body's decoder is: `zlib.decompressobj()` (whose class zlib does not name)."""
-
-    @property
-    def unconsumed_tail(self) -> bytes: ...
-
-    @property
-    def eof(self) -> bool: ...
-
-    def decompress(self, data: bytes, max_length: int = ..., /) -> bytes: ...
-
-    def flush(self, length: int = ..., /) -> bytes: ...
-
-
 _MAX_LINE = 4 * 1024  # a chunk-size line, extensions included
 _MAX_TRAILERS = 64 * 1024
 # Bodies up to this size go out in one write with their head (one send, one segment or few).
@@ -70,6 +54,20 @@ _CONTENT_ENCODING = b"\r\ncontent-encoding:"
 # (scheme, host, port, route): the origin a connection is open to and how (the route: its
 # proxy and TLS context, "" for a direct one with the pool's default), and the pool's key for it.
 PoolKey = tuple[str, str, int, str]
+
+
+class _Inflater(Protocol):
+    """What a body's decoder is: `zlib.decompressobj()` (whose class zlib does not name)."""
+
+    @property
+    def unconsumed_tail(self) -> bytes: ...
+
+    @property
+    def eof(self) -> bool: ...
+
+    def decompress(self, data: bytes, max_length: int = ..., /) -> bytes: ...
+
+    def flush(self, length: int = ..., /) -> bytes: ...
 
 
 class Pool(Protocol):

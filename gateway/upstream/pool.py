@@ -48,7 +48,6 @@ __all__ = [
     "Endpoint",
     "Response",
     "UpstreamPool",
-    "default_ssl_context",
 ]
 
 USER_AGENT = f"llm-gateway/{__version__}"
@@ -57,12 +56,6 @@ IDLE_S = 30.0
 _TOKEN = re.compile(r"[!#$%&'*+\-.^_`|~0-9A-Za-z]+")
 # Framing is the client's: a caller's value for these would contradict the bytes it sends.
 _OWN_HEADERS = frozenset({"content-length", "transfer-encoding", "connection"})
-
-
-def default_ssl_context() -> ssl.SSLContext:
-    """Certificates verified against `SSL_CERT_FILE`/`SSL_CERT_DIR`'s CAs if the environment
-    names them, else the system's; made once (loading them takes ms)."""
-    return tls.default_context()
 
 
 class Endpoint:

@@ -65,13 +65,6 @@ def context(
     return made
 
 
-def default_context(environ: Mapping[str, str] | None = None) -> ssl.SSLContext:
-    """The context of upstreams that set none of their own: the environment's CAs, else the
-    system's."""
-    cafile, capath = environment_trust(environ)
-    return context(cafile, capath)
-
-
 def deployment_context(ca_bundle: str | None, verify: bool) -> ssl.SSLContext | None:
     """A deployment's own context (its `tls` settings), or None for the default one."""
     if not verify:
