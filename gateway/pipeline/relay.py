@@ -468,11 +468,7 @@ class Relay:
                 upstream.close()
             return
         delivered, level = self.client.delivered()
-        prior = self._split_delivery(delivered)
-        delivered -= sum(n for _, n in prior)
-        attempt = self.attempt
-        if attempt is None and prior:  # between a failed segment and its continuation
-            attempt, delivered = prior.pop()
+        attempt, delivered, prior = self._split_delivery(delivered)
         drain = self.alias.config.on_client_disconnect == "drain"
         if drain and upstream is not None and self.parser is not None and reason != "shutdown":
             # Keep reading only to learn the provider's usage; history gets the delivered part.
@@ -482,13 +478,18 @@ class Relay:
             upstream.close()
         self.turn.interrupted(attempt, delivered, level, reason, prior)
 
-    def _split_delivery(self, delivered: int) -> list[Segment]:
-        """How many of each earlier segment's frames are among the first `delivered`."""
+    def _split_delivery(self, delivered: int) -> tuple[Attempt | None, int, list[Segment]]:
+        """The first `delivered` frames by attempt: how many of each earlier segment's, and of
+        the attempt they end in (the current one, or, between a failed segment and its
+        continuation, the last segment's)."""
         prior: list[Segment] = []
         for earlier, sent in self.segments:
             prior.append((earlier, min(sent, delivered)))
             delivered -= prior[-1][1]
-        return prior
+        attempt = self.attempt
+        if attempt is None and prior:
+            attempt, delivered = prior.pop()
+        return attempt, delivered, prior
 
     async def _drain(
         self,
@@ -551,10 +552,7 @@ class Relay:
         if response is None:
             response = await self.client.start(self._headers(deployment))
         delivered, level = await self.client.end_cancelled(self.renderer.cancelled())
-        prior = self._split_delivery(delivered)
-        current = delivered - sum(n for _, n in prior)
-        if attempt is None and prior:
-            attempt, current = prior.pop()
+        attempt, current, prior = self._split_delivery(delivered)
         self.turn.interrupted(attempt, current, level, "client_cancel", prior)
         return response
 

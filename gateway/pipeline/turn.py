@@ -34,9 +34,10 @@ from gateway.routing.router import Deployment
 DEFAULT_COMPLETION_ESTIMATE = 1024
 
 
-@dataclass(frozen=True, slots=True)
+@dataclass(slots=True)
 class TurnRequest:
-    """What a client asked for, already in OpenAI chat shape whatever its dialect."""
+    """What a client asked for, already in OpenAI chat shape whatever its dialect. (Not frozen:
+    one is made per request, and a frozen dataclass sets each field the slow way.)"""
 
     body: dict[str, Any]
     stream: bool
