@@ -70,7 +70,13 @@ async def run_turn(
     except BaseException:
         lease.release()
         raise
-    headers = {"X-Conversation-Id": joined.conversation_id, **lease.headers}
+    turn_id = new_id("turn")
+    # The turn's id lets a client address what it showed (truncate, cancel) afterwards.
+    headers = {
+        "X-Conversation-Id": joined.conversation_id,
+        "X-Gateway-Turn-Id": turn_id,
+        **lease.headers,
+    }
     if joined.repaired is not None:
         # The upstream gets the history the user saw: the dropped partial answer put back.
         body = {**body, "messages": joined.repaired}
@@ -79,7 +85,7 @@ async def run_turn(
     recorder = TurnRecorder(
         gateway.store,
         joined.conversation_id,
-        new_id("turn"),
+        turn_id,
         team_id=principal.team_id,
         key_id=principal.key_id,
         user=principal.user or user,
