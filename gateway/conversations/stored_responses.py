@@ -23,7 +23,8 @@ from gateway.conversations.events import (
     Event,
     new_id,
 )
-from gateway.conversations.service import Conversations, Joined, history_path
+from gateway.conversations.path import history_path
+from gateway.conversations.service import Conversations, Joined
 from gateway.errors import InvalidRequest, NotFound
 from gateway.metering.keys import Principal
 from gateway.storage.db import Db, Row

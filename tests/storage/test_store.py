@@ -12,7 +12,7 @@ import pytest
 
 from gateway.config import StoreConfig
 from gateway.conversations.events import Conversation, NewEvent, TurnStart
-from gateway.conversations.service import history_path
+from gateway.conversations.path import history_path
 from gateway.storage import schema
 from gateway.storage.backends import make_store
 from gateway.storage.db import Db
