@@ -18,5 +18,17 @@ async def embeddings(request: web.Request) -> web.Response:
     inputs = body.get("input")
     if not (isinstance(inputs, str) or (isinstance(inputs, list) and inputs)):
         raise InvalidRequest("'input' must be a string or a non-empty array.", param="input")
+    if body.get("encoding_format") not in (None, "float", "base64"):
+        raise InvalidRequest(
+            "Invalid value for 'encoding_format': expected 'float' or 'base64'.",
+            param="encoding_format",
+        )
+    dimensions = body.get("dimensions")
+    if dimensions is not None and (
+        not isinstance(dimensions, int) or isinstance(dimensions, bool) or dimensions < 1
+    ):
+        raise InvalidRequest(
+            "Invalid value for 'dimensions': expected a positive integer.", param="dimensions"
+        )
     raw, headers = await run_embeddings(request.app[GATEWAY], request[PRINCIPAL], body)
     return web.Response(body=raw, content_type="application/json", headers=headers)

@@ -1,10 +1,22 @@
 """An embeddings request: routed by the same aliases, strategies and retries as a turn, and
-answered with the upstream's body unchanged. Nothing of it is recorded as a conversation."""
+answered with the upstream's body, unchanged unless its vectors are not in the form the client
+asked for. Nothing of it is recorded as a conversation.
+
+`encoding_format` is honoured whatever the deployment does with it: an upstream that ignores it
+(answers floats to a `base64` request, or the reverse) has its vectors converted, base64 being
+OpenAI's little-endian float32 array. `dimensions` is passed on; an answer of another length
+is refused (a 400), never handed to the client as if it were what was asked for.
+"""
 
 from __future__ import annotations
 
 import asyncio
+import base64
+import binascii
+import struct
 from typing import Any
+
+import orjson
 
 from gateway.context import Gateway
 from gateway.errors import InvalidRequest, UpstreamError, UpstreamTimeout
@@ -45,6 +57,7 @@ async def run_embeddings(
         finally:
             deployment.health.release()
         deployment.health.succeeded(None)
+        raw = conform(raw, body, deployment.name)
         headers = {
             "X-Gateway-Deployment": deployment.name,
             "X-Gateway-Attempts": str(retries.attempts),
@@ -53,3 +66,60 @@ async def run_embeddings(
     assert retries.last_error is not None
     retries.last_error.headers["X-Gateway-Attempts"] = str(retries.attempts)
     raise retries.last_error
+
+
+def conform(raw: bytes, body: dict[str, Any], deployment: str) -> bytes:
+    """The upstream's answer with every vector in the asked `encoding_format` (`float` when
+    absent); the bytes themselves when they already are. An answer whose vectors are not
+    `dimensions` long is a 400 naming the deployment."""
+    fmt = body.get("encoding_format") or "float"
+    dimensions = body.get("dimensions")
+    try:
+        answer = orjson.loads(raw)
+    except orjson.JSONDecodeError:
+        return raw  # not ours to judge: the client gets what the upstream said
+    data = answer.get("data") if isinstance(answer, dict) else None
+    if not isinstance(data, list):
+        return raw
+    changed = False
+    for item in data:
+        vector = item.get("embedding") if isinstance(item, dict) else None
+        if isinstance(vector, str):
+            floats = _from_base64(vector)
+            if floats is None:
+                return raw
+        elif isinstance(vector, list):
+            floats = vector
+        else:
+            return raw
+        if dimensions is not None and len(floats) != dimensions:
+            raise InvalidRequest(
+                f"The deployment `{deployment}` does not honour 'dimensions': it answered"
+                f" {len(floats)}-dimensional embeddings, not {dimensions}.",
+                param="dimensions",
+            )
+        if fmt == "base64" and isinstance(vector, list):
+            try:
+                item["embedding"] = to_base64(vector)
+            except struct.error:  # not a list of numbers
+                return raw
+            changed = True
+        elif fmt == "float" and isinstance(vector, str):
+            item["embedding"] = floats
+            changed = True
+    return orjson.dumps(answer) if changed else raw
+
+
+def to_base64(vector: list[float]) -> str:
+    """OpenAI's base64 form: the vector as little-endian float32, base64-encoded."""
+    return base64.b64encode(struct.pack(f"<{len(vector)}f", *vector)).decode("ascii")
+
+
+def _from_base64(text: str) -> list[float] | None:
+    try:
+        packed = base64.b64decode(text, validate=True)
+    except (binascii.Error, ValueError):
+        return None
+    if len(packed) % 4:
+        return None
+    return list(struct.unpack(f"<{len(packed) // 4}f", packed))

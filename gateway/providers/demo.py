@@ -12,12 +12,14 @@ import hashlib
 import math
 import os
 import re
+import struct
 import time
 from typing import Any
 
 import orjson
 
 from gateway.config import DeploymentConfig
+from gateway.errors import InvalidRequest
 
 _ANSWER = (
     "Thanks for trying the gateway. You asked: \u201c{question}\u201d\n\n"
@@ -150,16 +152,31 @@ class DemoProvider:
         return demo_embeddings(body, self._model)
 
 
+DEMO_DIMENSIONS = 16  # the length of a demo embedding
+
+
 def demo_embeddings(body: dict[str, Any], model: str) -> bytes:
-    """Deterministic unit vectors from a hash of each input: same text, same vector."""
+    """Deterministic unit vectors from a hash of each input: same text, same vector. Each value
+    is a float32, as OpenAI's are, so the float and base64 forms of a vector are the same
+    numbers. `dimensions` (at most 16) keeps the first components, renormalised, as OpenAI's
+    text-embedding-3 models do."""
+    dimensions = body.get("dimensions") or DEMO_DIMENSIONS
+    if dimensions > DEMO_DIMENSIONS:
+        raise InvalidRequest(
+            f"The demo model's embeddings have {DEMO_DIMENSIONS} dimensions;"
+            f" 'dimensions' must be at most {DEMO_DIMENSIONS}.",
+            param="dimensions",
+        )
     inputs = body.get("input")
     texts = [inputs] if isinstance(inputs, str) else list(inputs or [])
     data = []
     for i, text in enumerate(texts):
         digest = hashlib.sha256(str(text).encode()).digest()
-        vector = [(b - 127.5) / 127.5 for b in digest[:16]]
+        vector = [(b - 127.5) / 127.5 for b in digest[:dimensions]]
         norm = math.sqrt(sum(v * v for v in vector)) or 1.0
-        data.append({"object": "embedding", "index": i, "embedding": [v / norm for v in vector]})
+        unit = [v / norm for v in vector]
+        as_float32 = struct.unpack(f"<{dimensions}f", struct.pack(f"<{dimensions}f", *unit))
+        data.append({"object": "embedding", "index": i, "embedding": list(as_float32)})
     tokens = sum(max(1, len(str(t)) // 4) for t in texts)
     usage = {"prompt_tokens": tokens, "total_tokens": tokens}
     return orjson.dumps({"object": "list", "data": data, "model": model, "usage": usage})
