@@ -2,17 +2,20 @@
 
 `derive_messages` walks the surface events of a conversation's path and returns the
 provider-neutral history in OpenAI chat message shape. An interrupted answer appears exactly as
-delivered. Every assistant tool call gets a result: where none was recorded, a synthetic one
-with the code ABORTED_BEFORE_DISPATCH, so the history is valid for every provider.
+delivered, or as its client said it showed it (`assistant/truncate`: `apply_truncates`). Every
+assistant tool call gets a result: where none was recorded, a synthetic one with the code
+ABORTED_BEFORE_DISPATCH, so the history is valid for every provider.
 """
 
 from __future__ import annotations
 
 from collections.abc import Iterable
+from itertools import chain
 from typing import Any
 
 from gateway.conversations.events import (
     ASSISTANT_MESSAGE,
+    ASSISTANT_TRUNCATE,
     TOOL_RESULT,
     USER_MESSAGE,
     Event,
@@ -69,7 +72,8 @@ def derive_messages(
 ) -> list[dict[str, Any]]:
     """`close_last=False`: the last assistant message's unanswered tool calls stay open (the
     turn ended with them; the client runs them, and the next turn brings their results)."""
-    messages = [m for m in (surface_message(e) for e in events) if m is not None]
+    surface = (surface_message(e) for e in apply_truncates(events))
+    messages = [m for m in surface if m is not None]
     return close_unanswered(messages, close_last=close_last) if synthesize else messages
 
 
@@ -99,4 +103,89 @@ def close_unanswered(
         pending.extend(call.get("id") for call in message.get("tool_calls") or ())
     if close_last:
         close_pending()
+    return out
+
+
+# -- what the user saw (docs/recording.md, "What the user saw") ---------------------------------
+
+
+def text_chars(blocks: Iterable[dict[str, Any]]) -> int:
+    """The length of an answer's text content (its `text` blocks joined), in code points."""
+    return sum(len(b.get("text") or "") for b in blocks if b.get("type") == "text")
+
+
+def cut_blocks(blocks: list[dict[str, Any]], content_chars: int) -> list[dict[str, Any]]:
+    """The blocks a client showed when it showed `content_chars` code points of their text:
+    everything before the first code point it did not show, that text block cut there (and
+    left out when nothing of it was shown), nothing after it (tool calls, reasoning, text).
+    A count that reaches the end of the text keeps every block."""
+    kept: list[dict[str, Any]] = []
+    left = content_chars
+    for block in blocks:
+        if block.get("type") == "text":
+            text = block.get("text") or ""
+            if len(text) > left:
+                if left > 0:
+                    kept.append({**block, "text": text[:left]})
+                return kept
+            left -= len(text)
+        kept.append(block)
+    return kept
+
+
+def _content_chars(event: Event) -> int | None:
+    value = event.payload.get("content_chars")
+    if isinstance(value, int) and not isinstance(value, bool) and value >= 0:
+        return value
+    return None
+
+
+def apply_truncates(events: Iterable[Event], later: Iterable[Event] = ()) -> list[Event]:
+    """The events with each `assistant/truncate` applied to the message it names and left
+    out: that message (a copy; the log is never changed) holds the blocks its client showed,
+    and `truncated` (`seq`, `content_chars`, `delivered_chars`). `later`: truncates of these
+    messages recorded past the end of `events` (after a branch point), applied as well.
+
+    Truncates only ever shorten: of several for one message, the shortest holds."""
+    events = list(events)
+    cuts: dict[tuple[str, Any], tuple[int, Event]] = {}
+    found = False
+    for event in chain(events, later):
+        if event.type != ASSISTANT_TRUNCATE:
+            continue
+        found = True
+        chars = _content_chars(event)
+        if chars is None:
+            continue
+        key = (event.conversation_id, event.payload.get("message_seq"))
+        if key not in cuts or chars < cuts[key][0]:
+            cuts[key] = (chars, event)
+    if not found:
+        return events
+    out: list[Event] = []
+    for event in events:
+        if event.type == ASSISTANT_TRUNCATE:
+            continue
+        cut = cuts.get((event.conversation_id, event.seq))
+        if cut is not None and event.type == ASSISTANT_MESSAGE:
+            chars, truncate = cut
+            blocks = list(event.payload.get("content") or [])
+            payload = {
+                **event.payload,
+                "content": cut_blocks(blocks, chars),
+                "truncated": {
+                    "seq": truncate.seq,
+                    "content_chars": chars,
+                    "delivered_chars": text_chars(blocks),
+                },
+            }
+            event = Event(
+                event.conversation_id,
+                event.seq,
+                event.turn_id,
+                event.type,
+                event.created_at,
+                payload,
+            )
+        out.append(event)
     return out

@@ -14,6 +14,9 @@ ASSISTANT_MESSAGE = "assistant/message"
 ASSISTANT_ATTEMPT = "assistant/attempt"
 REQUEST_ERROR = "request/error"
 TURN_END = "turn/end"
+# What the client says it showed of an interrupted answer: applied wherever history is derived
+# (docs/recording.md, "What the user saw"); not a surface event itself.
+ASSISTANT_TRUNCATE = "assistant/truncate"
 
 # Only these make up model history.
 SURFACE_TYPES = frozenset({USER_MESSAGE, TOOL_RESULT, ASSISTANT_MESSAGE})

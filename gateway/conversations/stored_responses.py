@@ -15,7 +15,7 @@ from typing import Any
 
 import orjson
 
-from gateway.conversations.derive import derive_messages
+from gateway.conversations.derive import apply_truncates, derive_messages
 from gateway.conversations.events import (
     ASSISTANT_MESSAGE,
     TURN_END,
@@ -97,8 +97,10 @@ class ResponseStore:
         await self._store.run(op)
 
     async def turn_events(self, response: StoredResponse) -> list[Event]:
+        """The response's turn, as its client saw it: a truncate of its answer (recorded after
+        its `turn/end`, with its turn id) applied and left out, so `turn/end` stays last."""
         events = await self._store.events(response.conversation_id)
-        return [e for e in events if e.turn_id == response.turn_id]
+        return apply_truncates(e for e in events if e.turn_id == response.turn_id)
 
     async def history(
         self,
