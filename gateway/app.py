@@ -49,7 +49,12 @@ def _limiter(config: GatewayConfig, usage: UsageStore) -> Limiter:
 
 def create_app(config: GatewayConfig, *, instance: str | None = None) -> web.Application:
     store = make_store(config.store, instance or instance_id(config.server.port))
-    conversations = Conversations(store, repair_interrupted=config.conversations.repair_interrupted)
+    conversations = Conversations(
+        store,
+        repair_interrupted=config.conversations.repair_interrupted,
+        threading=config.conversations.threading,
+        session_headers=config.conversations.session_headers,
+    )
     keys = KeyStore(store)
     usage = UsageStore(store)
     auth = Authenticator(config.auth.master_key, keys, config.auth.key_cache_s)

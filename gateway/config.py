@@ -303,6 +303,19 @@ class AuthConfig(_Model):
 
 
 class ConversationsConfig(_Model):
+    threading: Literal["auto", "header", "off"] = Field(
+        "auto",
+        description="How a request finds its conversation. auto: an id the request names"
+        " (X-Conversation-Id, metadata.conversation_id, a session header), else the"
+        " conversation whose stored history the request's history continues (a new one"
+        " when none does). header: only an id the request names. off: every request is a"
+        " conversation of its own, and a request naming one is refused.",
+    )
+    session_headers: list[str] = Field(
+        default_factory=list,
+        description="More request headers that name the conversation, as X-Conversation-Id"
+        " does (a session header clients already send to another gateway).",
+    )
     repair_interrupted: bool = Field(
         True,
         description="With X-Conversation-Id, put back an interrupted answer that the client's"

@@ -74,6 +74,9 @@ class NewEvent:
     created_at: float = field(default_factory=time.time)
     # Makes its write idempotent: a write replayed from the spool twice lands once.
     uid: str = field(default_factory=sortable_hex)
+    # A `turn/end`'s: the history after the turn, for automatic threading (stored with the
+    # turn, not in the payload).
+    fingerprint: str | None = None
 
 
 @dataclass(slots=True)

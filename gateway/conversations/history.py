@@ -23,7 +23,8 @@ from gateway.conversations.events import ASSISTANT_MESSAGE, SURFACE_TYPES, Event
 HISTORY_ROLES = frozenset({"user", "assistant", "tool"})
 
 
-def _text(content: Any) -> Any:
+def text_of(content: Any) -> Any:
+    """Message content in canonical form: text as one string, anything else as its JSON."""
     if content is None:
         return ""
     if isinstance(content, str):
@@ -61,10 +62,10 @@ def message_key(message: dict[str, Any]) -> tuple[Any, ...]:
             for call in message.get("tool_calls") or ()
             if isinstance(call, dict)
         )
-        return ("assistant", _text(message.get("content")), calls)
+        return ("assistant", text_of(message.get("content")), calls)
     if role == "tool":
-        return ("tool", message.get("tool_call_id"), _text(message.get("content")))
-    return (role, _text(message.get("content")))
+        return ("tool", message.get("tool_call_id"), text_of(message.get("content")))
+    return (role, text_of(message.get("content")))
 
 
 @dataclass(frozen=True)
@@ -103,8 +104,9 @@ def match_history(
         ):
             s, h = s + 1, h + 1
             continue
-        # A different assistant message at this place is an edit, not an omission.
-        omitted = h == len(history) or history[h].get("role") != "assistant"
+        # A different assistant message at this place is an edit, not an omission; a request
+        # that ends where the interrupted answer was asks for it again (a regenerate).
+        omitted = h < len(history) and history[h].get("role") != "assistant"
         if repair and omitted and stored_message is not None and _dropped_interrupted(surface[s]):
             following = surface_message(surface[s + 1]) if s + 1 < len(surface) else None
             if following is None or (

@@ -20,6 +20,7 @@ from collections.abc import Callable, Sequence
 from typing import TYPE_CHECKING, Any, Protocol
 
 from gateway import metrics
+from gateway.conversations.derive import assistant_message
 from gateway.conversations.events import (
     ASSISTANT_ATTEMPT,
     ASSISTANT_MESSAGE,
@@ -31,6 +32,7 @@ from gateway.conversations.events import (
     NewEvent,
     TurnStart,
 )
+from gateway.conversations.threading import end_fingerprint
 from gateway.errors import GatewayError, UpstreamError
 from gateway.storage.payload import DeferredPayload
 from gateway.storage.store import Store
@@ -250,6 +252,10 @@ class TurnRecorder:
         self.meter = meter
         self.lease = lease  # rate-limit and budget reservations, settled at the end
         self.dialect = "openai.chat"  # the client-facing API the turn came through
+        # Automatic threading is on: the turn's end stores the fingerprint of the history a
+        # client continuing after it would send (gateway.conversations.threading).
+        self.threaded = False
+        self._answer: list[dict[str, Any]] | None = None  # the recorded answer's blocks
         self.attempts: list[Attempt] = []
         self.ended = False
         self._started = time.monotonic()
@@ -292,6 +298,7 @@ class TurnRecorder:
         attempt.settle("completed", attempt.log.count)
         assembler, stream, deferred = _answer(parts)
         payload = self._message_payload(attempt, assembler, stream, interrupted=False)
+        self._answer = payload["content"]
         if len(parts) > 1:
             payload = _with_segments(payload, parts)
         self._append(ASSISTANT_MESSAGE, DeferredPayload(payload) if deferred else payload)
@@ -323,7 +330,7 @@ class TurnRecorder:
         if blocks:
             payload = self._message_payload(attempt, assembler, stream, interrupted=True)
             payload = _with_segments(payload, parts)
-            payload["content"] = [b.to_content() for b in blocks]
+            payload["content"] = self._answer = [b.to_content() for b in blocks]
             payload["delivery"] = level
             # What the provider generated and bills (known when the stream was drained), not
             # just what was delivered.
@@ -432,7 +439,11 @@ class TurnRecorder:
                 self.lease.settle(metered["cost_usd"], tokens)
         elif self.lease is not None:
             self.lease.release()
-        self._append(TURN_END, payload)
+        end = NewEvent(self.conversation_id, self.turn_id, TURN_END, payload)
+        if self.threaded and self._answer is not None:
+            answer = assistant_message(self._answer)
+            end.fingerprint = end_fingerprint(self.key_id, self.user, self.prompt, answer)
+        self.store.append(end)
         metrics.TURNS.labels(status, reason or "").inc()
         last = self.attempts[-1].route.get("deployment") if self.attempts else None
         alias = self.alias or ""

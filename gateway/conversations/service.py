@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import re
 import time
+from collections.abc import Mapping, Sequence
 from dataclasses import dataclass
 from typing import Any
 
@@ -12,6 +13,7 @@ from gateway.conversations.events import Conversation, Event, new_id
 from gateway.conversations.history import HISTORY_ROLES, match_history
 from gateway.conversations.path import history_path
 from gateway.conversations.recorder import TurnRecorder
+from gateway.conversations.threading import fingerprint, prior_history
 from gateway.errors import Conflict, InvalidRequest, NotFound
 from gateway.metering.keys import Principal
 from gateway.storage.store import Store
@@ -30,43 +32,115 @@ class Joined:
     repaired: list[dict[str, Any]] | None = None
 
 
-def _check_id(requested_id: str) -> None:
+def _check_id(requested_id: str, where: str = "X-Conversation-Id") -> None:
     if not _CONVERSATION_ID.match(requested_id):
         raise InvalidRequest(
-            "X-Conversation-Id must be 1-128 characters: letters, digits, '.', '_', ':', '-'.",
-            param="X-Conversation-Id",
+            f"{where} must be 1-128 characters: letters, digits, '.', '_', ':', '-'.",
+            param=where,
         )
 
 
 class Conversations:
-    def __init__(self, store: Store, *, repair_interrupted: bool = True) -> None:
+    def __init__(
+        self,
+        store: Store,
+        *,
+        repair_interrupted: bool = True,
+        threading: str = "auto",
+        session_headers: Sequence[str] = (),
+    ) -> None:
         self.store = store
         self.repair_interrupted = repair_interrupted
+        self.threading = threading  # auto | header | off (ConversationsConfig)
+        self.session_headers = tuple(session_headers)
+
+    def requested_id(self, headers: Mapping[str, str], metadata: Any) -> str | None:
+        """The conversation a request names: `X-Conversation-Id`, a configured session header,
+        or `metadata.conversation_id`. 400 when two of them name different ones, or when
+        threading is off."""
+        named = [
+            (h, v) for h in ("X-Conversation-Id", *self.session_headers) if (v := headers.get(h))
+        ]
+        if isinstance(metadata, dict) and "conversation_id" in metadata:
+            value = metadata["conversation_id"]
+            if not isinstance(value, str):
+                raise InvalidRequest(
+                    "'metadata.conversation_id' must be a string.", param="metadata.conversation_id"
+                )
+            named.append(("metadata.conversation_id", value))
+        if not named:
+            return None
+        where, value = named[0]
+        if self.threading == "off":
+            raise InvalidRequest(
+                f"{where} names a conversation, but this gateway records every request as a"
+                " conversation of its own (conversations.threading: off).",
+                param=where,
+            )
+        for other, other_value in named[1:]:
+            if other_value != value:
+                raise InvalidRequest(
+                    f"{where} '{value}' and {other} '{other_value}' name different conversations.",
+                    param=other,
+                )
+        _check_id(value, where)
+        return value
 
     async def join(
-        self, requested_id: str | None, messages: list[dict[str, Any]], principal: Principal
+        self,
+        requested_id: str | None,
+        messages: list[dict[str, Any]],
+        principal: Principal,
+        user: str | None = None,
     ) -> Joined:
+        """The conversation a request's turn goes in: the one it names, else (threading: auto)
+        the one its history continues, else a new one; and which of its messages are new."""
         history = [m for m in messages if m.get("role") in HISTORY_ROLES]
-        if requested_id is None:
-            return Joined(*self._new(new_id("conv"), principal), history)
-        _check_id(requested_id)
-        existing = await self._conversation(requested_id)
-        if existing is None:
-            return Joined(*self._new(requested_id, principal), history)
-        self._check(existing, principal)
-        path = await self._settled_path(requested_id, within_s=2.0)
+        if requested_id is not None:
+            _check_id(requested_id)
+            existing = await self._conversation(requested_id)
+            if existing is None:
+                return Joined(*self._new(requested_id, principal), history)
+            self._check(existing, principal)
+        else:
+            existing = await self._threaded(messages, principal, user)
+            if existing is None:
+                return Joined(*self._new(new_id("conv"), principal), history)
+        path = await self._settled_path(existing.id, within_s=2.0)
         match = match_history(path, messages, repair=self.repair_interrupted)
         if match.branch_at is None:
-            return Joined(requested_id, None, match.new_messages, match.repaired)
+            return Joined(existing.id, None, match.new_messages, match.repaired)
         branch = Conversation(
             new_id("conv"),
             time.time(),
-            parent_id=requested_id,
+            parent_id=existing.id,
             parent_seq=match.branch_at,
             team_id=existing.team_id,  # a branch belongs with its conversation
             key_id=principal.key_id,
         )
         return Joined(branch.id, branch, match.new_messages)
+
+    async def _threaded(
+        self, messages: list[dict[str, Any]], principal: Principal, user: str | None
+    ) -> Conversation | None:
+        """The conversation whose history at some turn's end is this request's history
+        (gateway.conversations.threading): one indexed lookup, none for a first message."""
+        if self.threading != "auto":
+            return None
+        prior = prior_history(messages)
+        if not prior:
+            return None
+        found = await self.store.thread_of(fingerprint(principal.key_id, user, messages, prior))
+        if found is None:
+            return None
+        conversation = await self.store.get_conversation(found)
+        if (
+            conversation is None
+            or conversation.deleted_at is not None
+            or not principal.sees(conversation.team_id)
+        ):
+            return None
+        return conversation
 
     async def open(self, requested_id: str, principal: Principal) -> tuple[Joined, list[Event]]:
         """A conversation named by `X-Conversation-Id` for a client that keeps no history (the

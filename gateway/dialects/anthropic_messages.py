@@ -219,6 +219,10 @@ def to_openai_body(request: AnthropicRequest) -> dict[str, Any]:
         out["thinking"] = thinking.model_dump(exclude_none=True)
     if request.metadata is not None and request.metadata.user_id:
         out["user"] = request.metadata.user_id
+    extra = request.metadata.model_extra if request.metadata is not None else None
+    if extra and "conversation_id" in extra:
+        # The gateway's own key (gateway.pipeline.turn): never sent upstream.
+        out["metadata"] = {"conversation_id": extra["conversation_id"]}
     if request.stream is not None:
         out["stream"] = request.stream
     return out

@@ -12,6 +12,7 @@ from gateway.conversations.derive import close_unanswered
 from gateway.conversations.events import new_id
 from gateway.conversations.items import path_items
 from gateway.conversations.recorder import TurnRecorder
+from gateway.conversations.service import Joined
 from gateway.conversations.stored_responses import ResponseStore, StoredResponse, answer_of
 from gateway.dialects.openai_responses import (
     Responses,
@@ -24,7 +25,7 @@ from gateway.dialects.openai_responses import (
 from gateway.errors import Conflict
 from gateway.http.auth import PRINCIPAL
 from gateway.http.middleware import REQUEST_ID
-from gateway.pipeline.turn import TurnRequest, run_turn
+from gateway.pipeline.turn import TurnRequest, run_turn, turn_user
 
 
 def _store(request: web.Request) -> ResponseStore:
@@ -36,13 +37,20 @@ async def create(request: web.Request) -> web.StreamResponse:
     parsed, new_messages = parse_request(await request.read())
     principal = request[PRINCIPAL]
     store = _store(request)
-    joined, history = await store.history(
-        principal,
-        parsed.previous_response_id,
-        parsed.conversation_id,
-        request.headers.get("X-Conversation-Id"),
-    )
-    joined = type(joined)(joined.conversation_id, joined.create, new_messages)
+    conversations = request.app[GATEWAY].conversations
+    named = conversations.requested_id(request.headers, parsed.metadata)
+    if parsed.previous_response_id is None and parsed.conversation_id is None and named is None:
+        # A stateless request (the whole history in `input`, as agent SDKs send it): it
+        # continues the conversation its history matches, as a chat request does.
+        body = chat_body(parsed, [], new_messages)
+        user = turn_user(principal, body)
+        joined = await conversations.join(None, body["messages"], principal, user)
+    else:
+        joined, history = await store.history(
+            principal, parsed.previous_response_id, parsed.conversation_id, named
+        )
+        joined = Joined(joined.conversation_id, joined.create, new_messages)
+        body = chat_body(parsed, history, new_messages)
     response_id = f"resp_{new_id('r')[2:]}"
     created_at = time.time()
     initial = response_object(
@@ -55,7 +63,6 @@ async def create(request: web.Request) -> web.StreamResponse:
         previous_response_id=parsed.previous_response_id,
         conversation_id=parsed.conversation_id,
     )
-    body = chat_body(parsed, history, new_messages)
     body["messages"] = close_unanswered(body["messages"])
 
     def remember(turn: TurnRecorder) -> None:

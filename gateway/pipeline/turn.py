@@ -61,15 +61,17 @@ async def run_turn(
     alias = gateway.routes.alias(body.get("model"), principal)
     plan = gateway.routes.plan(alias, body)
     lease = await admit(gateway.limiter, principal, body, plan)
+    user = turn_user(principal, body)
     joined = turn.joined
     try:
         if joined is None:
-            joined = await gateway.conversations.join(
-                request.headers.get("X-Conversation-Id"), body["messages"], principal
-            )
+            conversations = gateway.conversations
+            requested = conversations.requested_id(request.headers, body.get("metadata"))
+            joined = await conversations.join(requested, body["messages"], principal, user)
     except BaseException:
         lease.release()
         raise
+    body = _without_conversation_id(body)
     turn_id = new_id("turn")
     # The turn's id lets a client address what it showed (truncate, cancel) afterwards.
     headers = {
@@ -81,20 +83,20 @@ async def run_turn(
         # The upstream gets the history the user saw: the dropped partial answer put back.
         body = {**body, "messages": joined.repaired}
         headers["X-Gateway-History-Repaired"] = "1"
-    user = body.get("user") if isinstance(body.get("user"), str) else None
     recorder = TurnRecorder(
         gateway.store,
         joined.conversation_id,
         turn_id,
         team_id=principal.team_id,
         key_id=principal.key_id,
-        user=principal.user or user,
+        user=user,
         alias=alias.name,
         prompt=body["messages"],
         meter=gateway.meter,
         lease=lease,
     )
     recorder.dialect = turn.dialect.name
+    recorder.threaded = gateway.conversations.threading == "auto"
     if turn.on_turn is not None:
         turn.on_turn(recorder)
     recorder.begin(
@@ -123,6 +125,25 @@ async def run_turn(
         dialect=turn.dialect,
     )
     return await relay.serve(turn.cancel_key or turn.request_id, principal.team_id)
+
+
+def turn_user(principal: Principal, body: dict[str, Any]) -> str | None:
+    """Who the turn is for: the key's own user, else the request's `user`."""
+    user = body.get("user")
+    return principal.user or (user if isinstance(user, str) else None)
+
+
+def _without_conversation_id(body: dict[str, Any]) -> dict[str, Any]:
+    """`metadata.conversation_id` is the gateway's: OpenAI refuses `metadata` on a chat
+    completion that is not stored, so it goes upstream only with the client's other keys."""
+    metadata = body.get("metadata")
+    if not isinstance(metadata, dict) or "conversation_id" not in metadata:
+        return body
+    rest = {k: v for k, v in metadata.items() if k != "conversation_id"}
+    body = {k: v for k, v in body.items() if k != "metadata"}
+    if rest:
+        body["metadata"] = rest
+    return body
 
 
 async def admit(

@@ -115,6 +115,14 @@ _SQLITE_V4 = (
     "CREATE UNIQUE INDEX events_uid ON events (uid)",
 )
 
+# Automatic threading (gateway.conversations.threading): each turn's end fingerprint, looked
+# up by value, the newest first. Partial: turns without one (no answer, threading off) stay out.
+_FINGERPRINTS = (
+    "ALTER TABLE turns ADD COLUMN fingerprint TEXT",
+    "CREATE INDEX turns_by_fingerprint ON turns (fingerprint, ended_at)"
+    " WHERE fingerprint IS NOT NULL",
+)
+
 # PostgreSQL starts at the current shape. Times are Unix seconds (double precision) as in
 # SQLite, so every query reads the same on both.
 _POSTGRES_V1 = (
@@ -170,8 +178,12 @@ MIGRATIONS: dict[Dialect, tuple[Migration, ...]] = {
         Migration(2, "event uids, turn owners, instances, more indexes", _SQLITE_V2),
         Migration(3, "long event payloads in a table of their own", _SQLITE_V3),
         Migration(4, "events as a rowid table, keyed by an index", _SQLITE_V4),
+        Migration(5, "turn fingerprints for automatic threading", _FINGERPRINTS),
     ),
-    "postgresql": (Migration(1, "the whole schema", _POSTGRES_V1),),
+    "postgresql": (
+        Migration(1, "the whole schema", _POSTGRES_V1),
+        Migration(2, "turn fingerprints for automatic threading", _FINGERPRINTS),
+    ),
 }
 
 _TRACKING = (

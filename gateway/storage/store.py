@@ -47,6 +47,8 @@ log = logging.getLogger(__name__)
 T = TypeVar("T")
 
 _BATCH = 512
+# Turn fingerprints kept in memory: many more than can be waiting to be committed.
+_THREADS_KEPT = 8192
 # How far the database may fall behind the journal (writes not yet committed) before a turn
 # waits for its commit instead: a few batches, so that the batch being committed and the one
 # gathering meanwhile never make turns wait on a store that keeps up (at 64 streams at once
@@ -149,6 +151,9 @@ class Store:
         self._journal = journal
         self._journaled = 0  # writes submitted whose lines the journal holds
         self._inflight: list[Write] = []  # the batch the writer is handling
+        # The newest turn fingerprints this process wrote (gateway.conversations.threading), so
+        # that a lookup sees them before they are committed without waiting for the writer.
+        self._threads: dict[str, str] = {}
 
     # -- lifecycle -------------------------------------------------------------------------
 
@@ -250,7 +255,17 @@ class Store:
         }
         if event.type == TURN_END:
             row["status"] = event.payload.get("status")
+            fingerprint = row["fingerprint"] = event.fingerprint
+            if fingerprint is not None:
+                self._remember_thread(fingerprint, event.conversation_id)
         self.write("event", row)
+
+    def _remember_thread(self, fingerprint: str, conversation_id: str) -> None:
+        threads = self._threads
+        threads.pop(fingerprint, None)  # to the newest end
+        threads[fingerprint] = conversation_id
+        if len(threads) > _THREADS_KEPT:
+            del threads[next(iter(threads))]
 
     async def flush(self) -> None:
         """Wait until everything submitted so far is durable (in the database or the spool)."""
@@ -634,6 +649,31 @@ class Store:
             )
 
         await self.run(update)
+
+    async def thread_of(self, fingerprint: str) -> str | None:
+        """The conversation of the newest turn that ended with this fingerprint, if any.
+
+        This process's own recent turns are answered from memory; anything older was committed
+        long ago, so the database is read without waiting for the writer: a request with a
+        history that matches nothing (few-shot examples) never queues behind other turns'
+        writes. A store that cannot be read matches nothing (the turn starts a conversation)."""
+        conversation_id = self._threads.get(fingerprint)
+        if conversation_id is not None:
+            return conversation_id
+
+        async def read(db: Db) -> str | None:
+            row = await db.fetchrow(
+                "SELECT conversation_id FROM turns WHERE fingerprint = ?"
+                " ORDER BY ended_at DESC LIMIT 1",
+                fingerprint,
+            )
+            return row[0] if row is not None else None
+
+        try:
+            return await self.backend.run(read)
+        except StoreUnavailable as exc:
+            log.warning("store unavailable (%s): a request could not be threaded", exc)
+            return None
 
     async def turn_ended(self, turn_id: str) -> bool:
         """True once the turn's `turn/end` is recorded."""

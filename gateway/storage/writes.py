@@ -118,9 +118,10 @@ _SQL = {
     # NULLs; one stored already (a replay) takes an end it did not have, and keeps the one it has.
     "turn": _insert(
         "turns",
-        (*_TURN, "ended_at", "status"),
+        (*_TURN, "ended_at", "status", "fingerprint"),
         "ON CONFLICT (id) DO UPDATE SET ended_at = COALESCE(excluded.ended_at, turns.ended_at),"
-        " status = COALESCE(excluded.status, turns.status)",
+        " status = COALESCE(excluded.status, turns.status),"
+        " fingerprint = COALESCE(excluded.fingerprint, turns.fingerprint)",
     ),
     "response": _insert("responses", _RESPONSE, "ON CONFLICT (id) DO NOTHING"),
     # A drained stream's usage replaces the first estimate of the same attempt.
@@ -155,8 +156,8 @@ _EVENT = {
     "sqlite": _EVENT_INSERT.format(", payload_id", ", ?"),
     "postgresql": _EVENT_INSERT.format("", ""),
 }
-_END_TURN = "UPDATE turns SET ended_at = ?, status = ? WHERE id = ?"
-_NOT_ENDED = (None, None)
+_END_TURN = "UPDATE turns SET ended_at = ?, status = ?, fingerprint = ? WHERE id = ?"
+_NOT_ENDED = (None, None, None)
 
 
 _ORDER: tuple[Kind, ...] = ("conversation", "turn", "event", "usage", "response")
@@ -186,7 +187,7 @@ async def apply_batch(db: Db, writes: list[Write]) -> None:
         if kind != "event":
             rows = _values(kind, group)
             if kind == "turn":  # and its end, if the batch has it
-                rows = [v + ends.pop(v[0], _NOT_ENDED)[:2] for v in rows]
+                rows = [v + ends.pop(v[0], _NOT_ENDED)[:3] for v in rows]
             await db.executemany(_SQL[kind], rows)
         else:
             rows = [_event_args(w.row, db.dialect) for w in group]
@@ -216,7 +217,7 @@ def _event_args(row: dict[str, Any], dialect: str) -> tuple[Any, ...]:
 
 
 def _end_args(row: dict[str, Any]) -> tuple[Any, ...]:
-    return (row["created_at"], row.get("status"), row["turn_id"])
+    return (row["created_at"], row.get("status"), row.get("fingerprint"), row["turn_id"])
 
 
 async def apply(db: Db, write: Write) -> None:

@@ -70,7 +70,8 @@ async def test_v4_rebuilds_events_as_a_rowid_table_keeping_every_event(tmp_path:
         await store.close()
 
     with sqlite3.connect(path) as db:
-        assert db.execute("SELECT MAX(version) FROM schema_migrations").fetchone() == (4,)
+        latest = schema.latest("sqlite")
+        assert db.execute("SELECT MAX(version) FROM schema_migrations").fetchone() == (latest,)
         # A rowid table now, in the order the events were made, its key still unique.
         assert [r[0] for r in db.execute("SELECT uid FROM events ORDER BY rowid")] == [
             "u1", "u2", "u3", "u4", "u5"

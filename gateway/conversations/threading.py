@@ -1,0 +1,65 @@
+"""Automatic threading: which conversation a request that names none continues.
+
+Client frameworks (agent loops, chat UIs on the SDKs) send their whole history every time and
+no conversation id. Each turn's end stores a fingerprint of the history a client continuing
+after it would send: the turn's own messages and its answer. A request's history, everything
+before its trailing user and tool messages, is fingerprinted the same way and looked up: a
+match continues that conversation, or branches it when the conversation has moved on since
+(a regenerate, an edited message). Both sides are in canonical form (`message_key`: text as a
+string or as parts, tool-call arguments as the JSON they hold), so a client that re-serialises
+what it got back still matches.
+
+A fingerprint also covers the key and the end user the turn was made for, and the request's
+instructions (system and developer messages, which providers treat alike): two keys, or two
+users of one key, sending identical histories never meet, and neither do two agents with
+different system prompts.
+"""
+
+from __future__ import annotations
+
+import hashlib
+from typing import Any
+
+import orjson
+
+from gateway.conversations.history import HISTORY_ROLES, message_key, text_of
+
+_INSTRUCTION_ROLES = frozenset({"system", "developer"})
+
+
+def prior_history(messages: list[dict[str, Any]]) -> list[dict[str, Any]]:
+    """The history a request continues: its history messages through the last assistant
+    message (empty for a first message). What follows it is the request's new input."""
+    history = [m for m in messages if m.get("role") in HISTORY_ROLES]
+    for i in range(len(history) - 1, -1, -1):
+        if history[i].get("role") == "assistant":
+            return history[: i + 1]
+    return []
+
+
+def fingerprint(
+    key_id: str | None,
+    user: str | None,
+    messages: list[dict[str, Any]],
+    history: list[dict[str, Any]],
+) -> str:
+    """The fingerprint of `history` as continued by a request carrying `messages` (whose
+    system and developer messages are the instructions) for this key and user."""
+    instructions = [
+        text_of(m.get("content")) for m in messages if m.get("role") in _INSTRUCTION_ROLES
+    ]
+    canonical = [key_id, user, instructions, [message_key(m) for m in history]]
+    data = orjson.dumps(canonical, option=orjson.OPT_SORT_KEYS)
+    return hashlib.blake2b(data, digest_size=16).hexdigest()
+
+
+def end_fingerprint(
+    key_id: str | None,
+    user: str | None,
+    prompt: list[dict[str, Any]],
+    answer: dict[str, Any],
+) -> str:
+    """The fingerprint of the history after a turn: its request's history and its answer."""
+    history = [m for m in prompt if m.get("role") in HISTORY_ROLES]
+    history.append(answer)
+    return fingerprint(key_id, user, prompt, history)
