@@ -2,9 +2,12 @@
 
 from __future__ import annotations
 
+from typing import Any
+
 from aiohttp import web
 
 from gateway.context import GATEWAY
+from gateway.conversations.truncate import cancel_content_chars, truncate_cancelled
 from gateway.dialects.openai_chat import OPENAI_CHAT, parse_chat_request
 from gateway.errors import Conflict, NotFound
 from gateway.http.auth import PRINCIPAL
@@ -23,8 +26,11 @@ async def cancel(request: web.Request) -> web.Response:
 
     The stream ends cleanly after the last delta its client got: a final chunk with
     `finish_reason: "cancelled"`, then `data: [DONE]`; the turn records exactly what it got.
+    With `{"content_chars": N}`, once the turn has ended its interrupted answer is truncated to
+    what the client showed (docs/recording.md, "What the user saw"), and `truncation` says so.
     """
     request_id = request.match_info["request_id"]
+    content_chars = cancel_content_chars(await request.read())
     entry = request.app[GATEWAY].cancels.get(request_id)
     if entry is None or not request[PRINCIPAL].sees(entry[0]):
         raise NotFound(
@@ -33,6 +39,13 @@ async def cancel(request: web.Request) -> web.Response:
         )
     if not entry[1]():
         raise Conflict(f"The request '{request_id}' is already finishing.", code="not_cancellable")
-    return web.json_response(
-        {"id": request_id, "object": "chat.completion.cancellation", "status": "cancelled"}
-    )
+    answer: dict[str, Any] = {
+        "id": request_id,
+        "object": "chat.completion.cancellation",
+        "status": "cancelled",
+    }
+    if content_chars is not None:
+        answer["truncation"] = await truncate_cancelled(
+            request.app[GATEWAY].conversations, entry[1], content_chars, request[PRINCIPAL]
+        )
+    return web.json_response(answer)

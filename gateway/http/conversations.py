@@ -9,14 +9,15 @@ from aiohttp import web
 from gateway.context import GATEWAY
 from gateway.conversations.events import Conversation
 from gateway.conversations.items import items_to_messages, path_items
+from gateway.conversations.truncate import branch_point, content_chars_of, event_log, truncate
 from gateway.dialects.requests import parse_json_object
 from gateway.errors import InvalidRequest
 from gateway.http.auth import PRINCIPAL
 
 
 async def events(request: web.Request) -> web.Response:
-    path = await request.app[GATEWAY].conversations.path(
-        request.match_info["id"], request[PRINCIPAL]
+    path = await event_log(
+        request.app[GATEWAY].conversations, request.match_info["id"], request[PRINCIPAL]
     )
     return web.json_response({"object": "list", "data": [e.to_api() for e in path]})
 
@@ -30,9 +31,11 @@ async def messages(request: web.Request) -> web.Response:
 
 async def branch(request: web.Request) -> web.Response:
     body = parse_json_object(await request.read())
-    created = await request.app[GATEWAY].conversations.branch(
-        request.match_info["id"], body.get("at_seq"), request[PRINCIPAL]
+    conversations, conversation_id = request.app[GATEWAY].conversations, request.match_info["id"]
+    at_seq = await branch_point(
+        conversations, conversation_id, body.get("at_seq"), request[PRINCIPAL]
     )
+    created = await conversations.branch(conversation_id, at_seq, request[PRINCIPAL])
     return web.json_response(
         {
             "id": created.id,
@@ -43,6 +46,20 @@ async def branch(request: web.Request) -> web.Response:
         },
         status=201,
     )
+
+
+async def truncate_turn(request: web.Request) -> web.Response:
+    """Shorten a turn's interrupted answer to what its client showed (docs/recording.md,
+    "What the user saw")."""
+    body = parse_json_object(await request.read())
+    result = await truncate(
+        request.app[GATEWAY].conversations,
+        request.match_info["id"],
+        request.match_info["turn_id"],
+        content_chars_of(body),
+        request[PRINCIPAL],
+    )
+    return web.json_response(result)
 
 
 def _conversation(conversation: Conversation) -> dict[str, Any]:

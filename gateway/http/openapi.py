@@ -143,8 +143,10 @@ def paths() -> dict[str, dict[str, Operation]]:
         "/v1/chat/completions/{request_id}/cancel": {
             "post": op(
                 "Stop an in-flight chat completion from another connection",
-                _ok(obj),
-                (*_AUTH, 404, 409),
+                _ok(ref("ChatCompletionCancellation")),
+                (*_AUTH, *_BODY, 404, 409),
+                body=ref("Cancel"),
+                required_body=False,
                 params=[path_param("request_id", "The stream's X-Request-Id")],
             )
         },
@@ -185,7 +187,9 @@ def paths() -> dict[str, dict[str, Operation]]:
             "post": op(
                 "Stop an in-flight response",
                 _ok(ref("Response")),
-                (*_AUTH, 404, 409),
+                (*_AUTH, *_BODY, 404, 409),
+                body=ref("Cancel"),
+                required_body=False,
                 params=_ID,
             )
         },
@@ -279,6 +283,15 @@ def paths() -> dict[str, dict[str, Operation]]:
                 (*_AUTH, *_BODY, 404, 409),
                 body=ref("NewBranch"),
                 params=_ID,
+            )
+        },
+        "/v1/conversations/{id}/turns/{turn_id}/truncate": {
+            "post": op(
+                "Truncate a turn's interrupted answer to what its client showed",
+                _ok(ref("Truncation")),
+                (*_AUTH, *_BODY, 404, 409),
+                body=ref("Truncate"),
+                params=[*_ID, path_param("turn_id", "The turn's X-Gateway-Turn-Id")],
             )
         },
         "/v1/conversations/{id}/usage": {

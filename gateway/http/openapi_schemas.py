@@ -361,6 +361,63 @@ NEW_BRANCH: Schema = {
     "properties": {"at_seq": {"type": "integer", "minimum": 0}},
 }
 
+TRUNCATE: Schema = {
+    "type": "object",
+    "required": ["content_chars"],
+    "properties": {
+        "content_chars": {
+            "type": "integer",
+            "minimum": 0,
+            "description": "How many characters (Unicode code points) of the answer's text"
+            " (its text blocks joined, not its reasoning) the client showed. At most what was"
+            " delivered, and what an earlier truncate left.",
+        }
+    },
+    "example": {"content_chars": 42},
+}
+
+CANCEL: Schema = {
+    "type": "object",
+    "description": "Optional: with `content_chars`, the interrupted answer is truncated to what"
+    " the client showed once the turn has ended.",
+    "properties": {"content_chars": {**TRUNCATE["properties"]["content_chars"]}},
+}
+
+TRUNCATION: Schema = {
+    "type": "object",
+    "required": [
+        "object",
+        "conversation_id",
+        "turn_id",
+        "seq",
+        "message_seq",
+        "content_chars",
+        "delivered_chars",
+        "content",
+    ],
+    "properties": {
+        "object": {"const": "conversation.turn.truncation"},
+        "conversation_id": STRING,
+        "turn_id": STRING,
+        "seq": {"type": "integer", "description": "The `assistant/truncate` event's seq"},
+        "message_seq": {"type": "integer", "description": "The truncated message's seq"},
+        "content_chars": {"type": "integer", "minimum": 0},
+        "delivered_chars": {"type": "integer", "minimum": 0},
+        "content": {"type": "string", "description": "The answer's text as it is now"},
+    },
+}
+
+CHAT_CANCELLATION: Schema = {
+    "type": "object",
+    "required": ["id", "object", "status"],
+    "properties": {
+        "id": STRING,
+        "object": {"const": "chat.completion.cancellation"},
+        "status": {"const": "cancelled"},
+        "truncation": TRUNCATION,
+    },
+}
+
 LIST: Schema = {
     "type": "object",
     "required": ["object", "data"],
@@ -383,6 +440,10 @@ def components() -> dict[str, Schema]:
         "NewConversation": NEW_CONVERSATION,
         "NewItems": NEW_ITEMS,
         "NewBranch": NEW_BRANCH,
+        "Truncate": TRUNCATE,
+        "Cancel": CANCEL,
+        "Truncation": TRUNCATION,
+        "ChatCompletionCancellation": CHAT_CANCELLATION,
         "List": LIST,
         **_pydantic(NewTeam, TeamChanges, NewKey, KeyChanges),
     }

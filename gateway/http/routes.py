@@ -72,6 +72,9 @@ def add_routes(app: web.Application) -> None:
     app.router.add_get("/v1/conversations/{id}/events", conversations.events)
     app.router.add_get("/v1/conversations/{id}/messages", conversations.messages)
     app.router.add_post("/v1/conversations/{id}/branches", conversations.branch)
+    app.router.add_post(
+        "/v1/conversations/{id}/turns/{turn_id}/truncate", conversations.truncate_turn
+    )
     app.router.add_get("/v1/conversations/{id}/usage", conversations_list.usage)
     app.router.add_get("/v1/gateway/deployments", admin.deployments)
     app.router.add_post("/v1/gateway/teams", admin.create_team)

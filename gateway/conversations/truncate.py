@@ -1,0 +1,234 @@
+"""What the user saw: an interrupted answer shortened to what its client showed.
+
+A client that does work per chunk (renders, speaks) has had more of an answer delivered than it
+showed when the user stopped it. It says how much it showed, in code points of the answer's
+text, and the gateway records that as an `assistant/truncate` event of the answer's turn
+(the log stays append-only), which every derivation of history applies
+(`derive.apply_truncates`, `path.history_path`). docs/recording.md, "What the user saw".
+
+Rules: only an interrupted answer of a finished turn; never longer than what was delivered,
+nor than an earlier truncate left (the same count again changes nothing); bad input changes
+nothing.
+"""
+
+from __future__ import annotations
+
+import asyncio
+from collections.abc import Callable
+from typing import Any
+
+from gateway.conversations.derive import cut_blocks, text_chars
+from gateway.conversations.events import ASSISTANT_MESSAGE, ASSISTANT_TRUNCATE, Event, NewEvent
+from gateway.conversations.path import history_path
+from gateway.conversations.recorder import TurnRecorder
+from gateway.conversations.service import Conversations
+from gateway.dialects.requests import parse_json_object
+from gateway.errors import Conflict, GatewayError, InvalidRequest, NotFound
+from gateway.metering.keys import Principal
+from gateway.storage.db import Db, Row
+
+OBJECT = "conversation.turn.truncation"
+# How long a cancel waits for its turn to end before applying a truncate (the relay ends a
+# cancelled stream within about 2 s: it gives the last frames that long to be acknowledged).
+_END_WAIT_S = 10.0
+_END_POLL_S = 0.005
+
+
+def content_chars_of(body: dict[str, Any]) -> int:
+    """The body's `content_chars`: a non-negative integer."""
+    value = body.get("content_chars")
+    if not isinstance(value, int) or isinstance(value, bool) or value < 0:
+        raise InvalidRequest(
+            "'content_chars' must be a non-negative integer: how many characters (Unicode code"
+            " points) of the answer's text the client showed.",
+            param="content_chars",
+        )
+    return value
+
+
+def cancel_content_chars(raw: bytes) -> int | None:
+    """A cancel's optional body: nothing (or only white space), `{}` or a null
+    `content_chars` is a plain cancel; else a JSON object with a valid `content_chars`."""
+    body = parse_json_object(raw) if raw.strip() else {}
+    return None if body.get("content_chars") is None else content_chars_of(body)
+
+
+async def truncate(
+    conversations: Conversations,
+    conversation_id: str,
+    turn_id: str,
+    content_chars: int,
+    principal: Principal,
+) -> dict[str, Any]:
+    """Record that the client showed `content_chars` code points of the turn's interrupted
+    answer's text; the result as the API answers it. The turn must be one of the
+    conversation's own (not a parent's)."""
+    store = conversations.store
+    path = await conversations.path(conversation_id, principal)  # 404: unknown, another team's
+    row = await _turn(conversations, turn_id)
+    if row is None or row[0] != conversation_id:
+        raise NotFound(f"No turn found with id '{turn_id}' in conversation '{conversation_id}'.")
+    if row[1] is None:
+        raise Conflict(
+            f"Turn '{turn_id}' has not finished; truncate it once it has ended.",
+            code="turn_in_progress",
+        )
+    answer = _answer(path, conversation_id, turn_id)
+    if answer is None:
+        raise Conflict(
+            f"Turn '{turn_id}' recorded no answer that reached its client (nothing was"
+            " delivered, or it failed): there is nothing to truncate.",
+            code="turn_not_interrupted",
+        )
+    if not answer.payload.get("interrupted"):
+        raise Conflict(
+            f"Turn '{turn_id}' completed its answer; only an interrupted answer can be truncated.",
+            code="turn_not_interrupted",
+        )
+    blocks = answer.payload.get("content") or []
+    shown = text_chars(blocks)
+    earlier = answer.payload.get("truncated")
+    delivered = earlier["delivered_chars"] if earlier else shown
+    if content_chars > delivered:
+        raise InvalidRequest(
+            f"'content_chars' {content_chars} is more than was delivered: the answer's text"
+            f" is {delivered} characters.",
+            param="content_chars",
+            code="content_chars_past_delivered",
+        )
+    if content_chars > shown:
+        raise InvalidRequest(
+            f"'content_chars' {content_chars} would lengthen the answer: an earlier truncate"
+            f" left {shown} characters, and a truncate only shortens.",
+            param="content_chars",
+            code="truncate_would_lengthen",
+        )
+    if earlier and earlier["content_chars"] == content_chars:
+        seq = earlier["seq"]  # the same truncate again: already recorded
+        kept = blocks
+    else:
+        event = NewEvent(
+            conversation_id,
+            turn_id,
+            ASSISTANT_TRUNCATE,
+            {"message_seq": answer.seq, "content_chars": content_chars},
+        )
+        store.append(event)
+        await store.flush()
+        seq = await _seq_of(conversations, event.uid)
+        kept = cut_blocks(blocks, content_chars)
+    return {
+        "object": OBJECT,
+        "conversation_id": conversation_id,
+        "turn_id": turn_id,
+        "seq": seq,
+        "message_seq": answer.seq,
+        "content_chars": content_chars,
+        "delivered_chars": delivered,
+        "content": "".join(b.get("text") or "" for b in kept if b.get("type") == "text"),
+    }
+
+
+def _answer(path: list[Event], conversation_id: str, turn_id: str) -> Event | None:
+    """The turn's answer (not an assistant message its client sent as history)."""
+    for event in reversed(path):
+        if (
+            event.turn_id == turn_id
+            and event.conversation_id == conversation_id
+            and event.type == ASSISTANT_MESSAGE
+            and event.payload.get("source") != "client"
+        ):
+            return event
+    return None
+
+
+async def _turn(conversations: Conversations, turn_id: str) -> Row | None:
+    """(conversation id, ended_at) of a turn."""
+
+    async def read(db: Db) -> Row | None:
+        return await db.fetchrow(
+            "SELECT conversation_id, ended_at FROM turns WHERE id = ?", turn_id
+        )
+
+    return await conversations.store.run(read)
+
+
+async def _seq_of(conversations: Conversations, uid: str) -> int | None:
+    async def read(db: Db) -> int | None:
+        value = await db.fetchval("SELECT seq FROM events WHERE uid = ?", uid)
+        return int(value) if value is not None else None
+
+    return await conversations.store.run(read)
+
+
+# -- a cancel that says what was shown ----------------------------------------------------------
+
+
+def cancelled_turn(cancel: Callable[[], bool]) -> TurnRecorder | None:
+    """The turn an in-flight request's cancel stops: the cancel registered in
+    `Gateway.cancels` is its relay's bound `cancel`, and the relay holds its turn."""
+    turn = getattr(getattr(cancel, "__self__", None), "turn", None)
+    return turn if isinstance(turn, TurnRecorder) else None
+
+
+async def truncate_cancelled(
+    conversations: Conversations,
+    cancel: Callable[[], bool],
+    content_chars: int,
+    principal: Principal,
+) -> dict[str, Any]:
+    """After a cancel took effect: wait for its turn to end (the relay records the delivered
+    prefix once the client has acknowledged the last frames), then truncate it."""
+    turn = cancelled_turn(cancel)
+    if turn is None:
+        raise Conflict(
+            "The request was cancelled, but its turn cannot be truncated.",
+            code="turn_not_interrupted",
+        )
+    loop = asyncio.get_running_loop()
+    deadline = loop.time() + _END_WAIT_S
+    while not turn.ended:
+        if loop.time() > deadline:
+            raise Conflict(
+                f"The request was cancelled, but its turn '{turn.turn_id}' has not ended yet;"
+                " truncate it once it has.",
+                code="turn_in_progress",
+            )
+        await asyncio.sleep(_END_POLL_S)
+    try:
+        return await truncate(
+            conversations, turn.conversation_id, turn.turn_id, content_chars, principal
+        )
+    except GatewayError as error:
+        error.message = f"The request was cancelled, but not truncated: {error.message}"
+        raise
+
+
+async def event_log(
+    conversations: Conversations, conversation_id: str, principal: Principal
+) -> list[Event]:
+    """The conversation's path as recorded (`GET .../events`): its truncates listed, and the
+    messages they shorten as they were delivered."""
+    path = await conversations.path(conversation_id, principal)
+    if any(e.type == ASSISTANT_MESSAGE and "truncated" in e.payload for e in path):
+        path = await history_path(conversations.store, conversation_id, raw=True)
+    return path
+
+
+async def branch_point(
+    conversations: Conversations, conversation_id: str, at_seq: Any, principal: Principal
+) -> Any:
+    """`at_seq` as `Conversations.branch` takes it. It counts the events of the derived path,
+    which leaves truncates out: a branch asked at a truncate that ends the log (or between
+    two there) is made at the last event before them, with the same history (a truncate
+    applies wherever its message appears, in a branch too)."""
+    if not isinstance(at_seq, int) or isinstance(at_seq, bool):
+        return at_seq
+    path = await conversations.path(conversation_id, principal)
+    if not path or at_seq <= path[-1].seq:
+        return at_seq
+    if any(e.type == ASSISTANT_MESSAGE and "truncated" in e.payload for e in path):
+        recorded = await history_path(conversations.store, conversation_id, raw=True)
+        if at_seq <= recorded[-1].seq:
+            return path[-1].seq
+    return at_seq
