@@ -10,9 +10,12 @@ the process's CPU time from /proc around the measured run. It prints each cell's
 microseconds a request for both and the change.
 
 Cells: `non-stream:16`, `stream:16` (a chunk per write), `burst:1` (the stream in one
-write), ...; default `non-stream:16 stream:16 burst:16`. `AB_SECONDS` (3) and `AB_ROUNDS` (4)
-set the length. `REV` must have the same config format and CLI as the tree (any revision
-since the bench has existed).
+write), `history:16` (non-stream, the question after an earlier exchange), ...; default
+`non-stream:16 stream:16 burst:16`. `AB_SECONDS` (3) and `AB_ROUNDS` (4) set the length.
+`AB_THREADING=header:auto` sets `conversations.threading` of REV's gateway and the tree's
+(default `auto:auto`): `python -m bench.ab . history:16` with it weighs automatic threading
+against none, on the same code. `REV` must have the same config format and CLI as the tree
+(any revision since the bench has existed).
 """
 
 from __future__ import annotations
@@ -42,15 +45,20 @@ from bench.wrk import run_wrk
 
 # The two gateways, as the bench names its targets (and their logs: ab-base-<UTC>.log).
 BASE, TREE = "ab-base", "ab-tree"
-_MODES = {"non-stream": (False, False), "stream": (True, False), "burst": (True, True)}
+_MODES = {
+    "non-stream": (False, False, False),
+    "stream": (True, False, False),
+    "burst": (True, True, False),
+    "history": (False, False, True),
+}
 
 
 def parse_cell(text: str) -> Cell:
     mode, _, concurrency = text.partition(":")
     if mode not in _MODES or not concurrency.isdigit():
         raise SystemExit(f"a cell is MODE:CONCURRENCY with MODE one of {sorted(_MODES)}: {text!r}")
-    stream, burst = _MODES[mode]
-    return Cell(stream, int(concurrency), burst)
+    stream, burst, history = _MODES[mode]
+    return Cell(stream, int(concurrency), burst, history)
 
 
 def checkout(rev: str, into: Path) -> Path:
@@ -81,7 +89,8 @@ def main() -> int:
     with tempfile.TemporaryDirectory(prefix="gateway-ab-") as tmp_text:
         tmp = Path(tmp_text)
         base_tree = checkout(rev, tmp / "base")
-        names = {BASE: rev, TREE: "the tree"}
+        threadings = os.environ.get("AB_THREADING", "auto:auto").split(":")
+        names = {BASE: f"{rev} {threadings[0]}", TREE: f"tree {threadings[1]}"}
         try:
             bench.start_upstream()
             keys: dict[str, str] = {}
@@ -89,7 +98,10 @@ def main() -> int:
                 env = dict(bench.env)
                 if target == BASE:
                     env["PYTHONPATH"] = str(base_tree)
-                config = write_gateway_config(tmp / f"store-{number}", bench.ports["direct"])
+                threading = threadings[number]
+                config = write_gateway_config(
+                    tmp / f"store-{number}", bench.ports["direct"], threading
+                )
                 bench.configs[target] = config
                 keys[target] = create_virtual_key(bench.gateway_bin, config, env)
                 bench.start_gateway(target, env)
@@ -98,7 +110,7 @@ def main() -> int:
             for round_number in range(rounds):
                 order = [BASE, TREE] if round_number % 2 == 0 else [TREE, BASE]
                 for cell in cells:
-                    body = request_body(cell.stream, cell.burst)
+                    body = request_body(cell.stream, cell.burst, cell.history)
                     for target in order:
                         url = f"http://{HOST}:{ports[target]}{CHAT_PATH}"
                         run = (bench.wrk, url, body, cell.concurrency)

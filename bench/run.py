@@ -63,11 +63,12 @@ class Cell:
     stream: bool
     concurrency: int
     burst: bool = False  # the stream arrives in one write, not a chunk per write
+    history: bool = False  # the request carries an earlier exchange (threading looks it up)
 
     @property
     def mode(self) -> str:
         if not self.stream:
-            return "non-stream"
+            return "non-stream-history" if self.history else "non-stream"
         return f"stream-{STREAM_CHUNKS}" + ("-burst" if self.burst else "")
 
     @property
@@ -85,12 +86,19 @@ CELLS = [
 SCALING_CELLS = [cell for cell in CELLS if cell.concurrency > 1 and not cell.burst]
 
 
-def request_body(stream: bool, burst: bool = False) -> bytes:
+def request_body(stream: bool, burst: bool = False, history: bool = False) -> bytes:
     body: dict[str, Any] = {
         "model": "bench",
         "messages": [{"role": "user", "content": "Say hello."}],
         "stream": stream,
     }
+    if history:
+        # An exchange before the question, as a client that keeps its history sends it.
+        body["messages"] = [
+            {"role": "user", "content": "Hi."},
+            {"role": "assistant", "content": "Hello! How can I help?"},
+            *body["messages"],
+        ]
     if burst:
         body["user"] = BURST
     if stream:
@@ -116,34 +124,32 @@ def pick_cores() -> tuple[int, int, str | None]:
     return cores[0], cores[0], f"only one CPU available ({cores}); everything shares it"
 
 
-def write_gateway_config(tmp: Path, upstream_port: int) -> Path:
+def write_gateway_config(tmp: Path, upstream_port: int, threading: str = "auto") -> Path:
     tmp.mkdir(parents=True, exist_ok=True)
     config = tmp / "gateway.yaml"
     # JSON is valid YAML; the store lives in the temp dir so each run starts empty.
-    config.write_bytes(
-        orjson.dumps(
+    raw: dict[str, Any] = {
+        "server": {"host": HOST, "port": 0},
+        "store": {"url": f"sqlite:///{tmp / 'bench.db'}", "spool_path": str(tmp)},
+        # Every feature on: requests carry a virtual key, checked against the store.
+        "auth": {"master_key": MASTER_KEY},
+        "models": [
             {
-                "server": {"host": HOST, "port": 0},
-                "store": {"url": f"sqlite:///{tmp / 'bench.db'}", "spool_path": str(tmp)},
-                # Every feature on: requests carry a virtual key, checked against the store.
-                "auth": {"master_key": MASTER_KEY},
-                "models": [
+                "name": "bench",
+                "deployments": [
                     {
-                        "name": "bench",
-                        "deployments": [
-                            {
-                                "provider": "openai",
-                                "model": "fake-model",
-                                "api_base": f"http://{HOST}:{upstream_port}/v1",
-                                "api_key": "sk-bench",
-                            }
-                        ],
+                        "provider": "openai",
+                        "model": "fake-model",
+                        "api_base": f"http://{HOST}:{upstream_port}/v1",
+                        "api_key": "sk-bench",
                     }
                 ],
-            },
-            option=orjson.OPT_INDENT_2,
-        )
-    )
+            }
+        ],
+    }
+    if threading != "auto":  # (said only when not the default: older revisions know no such key)
+        raw["conversations"] = {"threading": threading}
+    config.write_bytes(orjson.dumps(raw, option=orjson.OPT_INDENT_2))
     return config
 
 
