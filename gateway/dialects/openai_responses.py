@@ -30,13 +30,17 @@ its `responses.stream()` accumulator):
 - An error ends the stream with `response.failed` (status `failed`). `error.code` is one the
   SDK's `ResponseError` accepts (`rate_limit_exceeded` for a 429, else `server_error`); the
   gateway's own code, type and param are in `error.type`/`error.param`/`error.message`.
-- Output item ids are derived from the response id and the item's position, so the items of a
-  stream and of the same response read back later have the same ids.
+- Output item ids are derived from the response id and the item's position
+  (`msg_<response hex>_<position>`, likewise `rs_`, `fc_`), so the items of a stream and of the
+  same response read back later have the same ids, and an `item_reference` to one names the
+  response to read it back from (`response_of_item`; `gateway.conversations.item_refs`).
 """
 
 from __future__ import annotations
 
 import hashlib
+import re
+from collections.abc import Mapping
 from dataclasses import dataclass, field
 from typing import Any, TypeGuard
 
@@ -151,8 +155,10 @@ def parse_request(raw: bytes) -> tuple[ResponsesRequest, list[dict[str, Any]]]:
     Input items: messages (roles user, assistant, system, developer; `developer` becomes
     `system`, which every provider takes), `function_call` and `reasoning` items (merged into the
     assistant message they belong to) and `function_call_output` items (`tool` messages).
-    Refused: other item types (`item_reference`, hosted tool calls, ...), file inputs, image
-    file ids, hosted tools. `tools` and `tool_choice` are checked here too.
+    `item_reference` items are checked for an id and left out: the caller resolves them from
+    the store (`gateway.conversations.item_refs`) and converts the input again with them.
+    Refused: other item types (hosted tool calls, ...), file inputs, image file ids, hosted
+    tools. `tools` and `tool_choice` are checked here too.
     """
     body = parse_json_object(raw)
     request = validated(ResponsesRequest, body)
@@ -168,14 +174,39 @@ def parse_request(raw: bytes) -> tuple[ResponsesRequest, list[dict[str, Any]]]:
     return request, input_messages(request.input)
 
 
-def input_messages(input: str | list[dict[str, Any]]) -> list[dict[str, Any]]:
-    """Responses input (a string or items) as OpenAI chat messages."""
+def item_references(input: str | list[dict[str, Any]] | None) -> list[tuple[str, str]]:
+    """The `item_reference` items of an input, as (where, id); 400 for one without an id."""
+    if not isinstance(input, list):
+        return []
+    return [
+        (f"input[{i}]", _string(item, "id", f"input[{i}]"))
+        for i, item in enumerate(input)
+        if item.get("type") == "item_reference"
+    ]
+
+
+def input_messages(
+    input: str | list[dict[str, Any]], resolved: Mapping[str, dict[str, Any]] | None = None
+) -> list[dict[str, Any]]:
+    """Responses input (a string or items) as OpenAI chat messages.
+
+    An `item_reference` is replaced by the item `resolved` has for its id (a message,
+    `function_call`, `function_call_output` or `reasoning` item); it is left out when `resolved`
+    is None (not resolved yet), and a 400 naming it when `resolved` lacks it."""
     if isinstance(input, str):
         return [{"role": "user", "content": input}]
     messages: list[dict[str, Any]] = []
     for i, item in enumerate(input):
         where = f"input[{i}]"
         kind = item.get("type", "message")
+        if kind == "item_reference":
+            item_id = _string(item, "id", where)
+            if resolved is None:
+                continue
+            if item_id not in resolved:
+                raise unknown_item(item_id, where)
+            item = resolved[item_id]
+            kind = item.get("type", "message")
         if kind == "message":
             _message_item(item, where, messages)
         elif kind == "function_call":
@@ -206,6 +237,17 @@ def input_messages(input: str | list[dict[str, Any]]) -> list[dict[str, Any]]:
                 f"Input items of type {kind!r} are not supported here.", param=f"{where}.type"
             )
     return messages
+
+
+def unknown_item(item_id: str, where: str) -> InvalidRequest:
+    """The error for an `item_reference` to an item this key cannot read back."""
+    return InvalidRequest(
+        f"Item with id '{item_id}' not found: an item_reference must name an item this gateway"
+        " issued (in a stored response, or in the request's conversation) that this key's team"
+        " can read.",
+        param=f"{where}.id",
+        code="item_not_found",
+    )
 
 
 def _string(item: dict[str, Any], key: str, where: str, *, empty: bool = False) -> str:
@@ -448,9 +490,23 @@ def responses_usage(usage: dict[str, Any]) -> dict[str, Any]:
     }
 
 
+_RESPONSE_ID = re.compile(r"resp_([0-9a-f]{32})")  # as made in gateway.http.responses
+_RESPONSE_ITEM_ID = re.compile(r"(?:msg|rs|fc)_([0-9a-f]{32})_[0-9]+")
+
+
 def _item_id(prefix: str, seed: str, position: int) -> str:
+    """An output item's id: the response's own hex and the position when `seed` is a response
+    id (so the id leads back to its response), else a digest of both."""
+    if (match := _RESPONSE_ID.fullmatch(seed)) is not None:
+        return f"{prefix}_{match[1]}_{position}"
     digest = hashlib.sha256(f"{seed}:{position}".encode()).hexdigest()[:40]
     return f"{prefix}_{digest}"
+
+
+def response_of_item(item_id: str) -> str | None:
+    """The id of the response whose output item `item_id` is, if it is one (`_item_id`)."""
+    match = _RESPONSE_ITEM_ID.fullmatch(item_id)
+    return f"resp_{match[1]}" if match is not None else None
 
 
 def _message_item_out(item_id: str, text: str, status: str) -> dict[str, Any]:

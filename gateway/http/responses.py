@@ -14,7 +14,6 @@ from gateway.conversations.items import path_items
 from gateway.conversations.recorder import TurnRecorder
 from gateway.conversations.service import Joined
 from gateway.conversations.stored_responses import ResponseStore, StoredResponse, answer_of
-from gateway.conversations.truncate import cancel_content_chars, truncate_cancelled
 from gateway.dialects.openai_responses import (
     Responses,
     ResponsesRequest,
@@ -36,6 +35,13 @@ def _store(request: web.Request) -> ResponseStore:
 
 async def create(request: web.Request) -> web.StreamResponse:
     parsed, new_messages = parse_request(await request.read())
+    # `item_reference` input items, read back from the store (the key's team only): a 400
+    # naming one that is unknown, before anything is recorded or sent.
+    from gateway.conversations.item_refs import resolve_item_references
+
+    new_messages = await resolve_item_references(
+        request.app[GATEWAY], request[PRINCIPAL], request.headers, parsed, new_messages
+    )
     principal = request[PRINCIPAL]
     store = _store(request)
     conversations = request.app[GATEWAY].conversations
@@ -140,12 +146,9 @@ async def input_items(request: web.Request) -> web.Response:
 
 
 async def cancel(request: web.Request) -> web.Response:
-    """Stop an in-flight response from another connection (a Stop button). With
-    `{"content_chars": N}`, once its turn has ended its interrupted output is truncated to what
-    the client showed (docs/recording.md, "What the user saw"): the answer shows it."""
+    """Stop an in-flight response from another connection (a Stop button)."""
     response_id = request.match_info["id"]
     principal = request[PRINCIPAL]
-    content_chars = cancel_content_chars(await request.read())
     store = _store(request)
     stored = await store.get(response_id, principal)
     entry = request.app[GATEWAY].cancels.get(response_id)
@@ -154,10 +157,6 @@ async def cancel(request: web.Request) -> web.Response:
             f"The response '{response_id}' is not in progress; only an in-flight response can be"
             " cancelled.",
             code="response_not_in_progress",
-        )
-    if content_chars is not None:
-        await truncate_cancelled(
-            request.app[GATEWAY].conversations, entry[1], content_chars, principal
         )
     await request.app[GATEWAY].store.flush()
     response = await _object(request, stored)

@@ -282,7 +282,7 @@ def test_conversation_ids() -> None:
             "input[1].call_id",
         ),
         ({"input": [{"type": "function_call_output", "call_id": "c"}]}, "input[0].output"),
-        ({"input": [{"type": "item_reference", "id": "x"}]}, "input[0].type"),
+        ({"input": [{"type": "web_search_call", "id": "x"}]}, "input[0].type"),
         ({"tools": [{"type": "web_search"}]}, "tools[0].type"),
         ({"tools": [{"type": "function"}]}, "tools[0].name"),
         ({"tool_choice": {"type": "file_search"}}, "tool_choice"),
