@@ -14,6 +14,7 @@ from gateway.conversations.items import path_items
 from gateway.conversations.recorder import TurnRecorder
 from gateway.conversations.service import Joined
 from gateway.conversations.stored_responses import ResponseStore, StoredResponse, answer_of
+from gateway.conversations.truncate import cancel_content_chars, truncate_cancelled
 from gateway.dialects.openai_responses import (
     Responses,
     ResponsesRequest,
@@ -146,9 +147,12 @@ async def input_items(request: web.Request) -> web.Response:
 
 
 async def cancel(request: web.Request) -> web.Response:
-    """Stop an in-flight response from another connection (a Stop button)."""
+    """Stop an in-flight response from another connection (a Stop button). With
+    `{"content_chars": N}`, once its turn has ended its interrupted output is truncated to what
+    the client showed (docs/recording.md, "What the user saw"): the answer shows it."""
     response_id = request.match_info["id"]
     principal = request[PRINCIPAL]
+    content_chars = cancel_content_chars(await request.read())
     store = _store(request)
     stored = await store.get(response_id, principal)
     entry = request.app[GATEWAY].cancels.get(response_id)
@@ -157,6 +161,10 @@ async def cancel(request: web.Request) -> web.Response:
             f"The response '{response_id}' is not in progress; only an in-flight response can be"
             " cancelled.",
             code="response_not_in_progress",
+        )
+    if content_chars is not None:
+        await truncate_cancelled(
+            request.app[GATEWAY].conversations, entry[1], content_chars, principal
         )
     await request.app[GATEWAY].store.flush()
     response = await _object(request, stored)
