@@ -9,6 +9,7 @@ import asyncio
 from typing import Any
 
 import pytest
+from aiohttp import web
 from pydantic_ai import Agent, NativeOutput
 from pydantic_ai.messages import ToolReturnPart
 from pydantic_ai.models import Model
@@ -69,6 +70,44 @@ async def test_tool_loop_is_one_conversation(
     assert second.output == "Still sunny in Paris."
     assert story.tool_messages(upstream.requests[-1]) == {"call_w_paris_2": "Paris: 21 C, sunny"}
     await story.check_one_conversation_per_run(gw, [4, 2])
+
+
+async def test_concurrent_runs_of_one_question_are_two_conversations(
+    gw: GatewayUnderTest, upstream: FakeUpstream
+) -> None:
+    """Two users ask the same agent the same thing at once: the runs' first requests are
+    identical and in flight together, and each run is still a conversation of its own."""
+    call_ids = iter(["call_a", "call_b"])
+    both_asked = asyncio.Event()
+    asked = 0
+
+    async def answer(request: web.Request) -> web.StreamResponse:
+        nonlocal asked
+        body = await request.json()
+        if any(m["role"] == "tool" for m in body["messages"]):
+            return await reply("Paris: 21 C and sunny.")(request)
+        asked += 1
+        if asked == 2:
+            both_asked.set()
+        await both_asked.wait()
+        call = Call(next(call_ids), "get_weather", {"city": "Paris"})
+        return await reply(calls=[call])(request)
+
+    upstream.push(*[answer] * 4)
+    weather = agent(gw, False)
+    runs = await asyncio.gather(weather.run("Paris?"), weather.run("Paris?"))
+    assert [r.output for r in runs] == ["Paris: 21 C and sunny."] * 2
+    found = await story.check_one_conversation_per_run(gw, [2, 2])
+    results = []
+    for conversation_id in found:
+        events = await gw.wait_turn_end(conversation_id, count=2)
+        types = [e["type"] for e in events]
+        assert types == [
+            *["user/message", "assistant/message", "turn/end"],
+            *["tool/result", "assistant/message", "turn/end"],
+        ]
+        results.append(events[3]["payload"]["tool_call_id"])
+    assert sorted(results) == ["call_a", "call_b"]
 
 
 @API
