@@ -198,7 +198,7 @@ class LiteLLMProvider:
         if stream:
             options = body.get("stream_options")
             options = dict(options) if isinstance(options, dict) else {}
-            if "include_usage" not in options:
+            if options.get("include_usage") is not True:  # metering needs it, whatever was asked
                 options["include_usage"] = True
                 usage_injected = True
             kwargs["stream_options"] = options

@@ -45,8 +45,10 @@ class OpenAICompatibleProvider:
         usage_injected = False
         if stream:
             options = payload.get("stream_options")
-            if not isinstance(options, dict) or "include_usage" not in options:
-                # Metering needs the provider's count; the client never sees this extra chunk.
+            if not isinstance(options, dict) or options.get("include_usage") is not True:
+                # Metering needs the provider's count, whatever the client asked (a client's
+                # `include_usage: false` would otherwise leave its turn to an estimate); the
+                # client never sees this extra chunk.
                 payload["stream_options"] = {**(options or {}), "include_usage": True}
                 usage_injected = True
         response = await post(self._pool, self._chat, payload)
