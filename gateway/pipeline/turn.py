@@ -107,6 +107,7 @@ async def run_turn(
             "request_id": turn.request_id,
             "model": alias.name,
             "stream": turn.stream,
+            "user": user,  # whom it is for (the key's user, else the request's)
             "instructions": [
                 m for m in body["messages"] if m.get("role") in ("system", "developer")
             ],

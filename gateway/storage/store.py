@@ -152,8 +152,11 @@ class Store:
         self._journaled = 0  # writes submitted whose lines the journal holds
         self._inflight: list[Write] = []  # the batch the writer is handling
         # The newest turn fingerprints this process wrote (gateway.conversations.threading), so
-        # that a lookup sees them before they are committed without waiting for the writer.
+        # that a lookup sees them before they are committed without waiting for the writer;
+        # and, on a store no other process writes, those the database was asked for and did
+        # not have: only this process could add them, and it forgets them when it does.
         self._threads: dict[str, str] = {}
+        self._no_threads: dict[str, None] = {}
 
     # -- lifecycle -------------------------------------------------------------------------
 
@@ -255,17 +258,15 @@ class Store:
         }
         if event.type == TURN_END:
             row["status"] = event.payload.get("status")
-            fingerprint = row["fingerprint"] = event.fingerprint
-            if fingerprint is not None:
-                self._remember_thread(fingerprint, event.conversation_id)
+        fingerprint = event.fingerprint
+        if fingerprint is not None:  # a turn's end, or a later change to what it ended with
+            row["fingerprint"] = fingerprint
+            self._remember_thread(fingerprint, event.conversation_id)
         self.write("event", row)
 
     def _remember_thread(self, fingerprint: str, conversation_id: str) -> None:
-        threads = self._threads
-        threads.pop(fingerprint, None)  # to the newest end
-        threads[fingerprint] = conversation_id
-        if len(threads) > _THREADS_KEPT:
-            del threads[next(iter(threads))]
+        _keep(self._threads, fingerprint, conversation_id)
+        self._no_threads.pop(fingerprint, None)
 
     async def flush(self) -> None:
         """Wait until everything submitted so far is durable (in the database or the spool)."""
@@ -658,7 +659,7 @@ class Store:
         history that matches nothing (few-shot examples) never queues behind other turns'
         writes. A store that cannot be read matches nothing (the turn starts a conversation)."""
         conversation_id = self._threads.get(fingerprint)
-        if conversation_id is not None:
+        if conversation_id is not None or fingerprint in self._no_threads:
             return conversation_id
 
         async def read(db: Db) -> str | None:
@@ -670,10 +671,13 @@ class Store:
             return row[0] if row is not None else None
 
         try:
-            return await self.backend.run(read)
+            conversation_id = await self.backend.run(read)
         except StoreUnavailable as exc:
             log.warning("store unavailable (%s): a request could not be threaded", exc)
             return None
+        if conversation_id is None and not self.shared and fingerprint not in self._threads:
+            _keep(self._no_threads, fingerprint, None)  # (unless written while it was read)
+        return conversation_id
 
     async def turn_ended(self, turn_id: str) -> bool:
         """True once the turn's `turn/end` is recorded."""
@@ -725,6 +729,14 @@ class Store:
             )
 
         await self.backend.run(beat)
+
+
+def _keep(recent: dict[str, Any], key: str, value: Any) -> None:
+    """Put `key` last in a dict that keeps its newest `_THREADS_KEPT` keys."""
+    recent.pop(key, None)
+    recent[key] = value
+    if len(recent) > _THREADS_KEPT:
+        del recent[next(iter(recent))]
 
 
 def _settle_once(future: asyncio.Future[None]) -> None:

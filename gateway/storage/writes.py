@@ -158,6 +158,7 @@ _EVENT = {
 }
 _END_TURN = "UPDATE turns SET ended_at = ?, status = ?, fingerprint = ? WHERE id = ?"
 _NOT_ENDED = (None, None, None)
+_FINGERPRINT = "UPDATE turns SET fingerprint = ? WHERE id = ?"
 
 
 _ORDER: tuple[Kind, ...] = ("conversation", "turn", "event", "usage", "response")
@@ -195,6 +196,9 @@ async def apply_batch(db: Db, writes: list[Write]) -> None:
             if ends:
                 # Unconditional (unlike `apply`): setting the same end twice changes nothing.
                 await db.executemany(_END_TURN, list(ends.values()))
+            refingerprinted = [_fingerprint_args(w.row) for w in group if _refingerprints(w.row)]
+            if refingerprinted:
+                await db.executemany(_FINGERPRINT, refingerprinted)
 
 
 def _values(kind: Kind, group: list[Write]) -> list[tuple[Any, ...]]:
@@ -216,6 +220,16 @@ def _event_args(row: dict[str, Any], dialect: str) -> tuple[Any, ...]:
     return (cid, cid, cid, row["turn_id"], row["type"], row["created_at"], text, row["uid"])
 
 
+def _refingerprints(row: dict[str, Any]) -> bool:
+    """An event after its turn's end that changes the history the turn ended with (a
+    truncate): the turn's fingerprint follows it."""
+    return row["type"] != "turn/end" and row.get("fingerprint") is not None
+
+
+def _fingerprint_args(row: dict[str, Any]) -> tuple[Any, ...]:
+    return (row["fingerprint"], row["turn_id"])
+
+
 def _end_args(row: dict[str, Any]) -> tuple[Any, ...]:
     return (row["created_at"], row.get("status"), row.get("fingerprint"), row["turn_id"])
 
@@ -226,6 +240,8 @@ async def apply(db: Db, write: Write) -> None:
         inserted = await db.execute(_EVENT[db.dialect], *_event_args(row, db.dialect))
         if inserted and row["type"] == "turn/end":
             await db.execute(_END_TURN, *_end_args(row))
+        elif inserted and _refingerprints(row):
+            await db.execute(_FINGERPRINT, *_fingerprint_args(row))
         return
     values = [row.get(c) for c in _COLUMNS[write.kind]]
     if write.kind == "turn":

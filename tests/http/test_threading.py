@@ -474,3 +474,19 @@ async def test_threading_survives_a_restart_on_both_backends(
         upstream.push(completion("Again."))
         second, _ = await ask(after, [hi, hello, hi], user="restart")
         assert second == first
+
+
+async def test_a_history_once_unknown_is_found_once_a_turn_ends_with_it(
+    gw: GatewayUnderTest, upstream: FakeUpstream
+) -> None:
+    """A miss is remembered (the store has no other writer), and forgotten when a turn ends
+    with that very history."""
+    hi, hello = {"role": "user", "content": "Hi"}, {"role": "assistant", "content": "Hello!"}
+    upstream.push(completion("Yes."))
+    unknown, _ = await ask(gw, [hi, hello, {"role": "user", "content": "Really?"}])
+    upstream.push(completion("Hello!"))
+    first, _ = await ask(gw, [hi])
+    assert first != unknown
+    upstream.push(completion("Fine."))
+    again, _ = await ask(gw, [hi, hello, {"role": "user", "content": "How are you?"}])
+    assert again == first
