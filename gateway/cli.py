@@ -1,4 +1,4 @@
-"""gateway serve | check-config | migrate | teams | keys | usage"""
+"""gateway serve | check-config | migrate | prices | teams | keys | usage"""
 
 from __future__ import annotations
 
@@ -91,6 +91,69 @@ async def _serve(loaded: LoadedConfig, host: str, port: int, reuse_port: bool = 
     tokens.skip_warm()
     app[GATEWAY].state["shutting_down"] = True
     await runner.cleanup()
+
+
+def _print_table(table: list[tuple[str, ...]], numbers: range) -> None:
+    """Columns padded to their widest cell; those in `numbers` right-aligned."""
+    widths = [max(len(row[i]) for row in table) for i in range(len(table[0]))]
+    for row in table:
+        cells = [
+            cell.rjust(w) if i in numbers else cell.ljust(w)
+            for i, (cell, w) in enumerate(zip(row, widths, strict=True))
+        ]
+        print("  ".join(cells).rstrip())
+
+
+def _unpriced(loaded: LoadedConfig) -> list[str]:
+    """A line for each deployment without a price, as check-config prints them."""
+    from gateway.routing.router import price_list
+
+    return [
+        f"unpriced: deployment {d.name} (alias {d.alias}, model {d.model}): {d.priced.why}."
+        " A hard budget refuses its requests (price_unknown) and its usage has no cost: price"
+        " it in the price file (`prices:`), with `price` on the deployment, or `price: free`"
+        for d in price_list(loaded.config)
+        if d.priced.price is None
+    ]
+
+
+def _prices(loaded: LoadedConfig) -> int:
+    from gateway.metering.prices import map_version
+    from gateway.routing.router import price_list
+
+    def mtok(value: float | None, otherwise: str) -> str:
+        return otherwise if value is None else f"{value * 1e6:.6g}"
+
+    config = loaded.config
+    print(
+        f"USD per million tokens; from the config, the price file ({config.prices or 'none'}),"
+        f" then the bundled map ({map_version()})"
+    )
+    header = ("alias", "deployment", "model", "input", "output", "cache read", "cache write 5m",
+              "cache write 1h", "max output", "source")  # fmt: skip
+    table: list[tuple[str, ...]] = [header]
+    for d in price_list(config):
+        price = d.priced.price
+        if price is None:
+            table.append((d.alias, d.name, d.model, *["-"] * 6, f"unpriced: {d.priced.why}"))
+            continue
+        write = mtok(price.cache_write, "=input")
+        table.append(
+            (
+                d.alias,
+                d.name,
+                d.model,
+                mtok(price.input, "-"),
+                mtok(price.output, "-"),
+                mtok(price.cache_read, "=input"),
+                write,
+                mtok(price.cache_write_1h, "=5m" if price.cache_write is not None else "=input"),
+                str(price.max_output_tokens or "-"),
+                d.priced.why,
+            )
+        )
+    _print_table(table, range(3, 9))
+    return 0
 
 
 def _cli_store(loaded: LoadedConfig) -> Any:
@@ -303,6 +366,12 @@ def _main(argv: list[str] | None) -> int:
     check.add_argument(
         "--config", help="Config file (default: $GATEWAY_CONFIG or config/gateway.yaml)."
     )
+    prices = sub.add_parser(
+        "prices", help="Each alias and deployment with its price and where it came from."
+    )
+    prices.add_argument(
+        "--config", help="Config file (default: $GATEWAY_CONFIG or config/gateway.yaml)."
+    )
     _admin_commands(sub)
     args = parser.parse_args(argv)
     logging.basicConfig(
@@ -322,7 +391,11 @@ def _main(argv: list[str] | None) -> int:
     if args.command == "check-config":
         names = ", ".join(m.name for m in loaded.config.models) or "(none)"
         print(f"{loaded.path}: OK ({len(loaded.config.models)} model aliases: {names})")
+        for line in _unpriced(loaded):
+            print(line)
         return 0
+    if args.command == "prices":
+        return _prices(loaded)
     host = args.host or loaded.config.server.host
     port = args.port if args.port is not None else loaded.config.server.port
     if args.workers > 1:

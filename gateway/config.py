@@ -16,6 +16,7 @@ from typing import Any, Literal
 import yaml
 from pydantic import BaseModel, ConfigDict, Field, ValidationError, field_validator, model_validator
 
+from gateway.metering.prices import load_price_file
 from gateway.upstream.proxy import DIRECT, Proxy
 from gateway.upstream.tls import TrustError, check_bundle, environment_trust
 
@@ -138,6 +139,32 @@ class TLSConfig(_Model):
         return value
 
 
+class DeploymentPrice(_Model):
+    """A deployment's own price, in litellm's fields (USD per token); it replaces the price
+    file's and the bundled map's whole."""
+
+    input_cost_per_token: float = Field(ge=0, description="USD per prompt token.")
+    output_cost_per_token: float = Field(
+        ge=0, description="USD per completion token (reasoning tokens included)."
+    )
+    cache_read_input_token_cost: float | None = Field(
+        None, ge=0, description="USD per prompt token read from the cache (default: input)."
+    )
+    cache_creation_input_token_cost: float | None = Field(
+        None,
+        ge=0,
+        description="USD per prompt token written to the cache, 5-minute (default: input).",
+    )
+    cache_creation_input_token_cost_above_1hr: float | None = Field(
+        None,
+        ge=0,
+        description="USD per prompt token written to the 1-hour cache (default: the 5-minute).",
+    )
+    max_output_tokens: int | None = Field(
+        None, ge=1, description="The model's largest answer, in tokens."
+    )
+
+
 class DeploymentConfig(_Model):
     provider: Literal["openai", "azure", "anthropic", "litellm", "demo"] = Field(
         description="`openai`: any OpenAI-compatible endpoint; `azure`: Azure OpenAI;"
@@ -186,6 +213,11 @@ class DeploymentConfig(_Model):
     output_cost_per_mtok: float | None = Field(
         None, ge=0, description="USD per million completion tokens (the `cost` strategy)."
     )
+    price: Literal["free"] | DeploymentPrice | None = Field(
+        None,
+        description="This deployment's price, over the price file's and the bundled map's:"
+        " `free` (metered at 0, admitted under a hard budget), or litellm's price fields.",
+    )
 
     @model_validator(mode="before")
     @classmethod
@@ -211,6 +243,15 @@ class DeploymentConfig(_Model):
                 "proxy and tls are not supported for provider 'litellm': litellm reads"
                 " HTTPS_PROXY, HTTP_PROXY, NO_PROXY and SSL_CERT_FILE from the environment"
             )
+        return self
+
+    @model_validator(mode="after")
+    def _one_price(self) -> DeploymentConfig:
+        per_mtok = (self.input_cost_per_mtok, self.output_cost_per_mtok)
+        if per_mtok.count(None) == 1:
+            raise ValueError("set both input_cost_per_mtok and output_cost_per_mtok, or neither")
+        if self.price is not None and None not in per_mtok:
+            raise ValueError("set price or input_cost_per_mtok/output_cost_per_mtok, not both")
         return self
 
     @model_validator(mode="after")
@@ -329,7 +370,19 @@ class GatewayConfig(_Model):
     conversations: ConversationsConfig = Field(default_factory=ConversationsConfig)
     auth: AuthConfig = Field(default_factory=AuthConfig)
     limits: LimitsConfig = Field(default_factory=LimitsConfig)
+    prices: str | None = Field(
+        None,
+        description="A price file of the operator's (JSON or YAML): upstream model ids to"
+        " litellm's price fields, read at start, over litellm's bundled map.",
+    )
     models: list[ModelConfig] = Field(default_factory=list)
+
+    @field_validator("prices")
+    @classmethod
+    def _readable_prices(cls, value: str | None) -> str | None:
+        if value is not None:
+            load_price_file(value)  # ValueError: the file, the entry and what is wrong
+        return value
 
     @model_validator(mode="after")
     def _unique_aliases(self) -> GatewayConfig:

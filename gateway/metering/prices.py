@@ -1,36 +1,112 @@
-"""Prices per token: litellm's bundled price map, read offline, with per-deployment overrides.
+"""Prices per token, resolved once at start for every deployment.
 
-The map ships inside the litellm package (`model_prices_and_context_window_backup.json`); it is
-read as a file, without importing litellm (seconds) and without the network.
+Where a deployment's price comes from, the first that has one:
+
+1. the config: the deployment's `price` (`free`, or litellm's fields), or its
+   `input_cost_per_mtok` and `output_cost_per_mtok`;
+2. the operator's price file (the top-level `prices:`), an entry for the upstream model id;
+3. litellm's bundled price map (`model_prices_and_context_window_backup.json`, read as a file:
+   without importing litellm, which takes seconds, and without the network);
+
+else the deployment is *unpriced*, and says why (the built-in `demo` too, unless its config
+says `price: free`).
+
+In the file and the map a model id is looked up as written; then with its provider's prefix
+added (`anthropic/`, `azure/`, `openai/`) or the prefix it has taken off (`gemini/x` -> `x`);
+then, for a dated id (`-20250514`, `-2024-08-06`), its undated family, the same ways. An entry
+found by a prefix must belong to that prefix's provider (its `litellm_provider`), and an
+`anthropic` or `azure` deployment takes only its own provider's entries, so a price never comes
+from another provider's entry. Nothing else is guessed: a model the file and the map do not
+hold is unpriced, and a hard budget refuses its requests (`require_price`).
 """
 
 from __future__ import annotations
 
 import importlib.util
+import math
+import re
+from collections.abc import Mapping, Sequence
 from dataclasses import dataclass
 from functools import cache
 from pathlib import Path
-from typing import Any
+from typing import TYPE_CHECKING, Any, Protocol
 
 import orjson
 
+from gateway.errors import Forbidden
+
+if TYPE_CHECKING:
+    from gateway.metering.limits import Limits
+
 _MAP_FILE = "model_prices_and_context_window_backup.json"
+
+# litellm's names for the prices the gateway bills by (USD per token), and the output bound.
+INPUT = "input_cost_per_token"
+OUTPUT = "output_cost_per_token"
+CACHE_READ = "cache_read_input_token_cost"
+CACHE_WRITE = "cache_creation_input_token_cost"  # Anthropic's 5-minute cache write
+CACHE_WRITE_1H = "cache_creation_input_token_cost_above_1hr"  # its 1-hour cache write
+MAX_OUTPUT = "max_output_tokens"
+PRICE_FIELDS = (INPUT, OUTPUT, CACHE_READ, CACHE_WRITE, CACHE_WRITE_1H)
+
+# The prefix a provider's entries carry in litellm's map, and the `litellm_provider` they name.
+_NAMESPACE = {"openai": "openai", "azure": "azure", "anthropic": "anthropic"}
+# Entries an `anthropic` or `azure` deployment may take; the others call any model by its id.
+_OWN_ENTRIES_ONLY = {"anthropic": ("anthropic",), "azure": ("azure", "azure_text")}
+_DATED = re.compile(r"^(.+?)(?:-\d{8}|-\d{4}-\d{2}-\d{2})$")
+
+SOURCES = {"map": "bundled map", "file": "price file", "config": "config", "free": "free"}
 
 
 @dataclass(frozen=True)
 class Price:
-    input: float  # USD per prompt token
-    output: float  # USD per completion token
-    cached_input: float | None = None  # USD per cached prompt token, when cheaper
-    source: str = "litellm"
+    """USD per token, and where it came from. A price the entry does not give is billed as the
+    next one that is: a 1-hour cache write as a 5-minute one, a cache write or read as input."""
 
-    def cost(self, prompt: int, completion: int, cached: int = 0) -> float:
-        cached = min(cached, prompt) if self.cached_input is not None else 0
-        total = (prompt - cached) * self.input + completion * self.output
-        if cached:
-            assert self.cached_input is not None
-            total += cached * self.cached_input
+    input: float
+    output: float
+    cache_read: float | None = None
+    cache_write: float | None = None  # 5-minute cache write
+    cache_write_1h: float | None = None
+    max_output_tokens: int | None = None
+    source: str = "map"  # map | file | config | free
+    entry: str | None = None  # the id of the map's or the file's entry
+
+    @property
+    def where(self) -> str:
+        """Where it came from, as `gateway prices` says it."""
+        label = SOURCES.get(self.source, self.source)
+        return f"{label} ({self.entry})" if self.entry else label
+
+    def cost(
+        self,
+        prompt: int,
+        completion: int,
+        cached: int = 0,
+        cache_write: int = 0,
+        cache_write_1h: int = 0,
+    ) -> float:
+        """The cost of `prompt` input tokens, of which `cached` were read from the cache and
+        `cache_write` / `cache_write_1h` written to it (5 minutes, 1 hour), and `completion`
+        output tokens (reasoning included: it is output)."""
+        cached = max(0, min(cached, prompt))
+        cache_write = max(0, min(cache_write, prompt - cached))
+        cache_write_1h = max(0, min(cache_write_1h, prompt - cached - cache_write))
+        plain = prompt - cached - cache_write - cache_write_1h
+        write = self.cache_write if self.cache_write is not None else self.input
+        write_1h = self.cache_write_1h if self.cache_write_1h is not None else write
+        read = self.cache_read if self.cache_read is not None else self.input
+        total = (
+            plain * self.input
+            + cached * read
+            + cache_write * write
+            + cache_write_1h * write_1h
+            + completion * self.output
+        )
         return round(total, 10)
+
+
+FREE = Price(0.0, 0.0, 0.0, 0.0, 0.0, source="free")
 
 
 @cache
@@ -46,32 +122,212 @@ def price_map() -> dict[str, Any]:
     return data
 
 
-def lookup(model: str, provider: str | None = None) -> Price | None:
-    """The price of an upstream model id, trying `provider/model` and the bare id."""
-    prices = price_map()
-    candidates = [model]
-    if provider:
-        candidates.insert(0, f"{provider}/{model}")
-    if "/" in model:
-        candidates.append(model.split("/", 1)[1])
-    for name in candidates:
-        entry = prices.get(name)
-        if isinstance(entry, dict) and "input_cost_per_token" in entry:
-            return Price(
-                input=float(entry["input_cost_per_token"]),
-                output=float(entry.get("output_cost_per_token") or 0.0),
-                cached_input=entry.get("cache_read_input_token_cost"),
-            )
+def map_version() -> str:
+    """The litellm release whose bundled map prices are read from."""
+    from importlib.metadata import PackageNotFoundError, version
+
+    try:
+        return f"litellm {version('litellm')}"
+    except PackageNotFoundError:
+        return "litellm not installed"
+
+
+def _number(entry: Mapping[str, Any], name: str) -> float | None:
+    value = entry.get(name)
+    if isinstance(value, bool) or not isinstance(value, int | float) or value < 0:
+        return None
+    return float(value)
+
+
+def price_of_entry(entry: Mapping[str, Any], source: str, name: str | None) -> Price | None:
+    """A Price from an entry with litellm's fields; None without an input price."""
+    input_price = _number(entry, INPUT)
+    if input_price is None:
+        return None
+    limit = entry.get(MAX_OUTPUT)
+    return Price(
+        input=input_price,
+        output=_number(entry, OUTPUT) or 0.0,
+        cache_read=_number(entry, CACHE_READ),
+        cache_write=_number(entry, CACHE_WRITE),
+        cache_write_1h=_number(entry, CACHE_WRITE_1H),
+        max_output_tokens=limit if isinstance(limit, int) and limit > 0 else None,
+        source=source,
+        entry=name,
+    )
+
+
+def candidates(model: str, provider: str) -> list[tuple[str, str | None]]:
+    """The ids a model is looked up as, in order, each with the provider whose entries alone
+    may price it when found that way (None: any entry)."""
+    own = provider if provider in _OWN_ENTRIES_ONLY else None
+    namespace = _NAMESPACE.get(provider)
+    names = [model]
+    dated = _DATED.match(model)
+    if dated is not None:
+        names.append(dated.group(1))  # the undated family, only if the table has it
+    out: list[tuple[str, str | None]] = []
+    for name in names:
+        out.append((name, own))
+        prefix, slash, rest = name.partition("/")
+        if slash and rest:
+            out.append((rest, prefix))  # `gemini/x` -> `x`, a gemini entry only
+        elif namespace is not None:
+            out.append((f"{namespace}/{name}", namespace))
+    return out
+
+
+def _belongs(entry: Mapping[str, Any], provider: str | None, source: str) -> bool:
+    """Whether an entry may price a model of `provider` (None: any entry may)."""
+    if provider is None:
+        return True
+    named = entry.get("litellm_provider")
+    if not isinstance(named, str):
+        return source == "file"  # the operator's own entries need not name one
+    allowed = _OWN_ENTRIES_ONLY.get(provider, (provider,))
+    return any(named == p or named.startswith(p + "-") for p in allowed)
+
+
+def lookup(
+    model: str, provider: str, table: Mapping[str, Any], source: str = "map"
+) -> Price | None:
+    """The price of an upstream model id in the map or a price file."""
+    for name, owner in candidates(model, provider):
+        entry = table.get(name)
+        if isinstance(entry, dict) and _belongs(entry, owner, source):
+            price = price_of_entry(entry, source, name)
+            if price is not None:
+                return price
     return None
 
 
-def deployment_price(
+@dataclass(frozen=True)
+class Resolved:
+    price: Price | None
+    why: str  # where the price came from, or why there is none (`price` None: unpriced)
+
+
+def resolve(
     model: str,
     provider: str,
-    input_per_mtok: float | None,
-    output_per_mtok: float | None,
-) -> Price | None:
-    """A deployment's price: its config override when set, else the map's."""
-    if input_per_mtok is not None and output_per_mtok is not None:
-        return Price(input_per_mtok / 1e6, output_per_mtok / 1e6, source="config")
-    return lookup(model, provider)
+    *,
+    override: Mapping[str, Any] | None = None,
+    free: bool = False,
+    file: Mapping[str, Any] | None = None,
+) -> Resolved:
+    """A deployment's price: the config's (`override`, `free`), the file's, the map's."""
+    if free:
+        return Resolved(FREE, "free: marked `price: free` in the config")
+    if override is not None:
+        price = price_of_entry(override, "config", None)
+        if price is not None:
+            return Resolved(price, "config")
+    tried = ", ".join(name for name, _ in candidates(model, provider))
+    if file:
+        price = lookup(model, provider, file, "file")
+        if price is not None:
+            return Resolved(price, price.where)
+    price = lookup(model, provider, price_map())
+    if price is not None:
+        return Resolved(price, price.where)
+    if file is not None:
+        why = f"neither the price file nor the bundled map ({map_version()}) has an entry for"
+        return Resolved(None, f"{why} {tried}")
+    why = f"the bundled map ({map_version()}) has no entry for {tried}, and no price file is set"
+    return Resolved(None, why)
+
+
+def load_price_file(path: str) -> dict[str, dict[str, Any]]:
+    """The operator's price file: model ids to entries with litellm's fields, in JSON or YAML.
+    ValueError names what is wrong."""
+    import yaml
+
+    try:
+        text = Path(path).read_text(encoding="utf-8")
+    except OSError as exc:
+        raise ValueError(f"cannot read the price file {path}: {exc.strerror}") from None
+    try:
+        data = orjson.loads(text)
+    except orjson.JSONDecodeError:
+        try:
+            data = yaml.safe_load(text)
+        except yaml.YAMLError as exc:
+            problem = getattr(exc, "problem", None) or str(exc)
+            raise ValueError(f"the price file {path} is not JSON or YAML: {problem}") from None
+    if data is None:
+        return {}
+    if not isinstance(data, dict):
+        raise ValueError(f"the price file {path} must map model ids to prices")
+    out: dict[str, dict[str, Any]] = {}
+    for name, entry in data.items():
+        if name == "sample_spec":  # litellm's description of its fields, in a copied map
+            continue
+        where = f"the price file {path}: {name!r}"
+        if not isinstance(entry, dict):
+            raise ValueError(f"{where} must be a mapping of litellm's price fields")
+        entry = {k: _yaml_number(v) if k in PRICE_FIELDS else v for k, v in entry.items()}
+        for field in PRICE_FIELDS:
+            if field in entry and _number(entry, field) is None:
+                raise ValueError(f"{where}: {field} must be a number >= 0 (USD per token)")
+        for field in (INPUT, OUTPUT):
+            if field not in entry:
+                raise ValueError(f"{where} has no {field}")
+        limit = entry.get(MAX_OUTPUT)
+        if limit is not None and (not isinstance(limit, int) or limit < 1):
+            raise ValueError(f"{where}: {MAX_OUTPUT} must be a positive integer")
+        out[str(name)] = entry
+    return out
+
+
+def _yaml_number(value: Any) -> Any:
+    """YAML 1.1 reads `3e-06` (no dot) as a string: the number it means."""
+    if isinstance(value, str):
+        try:
+            number = float(value)
+        except ValueError:
+            return value
+        return number if math.isfinite(number) else value
+    return value
+
+
+# -- admission ------------------------------------------------------------------------------------
+
+
+class PriceUnknown(Forbidden):
+    code = "price_unknown"
+
+
+class Priced(Protocol):
+    """What `require_price` reads of a deployment (gateway.routing.router.Deployment)."""
+
+    @property
+    def name(self) -> str: ...
+    @property
+    def upstream_model(self) -> str: ...
+    @property
+    def price(self) -> Price | None: ...
+
+
+def require_price(scopes: Sequence[tuple[str, str, Limits]], plan: Sequence[Priced]) -> None:
+    """Under a hard budget, every deployment the request may reach must have a price: an
+    unpriced one would spend without being metered. 403 `price_unknown` otherwise, naming it
+    and how to price it; nothing is recorded and no upstream is called."""
+    hard = [
+        (kind, ident)
+        for kind, ident, limits in scopes
+        if limits.budget is not None and limits.budget.mode == "hard"
+    ]
+    if not hard:
+        return
+    unpriced = [d for d in plan if d.price is None]
+    if not unpriced:
+        return
+    names = ", ".join(f"{d.name!r} (model {d.upstream_model!r})" for d in unpriced)
+    kind, ident = hard[0]
+    raise PriceUnknown(
+        f"The {kind} {ident!r} has a hard budget, and the deployment {names} this request may"
+        " reach has no known price, so its cost could not be counted against it. Price it:"
+        " an entry for the model in the price file (`prices:`), a `price` on the deployment"
+        " in the config, or `price: free` if it really costs nothing (`gateway prices` lists"
+        " every deployment's price)."
+    )

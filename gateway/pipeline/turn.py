@@ -26,6 +26,7 @@ from gateway.dialects.base import Dialect
 from gateway.errors import InvalidRequest
 from gateway.metering.keys import Principal
 from gateway.metering.limits import Lease, Limiter, scopes_of
+from gateway.metering.prices import require_price
 from gateway.metering.tokens import count_messages
 from gateway.pipeline.relay import Relay
 from gateway.routing.router import Deployment
@@ -154,6 +155,7 @@ async def admit(
     scopes = scopes_of(
         principal.key_limits, principal.team_limits, principal.key_id, principal.team_id
     )
+    require_price(scopes, plan)  # 403 price_unknown: a hard budget cannot meter an unpriced one
     if not any(s[2].tpm or s[2].budget for s in scopes):
         return await limiter.admit(scopes, 0, 0.0)  # only counts: no estimate needed
     # Reserve generously: the prompt, plus the most the answer may take.

@@ -9,14 +9,15 @@ are left out unless nothing else is available.
 
 from __future__ import annotations
 
+import logging
 import random
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 from typing import Any
 
 from gateway.config import DeploymentConfig, GatewayConfig, ModelConfig, RetryConfig
 from gateway.errors import ModelNotFound
 from gateway.metering.keys import Principal
-from gateway.metering.prices import Price, deployment_price
+from gateway.metering.prices import Price, Resolved, load_price_file, resolve
 from gateway.providers.base import Provider
 from gateway.providers.demo import DemoProvider
 from gateway.providers.openai_compatible import (
@@ -26,6 +27,8 @@ from gateway.providers.openai_compatible import (
 )
 from gateway.routing.health import DeploymentHealth
 from gateway.upstream.pool import UpstreamPool
+
+log = logging.getLogger(__name__)
 
 
 @dataclass(frozen=True, eq=False)
@@ -37,6 +40,8 @@ class Deployment:
     provider: Provider
     config: DeploymentConfig
     health: DeploymentHealth
+    # Resolved at start (`price_deployment`): None for an unpriced deployment.
+    priced: Resolved = field(default_factory=lambda: Resolved(None, "unpriced"))
 
     @property
     def route(self) -> dict[str, Any]:
@@ -48,13 +53,7 @@ class Deployment:
 
     @property
     def price(self) -> Price | None:
-        """Config override, else litellm's price map (read once, then cached)."""
-        return deployment_price(
-            self.upstream_model,
-            self.provider_name,
-            self.config.input_cost_per_mtok,
-            self.config.output_cost_per_mtok,
-        )
+        return self.priced.price
 
     def estimated_cost(self, prompt_tokens: int, completion_tokens: int) -> float | None:
         price = self.price
@@ -94,6 +93,49 @@ def _provider(config: DeploymentConfig, model: str, pool: UpstreamPool) -> Provi
     return OpenAICompatibleProvider(config, pool, model)
 
 
+def deployment_name(alias: str, index: int, config: DeploymentConfig) -> str:
+    return config.name or f"{alias}/{index}-{config.provider}"
+
+
+def price_deployment(
+    config: DeploymentConfig, upstream_model: str, file: dict[str, Any] | None
+) -> Resolved:
+    """A deployment's price and where it came from (gateway.metering.prices.resolve)."""
+    override: dict[str, Any] | None = None
+    if config.price is not None and config.price != "free":
+        override = config.price.model_dump(exclude_none=True)
+    elif config.input_cost_per_mtok is not None and config.output_cost_per_mtok is not None:
+        override = {
+            "input_cost_per_token": config.input_cost_per_mtok / 1e6,
+            "output_cost_per_token": config.output_cost_per_mtok / 1e6,
+        }
+    return resolve(
+        upstream_model, config.provider, override=override, free=config.price == "free", file=file
+    )
+
+
+@dataclass(frozen=True)
+class PricedDeployment:
+    alias: str
+    name: str
+    provider: str
+    model: str
+    priced: Resolved
+
+
+def price_list(config: GatewayConfig) -> list[PricedDeployment]:
+    """Every deployment's price, as the router resolves it at start (no provider is made)."""
+    file = load_price_file(config.prices) if config.prices is not None else None
+    out = []
+    for model in config.models:
+        for i, dep in enumerate(model.deployments):
+            upstream_model = dep.model or model.name
+            priced = price_deployment(dep, upstream_model, file)
+            name = deployment_name(model.name, i, dep)
+            out.append(PricedDeployment(model.name, name, dep.provider, upstream_model, priced))
+    return out
+
+
 def estimate_tokens(body: dict[str, Any]) -> tuple[int, int]:
     """A cheap (prompt, completion) token guess for ordering by cost: about 4 bytes a token."""
     messages = body.get("messages") or []
@@ -112,19 +154,37 @@ class Router:
         self._aliases: dict[str, Alias] = {}
         self._rng = rng or random.Random()
         names: set[str] = set()
+        # Prices resolve once, here: the price file is read at start, as the config is.
+        file = load_price_file(config.prices) if config.prices is not None else None
         for model in config.models:
             deployments = []
             for i, dep in enumerate(model.deployments):
                 upstream_model = dep.model or model.name
-                name = dep.name or f"{model.name}/{i}-{dep.provider}"
+                name = deployment_name(model.name, i, dep)
                 if name in names:
                     raise ValueError(f"deployment name {name!r} is used twice")
                 names.add(name)
                 health = DeploymentHealth(name, model.cooldown, dep.max_concurrency)
                 provider = _provider(dep, upstream_model, pool)
+                priced = price_deployment(dep, upstream_model, file)
+                if priced.price is None:
+                    log.warning(
+                        "deployment %s (model %s) has no price, so a hard budget refuses its"
+                        " requests (price_unknown) and its usage is recorded without cost: %s",
+                        name,
+                        upstream_model,
+                        priced.why,
+                    )
                 deployments.append(
                     Deployment(
-                        name, model.name, dep.provider, upstream_model, provider, dep, health
+                        name,
+                        model.name,
+                        dep.provider,
+                        upstream_model,
+                        provider,
+                        dep,
+                        health,
+                        priced,
                     )
                 )
             self._aliases[model.name] = Alias(model, deployments)
