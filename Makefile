@@ -4,14 +4,16 @@ VENV := .venv
 BIN := $(VENV)/bin
 CONFIG ?= config/gateway.yaml
 STAMP := $(VENV)/.installed
+JS_STAMP := tests/js/node_modules/.installed
 
-.PHONY: setup system run test lint typecheck check bench clean
+.PHONY: setup system js run test lint typecheck check bench clean
 
 setup: $(STAMP)
 
 # What the tests start or drive themselves: a throwaway PostgreSQL and Redis (replica and
-# store-outage tests), promtool and docker-compose (deploy/ validation), Chromium (admin UI).
-# Installed from Debian's packages only when missing.
+# store-outage tests), promtool and docker-compose (deploy/ validation), Chromium (admin UI),
+# Node and npm (the JavaScript clients in tests/js). Installed from Debian's packages only when
+# missing.
 system:
 	@need=""; \
 	ls /usr/lib/postgresql/*/bin/initdb >/dev/null 2>&1 || need="$$need postgresql"; \
@@ -19,6 +21,8 @@ system:
 	command -v promtool >/dev/null || need="$$need prometheus"; \
 	command -v docker-compose >/dev/null || need="$$need docker-compose"; \
 	command -v chromium >/dev/null || need="$$need chromium"; \
+	command -v node >/dev/null || need="$$need nodejs"; \
+	command -v npm >/dev/null || need="$$need npm"; \
 	if [ -n "$$need" ]; then \
 		echo "installing:$$need"; \
 		SUDO=$$( [ "$$(id -u)" = 0 ] || echo sudo ); \
@@ -32,11 +36,19 @@ $(STAMP): pyproject.toml
 	$(BIN)/pip install --quiet -e '.[dev]'
 	touch $(STAMP)
 
+# The JavaScript clients tests/js drives (package.json pins them; the lockfile is committed):
+# installed from the npm registry once, again only when the lockfile changes.
+js: $(JS_STAMP)
+
+$(JS_STAMP): tests/js/package.json tests/js/package-lock.json | system
+	cd tests/js && npm ci --no-audit --no-fund --loglevel=error
+	touch $(JS_STAMP)
+
 run: setup
 	mkdir -p data
 	$(BIN)/gateway serve --config $(CONFIG)
 
-test: setup system
+test: setup system js
 	$(BIN)/ruff check gateway tests bench
 	$(BIN)/mypy
 	$(BIN)/python .ci/audit
@@ -52,4 +64,4 @@ bench: setup
 	$(BIN)/python -m bench.run
 
 clean:
-	rm -rf $(VENV) data/*.db* .pytest_cache .mypy_cache .ruff_cache
+	rm -rf $(VENV) data/*.db* .pytest_cache .mypy_cache .ruff_cache tests/js/node_modules
