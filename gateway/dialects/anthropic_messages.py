@@ -33,7 +33,7 @@ from typing import Any, Literal, TypeGuard
 import orjson
 from pydantic import BaseModel, ConfigDict, Field, field_validator
 
-from gateway.dialects.requests import parse_json_object, validated
+from gateway.dialects.requests import MAX_OUTPUT_TOKENS, parse_json_object, validated
 from gateway.errors import GatewayError, InvalidRequest, UpstreamStreamError
 from gateway.ids import random_hex
 from gateway.providers.anthropic_messages import ERROR_STATUS, STOP_REASONS
@@ -135,7 +135,7 @@ class AnthropicRequest(BaseModel):
 
     model: str = Field(description="A model alias from the gateway's config.")
     messages: list[AnthropicMessage] = Field(min_length=1)
-    max_tokens: int = Field(ge=1, strict=True)
+    max_tokens: int = Field(ge=1, le=MAX_OUTPUT_TOKENS, strict=True)
     system: str | list[AnthropicTextBlock] | None = None
     stream: bool | None = None
     temperature: float | None = Field(None, ge=0, le=1)

@@ -47,7 +47,7 @@ from typing import Any, TypeGuard
 import orjson
 from pydantic import BaseModel, ConfigDict, Field, field_validator
 
-from gateway.dialects.requests import parse_json_object, validated
+from gateway.dialects.requests import MAX_OUTPUT_TOKENS, parse_json_object, validated
 from gateway.errors import GatewayError, InvalidRequest, UpstreamStreamError
 from gateway.stream.assembler import BlockAssembler
 from gateway.stream.events import (
@@ -104,7 +104,7 @@ class ResponsesRequest(BaseModel):
     conversation: str | ConversationRef | None = None
     store: bool = True
     stream: bool | None = None
-    max_output_tokens: int | None = Field(None, ge=1, strict=True)
+    max_output_tokens: int | None = Field(None, ge=1, le=MAX_OUTPUT_TOKENS, strict=True)
     temperature: float | None = Field(None, ge=0, le=2)
     top_p: float | None = Field(None, ge=0, le=1)
     reasoning: ResponsesReasoning | None = None

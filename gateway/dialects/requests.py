@@ -6,7 +6,7 @@ A bad body is a 400 `invalid_request_error` whose `param` names the field the wa
 
 from __future__ import annotations
 
-from typing import Any, TypeVar
+from typing import Any, TypeGuard, TypeVar
 
 import orjson
 from pydantic import BaseModel, ValidationError
@@ -68,3 +68,46 @@ def validated(model: type[M], body: dict[str, Any]) -> M:
         if first["type"] == "extra_forbidden":
             raise InvalidRequest(f"Unknown parameter: '{param}'.", param=param) from None
         raise InvalidRequest(f"Invalid value for '{param}': {first['msg']}.", param=param) from None
+
+
+# The largest output bound a request may name (`max_tokens`, `max_completion_tokens`,
+# `max_output_tokens`): no model comes near it, and every reservation is an exact integer.
+MAX_OUTPUT_TOKENS = 2**31 - 1
+# OpenAI's own range for `n` (choices per request).
+MAX_CHOICES = 128
+
+
+def _whole(value: Any) -> TypeGuard[int]:
+    return isinstance(value, int) and not isinstance(value, bool)
+
+
+def check_output_params(body: dict[str, Any]) -> None:
+    """A chat body's output bounds and `n`, checked before anything is reserved or recorded:
+    a reservation is computed from them, so a negative, zero, fractional or absurd one would
+    let a request through a budget it does not fit (or widen a TPM window)."""
+    for name in ("max_completion_tokens", "max_tokens"):
+        value = body.get(name)
+        if value is not None and not (_whole(value) and 1 <= value <= MAX_OUTPUT_TOKENS):
+            raise InvalidRequest(
+                f"Invalid value for '{name}': expected a positive integer of at most"
+                f" {MAX_OUTPUT_TOKENS}, got {value!r:.40}.",
+                param=name,
+            )
+    n = body.get("n")
+    if n is not None and not (_whole(n) and 1 <= n <= MAX_CHOICES):
+        raise InvalidRequest(
+            f"Invalid value for 'n': expected an integer from 1 to {MAX_CHOICES}, got {n!r:.40}.",
+            param="n",
+        )
+
+
+def output_bound(body: dict[str, Any]) -> int | None:
+    """The most output tokens a (checked) chat body allows per choice, if it names a bound."""
+    bound = body.get("max_completion_tokens") or body.get("max_tokens")
+    return bound if _whole(bound) else None
+
+
+def choices(body: dict[str, Any]) -> int:
+    """How many choices a (checked) chat body asks for."""
+    n = body.get("n")
+    return n if _whole(n) and n >= 1 else 1

@@ -121,7 +121,8 @@ def check_scope(
         detail = (
             f"the {kind} budget of {budget.usd:g} USD per {budget.period} is spent"
             f" ({state.spent:.6f} USD used, {state.reserved:.6f} USD reserved by requests"
-            " in flight)"
+            f" in flight; this request reserves {cost:.6f} USD, the most it may cost: a"
+            " lower max_tokens reserves less)"
         )
         if budget.mode == "soft":
             headers["X-Gateway-Budget-Warning"] = detail
@@ -271,6 +272,20 @@ class Limiter:
                 # Correct the estimate taken at admission to the real count.
                 scope.tokens.append((now, tokens - lease.tokens))
                 scope.token_sum += tokens - lease.tokens
+
+    def held(self, kind: str, ident: str) -> ScopeState:
+        """What a scope holds now in this process (for tests, and to compare before/after)."""
+        scope = self._scopes.get((kind, ident)) or _Scope()
+        scope.prune(time.time())
+        return ScopeState(
+            requests=len(scope.requests),
+            requests_reset=0.0,
+            tokens=scope.token_sum,
+            tokens_reset=0.0,
+            in_flight=scope.in_flight,
+            spent=scope.spent,
+            reserved=scope.reserved,
+        )
 
     async def close(self) -> None:
         """Nothing to let go in process (`RedisLimiter` waits for its settles here)."""
