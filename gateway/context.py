@@ -3,13 +3,14 @@
 from __future__ import annotations
 
 import asyncio
-from collections.abc import Callable, Coroutine
+from collections.abc import Coroutine
 from dataclasses import dataclass, field
-from typing import Any
+from typing import Any, Protocol
 
 from aiohttp import web
 
 from gateway.config import GatewayConfig
+from gateway.conversations.recorder import TurnRecorder
 from gateway.conversations.service import Conversations
 from gateway.metering.auth import Authenticator
 from gateway.metering.key_store import KeyStore
@@ -20,6 +21,16 @@ from gateway.pipeline.turn_ends import TurnEnds
 from gateway.routing.router import Router
 from gateway.storage.store import Store
 from gateway.upstream.pool import UpstreamPool
+
+
+class InFlight(Protocol):
+    """A turn in progress that an explicit cancel can stop (gateway.pipeline.relay.Relay)."""
+
+    turn: TurnRecorder
+
+    def cancel(self) -> bool:
+        """Stop it; False when it is already finishing."""
+        ...
 
 
 @dataclass
@@ -41,7 +52,7 @@ class Gateway:
     background: set[asyncio.Task[None]] = field(default_factory=set)
     # In-flight chat completions by request id, for POST .../{request_id}/cancel: the team
     # that owns each (only that team, or the admin, may cancel it) and how to stop it.
-    cancels: dict[str, tuple[str | None, Callable[[], bool]]] = field(default_factory=dict)
+    cancels: dict[str, tuple[str | None, InFlight]] = field(default_factory=dict)
     # Non-streaming answers complete here, recorded a loop iteration's worth at a time.
     turn_ends: TurnEnds = field(default_factory=TurnEnds)
 

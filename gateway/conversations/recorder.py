@@ -15,6 +15,7 @@ handler that is being cancelled because its client went away.
 
 from __future__ import annotations
 
+import asyncio
 import time
 from collections.abc import Callable, Sequence
 from typing import TYPE_CHECKING, Any, Protocol
@@ -258,6 +259,7 @@ class TurnRecorder:
         self._answer: list[dict[str, Any]] | None = None  # the recorded answer's blocks
         self.attempts: list[Attempt] = []
         self.ended = False
+        self._on_end: asyncio.Future[None] | None = None  # made by a first `wait_ended`
         self._started = time.monotonic()
 
     def begin(
@@ -287,6 +289,15 @@ class TurnRecorder:
         attempt = Attempt(len(self.attempts) + 1, route)
         self.attempts.append(attempt)
         return attempt
+
+    async def wait_ended(self) -> None:
+        """Until the turn has ended (its `turn/end` queued): for a cancel from another
+        connection that then acts on what was recorded."""
+        if self.ended:
+            return
+        if self._on_end is None:
+            self._on_end = asyncio.get_running_loop().create_future()
+        await asyncio.shield(self._on_end)
 
     # -- finalisation --------------------------------------------------------------------
 
@@ -444,6 +455,8 @@ class TurnRecorder:
             answer = assistant_message(self._answer)
             end.fingerprint = end_fingerprint(self.key_id, self.user, self.prompt, answer)
         self.store.append(end)
+        if self._on_end is not None and not self._on_end.done():
+            self._on_end.set_result(None)
         metrics.TURNS.labels(status, reason or "").inc()
         last = self.attempts[-1].route.get("deployment") if self.attempts else None
         alias = self.alias or ""

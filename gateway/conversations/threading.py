@@ -63,3 +63,11 @@ def end_fingerprint(
     history = [m for m in prompt if m.get("role") in HISTORY_ROLES]
     history.append(answer)
     return fingerprint(key_id, user, prompt, history)
+
+
+def recorded_fingerprint(
+    key_id: str | None, request: dict[str, Any], history: list[dict[str, Any]]
+) -> str:
+    """The fingerprint of `history` for a turn as the store recorded it (its `request`: its
+    user and instructions), when what a turn ended with changes afterwards (a truncate)."""
+    return fingerprint(key_id, request.get("user"), request.get("instructions") or [], history)

@@ -14,14 +14,21 @@ nothing.
 from __future__ import annotations
 
 import asyncio
-from collections.abc import Callable
 from typing import Any
 
-from gateway.conversations.derive import cut_blocks, text_chars
+import orjson
+
+from gateway.conversations.derive import (
+    assistant_message,
+    cut_blocks,
+    derive_messages,
+    text_chars,
+)
 from gateway.conversations.events import ASSISTANT_MESSAGE, ASSISTANT_TRUNCATE, Event, NewEvent
 from gateway.conversations.path import history_path
 from gateway.conversations.recorder import TurnRecorder
 from gateway.conversations.service import Conversations
+from gateway.conversations.threading import recorded_fingerprint
 from gateway.dialects.requests import parse_json_object
 from gateway.errors import Conflict, GatewayError, InvalidRequest, NotFound
 from gateway.metering.keys import Principal
@@ -31,7 +38,6 @@ OBJECT = "conversation.turn.truncation"
 # How long a cancel waits for its turn to end before applying a truncate (the relay ends a
 # cancelled stream within about 2 s: it gives the last frames that long to be acknowledged).
 _END_WAIT_S = 10.0
-_END_POLL_S = 0.005
 
 
 def content_chars_of(body: dict[str, Any]) -> int:
@@ -113,10 +119,16 @@ async def truncate(
             ASSISTANT_TRUNCATE,
             {"message_seq": answer.seq, "content_chars": content_chars},
         )
+        kept = cut_blocks(blocks, content_chars)
+        if conversations.threading == "auto":
+            # A client continuing after this turn now sends the text it showed: the turn's
+            # fingerprint becomes that history's (gateway.conversations.threading).
+            before = derive_messages([e for e in path if e.seq < answer.seq], synthesize=False)
+            history = [*before, assistant_message(kept)]
+            event.fingerprint = recorded_fingerprint(row[2], orjson.loads(row[3]), history)
         store.append(event)
         await store.flush()
         seq = await _seq_of(conversations, event.uid)
-        kept = cut_blocks(blocks, content_chars)
     return {
         "object": OBJECT,
         "conversation_id": conversation_id,
@@ -143,11 +155,11 @@ def _answer(path: list[Event], conversation_id: str, turn_id: str) -> Event | No
 
 
 async def _turn(conversations: Conversations, turn_id: str) -> Row | None:
-    """(conversation id, ended_at) of a turn."""
+    """(conversation id, ended_at, key id, request) of a turn."""
 
     async def read(db: Db) -> Row | None:
         return await db.fetchrow(
-            "SELECT conversation_id, ended_at FROM turns WHERE id = ?", turn_id
+            "SELECT conversation_id, ended_at, key_id, request FROM turns WHERE id = ?", turn_id
         )
 
     return await conversations.store.run(read)
@@ -164,37 +176,23 @@ async def _seq_of(conversations: Conversations, uid: str) -> int | None:
 # -- a cancel that says what was shown ----------------------------------------------------------
 
 
-def cancelled_turn(cancel: Callable[[], bool]) -> TurnRecorder | None:
-    """The turn an in-flight request's cancel stops: the cancel registered in
-    `Gateway.cancels` is its relay's bound `cancel`, and the relay holds its turn."""
-    turn = getattr(getattr(cancel, "__self__", None), "turn", None)
-    return turn if isinstance(turn, TurnRecorder) else None
-
-
 async def truncate_cancelled(
     conversations: Conversations,
-    cancel: Callable[[], bool],
+    turn: TurnRecorder,
     content_chars: int,
     principal: Principal,
 ) -> dict[str, Any]:
     """After a cancel took effect: wait for its turn to end (the relay records the delivered
     prefix once the client has acknowledged the last frames), then truncate it."""
-    turn = cancelled_turn(cancel)
-    if turn is None:
+    try:
+        async with asyncio.timeout(_END_WAIT_S):
+            await turn.wait_ended()
+    except TimeoutError:
         raise Conflict(
-            "The request was cancelled, but its turn cannot be truncated.",
-            code="turn_not_interrupted",
-        )
-    loop = asyncio.get_running_loop()
-    deadline = loop.time() + _END_WAIT_S
-    while not turn.ended:
-        if loop.time() > deadline:
-            raise Conflict(
-                f"The request was cancelled, but its turn '{turn.turn_id}' has not ended yet;"
-                " truncate it once it has.",
-                code="turn_in_progress",
-            )
-        await asyncio.sleep(_END_POLL_S)
+            f"The request was cancelled, but its turn '{turn.turn_id}' has not ended yet;"
+            " truncate it once it has.",
+            code="turn_in_progress",
+        ) from None
     try:
         return await truncate(
             conversations, turn.conversation_id, turn.turn_id, content_chars, principal

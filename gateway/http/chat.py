@@ -37,7 +37,7 @@ async def cancel(request: web.Request) -> web.Response:
             f"No chat completion with request id '{request_id}' is in progress"
             " (it may have finished already)."
         )
-    if not entry[1]():
+    if not entry[1].cancel():
         raise Conflict(f"The request '{request_id}' is already finishing.", code="not_cancellable")
     answer: dict[str, Any] = {
         "id": request_id,
@@ -46,6 +46,6 @@ async def cancel(request: web.Request) -> web.Response:
     }
     if content_chars is not None:
         answer["truncation"] = await truncate_cancelled(
-            request.app[GATEWAY].conversations, entry[1], content_chars, request[PRINCIPAL]
+            request.app[GATEWAY].conversations, entry[1].turn, content_chars, request[PRINCIPAL]
         )
     return web.json_response(answer)

@@ -156,7 +156,7 @@ async def cancel(request: web.Request) -> web.Response:
     store = _store(request)
     stored = await store.get(response_id, principal)
     entry = request.app[GATEWAY].cancels.get(response_id)
-    if entry is None or not principal.sees(entry[0]) or not entry[1]():
+    if entry is None or not principal.sees(entry[0]) or not entry[1].cancel():
         raise Conflict(
             f"The response '{response_id}' is not in progress; only an in-flight response can be"
             " cancelled.",
@@ -164,7 +164,7 @@ async def cancel(request: web.Request) -> web.Response:
         )
     if content_chars is not None:
         await truncate_cancelled(
-            request.app[GATEWAY].conversations, entry[1], content_chars, principal
+            request.app[GATEWAY].conversations, entry[1].turn, content_chars, principal
         )
     await request.app[GATEWAY].store.flush()
     response = await _object(request, stored)

@@ -123,7 +123,7 @@ class Relay:
     async def serve(self, cancel_key: str, team_id: str | None) -> web.StreamResponse:
         """Run the turn to its end, however it ends; cancellable meanwhile by `cancel_key`."""
         cancels = self.gateway.cancels
-        entry = (team_id, self.cancel)
+        entry = (team_id, self)
         registered = cancels.setdefault(cancel_key, entry) is entry
         try:
             return await self.run()

@@ -490,3 +490,42 @@ async def test_a_history_once_unknown_is_found_once_a_turn_ends_with_it(
     upstream.push(completion("Fine."))
     again, _ = await ask(gw, [hi, hello, {"role": "user", "content": "How are you?"}])
     assert again == first
+
+
+async def test_a_follow_up_carrying_the_truncated_text_continues_the_conversation(
+    make_gateway: MakeGateway, upstream: FakeUpstream
+) -> None:
+    """After a truncate, what the client continues with is the text it showed: the turn's
+    fingerprint follows the truncate, also in the database (a restart keeps it)."""
+    from tests.fakes import chunk, frames
+
+    gw = await make_gateway(upstream=upstream)
+    parts = ["Once upon ", "a time, ", "in a land ", "far away"]
+    upstream.push(frames(*(chunk(p) for p in parts), then="stall"))
+    client = gw.client(default_headers={"X-Request-Id": "req-story"})
+    question = {"role": "user", "content": "A story?"}
+    response = await client.chat.completions.with_raw_response.create(
+        model="fake", messages=[question], stream=True
+    )
+    conversation_id = response.headers["X-Conversation-Id"]
+    seen, cancelled = "", False
+    async for part in response.parse():
+        seen += part.choices[0].delta.content or ""
+        if seen == "".join(parts) and not cancelled:
+            cancelled = True
+            status, answer = await gw.post(
+                "/v1/chat/completions/req-story/cancel", {"content_chars": 9}
+            )
+            assert status == 200, answer
+    shown = {"role": "assistant", "content": "Once upon"}
+    upstream.push(completion("...a time."))
+    onward, _ = await ask(gw, [question, shown, {"role": "user", "content": "Go on"}])
+    assert onward == conversation_id
+    await gw.flush()
+    later = await make_gateway(upstream=upstream)  # the same store, nothing in memory
+    upstream.push(completion("...a time."))
+    again, _ = await ask(later, [question, shown, {"role": "user", "content": "Go on!"}])
+    branch = await later.gateway.store.get_conversation(again)
+    # The stored history is the shown text: a second follow-up after the same answer is a
+    # sibling of the first (a branch at the truncated answer), not a new conversation.
+    assert branch is not None and branch.parent_id == conversation_id

@@ -56,6 +56,7 @@ class Ids:
     response_conversation: str = ""
     items: str = ""
     at_seq: int = 0
+    turn: str = ""
     history: list[dict[str, Any]] = field(default_factory=list)
     inflight_request: str = f"alpha-inflight-{TAG}"
     inflight_response: str = ""
@@ -154,6 +155,10 @@ TABLE: list[Probe] = [
     Probe("POST", "/v1/conversations/{id}/branches", OWNED, owner=201,
           path=lambda i: f"/v1/conversations/{i.chat}/branches",
           body=lambda i: {"at_seq": i.at_seq}),
+    # The owner's turn completed: only an interrupted answer can be truncated (409).
+    Probe("POST", "/v1/conversations/{id}/turns/{turn_id}/truncate", OWNED, owner=409,
+          path=lambda i: f"/v1/conversations/{i.chat}/turns/{i.turn}/truncate",
+          body=lambda i: {"content_chars": 0}),
     Probe("GET", "/v1/conversations/{id}/usage", OWNED,
           path=lambda i: f"/v1/conversations/{i.chat}/usage"),
     Probe("GET", "/v1/conversations/{id}/usage", OWNED,
@@ -279,6 +284,7 @@ async def make_alpha_data(gw: GatewayUnderTest, upstream: FakeUpstream, call: Ca
     answer = json.loads(raw)["choices"][0]["message"]["content"]
     events = await gw.wait_turn_end(ids.chat)
     ids.at_seq = next(e["seq"] for e in events if e["type"] == "turn/end")
+    ids.turn = events[-1]["turn_id"]
     ids.history = [question, {"role": "assistant", "content": answer}]
     # A branch of it.
     branch = await call.ok(
