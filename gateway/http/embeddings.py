@@ -1,4 +1,5 @@
-"""POST /v1/embeddings: the request checked, then routed like a completion (not recorded)."""
+"""POST /v1/embeddings: the request checked, then admitted, routed and metered like a completion
+(not recorded as a conversation)."""
 
 from __future__ import annotations
 

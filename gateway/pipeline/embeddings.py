@@ -1,6 +1,7 @@
 """An embeddings request: routed by the same aliases, strategies and retries as a turn, and
 answered with the upstream's body, unchanged unless its vectors are not in the form the client
-asked for. Nothing of it is recorded as a conversation.
+asked for. Nothing of it is recorded as a conversation, but it is admitted and metered as a
+completion is: the key's and team's limits and budgets first, a usage row with its cost after.
 
 `encoding_format` is honoured whatever the deployment does with it: an upstream that ignores it
 (answers floats to a `base64` request, or the reverse) has its vectors converted, base64 being
@@ -14,21 +15,32 @@ import asyncio
 import base64
 import binascii
 import struct
+import time
 from typing import Any
 
 import orjson
 
 from gateway.context import Gateway
+from gateway.conversations.events import new_id
 from gateway.errors import InvalidRequest, UpstreamError, UpstreamTimeout
 from gateway.metering.keys import Principal
+from gateway.metering.limits import Lease
+from gateway.metering.tokens import count_embedding_input
+from gateway.metering.usage import embeddings_record
+from gateway.pipeline.turn import admit
 from gateway.routing.retry import RetryPlan
+from gateway.routing.router import Alias, Deployment
 
 
 async def run_embeddings(
     gateway: Gateway, principal: Principal, body: dict[str, Any]
 ) -> tuple[bytes, dict[str, str]]:
     """The upstream's JSON answer and the response headers; the last `UpstreamError` when
-    every deployment failed."""
+    every deployment failed.
+
+    Admitted as a completion is (the key's models, its and its team's RPM, TPM, concurrency
+    and budgets: `admit`), and metered: one usage row with the input tokens and their cost,
+    written when the answer comes. A failed attempt is not billed by providers: no row."""
     router = gateway.routes
     alias = router.alias(body["model"], principal)
     plan = [d for d in router.plan(alias, body) if hasattr(d.provider, "embeddings")]
@@ -36,6 +48,24 @@ async def run_embeddings(
         raise InvalidRequest(
             f"The model `{alias.name}` has no deployment that serves embeddings.", param="model"
         )
+    lease = await admit(gateway.limiter, principal, body, plan, embeddings=True)
+    try:
+        raw, headers = await _attempts(gateway, principal, body, alias, plan, lease)
+    finally:
+        lease.release()  # a no-op once the answer settled it
+    headers.update(lease.headers)
+    return raw, headers
+
+
+async def _attempts(
+    gateway: Gateway,
+    principal: Principal,
+    body: dict[str, Any],
+    alias: Alias,
+    plan: list[Deployment],
+    lease: Lease,
+) -> tuple[bytes, dict[str, str]]:
+    started = time.monotonic()
     retries = RetryPlan(alias, plan)
     while (deployment := await retries.next()) is not None:
         deployment.health.acquire()
@@ -57,7 +87,12 @@ async def run_embeddings(
         finally:
             deployment.health.release()
         deployment.health.succeeded(None)
-        raw = conform(raw, body, deployment.name)
+        try:
+            raw, usage = conform(raw, body, deployment.name)
+        except InvalidRequest:  # answered, and billed, but not as asked: metered all the same
+            _meter(gateway, principal, body, alias, deployment, lease, None, started)
+            raise
+        _meter(gateway, principal, body, alias, deployment, lease, usage, started)
         headers = {
             "X-Gateway-Deployment": deployment.name,
             "X-Gateway-Attempts": str(retries.attempts),
@@ -68,30 +103,67 @@ async def run_embeddings(
     raise retries.last_error
 
 
-def conform(raw: bytes, body: dict[str, Any], deployment: str) -> bytes:
+def _meter(
+    gateway: Gateway,
+    principal: Principal,
+    body: dict[str, Any],
+    alias: Alias,
+    deployment: Deployment,
+    lease: Lease,
+    usage: Any,
+    started: float,
+) -> None:
+    """Write the request's usage row and settle its lease to the real count and cost."""
+    reported = usage.get("prompt_tokens") if isinstance(usage, dict) else None
+    if isinstance(reported, int) and not isinstance(reported, bool) and reported >= 0:
+        tokens, source = reported, "provider"
+    else:
+        tokens, source = count_embedding_input(body.get("input")), "estimated"
+    user = body.get("user")
+    record = embeddings_record(
+        new_id("emb"),
+        team_id=principal.team_id,
+        key_id=principal.key_id,
+        user=principal.user or (user if isinstance(user, str) and "\x00" not in user else None),
+        alias=alias.name,
+        deployment=deployment.name,
+        provider=deployment.provider_name,
+        model=deployment.upstream_model,
+        prompt_tokens=tokens,
+        usage_source=source,
+        price=deployment.price,
+        duration_ms=(time.monotonic() - started) * 1000.0,
+    )
+    if gateway.meter is not None:
+        gateway.meter.embeddings(record)
+    lease.settle(record.cost_usd, tokens)
+
+
+def conform(raw: bytes, body: dict[str, Any], deployment: str) -> tuple[bytes, Any]:
     """The upstream's answer with every vector in the asked `encoding_format` (`float` when
-    absent); the bytes themselves when they already are. An answer whose vectors are not
-    `dimensions` long is a 400 naming the deployment."""
+    absent), the bytes themselves when they already are; and its `usage`. An answer whose
+    vectors are not `dimensions` long is a 400 naming the deployment."""
     fmt = body.get("encoding_format") or "float"
     dimensions = body.get("dimensions")
     try:
         answer = orjson.loads(raw)
     except orjson.JSONDecodeError:
-        return raw  # not ours to judge: the client gets what the upstream said
+        return raw, None  # not ours to judge: the client gets what the upstream said
     data = answer.get("data") if isinstance(answer, dict) else None
     if not isinstance(data, list):
-        return raw
+        return raw, None
+    usage = answer.get("usage")
     changed = False
     for item in data:
         vector = item.get("embedding") if isinstance(item, dict) else None
         if isinstance(vector, str):
             floats = _from_base64(vector)
             if floats is None:
-                return raw
+                return raw, usage
         elif isinstance(vector, list):
             floats = vector
         else:
-            return raw
+            return raw, usage
         if dimensions is not None and len(floats) != dimensions:
             raise InvalidRequest(
                 f"The deployment `{deployment}` does not honour 'dimensions': it answered"
@@ -102,12 +174,12 @@ def conform(raw: bytes, body: dict[str, Any], deployment: str) -> bytes:
             try:
                 item["embedding"] = to_base64(vector)
             except struct.error:  # not a list of numbers
-                return raw
+                return raw, usage
             changed = True
         elif fmt == "float" and isinstance(vector, str):
             item["embedding"] = floats
             changed = True
-    return orjson.dumps(answer) if changed else raw
+    return (orjson.dumps(answer) if changed else raw), usage
 
 
 def to_base64(vector: list[float]) -> str:
