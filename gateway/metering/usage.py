@@ -3,7 +3,8 @@
 Keeps apart what was *generated and billed* (the provider's own count; a tokenizer estimate,
 flagged `usage_source: "estimated"`, only when that count never came, as after a cancel) and
 what was *delivered* (the tokens of the part the client received). Cost comes from the
-deployment's price (a config override, else litellm's bundled price map).
+deployment's price (gateway.metering.prices), each kind of token at its own: cache reads, 5-minute
+and 1-hour cache writes, the rest of the prompt, and the output, reasoning included.
 """
 
 from __future__ import annotations
@@ -11,7 +12,7 @@ from __future__ import annotations
 import time
 from collections.abc import Callable, Iterable
 from dataclasses import dataclass
-from typing import TYPE_CHECKING, Any
+from typing import TYPE_CHECKING, Any, NamedTuple
 
 from gateway import metrics
 from gateway.metering.prices import Price
@@ -48,6 +49,11 @@ class UsageRecord:
     cost_usd: float | None
     ttft_ms: float | None
     duration_ms: float | None
+    # Prompt tokens written to the provider's cache (Anthropic's), by how long they stay: billed
+    # at the cache-write prices, not the input price. Part of prompt_tokens, as cached_tokens
+    # (the tokens read from the cache) are.
+    cache_write_5m_tokens: int = 0
+    cache_write_1h_tokens: int = 0
 
     def row(self) -> dict[str, Any]:
         return dict(self.__dict__)  # flat fields: asdict's deep copy costs 20x more
@@ -55,6 +61,57 @@ class UsageRecord:
 
 def _int(value: Any) -> int:
     return value if isinstance(value, int) and not isinstance(value, bool) else 0
+
+
+class ProviderCounts(NamedTuple):
+    prompt: int  # every input token: plain, read from the cache, written to it
+    completion: int  # every output token, reasoning included
+    reasoning: int
+    cached: int  # read from the cache
+    cache_write_5m: int
+    cache_write_1h: int
+
+
+def _details(usage: dict[str, Any], name: str) -> dict[str, Any]:
+    value = usage.get(name)
+    return value if isinstance(value, dict) else {}
+
+
+def provider_counts(usage: dict[str, Any]) -> ProviderCounts:
+    """A provider's usage (in OpenAI's names, the provider's own under `provider_usage`) as the
+    counts each price applies to.
+
+    - Cache reads: OpenAI's `prompt_tokens_details.cached_tokens` (Anthropic's
+      `cache_read_input_tokens` arrive there too).
+    - Cache writes: Anthropic's `cache_creation_input_tokens`, split by its `cache_creation`
+      (`ephemeral_5m_input_tokens`, `ephemeral_1h_input_tokens`); litellm's
+      `prompt_tokens_details.cache_creation_tokens` and `cache_creation_token_details` likewise.
+      A write without the split is a 5-minute one (Anthropic's default).
+    - Reasoning is output, inside `completion_tokens` as OpenAI counts it; a provider that counts
+      it beside them (reasoning more than the completion, or a total that adds it) has it added.
+    """
+    prompt = _int(usage.get("prompt_tokens"))
+    completion = _int(usage.get("completion_tokens"))
+    reasoning = _int(_details(usage, "completion_tokens_details").get("reasoning_tokens"))
+    prompt_details = _details(usage, "prompt_tokens_details")
+    cached = _int(prompt_details.get("cached_tokens")) or _int(usage.get("cache_read_input_tokens"))
+    raw = _details(usage, "provider_usage") or usage
+    written = (
+        _int(raw.get("cache_creation_input_tokens"))
+        or _int(usage.get("cache_creation_input_tokens"))
+        or _int(prompt_details.get("cache_creation_tokens"))
+    )
+    split = _details(raw, "cache_creation") or _details(
+        prompt_details, "cache_creation_token_details"
+    )
+    hour = _int(split.get("ephemeral_1h_input_tokens"))
+    written = max(written, hour + _int(split.get("ephemeral_5m_input_tokens")))
+    hour = min(hour, written)
+    prompt = max(prompt, cached + written)
+    total = usage.get("total_tokens")
+    if reasoning and (reasoning > completion or total == prompt + completion + reasoning):
+        completion += reasoning
+    return ProviderCounts(prompt, completion, reasoning, cached, written - hour, hour)
 
 
 def _generated_tokens(events: Iterable[StreamEvent]) -> tuple[int, int]:
@@ -78,6 +135,8 @@ def _totals(record: UsageRecord) -> dict[str, Any]:
         "completion_delivered": record.completion_delivered,
         "reasoning_tokens": record.reasoning_tokens,
         "cached_tokens": record.cached_tokens,
+        "cache_write_5m_tokens": record.cache_write_5m_tokens,
+        "cache_write_1h_tokens": record.cache_write_1h_tokens,
         "cost_usd": round(cost, 10) if cost is not None else None,
         "usage_source": record.usage_source,
     }
@@ -108,6 +167,8 @@ class Meter:
             "completion_delivered": sum(r.completion_delivered for r in records),
             "reasoning_tokens": sum(r.reasoning_tokens for r in records),
             "cached_tokens": sum(r.cached_tokens for r in records),
+            "cache_write_5m_tokens": sum(r.cache_write_5m_tokens for r in records),
+            "cache_write_1h_tokens": sum(r.cache_write_1h_tokens for r in records),
             "cost_usd": round(sum(costs), 10) if costs else None,
             "usage_source": "estimated"
             if any(r.usage_source == "estimated" for r in records)
@@ -117,16 +178,10 @@ class Meter:
     def _attempt(self, turn: TurnRecorder, attempt: Attempt) -> UsageRecord:
         usage = attempt.usage
         outcome = attempt.outcome or "error"
+        write_5m = write_1h = 0
         if usage is not None:
             source = "provider"
-            prompt = _int(usage.get("prompt_tokens"))
-            completion = _int(usage.get("completion_tokens"))
-            details = usage.get("completion_tokens_details") or {}
-            reasoning = _int(details.get("reasoning_tokens")) if isinstance(details, dict) else 0
-            prompt_details = usage.get("prompt_tokens_details") or {}
-            cached = (
-                _int(prompt_details.get("cached_tokens")) if isinstance(prompt_details, dict) else 0
-            )
+            prompt, completion, reasoning, cached, write_5m, write_1h = provider_counts(usage)
         else:
             # The provider's count never came: estimate what it was sent and what it produced.
             source = "estimated"
@@ -144,7 +199,11 @@ class Meter:
             delivered = 0
         deployment = str(attempt.route.get("deployment"))
         price = self._price_of(deployment)
-        cost = price.cost(prompt, completion, cached) if price is not None else None
+        cost = (
+            price.cost(prompt, completion, cached, write_5m, write_1h)
+            if price is not None
+            else None
+        )
         ended = attempt.ended or time.monotonic()
         return UsageRecord(
             id=f"{turn.turn_id}:{attempt.number}",
@@ -170,6 +229,8 @@ class Meter:
             if attempt.first_token_ms is not None
             else None,
             duration_ms=round((ended - attempt.started) * 1000.0, 2),
+            cache_write_5m_tokens=write_5m,
+            cache_write_1h_tokens=write_1h,
         )
 
     def embeddings(self, record: UsageRecord) -> None:
@@ -196,7 +257,15 @@ class Meter:
         return counters
 
 
-_TOKEN_KINDS = ("prompt", "completion", "delivered", "reasoning", "cached")
+_TOKEN_KINDS = (
+    "prompt",
+    "completion",
+    "delivered",
+    "reasoning",
+    "cached",
+    "cache_write_5m",
+    "cache_write_1h",
+)
 
 
 def _token_counts(record: UsageRecord) -> tuple[int, ...]:
@@ -207,6 +276,8 @@ def _token_counts(record: UsageRecord) -> tuple[int, ...]:
         record.completion_delivered,
         record.reasoning_tokens,
         record.cached_tokens,
+        record.cache_write_5m_tokens,
+        record.cache_write_1h_tokens,
     )
 
 

@@ -123,6 +123,18 @@ _FINGERPRINTS = (
     " WHERE fingerprint IS NOT NULL",
 )
 
+# Prompt tokens written to a provider's cache, by how long they stay (Anthropic's 5-minute and
+# 1-hour writes), each at its own price. Nullable with a default: a usage row spooled by an
+# older gateway, before these columns, is replayed with NULLs, which reports sum as nothing.
+_CACHE_WRITES_SQLITE = (
+    "ALTER TABLE usage ADD COLUMN cache_write_5m_tokens INTEGER DEFAULT 0",
+    "ALTER TABLE usage ADD COLUMN cache_write_1h_tokens INTEGER DEFAULT 0",
+)
+_CACHE_WRITES_POSTGRES = (
+    "ALTER TABLE usage ADD COLUMN cache_write_5m_tokens BIGINT DEFAULT 0",
+    "ALTER TABLE usage ADD COLUMN cache_write_1h_tokens BIGINT DEFAULT 0",
+)
+
 # PostgreSQL starts at the current shape. Times are Unix seconds (double precision) as in
 # SQLite, so every query reads the same on both.
 _POSTGRES_V1 = (
@@ -179,10 +191,12 @@ MIGRATIONS: dict[Dialect, tuple[Migration, ...]] = {
         Migration(3, "long event payloads in a table of their own", _SQLITE_V3),
         Migration(4, "events as a rowid table, keyed by an index", _SQLITE_V4),
         Migration(5, "turn fingerprints for automatic threading", _FINGERPRINTS),
+        Migration(6, "usage: cache writes, 5-minute and 1-hour", _CACHE_WRITES_SQLITE),
     ),
     "postgresql": (
         Migration(1, "the whole schema", _POSTGRES_V1),
         Migration(2, "turn fingerprints for automatic threading", _FINGERPRINTS),
+        Migration(3, "usage: cache writes, 5-minute and 1-hour", _CACHE_WRITES_POSTGRES),
     ),
 }
 

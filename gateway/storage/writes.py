@@ -110,6 +110,8 @@ USAGE_COLUMNS = (
     "cost_usd",
     "ttft_ms",
     "duration_ms",
+    "cache_write_5m_tokens",
+    "cache_write_1h_tokens",
 )
 
 _SQL = {
@@ -139,7 +141,7 @@ _COLUMNS: dict[str, tuple[str, ...]] = {
     "usage": USAGE_COLUMNS,
 }
 # A row's values in its columns' order, in one C call rather than a generator of `.get`s (usage
-# has 21 columns), on the store's thread, which waits for the loop's GIL between steps.
+# has 23 columns), on the store's thread, which waits for the loop's GIL between steps.
 _VALUES = {kind: itemgetter(*columns) for kind, columns in _COLUMNS.items()}
 
 # The next seq of a conversation: after its own last event, or after its branch point. The
