@@ -80,29 +80,42 @@ def derive_messages(
 def close_unanswered(
     messages: list[dict[str, Any]], *, close_last: bool = True
 ) -> list[dict[str, Any]]:
-    """Give every assistant tool call a result: a synthetic ABORTED_BEFORE_DISPATCH one where
-    none follows it before the next user or assistant message (and, with `close_last`, at the
-    end of the history)."""
+    """Give every assistant tool call a result where none follows it before the next user or
+    assistant message (and, with `close_last`, at the end of the history): its result from
+    later in the messages, moved up to its call (providers take results only right after
+    their call), else a synthetic ABORTED_BEFORE_DISPATCH one."""
     out: list[dict[str, Any]] = []
     pending: list[str] = []  # tool call ids of the last assistant message still without a result
+    results: dict[Any, list[int]] = {}  # tool call id -> where its results are
+    for i, message in enumerate(messages):
+        if message.get("role") == "tool":
+            results.setdefault(message.get("tool_call_id"), []).append(i)
+    moved: set[int] = set()
 
-    def close_pending() -> None:
+    def close_pending(at: int) -> None:
         for call_id in pending:
-            out.append({"role": "tool", "tool_call_id": call_id, "content": ABORTED_CONTENT})
+            later = next((j for j in results.get(call_id, ()) if j > at and j not in moved), None)
+            if later is not None:
+                moved.add(later)
+                out.append(messages[later])
+            else:
+                out.append({"role": "tool", "tool_call_id": call_id, "content": ABORTED_CONTENT})
         pending.clear()
 
-    for message in messages:
+    for i, message in enumerate(messages):
+        if i in moved:
+            continue
         if message.get("role") == "tool":
             if message.get("tool_call_id") in pending:
                 pending.remove(message["tool_call_id"])
             out.append(message)
             continue
         if message.get("role") in ("user", "assistant"):
-            close_pending()
+            close_pending(i)
         out.append(message)
         pending.extend(call.get("id") for call in message.get("tool_calls") or ())
     if close_last:
-        close_pending()
+        close_pending(len(messages))
     return out
 
 

@@ -68,6 +68,36 @@ def message_key(message: dict[str, Any]) -> tuple[Any, ...]:
     return (role, text_of(message.get("content")))
 
 
+def resent(history: list[dict[str, Any]], new: list[dict[str, Any]]) -> int:
+    """How many of a stateful request's new messages repeat its stored history's last turn.
+
+    A client continuing a tool round on a conversation the gateway keeps (the Vercel AI SDK
+    with a Responses `conversation`) may send the round's question, and the call, again with
+    the results. Only then (the stored history ends with tool calls that the new messages
+    answer) are they taken as already recorded; a question asked again otherwise is new."""
+    last = history[-1] if history else {}
+    calls = (
+        {c.get("id") for c in last.get("tool_calls") or ()}
+        if last.get("role") == "assistant"
+        else set()
+    )
+    if not calls or not any(
+        m.get("role") == "tool" and m.get("tool_call_id") in calls for m in new
+    ):
+        return 0
+    users = [i for i, m in enumerate(history) if m.get("role") == "user"]
+    turn = history[users[-1] if users else 0 :]
+    n = t = 0
+    while n < len(new) and t < len(turn):
+        if message_key(new[n]) == message_key(turn[t]):
+            n, t = n + 1, t + 1
+        elif turn[t].get("role") == "assistant":
+            t += 1  # the client left out the answer it continues
+        else:
+            break
+    return n
+
+
 @dataclass(frozen=True)
 class HistoryMatch:
     new_messages: list[dict[str, Any]]

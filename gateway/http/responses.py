@@ -10,6 +10,7 @@ from aiohttp import web
 from gateway.context import GATEWAY
 from gateway.conversations.derive import close_unanswered
 from gateway.conversations.events import new_id
+from gateway.conversations.history import resent
 from gateway.conversations.items import path_items
 from gateway.conversations.recorder import TurnRecorder
 from gateway.conversations.service import Joined
@@ -57,6 +58,8 @@ async def create(request: web.Request) -> web.StreamResponse:
         joined, history = await store.history(
             principal, parsed.previous_response_id, parsed.conversation_id, named
         )
+        # One history: what the input repeats of the stored last turn is not recorded twice.
+        new_messages = new_messages[resent(history, new_messages) :]
         joined = Joined(joined.conversation_id, joined.create, new_messages)
         body = chat_body(parsed, history, new_messages)
     response_id = f"resp_{new_id('r')[2:]}"

@@ -70,3 +70,17 @@ def test_the_last_answers_calls_can_stay_pending_while_earlier_ones_close() -> N
     assert [m["role"] for m in messages] == ["user", "assistant", "tool", "user", "assistant"]
     assert messages[2]["tool_call_id"] == "c1"
     assert ABORTED_BEFORE_DISPATCH in messages[2]["content"]
+
+
+def test_a_result_sent_after_a_later_message_is_moved_up_to_its_call() -> None:
+    """Providers take a tool result only right after its call: one that comes later in the
+    same messages answers it there, and nothing synthetic is made up for it."""
+    from gateway.conversations.derive import close_unanswered
+
+    call = {"role": "assistant", "content": None, "tool_calls": [{"id": "c1"}, {"id": "c2"}]}
+    result = {"role": "tool", "tool_call_id": "c1", "content": "18 C"}
+    again = {"role": "user", "content": "Weather?"}
+    closed = close_unanswered([{"role": "user", "content": "Weather?"}, call, again, result])
+    assert closed[1:4] == [call, result, closed[3]]
+    assert closed[3]["tool_call_id"] == "c2" and ABORTED_BEFORE_DISPATCH in closed[3]["content"]
+    assert closed[4:] == [again]
