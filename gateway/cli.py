@@ -285,39 +285,21 @@ async def _usage(args: argparse.Namespace, loaded: LoadedConfig) -> int:
         )
     finally:
         await store.close()
-    header = (
-        "period",
-        args.group_by,
-        "requests",
-        "interrupted",
-        "errors",
-        "prompt",
-        "completion",
-        "delivered",
-        "cost USD",
-    )
+    header = ("period", args.group_by, "requests", "attempts", "failed", "interrupted", "errors",
+              "prompt", "completion", "delivered", "unpriced", "cost USD")  # fmt: skip
+    counts = ("requests", "attempts", "failed_attempts", "interrupted", "errors",
+              "prompt_tokens", "completion_tokens", "completion_delivered",
+              "unpriced_requests")  # fmt: skip
     table = [header] + [
         (
             r["period_start"][: 13 if args.granularity == "hour" else 10],
             str(r["group"]),
-            str(r["requests"]),
-            str(r["interrupted"]),
-            str(r["errors"]),
-            str(r["prompt_tokens"]),
-            str(r["completion_tokens"]),
-            str(r["completion_delivered"]),
+            *(str(r[k]) for k in counts),
             "-" if r["cost_usd"] is None else f"{r['cost_usd']:.6f}",
         )
         for r in rows
     ]
-    widths = [max(len(row[i]) for row in table) for i in range(len(header))]
-    for row in table:
-        print(
-            "  ".join(
-                cell.rjust(w) if i >= 2 else cell.ljust(w)
-                for i, (cell, w) in enumerate(zip(row, widths, strict=True))
-            )
-        )
+    _print_table(table, range(2, len(header)))
     if not rows:
         print("(no usage in that period)")
     return 0
