@@ -53,6 +53,13 @@ async def _serve(loaded: LoadedConfig, host: str, port: int, reuse_port: bool = 
 
     config = loaded.config
     app = create_app(config, instance=instance_id(port))
+    shared = os.environ.get("GATEWAY_LIMITS_SOCKET")
+    if shared and config.limits.redis_url is None:
+        from gateway.metering.shared_limits import SharedLimiter
+
+        # A worker of `serve --workers N`: its limits are the supervisor's, shared by all.
+        gateway = app[GATEWAY]
+        gateway.limiter = SharedLimiter(shared, gateway.usage.spent)
     # handler_cancellation: a client that leaves cancels its handler at once, wherever it waits,
     # so the upstream is closed and the delivered prefix recorded within milliseconds.
     # guarded_runner: a request head must arrive within server.header_timeout_s (slowloris).
@@ -385,7 +392,8 @@ def _main(argv: list[str] | None) -> int:
 
         gc.freeze()  # the supervisor runs for as long as its workers
         gc.enable()
-        return supervise(args.workers, host, port, args.config)
+        share_limits = loaded.config.limits.redis_url is None  # else Redis shares them
+        return supervise(args.workers, host, port, args.config, share_limits=share_limits)
     reuse_port = os.environ.get("GATEWAY_WORKER") is not None
     try:
         import uvloop

@@ -1,18 +1,26 @@
 """`gateway serve --workers N`: N processes on one port, so one host uses all its cores.
 
 Each worker is a plain `gateway serve` with `GATEWAY_WORKER=i`, which binds with SO_REUSEPORT;
-the kernel spreads new connections across them. The supervisor only forwards SIGTERM/SIGINT
-(each worker drains its own streams) and restarts a worker that dies on its own; that worker's
+the kernel spreads new connections across them. The supervisor forwards SIGTERM/SIGINT (each
+worker drains its own streams) and restarts a worker that dies on its own; that worker's
 restart keeps its instance id, so it closes the turns its previous life left open.
+
+Without `limits.redis_url` the supervisor also runs the one limiter every worker admits through
+(gateway.metering.shared_limits), on a Unix socket in a private temporary directory named to
+the workers by `GATEWAY_LIMITS_SOCKET`: rate limits, concurrency and budgets hold for the host
+as they would for one process, never N times over.
 """
 
 from __future__ import annotations
 
+import atexit
 import logging
 import os
+import shutil
 import signal
 import subprocess
 import sys
+import tempfile
 import time
 
 log = logging.getLogger("gateway.workers")
@@ -20,17 +28,29 @@ log = logging.getLogger("gateway.workers")
 _RESTART_BACKOFF_S = (0.5, 1, 2, 5)
 
 
-def supervise(count: int, host: str, port: int, config: str | None) -> int:
+def supervise(
+    count: int, host: str, port: int, config: str | None, *, share_limits: bool = True
+) -> int:
     if port == 0:
         print("error: --workers needs a fixed port (server.port or --port)", file=sys.stderr)
         return 2
     stopping = False
+    extra_env = {}
+    if share_limits:
+        from gateway.metering.shared_limits import SOCKET_ENV, serve_in_thread
+
+        private = tempfile.mkdtemp(prefix="gateway-limits-")  # mode 0700: this user's only
+        socket_path = os.path.join(private, "limits.sock")
+        serve_in_thread(socket_path)
+        atexit.register(shutil.rmtree, private, True)
+        extra_env[SOCKET_ENV] = socket_path
+        log.info("rate limits and budgets are shared by the workers through %s", socket_path)
 
     def spawn(index: int) -> subprocess.Popen[bytes]:
         command = [sys.executable, "-m", "gateway", "serve", "--host", host, "--port", str(port)]
         if config:
             command += ["--config", config]
-        env = {**os.environ, "GATEWAY_WORKER": str(index)}
+        env = {**os.environ, **extra_env, "GATEWAY_WORKER": str(index)}
         return subprocess.Popen(command, env=env)
 
     def stop(signum: int, _frame: object) -> None:

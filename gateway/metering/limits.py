@@ -134,6 +134,26 @@ def check_scope(
             raise error
 
 
+def refuses(limits: Limits, tokens: int, cost: float, state: ScopeState) -> bool:
+    """Whether `check_scope` would refuse: the verdict alone, without headers or metrics."""
+    if limits.rpm is not None and state.requests >= limits.rpm:
+        return True
+    if limits.tpm is not None and tokens > limits.tpm - state.tokens:
+        return True
+    if limits.max_concurrent is not None and state.in_flight >= limits.max_concurrent:
+        return True
+    budget = limits.budget
+    return (
+        budget is not None
+        and budget.mode == "hard"
+        and state.spent + state.reserved + cost > budget.usd
+    )
+
+
+def _failed(future: asyncio.Future[float]) -> bool:
+    return future.done() and (future.cancelled() or future.exception() is not None)
+
+
 def _refuse(limit: str, kind: str, what: str, reset: float, headers: dict[str, str]) -> None:
     metrics.LIMIT_REJECTIONS.labels(limit, kind).inc()
     error = LimitExceeded(f"Rate limit reached for this {kind}: {what}. Retry after {reset:.1f}s.")
@@ -201,22 +221,49 @@ class Limiter:
         now = time.time()
         # Load spend before checking anything: after the awaits, check and reserve happen
         # without yielding, so concurrent requests see each other's reservations.
+        await self._load_spend(scopes, now)
+        lease = Lease(self, scopes, tokens, cost)
+        for kind, ident, limits in scopes:
+            self._check(kind, ident, limits, tokens, cost, now, lease.headers)
+        self._reserve(scopes, tokens, cost, now)
+        return lease
+
+    async def decide(
+        self, scopes: list[tuple[str, str, Limits]], tokens: int, cost: float
+    ) -> tuple[Lease | None, list[ScopeState]]:
+        """An admission decided but not answered: each scope as the request found it, and its
+        lease when every limit let it in (it is then counted). The caller renders headers and
+        errors from the states with `check_scope`, which reaches the same verdict. What the
+        limiter `gateway serve --workers N` shares runs (gateway.metering.shared_limits)."""
+        now = time.time()
+        await self._load_spend(scopes, now)
+        states = [self._state(kind, ident, limits, tokens, now) for kind, ident, limits in scopes]
+        for (_, _, limits), state in zip(scopes, states, strict=True):
+            if refuses(limits, tokens, cost, state):
+                return None, states
+        self._reserve(scopes, tokens, cost, now)
+        return Lease(self, scopes, tokens, cost), states
+
+    async def _load_spend(self, scopes: list[tuple[str, str, Limits]], now: float) -> None:
         for kind, ident, limits in scopes:
             if limits.budget is not None:
                 scope = self._scope(kind, ident)
                 start = period_start(limits.budget.period, now)
                 if scope.budget_period != start:
                     # One read for all the requests that arrive while it is under way: a
-                    # later result must not overwrite spend that has been settled since.
-                    if scope.loading is None or scope.loading[0] != start:
+                    # later result must not overwrite spend that has been settled since. A
+                    # read that failed is tried again by the next request.
+                    loading = scope.loading
+                    if loading is None or loading[0] != start or _failed(loading[1]):
                         task = asyncio.ensure_future(self._spend(kind, ident, start))
-                        scope.loading = (start, task)
-                    spent = await scope.loading[1]
+                        scope.loading = loading = (start, task)
+                    spent = await loading[1]
                     if scope.budget_period != start:
                         scope.spent, scope.budget_period = spent, start
-        lease = Lease(self, scopes, tokens, cost)
-        for kind, ident, limits in scopes:
-            self._check(kind, ident, limits, tokens, cost, now, lease.headers)
+
+    def _reserve(
+        self, scopes: list[tuple[str, str, Limits]], tokens: int, cost: float, now: float
+    ) -> None:
         for kind, ident, _ in scopes:
             scope = self._scope(kind, ident)
             scope.requests.append(now)
@@ -224,7 +271,6 @@ class Limiter:
             scope.token_sum += tokens
             scope.in_flight += 1
             scope.reserved += cost
-        return lease
 
     def _check(
         self,
@@ -236,10 +282,14 @@ class Limiter:
         now: float,
         headers: dict[str, str],
     ) -> None:
+        state = self._state(kind, ident, limits, tokens, now)
+        check_scope(kind, limits, tokens, cost, state, headers)
+
+    def _state(self, kind: str, ident: str, limits: Limits, tokens: int, now: float) -> ScopeState:
         scope = self._scope(kind, ident)
         scope.prune(now)
         remaining_tokens = (limits.tpm or 0) - scope.token_sum
-        state = ScopeState(
+        return ScopeState(
             requests=len(scope.requests),
             requests_reset=scope.requests[0] + WINDOW_S - now if scope.requests else 0.0,
             tokens=scope.token_sum,
@@ -250,7 +300,6 @@ class Limiter:
             spent=scope.spent,
             reserved=scope.reserved,
         )
-        check_scope(kind, limits, tokens, cost, state, headers)
 
     @staticmethod
     def _tokens_free_in(scope: _Scope, needed: int, now: float) -> float:
