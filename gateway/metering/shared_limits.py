@@ -246,7 +246,12 @@ def serve_in_thread(path: str) -> threading.Thread:
 
     def main() -> None:
         with contextlib.suppress(BaseException):
-            asyncio.run(run())
+            try:
+                import uvloop  # as the workers run: a round trip costs less
+            except ImportError:  # pragma: no cover - platforms without uvloop
+                asyncio.run(run())
+            else:
+                uvloop.run(run())
 
     thread = threading.Thread(target=main, name="shared-limits", daemon=True)
     thread.start()
