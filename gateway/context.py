@@ -14,6 +14,7 @@ from gateway.conversations.recorder import TurnRecorder
 from gateway.conversations.service import Conversations
 from gateway.metering.auth import Authenticator
 from gateway.metering.key_store import KeyStore
+from gateway.metering.keys import Principal
 from gateway.metering.limits import Limiter
 from gateway.metering.reports import UsageStore
 from gateway.metering.usage import Meter
@@ -50,11 +51,18 @@ class Gateway:
     state: dict[str, bool] = field(default_factory=lambda: {"shutting_down": False})
     # Work that outlives its request (draining an upstream); awaited at shutdown.
     background: set[asyncio.Task[None]] = field(default_factory=set)
-    # In-flight chat completions by request id, for POST .../{request_id}/cancel: the team
-    # that owns each (only that team, or the admin, may cancel it) and how to stop it.
-    cancels: dict[str, tuple[str | None, InFlight]] = field(default_factory=dict)
+    # In-flight completions for POST .../cancel, by (team, request or response id): a client
+    # chooses its request ids, so each team has its own (one team's never blocks another's).
+    cancels: dict[tuple[str | None, str], InFlight] = field(default_factory=dict)
     # Non-streaming answers complete here, recorded a loop iteration's worth at a time.
     turn_ends: TurnEnds = field(default_factory=TurnEnds)
+
+    def in_flight(self, key: str, principal: Principal) -> InFlight | None:
+        """The in-flight turn a cancel names: the principal's team's; the admin's, any team's."""
+        found = self.cancels.get((principal.team_id, key))
+        if found is None and principal.is_admin:
+            found = next((f for (_, k), f in self.cancels.items() if k == key), None)
+        return found
 
     def spawn(self, work: Coroutine[Any, Any, None]) -> None:
         task = asyncio.get_running_loop().create_task(work)

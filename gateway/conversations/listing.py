@@ -128,13 +128,16 @@ def _sql(dialect: Dialect, query: ListQuery) -> tuple[str, list[Any]]:
         where.append(f"{status} = ?")
         args.append(STATUSES[query.status])
     if query.after is not None:
-        # Newest first, ties broken by id: the page after the row with this id.
-        where.append(
-            "(c.created_at < (SELECT a.created_at FROM conversations a WHERE a.id = ?)"
-            " OR (c.created_at = (SELECT a.created_at FROM conversations a WHERE a.id = ?)"
-            " AND c.id < ?))"
-        )
-        args += [query.after, query.after, query.after]
+        # Newest first, ties broken by id: the page after the row with this id. Only a row
+        # of the team listed counts (another team's id as a cursor gives an empty page, and
+        # never its creation time).
+        cursor = "SELECT a.created_at FROM conversations a WHERE a.id = ?"
+        cursor_args: list[Any] = [query.after]
+        if query.team_id is not None:
+            cursor += " AND a.team_id = ?"
+            cursor_args.append(query.team_id)
+        where.append(f"(c.created_at < ({cursor}) OR (c.created_at = ({cursor}) AND c.id < ?))")
+        args += [*cursor_args, *cursor_args, query.after]
     sql = (
         "SELECT c.id, c.created_at, c.team_id, c.key_id, c.parent_id, c.parent_seq,"
         " (SELECT COUNT(*) FROM turns t WHERE t.conversation_id = c.id),"

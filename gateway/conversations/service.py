@@ -18,7 +18,7 @@ from gateway.errors import Conflict, InvalidRequest, NotFound
 from gateway.metering.keys import Principal
 from gateway.storage.store import Store
 
-_CONVERSATION_ID = re.compile(r"^[A-Za-z0-9._:-]{1,128}$")
+_CONVERSATION_ID = re.compile(r"^[A-Za-z0-9._:-]{1,128}(~[A-Za-z0-9._-]{1,64})?$")
 _GENERATED_ID = re.compile(r"^conv_[0-9a-f]{32}$")
 
 
@@ -86,6 +86,28 @@ class Conversations:
         _check_id(value, where)
         return value
 
+    async def named(self, conversation_id: str, principal: Principal) -> str:
+        """The stored id of a conversation a client names.
+
+        Ids a client chooses live in its team's namespace, stored as `<id>~<team>`: two teams
+        using one string never meet, and neither can tell whether the other uses it. An id
+        stored as it is (one the gateway made, `conv_...`; one made before ids were scoped)
+        is the team's own when it can see it; an id already in the stored form names its
+        team's namespace, and another team's is not found. Without a team (open mode, the
+        master key) an id stands as it is."""
+        team = principal.team_id
+        if team is None:
+            return conversation_id
+        base, tilde, namespace = conversation_id.partition("~")
+        if tilde:
+            if namespace != team:
+                raise NotFound(f"No conversation found with id '{conversation_id}'.")
+            return conversation_id
+        made = await self._conversation(conversation_id)
+        if made is not None and principal.sees(made.team_id):
+            return conversation_id
+        return f"{base}~{team}"
+
     async def join(
         self,
         requested_id: str | None,
@@ -98,6 +120,7 @@ class Conversations:
         history = [m for m in messages if m.get("role") in HISTORY_ROLES]
         if requested_id is not None:
             _check_id(requested_id)
+            requested_id = await self.named(requested_id, principal)
             existing = await self._conversation(requested_id)
             if existing is None:
                 return Joined(*self._new(requested_id, principal), history)
@@ -146,6 +169,7 @@ class Conversations:
         """A conversation named by `X-Conversation-Id` for a client that keeps no history (the
         Responses API): its path so far, or none when the id is new (created with the turn)."""
         _check_id(requested_id)
+        requested_id = await self.named(requested_id, principal)
         existing = await self._conversation(requested_id)
         if existing is None:
             return Joined(*self._new(requested_id, principal), []), []
@@ -154,6 +178,12 @@ class Conversations:
 
     @staticmethod
     def _new(conversation_id: str, principal: Principal) -> tuple[str, Conversation]:
+        if principal.team_id is None and "~" in conversation_id:
+            raise InvalidRequest(
+                f"'{conversation_id}' is in a team's namespace (after '~'): only that team's"
+                " keys start conversations there.",
+                param="X-Conversation-Id",
+            )
         conversation = Conversation(
             conversation_id, time.time(), team_id=principal.team_id, key_id=principal.key_id
         )
@@ -166,6 +196,7 @@ class Conversations:
             raise NotFound(f"No conversation found with id '{conversation.id}'.")
 
     async def path(self, conversation_id: str, principal: Principal) -> list[Event]:
+        conversation_id = await self.named(conversation_id, principal)
         conversation = await self._conversation(conversation_id)
         if conversation is None:
             raise NotFound(f"No conversation found with id '{conversation_id}'.")
@@ -208,6 +239,7 @@ class Conversations:
             raise InvalidRequest(
                 f"'at_seq' {at_seq} is past the conversation's last event ({last}).", param="at_seq"
             )
+        conversation_id = await self.named(conversation_id, principal)
         at = [e for e in path if e.seq <= at_seq]
         if at and not await self.store.turn_ended(at[-1].turn_id):
             raise Conflict(
@@ -248,6 +280,7 @@ class Conversations:
         return conversation
 
     async def get(self, conversation_id: str, principal: Principal) -> Conversation:
+        conversation_id = await self.named(conversation_id, principal)
         conversation = await self.store.get_conversation(conversation_id)
         if conversation is None:
             raise NotFound(f"No conversation found with id '{conversation_id}'.")
@@ -255,14 +288,14 @@ class Conversations:
         return conversation
 
     async def delete(self, conversation_id: str, principal: Principal) -> None:
-        await self.get(conversation_id, principal)
-        await self.store.delete_conversation(conversation_id, time.time())
+        conversation = await self.get(conversation_id, principal)
+        await self.store.delete_conversation(conversation.id, time.time())
 
     async def add_items(
         self, conversation_id: str, principal: Principal, messages: list[dict[str, Any]]
     ) -> list[Event]:
         """Record items a client adds; returns the events that recorded them."""
-        await self.get(conversation_id, principal)
+        conversation_id = (await self.get(conversation_id, principal)).id
         history = [m for m in messages if m.get("role") in HISTORY_ROLES]
         turn_id = self._record_inputs(conversation_id, None, history, principal, "items")
         await self.store.flush()

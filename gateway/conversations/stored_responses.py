@@ -113,6 +113,12 @@ class ResponseStore:
         unanswered: the new input may answer them; see `close_unanswered`). `header_id`, the
         request's `X-Conversation-Id`, names the conversation as it does for chat: with
         `previous_response_id` or `conversation` it must name the same one."""
+        named = self._conversations.named
+        shown_header = header_id
+        if header_id is not None:
+            header_id = await named(header_id, principal)
+        if conversation_id is not None:
+            conversation_id = await named(conversation_id, principal)
         if header_id is not None and conversation_id is not None and header_id != conversation_id:
             raise InvalidRequest(
                 f"X-Conversation-Id '{header_id}' and conversation '{conversation_id}' name"
@@ -123,7 +129,7 @@ class ResponseStore:
             previous = await self.get(previous_response_id, principal)
             if header_id is not None and header_id != previous.conversation_id:
                 raise InvalidRequest(
-                    f"X-Conversation-Id '{header_id}' and previous_response_id"
+                    f"X-Conversation-Id '{shown_header}' and previous_response_id"
                     f" '{previous_response_id}' name different conversations.",
                     param="previous_response_id",
                 )

@@ -31,13 +31,13 @@ async def cancel(request: web.Request) -> web.Response:
     """
     request_id = request.match_info["request_id"]
     content_chars = cancel_content_chars(await request.read())
-    entry = request.app[GATEWAY].cancels.get(request_id)
-    if entry is None or not request[PRINCIPAL].sees(entry[0]):
+    entry = request.app[GATEWAY].in_flight(request_id, request[PRINCIPAL])
+    if entry is None:
         raise NotFound(
             f"No chat completion with request id '{request_id}' is in progress"
             " (it may have finished already)."
         )
-    if not entry[1].cancel():
+    if not entry.cancel():
         raise Conflict(f"The request '{request_id}' is already finishing.", code="not_cancellable")
     answer: dict[str, Any] = {
         "id": request_id,
@@ -46,6 +46,6 @@ async def cancel(request: web.Request) -> web.Response:
     }
     if content_chars is not None:
         answer["truncation"] = await truncate_cancelled(
-            request.app[GATEWAY].conversations, entry[1].turn, content_chars, request[PRINCIPAL]
+            request.app[GATEWAY].conversations, entry.turn, content_chars, request[PRINCIPAL]
         )
     return web.json_response(answer)

@@ -18,7 +18,7 @@ from gateway.conversations.listing import (
     list_conversations,
     parse_when,
 )
-from gateway.errors import InvalidRequest
+from gateway.errors import InvalidRequest, NotFound
 from gateway.http.auth import PRINCIPAL
 
 
@@ -49,6 +49,17 @@ async def list_(request: web.Request) -> web.Response:
     team = query.get("team_id") or None
     if not principal.is_admin:
         team = principal.team_id
+
+    async def named(name: str) -> str | None:
+        """An id filter as stored: a team's own ids are in its namespace."""
+        value = query.get(name) or None
+        if value is None:
+            return None
+        try:
+            return await request.app[GATEWAY].conversations.named(value, principal)
+        except NotFound:
+            return value  # another team's: the team filter leaves nothing of it
+
     page = await list_conversations(
         request.app[GATEWAY].store,
         ListQuery(
@@ -59,10 +70,10 @@ async def list_(request: web.Request) -> web.Response:
             since=_time(request, "since"),
             until=_time(request, "until"),
             q=(query.get("q") or "").strip() or None,
-            parent_id=query.get("parent_id") or None,
-            id=query.get("id") or None,
+            parent_id=await named("parent_id"),
+            id=await named("id"),
             limit=limit,
-            after=query.get("after") or None,
+            after=await named("after"),
         ),
     )
     return web.json_response(
@@ -80,8 +91,11 @@ async def usage(request: web.Request) -> web.Response:
     """The usage record of every attempt on the conversation's path (its parents' included):
     deployment, status, tokens, cost, time to first token and duration."""
     gateway = request.app[GATEWAY]
-    path = await gateway.conversations.path(request.match_info["id"], request[PRINCIPAL])
+    conversation_id = await gateway.conversations.named(
+        request.match_info["id"], request[PRINCIPAL]
+    )
+    path = await gateway.conversations.path(conversation_id, request[PRINCIPAL])
     ids = list(dict.fromkeys(e.conversation_id for e in path))
-    if request.match_info["id"] not in ids:
-        ids.append(request.match_info["id"])
+    if conversation_id not in ids:
+        ids.append(conversation_id)
     return web.json_response({"object": "list", "data": await attempt_usage(gateway.store, ids)})

@@ -158,8 +158,8 @@ async def cancel(request: web.Request) -> web.Response:
     content_chars = cancel_content_chars(await request.read())
     store = _store(request)
     stored = await store.get(response_id, principal)
-    entry = request.app[GATEWAY].cancels.get(response_id)
-    if entry is None or not principal.sees(entry[0]) or not entry[1].cancel():
+    entry = request.app[GATEWAY].in_flight(response_id, principal)
+    if entry is None or not entry.cancel():
         raise Conflict(
             f"The response '{response_id}' is not in progress; only an in-flight response can be"
             " cancelled.",
@@ -167,7 +167,7 @@ async def cancel(request: web.Request) -> web.Response:
         )
     if content_chars is not None:
         await truncate_cancelled(
-            request.app[GATEWAY].conversations, entry[1].turn, content_chars, principal
+            request.app[GATEWAY].conversations, entry.turn, content_chars, principal
         )
     await request.app[GATEWAY].store.flush()
     response = await _object(request, stored)

@@ -123,8 +123,8 @@ class Relay:
     async def serve(self, cancel_key: str, team_id: str | None) -> web.StreamResponse:
         """Run the turn to its end, however it ends; cancellable meanwhile by `cancel_key`."""
         cancels = self.gateway.cancels
-        entry = (team_id, self)
-        registered = cancels.setdefault(cancel_key, entry) is entry
+        key = (team_id, cancel_key)
+        registered = cancels.setdefault(key, self) is self
         try:
             return await self.run()
         except ClientCancelled:
@@ -146,7 +146,7 @@ class Relay:
             raise
         finally:
             if registered:
-                cancels.pop(cancel_key, None)
+                cancels.pop(key, None)
             self.close()
 
     # -- attempts ----------------------------------------------------------------------------

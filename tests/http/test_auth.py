@@ -177,11 +177,14 @@ async def test_a_key_sees_only_its_teams_conversations(
             headers={"Authorization": f"Bearer {blue}"},
         ) as r:
             assert r.status == 404
-    # Nor can blue write into it by naming it.
-    with pytest.raises(openai.NotFoundError):
-        await client(
-            secured, blue, default_headers={"X-Conversation-Id": conversation_id}
-        ).chat.completions.create(model="demo", messages=HELLO)
+    # Nor can blue write into it by naming it: the id names a conversation of blue's own.
+    before = await secured.gateway.store.events(conversation_id)
+    named = await client(
+        secured, blue, default_headers={"X-Conversation-Id": conversation_id}
+    ).chat.completions.with_raw_response.create(model="demo", messages=HELLO)
+    assert named.headers["X-Conversation-Id"] == f"{conversation_id}~blue"
+    await secured.flush()
+    assert await secured.gateway.store.events(conversation_id) == before
     # Nor stop red's stream.
     upstream.push(frames(chunk("Hi"), then="stall"))
     stream_response = await client(

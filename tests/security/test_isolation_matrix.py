@@ -107,20 +107,23 @@ def item(text: str) -> dict[str, Any]:
 
 
 def joining(ids: Ids) -> dict[str, str]:
-    return {"X-Conversation-Id": ids.chat}
+    return {"X-Conversation-Id": CHAT_CONVERSATION}  # as alpha's client named it
 
 
 TABLE: list[Probe] = [
     # -- completions: a new turn of the caller's own, or joining alpha's conversation ------------
     Probe("POST", "/v1/chat/completions", CREATE, body=lambda i: {
         "model": "demo", "messages": [{"role": "user", "content": "beta's own question"}]}),
-    Probe("POST", "/v1/chat/completions", OWNED, body=chat_body, headers=joining),
+    # Alpha's conversation id names beta's own conversation: ids are each team's (a turn of
+    # beta's, with nothing of alpha's in it).
+    Probe("POST", "/v1/chat/completions", CREATE, headers=joining, body=lambda i: {
+        "model": "demo", "messages": [{"role": "user", "content": "beta's own question"}]}),
     Probe("POST", "/v1/messages", CREATE, body=lambda i: {
         "model": "demo", "max_tokens": 64,
         "messages": [{"role": "user", "content": "beta's own question"}]}),
-    Probe("POST", "/v1/messages", OWNED, headers=joining, body=lambda i: {
+    Probe("POST", "/v1/messages", CREATE, headers=joining, body=lambda i: {
         "model": "demo", "max_tokens": 64,
-        "messages": [*i.history, {"role": "user", "content": f"{MARKER} more"}]}),
+        "messages": [{"role": "user", "content": "beta's own question"}]}),
     Probe("POST", "/v1/chat/completions/{request_id}/cancel", OWNED,
           path=lambda i: f"/v1/chat/completions/{i.inflight_request}/cancel", owner=None),
     # -- the Responses API --------------------------------------------------------------------
@@ -282,6 +285,10 @@ async def make_alpha_data(gw: GatewayUnderTest, upstream: FakeUpstream, call: Ca
     )
     assert status == 200, raw
     answer = json.loads(raw)["choices"][0]["message"]["content"]
+    # A team's client-chosen id is stored in its namespace (docs/security.md): the probes name
+    # alpha's conversation as stored, which is alpha's alone (beta's own use of the same
+    # string names a conversation of beta's).
+    ids.chat = f"{CHAT_CONVERSATION}~{ALPHA}"
     events = await gw.wait_turn_end(ids.chat)
     ids.at_seq = next(e["seq"] for e in events if e["type"] == "turn/end")
     ids.turn = events[-1]["turn_id"]
