@@ -102,7 +102,11 @@ async def resolve_item_references(
 
 
 async def resolve_items(
-    gateway: Gateway, principal: Principal, conversation_id: str, items: Any, param: str = "items"
+    gateway: Gateway,
+    principal: Principal,
+    conversation_id: str | None,
+    items: Any,
+    param: str = "items",
 ) -> Any:
     """Conversation items a client adds (`POST /v1/conversations/{id}/items`), each
     `item_reference` replaced by the item it names (seq ids resolve in `conversation_id`);

@@ -8,6 +8,7 @@ from aiohttp import web
 
 from gateway.context import GATEWAY
 from gateway.conversations.events import Conversation
+from gateway.conversations.item_refs import resolve_items
 from gateway.conversations.items import items_to_messages, path_items
 from gateway.conversations.truncate import branch_point, content_chars_of, event_log, truncate
 from gateway.dialects.requests import parse_json_object
@@ -73,7 +74,10 @@ def _conversation(conversation: Conversation) -> dict[str, Any]:
 
 async def create(request: web.Request) -> web.Response:
     body = parse_json_object(await request.read()) if request.can_read_body else {}
-    messages = items_to_messages(body.get("items") or [])
+    # An `item_reference` to a response's output item the team can read (no conversation yet
+    # for a conversation item's seq id to resolve in).
+    items = await resolve_items(request.app[GATEWAY], request[PRINCIPAL], None, body.get("items"))
+    messages = items_to_messages(items or [])
     metadata = body.get("metadata") or {}
     if not isinstance(metadata, dict):
         raise InvalidRequest("'metadata' must be an object.", param="metadata")
@@ -125,7 +129,10 @@ async def list_items(request: web.Request) -> web.Response:
 
 async def add_items(request: web.Request) -> web.Response:
     body = parse_json_object(await request.read())
-    messages = items_to_messages(body.get("items"))
+    items = await resolve_items(
+        request.app[GATEWAY], request[PRINCIPAL], request.match_info["id"], body.get("items")
+    )
+    messages = items_to_messages(items)
     events = await request.app[GATEWAY].conversations.add_items(
         request.match_info["id"], request[PRINCIPAL], messages
     )

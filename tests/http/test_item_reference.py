@@ -346,3 +346,22 @@ async def test_conversation_items_added_by_reference(
     with pytest.raises(InvalidRequest) as caught:
         await resolve_items(gw.gateway, principal, conversation, [user("x"), ref("fco_999")])
     assert caught.value.param == "items[1].id"
+
+
+async def test_the_conversations_api_takes_item_references(
+    gw: GatewayUnderTest, upstream: FakeUpstream
+) -> None:
+    """POST /v1/conversations and .../items resolve references like /v1/responses does."""
+    api = gw.client()
+    upstream.push(completion(TEXT))
+    answered = await api.responses.create(model="fake", input="Capital of the UK?", store=True)
+    message_id = answered.output[0].id
+    made = await api.conversations.create(items=[user("Tell me"), ref(message_id)])  # type: ignore[list-item]
+    listed = await api.conversations.items.list(made.id)
+    assert [getattr(i, "role", None) for i in listed.data] == ["user", "assistant"]
+    await api.conversations.items.create(made.id, items=[ref(message_id)])  # type: ignore[list-item]
+    messages = await gw.messages(made.id)
+    assert [m["content"] for m in messages] == ["Tell me", TEXT, TEXT]
+    with pytest.raises(openai.BadRequestError):
+        await api.conversations.items.create(made.id, items=[ref("msg_nope")])  # type: ignore[list-item]
+    assert len(await gw.messages(made.id)) == 3
