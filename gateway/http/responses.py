@@ -11,6 +11,7 @@ from gateway.context import GATEWAY
 from gateway.conversations.derive import close_unanswered
 from gateway.conversations.events import new_id
 from gateway.conversations.history import resent
+from gateway.conversations.item_refs import resolve_item_references
 from gateway.conversations.items import path_items
 from gateway.conversations.recorder import TurnRecorder
 from gateway.conversations.service import Joined
@@ -39,8 +40,6 @@ async def create(request: web.Request) -> web.StreamResponse:
     parsed, new_messages = parse_request(await request.read())
     # `item_reference` input items, read back from the store (the key's team only): a 400
     # naming one that is unknown, before anything is recorded or sent.
-    from gateway.conversations.item_refs import resolve_item_references
-
     new_messages = await resolve_item_references(
         request.app[GATEWAY], request[PRINCIPAL], request.headers, parsed, new_messages
     )
