@@ -199,6 +199,32 @@ async def test_vercel_generate_text_runs_a_tool_loop_in_one_conversation(
     assert texts(last) == result["text"]
 
 
+async def test_vercel_tool_loop_on_a_stored_conversation_keeps_one_history(
+    gw: GatewayUnderTest, upstream: FakeUpstream
+) -> None:
+    """With `providerOptions.openai.conversation` the SDK sends the question again with the
+    tool's result on the second step: recorded once, and the upstream gets one valid history
+    (no synthetic result, no orphan tool message)."""
+    upstream.push(
+        chat_json(tool_calls=[call("call_w1", "weather", {"city": "Paris"})]),
+        chat_json("It is 18C in Paris."),
+    )
+    conversation = await gw.client().conversations.create()
+    result = await node("vercel_tools.mjs", gw, CONVERSATION=conversation.id)
+    assert (result["text"], result["steps"]) == ("It is 18C in Paris.", 2)
+    second = upstream.requests[1]["messages"]
+    assert [m["role"] for m in second] == ["user", "assistant", "tool"]
+    assert "ABORTED_BEFORE_DISPATCH" not in json.dumps(second)
+    await gw.flush()
+    events = await gw.gateway.store.events(conversation.id)
+    assert [e.type for e in events if e.type != "turn/end"] == [
+        "user/message",
+        "assistant/message",
+        "tool/result",
+        "assistant/message",
+    ]
+
+
 # -- structured output -------------------------------------------------------------------------
 
 PLACE = {"city": "Paris", "country": "France"}

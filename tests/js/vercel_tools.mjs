@@ -1,5 +1,6 @@
 // The Vercel AI SDK: generateText with a tool and a multi-step loop (stopWhen), on the default
-// Responses provider (`openai(model)`) or on Chat Completions (API=chat).
+// Responses provider (`openai(model)`) or on Chat Completions (API=chat); with CONVERSATION set,
+// on a stored conversation (`providerOptions.openai.conversation`).
 import { createOpenAI } from "@ai-sdk/openai";
 import { generateText, stepCountIs, tool } from "ai";
 import { z } from "zod";
@@ -24,6 +25,9 @@ run(async () => {
       }),
     },
     stopWhen: stepCountIs(5),
+    ...(process.env.CONVERSATION
+      ? { providerOptions: { openai: { conversation: process.env.CONVERSATION } } }
+      : {}),
   });
   return {
     text: result.text,
