@@ -117,14 +117,19 @@ function plural(count, word, many = `${word}s`) {
 }
 
 function fmtPct(part, whole) {
+  // A share: never above 100% (each count is of a subset of what it is divided by).
   if (!whole) return '—';
-  return `${((100 * part) / whole).toFixed(1)}%`;
+  return `${Math.min(100, (100 * part) / whole).toFixed(1)}%`;
 }
 
 function shortId(id) {
+  // Generated ids are `<prefix>_<12 hex of ms time><20 random hex>`: the head is the time (alike
+  // for every id of a minute), so the random tail is what tells two ids apart.
   if (!id) return '—';
-  const [prefix, rest] = id.includes('_') ? [id.slice(0, id.indexOf('_') + 1), id.slice(id.indexOf('_') + 1)] : ['', id];
-  return rest.length > 12 ? `${prefix}${rest.slice(0, 8)}…` : id;
+  const cut = id.indexOf('_');
+  const [prefix, rest] = cut >= 0 ? [id.slice(0, cut + 1), id.slice(cut + 1)] : ['', id];
+  if (/^[0-9a-f]{32}$/.test(rest)) return `${prefix}…${rest.slice(-8)}`;
+  return id.length > 28 ? `${id.slice(0, 27)}…` : id; // a client-chosen id: its head
 }
 
 function textOf(content) {
@@ -285,8 +290,32 @@ async function render() {
     else if (section === 'keys') await keysPage(content);
     else if (section === 'deployments') await deploymentsPage(content);
   } catch (error) {
+    // Whatever was still loading when it failed stops saying so.
+    for (const spinner of content.querySelectorAll('.loading')) spinner.remove();
     content.append(errorBox(error));
   }
+  restoreFocus();
+}
+
+// A filter applied from the keyboard re-renders the page: focus goes back to the same control.
+let focusAfterRender = null;
+
+function restoreFocus() {
+  if (!focusAfterRender) return;
+  const target = document.querySelector(`.page [name="${focusAfterRender}"]`);
+  focusAfterRender = null;
+  if (target) target.focus();
+}
+
+// Auto-applied selects wait for the keyboard to settle: arrowing through a select's options
+// applies the one it stops on, once, and keeps the focus there.
+function applySoon(apply, control) {
+  clearTimeout(applySoon.timer);
+  cleanups.push(() => clearTimeout(applySoon.timer));
+  applySoon.timer = setTimeout(() => {
+    if (document.activeElement === control) focusAfterRender = control.name;
+    apply();
+  }, 450);
 }
 
 async function restore() {
@@ -307,7 +336,9 @@ function signOut(reason) {
   sessionStorage.removeItem(KEY_STORAGE);
   session.key = null;
   session.me = null;
-  go('/login', reason ? { reason } : {});
+  // A refused key comes back to where it was; signing out on purpose starts afresh.
+  const here = location.hash.replace(/^#/, '');
+  go('/login', { reason, next: reason && here && !here.startsWith('/login') ? here : '' });
 }
 
 // ---------------------------------------------------------------------------------------------
@@ -323,13 +354,24 @@ function shell(section, content) {
     PAGES.filter((p) => !p.admin || isAdmin()).map((p) =>
       h('a', { href: href(`/${p.path}`), class: p.path === section ? 'nav-link active' : 'nav-link', 'aria-current': p.path === section ? 'page' : null },
         icon(p.icon), p.label)));
-  return h('div', { class: 'layout' },
+  return h('div', { class: 'layout' }, skipLink(),
     h('aside', { class: 'sidebar' }, h('div', { class: 'sidebar-inner' },
       h('div', { class: 'brand' }, h('img', { src: 'favicon.svg', alt: '', width: 22, height: 22 }), h('span', { text: 'Gateway' })),
       nav,
       h('div', { class: 'sidebar-foot' }, who,
         h('button', { class: 'btn btn-ghost btn-small', type: 'button', onclick: () => signOut(), 'data-testid': 'sign-out' }, 'Sign out')))),
-    h('main', { class: 'main' }, content));
+    h('main', { class: 'main', id: 'main', tabindex: '-1' }, content));
+}
+
+function skipLink() {
+  // Not an `#main` link: the hash is the route.
+  return h('a', {
+    class: 'skip-link', href: '#main', 'data-testid': 'skip-link',
+    onclick: (event) => {
+      event.preventDefault();
+      document.getElementById('main')?.focus();
+    },
+  }, 'Skip to content');
 }
 
 function pageHeader(title, subtitle, ...actions) {
@@ -423,7 +465,15 @@ function loginPage(reason) {
       try {
         session.me = await api('/v1/me', { login: true });
         sessionStorage.setItem(KEY_STORAGE, session.key || '');
-        go('/conversations');
+        // Back to the page that was opened (a deep link), or that was left when signed out.
+        const route = currentRoute();
+        const next = route.parts[0] === 'login' ? route.query.get('next') : location.hash.replace(/^#/, '');
+        if (next && !next.startsWith('/login')) {
+          if (location.hash === `#${next}`) render();
+          else location.hash = `#${next}`;
+        } else {
+          go('/conversations');
+        }
       } catch (failure) {
         session.key = null;
         session.me = null;
@@ -493,7 +543,7 @@ async function conversationsPage(root, params) {
     go('/conversations', { ...data, limit: data.limit === '20' ? '' : data.limit });
   });
   form.addEventListener('change', (event) => {
-    if (event.target.tagName === 'SELECT') form.requestSubmit();
+    if (event.target.tagName === 'SELECT') applySoon(() => form.requestSubmit(), event.target);
   });
 
   const until = utcDay(filters.until);
@@ -512,6 +562,8 @@ async function conversationsPage(root, params) {
   const index = after ? stack.indexOf(after) : -1;
   const previous = after ? (index > 0 ? stack[index - 1] : '') : null;
   const rows = page.data.map((c) => ({ ...c, attrs: { 'data-conversation-id': c.id, class: 'row-link' } }));
+  const teamName = new Map(teams.map((t) => [t.id, t.name]));
+  const keyName = new Map(keys.map((k) => [k.id, k.name || `${k.key_prefix}…`]));
   const link = (c) => href(`/conversations/${enc(c.id)}`);
   const list = table([
     { label: 'Conversation', cell: (c) => h('div', { class: 'conv-cell' },
@@ -519,8 +571,8 @@ async function conversationsPage(root, params) {
       h('div', { class: 'conv-sub' }, idCell(c.id), c.parent_id ? h('span', { class: 'muted' }, ' · branch of ', idCell(c.parent_id, href(`/conversations/${enc(c.parent_id)}`))) : null)) },
     { label: 'Status', cell: (c) => statusBadge(c.status) },
     { label: 'Model', cell: (c) => c.model || '—' },
-    { label: 'Team', cell: (c) => c.team_id || h('span', { class: 'muted', text: 'none' }) },
-    { label: 'Key', cell: (c) => (c.key_id ? idCell(c.key_id) : h('span', { class: 'muted', text: adminKeyName() })) },
+    { label: 'Team', cell: (c) => (c.team_id ? h('span', { title: c.team_id, text: teamName.get(c.team_id) || c.team_id }) : h('span', { class: 'muted', text: 'none' })) },
+    { label: 'Key', cell: (c) => (c.key_id ? (keyName.has(c.key_id) ? h('span', { title: c.key_id, text: keyName.get(c.key_id) }) : idCell(c.key_id)) : h('span', { class: 'muted', text: adminKeyName() })) },
     { label: 'Turns', num: true, cell: (c) => String(c.turns) },
     { label: 'Created', cell: (c) => h('span', { title: fmtTime(c.created_at), text: fmtTime(c.created_at, false) }) },
     { label: 'Last activity', cell: (c) => h('span', { title: fmtTime(c.last_activity), text: fmtAgo(c.last_activity) }) },
@@ -709,8 +761,42 @@ function prettyJson(text) {
   }
 }
 
+function truncatesOf(turns) {
+  // `assistant/truncate` events (the log as recorded): message seq -> the latest one.
+  const out = new Map();
+  for (const turn of turns) {
+    for (const event of turn.events) {
+      if (event.type === 'assistant/truncate') out.set(event.payload.message_seq, event);
+    }
+  }
+  return out;
+}
+
+function cutBlocks(blocks, chars) {
+  // gateway.conversations.derive.cut_blocks: what a client showed of `chars` code points.
+  const kept = [];
+  let left = chars;
+  for (const block of blocks || []) {
+    if (block.type === 'text') {
+      const text = [...(block.text || '')];
+      if (text.length > left) {
+        if (left > 0) kept.push({ ...block, text: text.slice(0, left).join('') });
+        return kept;
+      }
+      left -= text.length;
+    }
+    kept.push(block);
+  }
+  return kept;
+}
+
+function textLength(blocks) {
+  return (blocks || []).filter((b) => b.type === 'text').reduce((n, b) => n + [...(b.text || '')].length, 0);
+}
+
 function chatView(root, conversationId, turns, branches, lastAlias) {
   const list = h('div', { class: 'chat', 'data-testid': 'chat' });
+  const truncates = truncatesOf(turns);
   let inheritedShown = false;
   const toolCalls = new Map(); // id -> still without a result
   turns.forEach((turn, index) => {
@@ -723,7 +809,7 @@ function chatView(root, conversationId, turns, branches, lastAlias) {
       inheritedShown = false;
       list.append(h('div', { class: 'divider', text: 'This branch' }));
     }
-    list.append(chatTurn(conversationId, turn, index, inherited, branches, toolCalls));
+    list.append(chatTurn(conversationId, turn, index, inherited, branches, toolCalls, truncates));
   });
   // Tool calls still without a result at the end: model history closes them too.
   if (toolCalls.size && list.lastElementChild) append(list.lastElementChild, syntheticResults(toolCalls));
@@ -732,7 +818,7 @@ function chatView(root, conversationId, turns, branches, lastAlias) {
   if (isAdmin()) root.append(composer(conversationId, turns, lastAlias));
 }
 
-function chatTurn(conversationId, turn, index, inherited, branches, toolCalls) {
+function chatTurn(conversationId, turn, index, inherited, branches, toolCalls, truncates) {
   const box = h('article', { class: inherited ? 'turn inherited' : 'turn', 'data-turn-id': turn.id });
   const end = turn.end && turn.end.payload;
   const messages = [];
@@ -749,10 +835,24 @@ function chatTurn(conversationId, turn, index, inherited, branches, toolCalls) {
       messages.push(h('div', { class: p.synthetic ? 'msg msg-tool synthetic' : 'msg msg-tool', 'data-seq': event.seq },
         h('div', { class: 'msg-role' }, 'Tool result ', p.synthetic ? badge('synthetic', 'warn') : null, h('code', { class: 'muted', text: ` ${p.tool_call_id || ''}` }), seqTag(event)),
         h('pre', { class: 'code', text: textOf(p.content) })));
+    } else if (event.type === 'assistant/attempt' && p.delivered && (p.delivered.content || []).length) {
+      // A fault after part of the answer reached the client: the user saw this text, the model
+      // never will (it stays in the attempt, outside model history).
+      const route = p.route || {};
+      messages.push(h('div', { class: 'msg msg-assistant not-in-history', 'data-seq': event.seq, 'data-testid': 'delivered-attempt' },
+        h('div', { class: 'msg-role' }, 'Assistant', h('span', { class: 'muted', text: ` · ${route.deployment || ''} · attempt ${p.attempt || '?'}` }), seqTag(event)),
+        contentBlocks(p.delivered.content, { interrupted: true }),
+        h('div', { class: 'stopped', role: 'note', 'data-testid': 'not-in-history' },
+          h('span', { class: 'stopped-icon', 'aria-hidden': 'true' }, '⚠'), 'Failed after delivery',
+          h('span', { class: 'stopped-detail', text: ` · the client was shown this text (${p.delivered.delivery === 'acked' ? 'acknowledged' : 'sent'}), then the attempt failed (${(p.reason || 'error').replace(/_/g, ' ')}); it is not in the model's history` }))));
+    } else if (event.type === 'assistant/truncate') {
+      // Shown on the message it shortens.
     } else if (event.type === 'assistant/message') {
       messages.push(...syntheticResults(toolCalls));
       answered = true;
       const route = p.route || {};
+      const truncate = truncates.get(event.seq);
+      const shownBlocks = truncate ? cutBlocks(p.content, truncate.payload.content_chars) : p.content;
       const stopped = p.interrupted
         ? h('div', { class: 'stopped', 'data-testid': 'stopped-marker', role: 'note' },
           h('span', { class: 'stopped-icon', 'aria-hidden': 'true' }, '■'), 'Stopped',
@@ -762,8 +862,11 @@ function chatTurn(conversationId, turn, index, inherited, branches, toolCalls) {
         h('div', { class: 'msg-role' }, 'Assistant',
           p.source === 'client' ? badge('from client history', 'neutral') : h('span', { class: 'muted', text: ` · ${route.deployment || ''}` }),
           seqTag(event)),
-        contentBlocks(p.content, { interrupted: p.interrupted }),
-        stopped));
+        contentBlocks(shownBlocks, { interrupted: p.interrupted }),
+        stopped,
+        truncate ? h('div', { class: 'stopped truncated', role: 'note', 'data-testid': 'truncated-marker' },
+          h('span', { class: 'stopped-icon', 'aria-hidden': 'true' }, '✂'), 'Truncated',
+          h('span', { class: 'stopped-detail', text: ` · the client showed ${plural(truncate.payload.content_chars, 'character')} of the ${fmtInt(textLength(p.content))} delivered (assistant/truncate #${truncate.seq}); the model's history keeps only those` })) : null));
       for (const block of p.content || []) if (block.type === 'tool_call') toolCalls.set(block.id, true);
     }
   }
@@ -806,12 +909,20 @@ function chatTurn(conversationId, turn, index, inherited, branches, toolCalls) {
     h('header', { class: 'turn-head' },
       h('span', { class: 'turn-number', text: `Turn ${index + 1}` }),
       h('span', { class: 'muted', text: fmtTime(started) }),
-      end ? statusBadge(end.status === 'aborted' ? 'interrupted' : end.status) : badge('in progress', 'info'),
+      turnBadge(turn, end, inherited),
       branchesHere.length ? h('span', { class: 'branch-note' }, icon('branch', 14, 'inline-icon'), `${branchesHere.length} branch${branchesHere.length > 1 ? 'es' : ''} from here: `,
         branchesHere.map((b) => h('a', { href: href(`/conversations/${enc(b.id)}`) }, h('code', { text: shortId(b.id) })))) : null,
       actions),
     messages);
   return box;
+}
+
+function turnBadge(turn, end, inherited) {
+  if (end) return statusBadge(end.status === 'aborted' ? 'interrupted' : end.status);
+  // An inherited turn is finished (a branch is made from finished turns only); its `turn/end`
+  // lies past the branch point when the branch was made inside it.
+  if (inherited) return badge('finished in the parent', 'neutral', { 'data-testid': 'inherited-turn' });
+  return badge('in progress', 'info');
 }
 
 function syntheticResults(toolCalls) {
@@ -830,7 +941,7 @@ function seqTag(event) {
 
 function composer(conversationId, turns, lastAlias) {
   const box = h('section', { class: 'panel composer', 'data-testid': 'composer' });
-  const text = h('textarea', { name: 'message', rows: 3, placeholder: 'Continue this conversation…', 'data-testid': 'composer-input' });
+  const text = h('textarea', { name: 'message', rows: 3, placeholder: 'Continue this conversation…', 'aria-label': 'Message', 'data-testid': 'composer-input' });
   const model = select('model', [], '');
   const send = h('button', { class: 'btn btn-primary', type: 'submit', 'data-testid': 'composer-send' }, 'Send');
   const stop = h('button', { class: 'btn btn-danger', type: 'button', hidden: true, 'data-testid': 'composer-stop' }, 'Stop');
@@ -991,7 +1102,7 @@ function trajectoryTurn(conversationId, turn, index, usageById) {
       h('span', { class: 'turn-number', text: `Turn ${index + 1}` }),
       h('code', { class: 'muted', title: turn.id, text: shortId(turn.id) }),
       h('span', { class: 'muted', text: fmtTime(turn.events[0].created_at) }),
-      end ? statusBadge(end.status === 'aborted' ? 'interrupted' : end.status) : badge('in progress', 'info'),
+      turnBadge(turn, end, turn.conversation_id !== conversationId),
       end && end.reason ? h('span', { class: 'muted', text: end.reason.replace(/_/g, ' ') }) : null,
       turn.conversation_id !== conversationId ? badge('inherited', 'neutral') : null),
     h('div', { class: 'traj-summary' },
@@ -1094,7 +1205,19 @@ const RANGES = {
   '24h': { seconds: 86400, granularity: 'hour', label: 'Last 24 hours' },
   '7d': { seconds: 7 * 86400, granularity: 'day', label: 'Last 7 days' },
   '30d': { seconds: 30 * 86400, granularity: 'day', label: 'Last 30 days' },
+  month: { granularity: 'day', label: 'This month (UTC)' },
+  'last-month': { granularity: 'day', label: 'Last month (UTC)' },
 };
+
+function rangeBounds(range, now) {
+  // [from, to) in Unix seconds; months are UTC calendar months, as budgets count them.
+  const d = new Date(now * 1000);
+  if (range === 'month') return [Date.UTC(d.getUTCFullYear(), d.getUTCMonth(), 1) / 1000, Math.ceil(now)];
+  if (range === 'last-month') {
+    return [Date.UTC(d.getUTCFullYear(), d.getUTCMonth() - 1, 1) / 1000, Date.UTC(d.getUTCFullYear(), d.getUTCMonth(), 1) / 1000];
+  }
+  return [Math.floor(now - RANGES[range].seconds), Math.ceil(now)];
+}
 
 function periodStart(period, now) {
   const d = new Date(now * 1000);
@@ -1117,14 +1240,26 @@ async function usagePage(root, params) {
   const team = isAdmin() ? params.get('team_id') || '' : '';
   const now = Date.now() / 1000;
   // Dates are UTC days, as the usage API reads them; `to` takes in the whole of its day.
-  const from = fromDate ? utcDay(fromDate) : Math.floor(now - (custom ? 31 * 86400 : RANGES[range].seconds));
-  const to = toDate ? utcDay(toDate) + 86400 : Math.ceil(now);
+  const [presetFrom, presetTo] = custom ? [Math.floor(now - 31 * 86400), Math.ceil(now)] : rangeBounds(range, now);
+  const from = fromDate ? utcDay(fromDate) : presetFrom;
+  const to = toDate ? utcDay(toDate) + 86400 : presetTo;
   const rangeLabel = custom ? `${fromDate || 'last 31 days'} to ${toDate || 'now'} (UTC)` : RANGES[range].label;
   const usageQuery = { group_by: groupBy, granularity, from, to, team_id: team };
   root.append(pageHeader('Usage', isAdmin()
     ? 'Spend and tokens over time, from every attempt\'s usage record (GET /v1/usage).'
     : `Team ${session.me.team_id}'s spend and tokens (read-only).`));
-  const teams = isAdmin() ? await api('/v1/gateway/teams').then((r) => r.data) : [];
+  const [teams, keys] = isAdmin()
+    ? await Promise.all([api('/v1/gateway/teams').then((r) => r.data), api('/v1/gateway/keys').then((r) => r.data)])
+    : [[], []];
+  // Names instead of raw ids where the master key can read them.
+  const teamNames = new Map(teams.map((t) => [t.id, t.name]));
+  const keyNames = new Map(keys.map((k) => [k.id, k.name || `${k.key_prefix}…`]));
+  const nameOf = (g) => {
+    if (g === '(none)' || g === 'other') return g;
+    if (groupBy === 'team' && teamNames.has(g)) return `${teamNames.get(g)} (${g})`;
+    if (groupBy === 'key' && keyNames.has(g)) return `${keyNames.get(g)} (${shortId(g)})`;
+    return g;
+  };
   const form = h('form', { class: 'filters' }, h('div', { class: 'filter-grid' },
     field('Group by', select('group_by', [['model', 'Model'], ['deployment', 'Deployment'], ['team', 'Team'], ['key', 'Key'], ['user', 'User']], groupBy, { 'data-testid': 'usage-group-by' })),
     field('Range', select('range', [...Object.entries(RANGES).map(([k, v]) => [k, v.label]), ['custom', 'Custom dates']], range)),
@@ -1135,7 +1270,7 @@ async function usagePage(root, params) {
   h('div', { class: 'filter-actions' },
     h('button', { class: 'btn btn-small', type: 'button', 'data-testid': 'usage-csv', onclick: (event) => downloadCsv(event.currentTarget, usageQuery) }, 'Export CSV'),
     h('span', { class: 'field-hint', text: 'The same filters as GET /v1/usage.' })));
-  form.addEventListener('change', (event) => {
+  form.addEventListener('change', (event) => applySoon(() => {
     const data = Object.fromEntries(new FormData(form).entries());
     if (event.target.name === 'range') {
       if (data.range === 'custom') {
@@ -1148,7 +1283,7 @@ async function usagePage(root, params) {
     }
     if (data.from || data.to) delete data.range;
     go('/usage', data);
-  });
+  }, event.target));
   form.addEventListener('submit', (event) => event.preventDefault());
   const body = h('div', {}, loading());
   root.append(panel(null, form), body);
@@ -1156,22 +1291,22 @@ async function usagePage(root, params) {
   const report = await api('/v1/usage' + query(usageQuery));
   const rows = report.data;
   clear(body);
+  const COUNTS = ['requests', 'attempts', 'failed_attempts', 'interrupted', 'errors', 'unpriced_requests'];
   const totals = rows.reduce((acc, r) => {
     acc.cost += r.cost_usd || 0;
     acc.prompt += r.prompt_tokens || 0;
     acc.completion += r.completion_tokens || 0;
     acc.delivered += r.completion_delivered || 0;
-    acc.requests += r.requests || 0;
-    acc.interrupted += r.interrupted || 0;
-    acc.errors += r.errors || 0;
+    for (const name of COUNTS) acc[name] += r[name] || 0;
     return acc;
-  }, { cost: 0, prompt: 0, completion: 0, delivered: 0, requests: 0, interrupted: 0, errors: 0 });
-  body.append(h('div', { class: 'stats' },
-    stat('Spend', fmtUsd(totals.cost), rangeLabel),
+  }, { cost: 0, prompt: 0, completion: 0, delivered: 0, ...Object.fromEntries(COUNTS.map((n) => [n, 0])) });
+  body.append(h('div', { class: 'stats', 'data-testid': 'usage-totals' },
+    stat('Spend', fmtUsd(totals.cost), totals.unpriced_requests ? `${rangeLabel} · ${plural(totals.unpriced_requests, 'request')} unpriced, not counted` : rangeLabel),
     stat('Tokens', fmtCompact(totals.prompt + totals.completion), `${fmtInt(totals.prompt)} prompt · ${fmtInt(totals.completion)} completion`),
-    stat('Requests', fmtInt(totals.requests), `${fmtInt(totals.delivered)} tokens delivered`),
-    stat('Interrupted', fmtPct(totals.interrupted, totals.requests), `${plural(totals.interrupted, 'turn')} cut short by the client`),
-    stat('Errors', fmtPct(totals.errors, totals.requests), plural(totals.errors, 'failed attempt'))));
+    stat('Requests', fmtInt(totals.requests), `turns · ${plural(totals.attempts, 'upstream attempt')} · ${fmtInt(totals.delivered)} tokens delivered`, 'stat-requests'),
+    stat('Interrupted', fmtPct(totals.interrupted, totals.requests), `${plural(totals.interrupted, 'request')} cut short by the client`),
+    stat('Errors', fmtPct(totals.errors, totals.requests), `${plural(totals.errors, 'request')} failed`, 'stat-errors'),
+    stat('Failed attempts', fmtPct(totals.failed_attempts, totals.attempts), `${fmtInt(totals.failed_attempts)} of ${plural(totals.attempts, 'attempt')}, retried or fallen back included`, 'stat-failed-attempts')));
 
   const bucket = granularity === 'hour' ? 3600 : 86400;
   const periods = [];
@@ -1179,7 +1314,7 @@ async function usagePage(root, params) {
   const groupTotals = new Map();
   for (const r of rows) {
     const g = r.group ?? '(none)';
-    const acc = groupTotals.get(g) || { group: g, cost: 0, tokens: 0, prompt: 0, completion: 0, delivered: 0, requests: 0, interrupted: 0, errors: 0, estimated: 0 };
+    const acc = groupTotals.get(g) || { group: g, cost: 0, tokens: 0, prompt: 0, completion: 0, delivered: 0, requests: 0, attempts: 0, failed_attempts: 0, unpriced_requests: 0, interrupted: 0, errors: 0, estimated: 0 };
     acc.cost += r.cost_usd || 0;
     acc.prompt += r.prompt_tokens || 0;
     acc.completion += r.completion_tokens || 0;
@@ -1188,6 +1323,9 @@ async function usagePage(root, params) {
     acc.requests += r.requests || 0;
     acc.interrupted += r.interrupted || 0;
     acc.errors += r.errors || 0;
+    acc.attempts += r.attempts || 0;
+    acc.failed_attempts += r.failed_attempts || 0;
+    acc.unpriced_requests += r.unpriced_requests || 0;
     acc.estimated += r.estimated || 0;
     groupTotals.set(g, acc);
   }
@@ -1205,33 +1343,37 @@ async function usagePage(root, params) {
     return data;
   };
   const groups = ranked.length > shown.length ? [...shown, 'other'] : shown;
-  const legend = h('div', { class: 'legend' }, groups.map((g) => h('span', { class: 'legend-item' }, h('span', { class: 'swatch', style: { background: g === 'other' ? PALETTE[PALETTE.length - 1] : colour(g) } }), g)));
+  const legend = h('div', { class: 'legend' }, groups.map((g) => h('span', { class: 'legend-item' }, h('span', { class: 'swatch', style: { background: g === 'other' ? PALETTE[PALETTE.length - 1] : colour(g) } }), nameOf(g))));
+  // Buckets are UTC hours and days (as the API makes them): labelled in UTC, whatever the
+  // browser's time zone.
   const fmtTick = (t) => {
     const d = new Date(t * 1000);
-    return granularity === 'hour' ? `${pad(d.getHours())}:00` : `${pad(d.getMonth() + 1)}-${pad(d.getDate())}`;
+    return granularity === 'hour' ? `${pad(d.getUTCHours())}:00` : `${pad(d.getUTCMonth() + 1)}-${pad(d.getUTCDate())}`;
   };
   const spendChart = stackedBars({ periods, groups, data: series((r) => r.cost_usd || 0), colour: (g) => (g === 'other' ? PALETTE[PALETTE.length - 1] : colour(g)), format: (v) => `$${Number(v.toPrecision(3))}`, tick: fmtTick, name: 'spend' });
   const tokenChart = stackedBars({ periods, groups, data: series((r) => (r.prompt_tokens || 0) + (r.completion_tokens || 0)), colour: (g) => (g === 'other' ? PALETTE[PALETTE.length - 1] : colour(g)), format: fmtCompact, tick: fmtTick, name: 'tokens' });
   body.append(h('div', { class: 'grid-2' },
-    panel(`Spend by ${groupBy} (USD)`, totals.cost ? spendChart : h('div', { class: 'empty', text: rows.length ? 'No cost recorded: these deployments have no price.' : 'No usage in this range.' }), legend.cloneNode(true)),
-    panel(`Tokens by ${groupBy}`, rows.length ? tokenChart : h('div', { class: 'empty', text: 'No usage in this range.' }), legend)));
+    panel(`Spend by ${groupBy} (USD, ${granularity === 'hour' ? 'hours' : 'days'} in UTC)`, totals.cost ? spendChart : h('div', { class: 'empty', text: rows.length ? 'No cost recorded: these deployments have no price.' : 'No usage in this range.' }), legend.cloneNode(true)),
+    panel(`Tokens by ${groupBy} (${granularity === 'hour' ? 'hours' : 'days'} in UTC)`, rows.length ? tokenChart : h('div', { class: 'empty', text: 'No usage in this range.' }), legend)));
 
   const maxCost = Math.max(...ranked.map((g) => g.cost), 0);
   body.append(h('div', { class: 'grid-2' },
     panel('Top spenders', table([
-      { label: groupBy[0].toUpperCase() + groupBy.slice(1), cell: (g) => h('span', { class: 'legend-item' }, h('span', { class: 'swatch', style: { background: colour(g.group) } }), g.group) },
+      { label: groupBy[0].toUpperCase() + groupBy.slice(1), cell: (g) => h('span', { class: 'legend-item' }, h('span', { class: 'swatch', style: { background: colour(g.group) } }), nameOf(g.group)) },
       { label: 'Spend', num: true, cell: (g) => fmtUsd(g.cost) },
       { label: 'Share', cell: (g) => meter(maxCost ? g.cost / maxCost : 0, colour(g.group)) },
       { label: 'Tokens', num: true, cell: (g) => fmtInt(g.tokens) },
     ], ranked.slice(0, 10), 'No usage in this range.')),
     panel('Interrupted and error rates', table([
-      { label: groupBy[0].toUpperCase() + groupBy.slice(1), cell: (g) => g.group },
+      { label: groupBy[0].toUpperCase() + groupBy.slice(1), cell: (g) => nameOf(g.group) },
       { label: 'Requests', num: true, cell: (g) => fmtInt(g.requests) },
       { label: 'Interrupted', num: true, cell: (g) => `${fmtInt(g.interrupted)} (${fmtPct(g.interrupted, g.requests)})` },
-      { label: 'Errors', num: true, cell: (g) => h('span', { class: g.errors ? 'text-bad' : null, text: `${fmtInt(g.errors)} (${fmtPct(g.errors, g.requests)})` }) },
+      { label: 'Errors', num: true, cell: (g) => h('span', { class: g.errors ? 'text-bad' : null, 'data-testid': 'rate-errors', text: `${fmtInt(g.errors)} (${fmtPct(g.errors, g.requests)})` }) },
+      { label: 'Attempts', num: true, cell: (g) => fmtInt(g.attempts) },
+      { label: 'Failed attempts', num: true, cell: (g) => h('span', { class: g.failed_attempts ? 'text-bad' : null, 'data-testid': 'rate-failed-attempts', text: `${fmtInt(g.failed_attempts)} (${fmtPct(g.failed_attempts, g.attempts)})` }) },
       { label: 'Delivered', num: true, cell: (g) => fmtPct(g.delivered, g.completion) },
-    ], ranked, 'No usage in this range.'),
-    h('p', { class: 'field-hint', text: 'Errors count failed attempts (a fallback that then succeeded included); delivered is the share of generated tokens that reached the client.' }))));
+    ], ranked.map((g) => ({ ...g, attrs: { 'data-group': g.group } })), 'No usage in this range.'),
+    h('p', { class: 'field-hint', text: 'Requests are turns, counted once in the group of their last attempt: errors are requests that failed, interrupted those cut short by their client. Attempts count every upstream call (a retry or fallback is one more); failed attempts include those a fallback then recovered. Delivered is the share of generated tokens that reached the client.' }))));
   if (isAdmin()) body.append(await budgetsPanel(teams, team));
 }
 
@@ -1253,8 +1395,8 @@ async function downloadCsv(button, params) {
   }
 }
 
-function stat(label, value, hint) {
-  return h('div', { class: 'stat' }, h('div', { class: 'stat-label', text: label }), h('div', { class: 'stat-value', text: value }), hint ? h('div', { class: 'stat-hint', text: hint }) : null);
+function stat(label, value, hint, testid) {
+  return h('div', { class: 'stat', 'data-testid': testid }, h('div', { class: 'stat-label', text: label }), h('div', { class: 'stat-value', text: value }), hint ? h('div', { class: 'stat-hint', text: hint }) : null);
 }
 
 function meter(fraction, colour) {
@@ -1523,8 +1665,11 @@ function editLimitsButton(path, limits, root) {
       const form = h('form', { class: 'limits-form' }, limitsFields(limits),
         h('div', { class: 'filter-actions' },
           h('button', { class: 'btn btn-small btn-primary', type: 'submit' }, 'Save limits'),
-          h('button', { class: 'btn btn-small btn-ghost', type: 'button', onclick: () => { dialog.remove(); } }, 'Cancel')));
-      const dialog = h('div', { class: 'popover' }, h('div', { class: 'popover-title', text: 'Limits and budget (empty clears)' }), form);
+          h('button', { class: 'btn btn-small btn-ghost', type: 'button', onclick: () => dialog.close() }, 'Cancel')));
+      // A modal dialog: in the top layer, so no scrolling table clips it; Escape closes it.
+      const dialog = h('dialog', { class: 'popover', 'aria-label': 'Limits and budget', 'data-testid': 'limits-dialog' },
+        h('div', { class: 'popover-title', text: 'Limits and budget (empty clears)' }), form);
+      dialog.addEventListener('close', () => dialog.remove());
       form.addEventListener('submit', async (event) => {
         event.preventDefault();
         try {
@@ -1535,6 +1680,7 @@ function editLimitsButton(path, limits, root) {
         }
       });
       wrap.append(dialog);
+      dialog.showModal();
     },
   }, 'Limits…');
   wrap.append(open);
@@ -1557,13 +1703,12 @@ async function deploymentsPage(root) {
     ]);
     const recent = new Map();
     for (const r of usage.data) {
-      const acc = recent.get(r.group) || { requests: 0, errors: 0, interrupted: 0 };
-      acc.requests += r.requests;
-      acc.errors += r.errors;
-      acc.interrupted += r.interrupted;
+      const acc = recent.get(r.group) || { attempts: 0, failed: 0 };
+      acc.attempts += r.attempts;
+      acc.failed += r.failed_attempts;
       recent.set(r.group, acc);
     }
-    const rows = live.data.map((d) => ({ ...d, recent: recent.get(d.name) || { requests: 0, errors: 0, interrupted: 0 }, attrs: { 'data-deployment': d.name } }));
+    const rows = live.data.map((d) => ({ ...d, recent: recent.get(d.name) || { attempts: 0, failed: 0 }, attrs: { 'data-deployment': d.name } }));
     const counts = rows.reduce((acc, d) => ({ ...acc, [d.state]: (acc[d.state] || 0) + 1 }), {});
     clear(body).append(
       h('div', { class: 'stats' },
@@ -1579,7 +1724,7 @@ async function deploymentsPage(root) {
         { label: 'TTFT (avg)', num: true, cell: (d) => fmtMs(d.ttft_ms) },
         { label: 'Since start', num: true, cell: (d) => `${fmtInt(d.successes)} ok · ${fmtInt(d.failures)} failed` },
         { label: 'Error rate', cell: (d) => rateMeter(d.failures, d.successes + d.failures) },
-        { label: '24 h error rate', cell: (d) => rateMeter(d.recent.errors, d.recent.requests) },
+        { label: '24 h failed attempts', cell: (d) => rateMeter(d.recent.failed, d.recent.attempts) },
         { label: 'Last error', cell: (d) => (d.last_error ? h('span', { class: 'text-bad small', text: typeof d.last_error === 'string' ? d.last_error : JSON.stringify(d.last_error) }) : h('span', { class: 'muted', text: '—' })) },
       ], rows, 'No deployments configured.')));
     stamp.textContent = `updated ${fmtTime(now)}`;

@@ -13,6 +13,7 @@ from __future__ import annotations
 import re
 import shutil
 from collections.abc import AsyncIterator
+from datetime import UTC, datetime
 from pathlib import Path
 from typing import Any
 
@@ -469,3 +470,265 @@ async def test_chat_shows_reasoning_tools_and_failures(
     REVIEW_DIR.mkdir(parents=True, exist_ok=True)
     shutil.copy(tmp_path / "12-tools-and-errors.png", REVIEW_DIR)
     await page.close()
+
+
+# -- issue 35: the defects found driving the UI day to day, and what it now shows ---------------
+
+
+async def signed_in(browser: Any, gw: GatewayUnderTest, key: str = MASTER, **context: Any) -> Any:
+    """A page signed in with `key`, on the conversation list."""
+    options = {"viewport": {"width": 1440, "height": 900}, **context}
+    page = await (await browser.new_context(**options)).new_page()
+    page.set_default_timeout(10_000)
+    await page.goto(gw.url + "/ui/")
+    await page.get_by_test_id("login-key").fill(key)
+    await page.get_by_test_id("login-submit").click()
+    await expect(page.locator("[data-page=conversations] [data-testid=filter-q]")).to_be_visible()
+    return page
+
+
+async def no_horizontal_overflow(page: Any) -> None:
+    width = await page.evaluate("document.documentElement.scrollWidth")
+    assert width <= 390, f"the page is {width} px wide at 390 px"
+
+
+async def make_team(gw: GatewayUnderTest) -> None:
+    code, body = await call(gw, "POST", "/v1/gateway/teams", {"name": "Search", "id": "search"})
+    assert code == 201, body
+
+
+def generated_id(prefix: str, millis: int, tail: str) -> str:
+    return f"{prefix}_{millis:012x}{tail:0>20}"
+
+
+async def test_deep_link_skip_link_keyboard_filters_and_limits_dialog(
+    scene: tuple[GatewayUnderTest, FakeUpstream, FakeUpstream], browser: Any, tmp_path: Path
+) -> None:
+    gw, _a, _b = scene
+    await make_team(gw)
+    context = await browser.new_context(viewport={"width": 1440, "height": 900})
+    page = await context.new_page()
+    page.set_default_timeout(10_000)
+    shots = Shots(page, tmp_path)
+
+    # Sign-in keeps the page that was opened.
+    await page.goto(gw.url + "/ui/#/usage?range=7d")
+    await page.get_by_test_id("login-key").fill(MASTER)
+    await page.get_by_test_id("login-submit").click()
+    await expect(page.locator("[data-page=usage]")).to_be_visible()
+    assert page.url.endswith("#/usage?range=7d")
+
+    # A skip link first in the tab order, to the main content.
+    await page.goto(gw.url + "/ui/#/conversations")
+    await expect(page.get_by_test_id("filter-status")).to_be_visible()
+    await page.keyboard.press("Tab")
+    await expect(page.get_by_test_id("skip-link")).to_be_focused()
+    await page.keyboard.press("Enter")
+    await expect(page.locator("main#main")).to_be_focused()
+    assert page.url.endswith("#/conversations")
+
+    # Arrowing through a filter select applies where it stops and keeps the focus there.
+    status = page.get_by_test_id("filter-status")
+    await status.focus()
+    await page.keyboard.press("ArrowDown")
+    await page.keyboard.press("ArrowDown")
+    await expect(page).to_have_url(re.compile(r"status=interrupted"))
+    await expect(page.get_by_test_id("filter-status")).to_be_focused()
+    await expect(page.get_by_test_id("filter-status")).to_have_value("interrupted")
+    assert "status=completed" not in page.url
+    await shots.take("13-keyboard-filters")
+
+    # The Limits editor is not clipped by the table it opens from.
+    await page.locator(".nav-link", has_text="Keys").click()
+    await page.locator('tr[data-team-id="search"]').get_by_test_id("edit-limits").click()
+    dialog = page.get_by_test_id("limits-dialog")
+    await expect(dialog).to_be_visible()
+    visible = await dialog.evaluate(
+        """d => [...d.querySelectorAll('input, select, button')].every(el => {
+            const r = el.getBoundingClientRect();
+            const hit = document.elementFromPoint(r.x + r.width / 2, r.y + r.height / 2);
+            return r.bottom <= innerHeight && (hit === el || el.contains(hit));
+        })"""
+    )
+    assert visible, "part of the Limits editor is hidden"
+    await shots.take("14-limits-dialog")
+    await page.keyboard.press("Escape")
+    await expect(dialog).to_have_count(0)
+    await context.close()
+
+
+async def test_errors_stop_the_spinner_and_say_what_failed(
+    scene: tuple[GatewayUnderTest, FakeUpstream, FakeUpstream], browser: Any, tmp_path: Path
+) -> None:
+    gw, _a, _b = scene
+    store = gw.gateway.store
+    store.create_conversation(Conversation("conv_admin_only", 1_780_000_000.0))
+    await store.flush()
+    await make_team(gw)
+    _, key = await call(gw, "POST", "/v1/gateway/keys", {"team_id": "search", "name": "bot"})
+
+    page = await signed_in(browser, gw)
+    for route, shown in (
+        ("#/conversations/conv_no_such_one", "404"),
+        ("#/conversations?status=bogus", "400"),
+    ):
+        await page.goto(f"{gw.url}/ui/{route}")
+        await expect(page.get_by_test_id("api-error")).to_contain_text(shown)
+        await expect(page.locator(".loading")).to_have_count(0)
+    team_page = await signed_in(browser, gw, key["key"])
+    await team_page.goto(f"{gw.url}/ui/#/conversations/conv_admin_only")
+    await expect(team_page.get_by_test_id("api-error")).to_be_visible()
+    await expect(team_page.locator(".loading")).to_have_count(0)
+    await team_page.context.close()
+    await page.context.close()
+
+
+async def test_short_ids_and_phone_width(
+    scene: tuple[GatewayUnderTest, FakeUpstream, FakeUpstream], browser: Any, tmp_path: Path
+) -> None:
+    gw, _a, _b = scene
+    store = gw.gateway.store
+    millis = 1_780_000_000_000
+    long_title = "Please summarise " + " ".join(["the-quarterly-infrastructure-report"] * 12)
+    ids = [generated_id("conv", millis, "aaaa1111"), generated_id("conv", millis, "bbbb2222")]
+    for n, cid in enumerate(ids):
+        store.create_conversation(Conversation(cid, millis / 1000 + n))
+        store.start_turn(TurnStart(f"turn_{n}", cid, millis / 1000 + n, {"model": "m"}))
+        store.append(NewEvent(cid, f"turn_{n}", "user/message", {"content": long_title}))
+        store.append(NewEvent(cid, f"turn_{n}", "turn/end", {"status": "completed"}))
+    await store.flush()
+
+    page = await signed_in(browser, gw)
+    shown = [
+        await page.locator(f'tr[data-conversation-id="{cid}"] code.id').first.text_content()
+        for cid in ids
+    ]
+    assert shown[0] != shown[1], f"two ids look alike: {shown}"
+    assert shown == ["conv_…aaaa1111", "conv_…bbbb2222"]
+
+    phone = await signed_in(browser, gw, viewport={"width": 390, "height": 844})
+    shots = Shots(phone, tmp_path)
+    await expect(phone.locator("tr[data-conversation-id]")).to_have_count(2)
+    await no_horizontal_overflow(phone)
+    await shots.take("15-phone-list")
+    await phone.goto(f"{gw.url}/ui/#/conversations/{ids[0]}")
+    await expect(phone.locator("h1.conv-title")).to_contain_text("quarterly")
+    await no_horizontal_overflow(phone)
+    await shots.take("16-phone-conversation")
+    await phone.context.close()
+    await page.context.close()
+
+
+async def test_chat_shows_delivered_failures_truncates_and_finished_inherited_turns(
+    scene: tuple[GatewayUnderTest, FakeUpstream, FakeUpstream], browser: Any, tmp_path: Path
+) -> None:
+    gw, _a, _b = scene
+    store = gw.gateway.store
+    cid = "conv_delivered"
+    route = {"provider": "openai", "deployment": "a", "model": "a-model"}
+    store.create_conversation(Conversation(cid, 1_780_000_000.0))
+
+    def add(turn: str, kind: str, payload: dict[str, Any]) -> None:
+        store.append(NewEvent(cid, turn, kind, payload))
+
+    store.start_turn(TurnStart("t1", cid, 1_780_000_001.0, {"model": "m"}))
+    add("t1", "user/message", {"content": "Hi"})
+    answer = {"content": [{"type": "text", "text": "Hello!"}], "interrupted": False}
+    add("t1", "assistant/message", {**answer, "route": route, "attempt": 1, "stream": []})
+    add("t1", "turn/end", {"status": "completed", "reason": None})
+    store.start_turn(TurnStart("t2", cid, 1_780_000_002.0, {"model": "m"}))
+    add("t2", "user/message", {"content": "Tell me a story"})
+    delivered = {"content": [{"type": "text", "text": "Once upon a"}], "frames": 3}
+    add(
+        "t2",
+        "assistant/attempt",
+        {
+            "reason": "provider_error",
+            "attempt": 1,
+            "route": route,
+            "stream": [],
+            "usage": None,
+            "delivered": {**delivered, "delivery": "acked"},
+        },
+    )
+    add("t2", "request/error", {"attempt": 1, "route": route, "status": 502, "message": "reset"})
+    add("t2", "turn/end", {"status": "error", "reason": "provider_error"})
+    store.start_turn(TurnStart("t3", cid, 1_780_000_003.0, {"model": "m"}))
+    add("t3", "user/message", {"content": "Count to ten"})
+    cut = {"content": [{"type": "text", "text": "one two three"}], "interrupted": True}
+    add("t3", "assistant/message", {**cut, "delivery": "acked", "route": route, "attempt": 1})
+    add("t3", "turn/end", {"status": "aborted", "reason": "client_disconnected"})
+    await store.flush()
+    events = (await call(gw, "GET", f"/v1/conversations/{cid}/events"))[1]["data"]
+    cut_seq = [e["seq"] for e in events if e["type"] == "assistant/message"][-1]
+    add("t3", "assistant/truncate", {"message_seq": cut_seq, "content_chars": 7})
+    await store.flush()
+    first_answer = next(e["seq"] for e in events if e["type"] == "assistant/message")
+    code, branch = await call(
+        gw, "POST", f"/v1/conversations/{cid}/branches", {"at_seq": first_answer}
+    )
+    assert code == 201, branch
+
+    page = await signed_in(browser, gw)
+    shots = Shots(page, tmp_path)
+    await page.goto(f"{gw.url}/ui/#/conversations/{cid}")
+    failed = page.get_by_test_id("delivered-attempt")
+    await expect(failed.get_by_test_id("assistant-text")).to_have_text("Once upon a")
+    await expect(failed.get_by_test_id("not-in-history")).to_contain_text("not in the model's")
+    await expect(page.locator(".msg-error")).to_contain_text("502")
+    truncated = page.locator(f'[data-seq="{cut_seq}"]')
+    await expect(truncated.get_by_test_id("assistant-text")).to_have_text("one two")
+    await expect(truncated.get_by_test_id("truncated-marker")).to_contain_text("7 characters")
+    await expect(page.get_by_label("Message")).to_have_count(1)  # the composer's label
+    await shots.take("17-delivered-and-truncated")
+
+    await page.goto(f"{gw.url}/ui/#/conversations/{branch['id']}")
+    await expect(page.locator(".turn.inherited")).to_have_count(1)
+    await expect(page.get_by_test_id("inherited-turn")).to_have_count(1)
+    await expect(page.locator(".badge", has_text="in progress")).to_have_count(0)
+    await page.get_by_test_id("tab-trajectory").click()
+    await expect(page.get_by_test_id("trajectory")).to_be_visible()
+    await expect(page.locator(".badge", has_text="in progress")).to_have_count(0)
+    await shots.take("18-branch-inside-a-turn")
+    await page.context.close()
+
+
+async def test_usage_counts_names_presets_and_utc_days(
+    scene: tuple[GatewayUnderTest, FakeUpstream, FakeUpstream], browser: Any, tmp_path: Path
+) -> None:
+    gw, a, _b = scene
+    await make_team(gw)
+    _, key = await call(gw, "POST", "/v1/gateway/keys", {"team_id": "search", "name": "bot"})
+    a.push(status(500, {"error": {"message": "upstream exploded", "type": "server_error"}}))
+    _, headers = await stream_all(gw, key["key"], QUESTION)  # `a` fails, `b` answers
+    await gw.wait_turn_end(headers["X-Conversation-Id"])
+
+    # West of UTC, a UTC day starts on the browser's previous day.
+    page = await signed_in(browser, gw, timezone_id="America/Los_Angeles")
+    shots = Shots(page, tmp_path)
+    await page.goto(f"{gw.url}/ui/#/usage?range=7d")
+    requests = page.get_by_test_id("stat-requests")
+    await expect(requests).to_contain_text("2 upstream attempts")
+    await expect(page.get_by_test_id("stat-failed-attempts")).to_contain_text("50.0%")
+    await expect(page.get_by_test_id("stat-errors")).to_contain_text("0.0%")
+    row = page.locator('tr[data-group="m"]')
+    await expect(row.get_by_test_id("rate-failed-attempts")).to_have_text("1 (50.0%)")
+    await expect(row.get_by_test_id("rate-errors")).to_have_text("0 (0.0%)")
+    today = datetime.now(UTC).strftime("%m-%d")
+    bar = page.locator('svg.chart[data-chart="tokens"] rect.bar').last
+    await expect(bar.locator("title")).to_contain_text(today)
+    await expect(page.locator(".panel-title", has_text="Tokens by model")).to_contain_text("UTC")
+    await shots.take("19-usage-counts")
+
+    await page.get_by_test_id("usage-group-by").select_option("key")
+    await expect(page.locator(".legend").first).to_contain_text("bot")
+    await page.get_by_test_id("usage-group-by").select_option("team")
+    await expect(page.locator(".legend").first).to_contain_text("Search (search)")
+    await page.locator("select[name=range]").select_option("month")
+    await expect(page).to_have_url(re.compile(r"range=month"))
+    await expect(page.get_by_test_id("stat-requests")).to_contain_text("2 upstream attempts")
+    await page.locator("select[name=range]").select_option("last-month")
+    await expect(page).to_have_url(re.compile(r"range=last-month"))
+    await expect(page.get_by_test_id("usage-totals")).to_contain_text("Last month (UTC)")
+    await shots.take("20-usage-last-month")
+    await page.context.close()
