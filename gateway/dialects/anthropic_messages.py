@@ -167,9 +167,12 @@ class AnthropicRequest(BaseModel):
 def parse_request(raw: bytes) -> tuple[dict[str, Any], AnthropicRequest]:
     """Validate a Messages request; return the equivalent OpenAI chat body and the request.
 
-    Dropped, having no OpenAI counterpart: `top_k`, `cache_control`, a tool result's `is_error`,
-    thinking signatures and `redacted_thinking` blocks of earlier turns, and Anthropic-only
-    top-level fields (`service_tier`, `container`, `mcp_servers`, ...). Content the gateway
+    Dropped, having no OpenAI counterpart: `top_k`, a tool result's `is_error`, and
+    Anthropic-only top-level fields (`service_tier`, `container`, `mcp_servers`, ...).
+    `cache_control` (on system, content and tool_result blocks, tool_use blocks and tools) and
+    signed and redacted thinking ride in the OpenAI body as the extensions the Anthropic
+    upstream adapter reads back (`cache_control` on parts, messages and tools; an assistant
+    message's `thinking_blocks`). Content the gateway
     cannot carry (documents, file references, server tools and their blocks) is refused.
     """
     body = parse_json_object(raw)
@@ -237,17 +240,28 @@ def reasoning_effort(budget_tokens: int) -> str:
 
 def _system(system: str | list[AnthropicTextBlock] | None) -> str | list[dict[str, Any]] | None:
     if isinstance(system, list):
-        parts = [{"type": "text", "text": block.text} for block in system]
+        parts = [
+            {"type": "text", "text": block.text, **_cache_control(block.model_extra or {})}
+            for block in system
+        ]
         return _content(parts) if parts else None
     return system or None
 
 
 def _content(parts: list[dict[str, Any]]) -> str | list[dict[str, Any]]:
-    """A lone text part as a plain string (what every OpenAI-compatible server accepts)."""
-    if len(parts) == 1 and parts[0]["type"] == "text":
+    """A lone text part as a plain string (what every OpenAI-compatible server accepts),
+    unless it carries more than its text (`cache_control`)."""
+    if len(parts) == 1 and parts[0]["type"] == "text" and "cache_control" not in parts[0]:
         text: str = parts[0]["text"]
         return text
     return parts
+
+
+def _cache_control(block: dict[str, Any]) -> dict[str, Any]:
+    """A block's `cache_control`, kept for the Anthropic upstream (the OpenAI-dialect extension
+    puts it where Anthropic does: on the part, the tool result's message, the tool)."""
+    value = block.get("cache_control")
+    return {"cache_control": value} if isinstance(value, dict) else {}
 
 
 def _text(block: dict[str, Any], param: str, field: str = "text") -> str:
@@ -275,9 +289,9 @@ def _user_messages(content: str | list[dict[str, Any]], param: str) -> list[dict
         where = f"{param}[{j}]"
         kind = block["type"]
         if kind == "text":
-            parts.append({"type": "text", "text": _text(block, where)})
+            parts.append({"type": "text", "text": _text(block, where), **_cache_control(block)})
         elif kind == "image":
-            parts.append(_image(block, where))
+            parts.append({**_image(block, where), **_cache_control(block)})
         elif kind == "tool_result":
             tools.append(_tool_result(block, where, images))
         else:
@@ -304,9 +318,9 @@ def _tool_result(block: dict[str, Any], param: str, images: list[dict[str, Any]]
             where = f"{param}.content[{k}]"
             kind = item.get("type") if isinstance(item, dict) else None
             if kind == "text":
-                parts.append({"type": "text", "text": _text(item, where)})
+                parts.append({"type": "text", "text": _text(item, where), **_cache_control(item)})
             elif kind == "image":
-                images.append(_image(item, where))
+                images.append({**_image(item, where), **_cache_control(item)})
             else:
                 raise _unsupported(kind, where)
         text = _content(parts) if parts else ""
@@ -315,7 +329,7 @@ def _tool_result(block: dict[str, Any], param: str, images: list[dict[str, Any]]
             f"'{param}.content' must be a string or a list of content blocks.",
             param=f"{param}.content",
         )
-    return {"role": "tool", "tool_call_id": tool_use_id, "content": text}
+    return {"role": "tool", "tool_call_id": tool_use_id, "content": text, **_cache_control(block)}
 
 
 def _image(block: dict[str, Any], param: str) -> dict[str, Any]:
@@ -346,17 +360,24 @@ def _assistant_message(content: str | list[dict[str, Any]], param: str) -> dict[
     parts: list[dict[str, Any]] = []
     calls: list[dict[str, Any]] = []
     reasoning: list[str] = []
+    thinking: list[dict[str, Any]] = []  # signed and redacted, for an Anthropic upstream
     for j, block in enumerate(content):
         where = f"{param}[{j}]"
         kind = block["type"]
         if kind == "text":
-            parts.append({"type": "text", "text": _text(block, where)})
+            parts.append({"type": "text", "text": _text(block, where), **_cache_control(block)})
         elif kind == "tool_use":
-            calls.append(_tool_call(block, where))
+            calls.append({**_tool_call(block, where), **_cache_control(block)})
         elif kind == "thinking":
-            reasoning.append(_text(block, where, "thinking"))
+            text = _text(block, where, "thinking")
+            reasoning.append(text)
+            signature = block.get("signature")
+            if isinstance(signature, str) and signature:
+                thinking.append({"type": "thinking", "thinking": text, "signature": signature})
         elif kind == REDACTED_THINKING:
-            continue  # opaque to every other provider
+            data = block.get("data")
+            if isinstance(data, str):  # opaque to every other provider
+                thinking.append({"type": REDACTED_THINKING, "data": data})
         else:
             raise _unsupported(kind, where)
     out: dict[str, Any] = {
@@ -365,6 +386,8 @@ def _assistant_message(content: str | list[dict[str, Any]], param: str) -> dict[
     }
     if reasoning:
         out["reasoning_content"] = "".join(reasoning)
+    if thinking:
+        out["thinking_blocks"] = thinking
     if calls:
         out["tool_calls"] = calls
     return out
@@ -399,7 +422,7 @@ def _tool(tool: AnthropicTool, param: str) -> dict[str, Any]:
     if tool.description is not None:
         function["description"] = tool.description
     function["parameters"] = tool.input_schema
-    return {"type": "function", "function": function}
+    return {"type": "function", "function": function, **_cache_control(tool.model_extra or {})}
 
 
 def _tool_choice(choice: AnthropicToolChoice) -> str | dict[str, Any]:
@@ -439,23 +462,37 @@ def stop_reason(finish_reason: str | None) -> str | None:
 def anthropic_usage(usage: dict[str, Any]) -> dict[str, Any]:
     """OpenAI-style usage in Anthropic's names.
 
-    Anthropic counts cache reads apart from `input_tokens`, OpenAI inside `prompt_tokens`.
+    Anthropic counts cache reads and cache writes apart from `input_tokens`, OpenAI inside
+    `prompt_tokens`. Writes have no OpenAI field: they come from an Anthropic upstream's own
+    report (`provider_usage`), or litellm's `prompt_tokens_details.cache_creation_tokens`.
     """
     cached: Any = None
+    written: Any = None
+    provider = usage.get("provider_usage")
+    provider = provider if isinstance(provider, dict) else {}
     if "prompt_tokens" not in usage and _is_int(usage.get("input_tokens")):
         prompt, completion = usage["input_tokens"], usage.get("output_tokens")
     else:
         prompt, completion = usage.get("prompt_tokens"), usage.get("completion_tokens")
         details = usage.get("prompt_tokens_details")
-        cached = details.get("cached_tokens") if isinstance(details, dict) else None
+        details = details if isinstance(details, dict) else {}
+        cached = details.get("cached_tokens")
+        written = provider.get("cache_creation_input_tokens")
+        if not _is_int(written):
+            written = details.get("cache_creation_tokens")
     input_tokens = prompt if _is_int(prompt) else 0
     cached_tokens = cached if _is_int(cached) else 0
+    written_tokens = written if _is_int(written) else 0
     out: dict[str, Any] = {
-        "input_tokens": max(input_tokens - cached_tokens, 0),
+        "input_tokens": max(input_tokens - cached_tokens - written_tokens, 0),
         "output_tokens": completion if _is_int(completion) else 0,
     }
-    if cached_tokens:
+    if written_tokens or "cache_creation_input_tokens" in provider:
+        out["cache_creation_input_tokens"] = written_tokens
+    if cached_tokens or "cache_read_input_tokens" in provider:
         out["cache_read_input_tokens"] = cached_tokens
+    if isinstance(provider.get("cache_creation"), dict):
+        out["cache_creation"] = provider["cache_creation"]  # the 5-minute and 1-hour split
     details = usage.get("completion_tokens_details")
     reasoning = details.get("reasoning_tokens") if isinstance(details, dict) else None
     if _is_int(reasoning) and reasoning:

@@ -22,6 +22,7 @@ from gateway.stream.events import (
     TEXT,
     TOOL_CALL,
     BlockDelta,
+    BlockEnd,
     BlockStart,
     Finish,
     StreamEvent,
@@ -87,6 +88,7 @@ def parse_chat_request(raw: bytes) -> tuple[dict[str, Any], ChatCompletionReques
 
 # The finish reason of the last chunk of a stream stopped by an explicit cancel.
 CANCELLED_FINISH = "cancelled"
+REDACTED_THINKING = "redacted_thinking"  # the block kind Anthropic's redacted thinking gets
 
 
 class ChatChunkRenderer:
@@ -106,6 +108,8 @@ class ChatChunkRenderer:
         self._include_usage = include_usage
         self._kinds: dict[int, str] = {}
         self._tools: dict[int, int] = {}  # block index -> position in tool_calls
+        self._reasoning: dict[int, list[str]] = {}  # reasoning blocks' text, until they end
+        self._thinking_blocks = 0  # `thinking_blocks` entries sent
         self._role_sent = False
 
     def _chunk(self, delta: dict[str, Any], finish: str | None = None) -> bytes:
@@ -120,7 +124,13 @@ class ChatChunkRenderer:
         for event in events:
             if isinstance(event, BlockStart):
                 self._kinds[event.index] = event.kind
-                if event.kind == TOOL_CALL:
+                if event.kind == REASONING:
+                    self._reasoning[event.index] = []
+                elif event.kind == REDACTED_THINKING:
+                    data = (event.data or {}).get("data")
+                    if isinstance(data, str):
+                        out.append(self._thinking({"type": REDACTED_THINKING, "data": data}))
+                elif event.kind == TOOL_CALL:
                     position = self._tools[event.index] = len(self._tools)
                     call = {
                         "index": position,
@@ -134,6 +144,7 @@ class ChatChunkRenderer:
                 if kind == TEXT:
                     out.append(self._chunk({"content": event.text}))
                 elif kind == REASONING:
+                    self._reasoning.get(event.index, []).append(event.text)
                     out.append(self._chunk({"reasoning_content": event.text}))
                 elif kind == TOOL_CALL:
                     call = {
@@ -141,13 +152,27 @@ class ChatChunkRenderer:
                         "function": {"arguments": event.text},
                     }
                     out.append(self._chunk({"tool_calls": [call]}))
+            elif isinstance(event, BlockEnd):
+                parts = self._reasoning.pop(event.index, None)
+                signature = (event.data or {}).get("signature")
+                if parts is not None and isinstance(signature, str) and signature:
+                    thinking = "".join(parts)
+                    block = {"type": "thinking", "thinking": thinking, "signature": signature}
+                    out.append(self._thinking(block))
             elif isinstance(event, Finish):
                 out.append(self._chunk({}, event.reason))
             elif isinstance(event, Usage) and self._include_usage:
-                usage = {k: v for k, v in event.usage.items() if k != "provider_usage"}
-                body = {**self._base, "choices": [], "usage": usage}
+                body = {**self._base, "choices": [], "usage": chat_usage(event.usage)}
                 out.append(b"data: " + orjson.dumps(body) + b"\n\n")
         return b"".join(out)
+
+    def _thinking(self, block: dict[str, Any]) -> bytes:
+        """A signed thinking block, whole, once it has ended: `thinking_blocks` (LiteLLM's
+        field) beside `reasoning_content`, for the client to send back with the message (its
+        `index` lets the openai SDK's stream accumulator collect them)."""
+        index = self._thinking_blocks
+        self._thinking_blocks += 1
+        return self._chunk({"thinking_blocks": [{"index": index, **block}]})
 
     def track(self, events: list[StreamEvent]) -> None:
         pass  # chat chunks need no closing: a cancel's final chunk stands alone
@@ -165,11 +190,24 @@ class ChatChunkRenderer:
         return self.render([Finish(CANCELLED_FINISH)]) + self.done()
 
 
+def chat_usage(usage: dict[str, Any]) -> dict[str, Any]:
+    """The gateway's usage as a chat completion reports it: OpenAI's fields (cache reads in
+    `prompt_tokens_details.cached_tokens`, inside `prompt_tokens`), the provider's own report
+    left out. Tokens written to Anthropic's cache (counted in `prompt_tokens` too) have no
+    OpenAI field; they are added as `cache_creation_input_tokens`, as LiteLLM reports them."""
+    out = {k: v for k, v in usage.items() if k != "provider_usage"}
+    provider = usage.get("provider_usage")
+    written = provider.get("cache_creation_input_tokens") if isinstance(provider, dict) else None
+    if isinstance(written, int) and not isinstance(written, bool) and written:
+        out["cache_creation_input_tokens"] = written
+    return out
+
+
 def completion_body(model: str, assembler: BlockAssembler) -> bytes:
     """A non-streaming chat completion built from assembled blocks."""
     blocks = [b.to_content() for b in assembler.blocks()]
     message = assistant_message(blocks)
-    usage = {k: v for k, v in (assembler.usage or {}).items() if k != "provider_usage"}
+    usage = chat_usage(assembler.usage or {})
     return orjson.dumps(
         {
             "id": f"chatcmpl-{random_hex(12)}",

@@ -478,11 +478,16 @@ def responses_usage(usage: dict[str, Any]) -> dict[str, Any]:
     out_details = out_details if isinstance(out_details, dict) else {}
     input_tokens, output_tokens = _int(prompt), _int(completion)
     total = usage.get("total_tokens")
+    # Tokens written to the cache (inside input_tokens): an Anthropic upstream's own count.
+    provider = usage.get("provider_usage")
+    written = _int(in_details.get("cache_write_tokens")) or (
+        _int(provider.get("cache_creation_input_tokens")) if isinstance(provider, dict) else 0
+    )
     return {
         "input_tokens": input_tokens,
         "input_tokens_details": {
             "cached_tokens": _int(in_details.get("cached_tokens")),
-            "cache_write_tokens": _int(in_details.get("cache_write_tokens")),
+            "cache_write_tokens": written,
         },
         "output_tokens": output_tokens,
         "output_tokens_details": {"reasoning_tokens": _int(out_details.get("reasoning_tokens"))},

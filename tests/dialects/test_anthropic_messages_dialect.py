@@ -163,7 +163,7 @@ def test_system_as_a_string_and_as_blocks() -> None:
     ]
     assert translate(system=blocks)["messages"][0] == {
         "role": "system",
-        "content": [{"type": "text", "text": "Be brief."}, {"type": "text", "text": "Be kind."}],
+        "content": blocks,  # cache_control kept for an Anthropic upstream
     }
     assert translate(system=[{"type": "text", "text": "One"}])["messages"][0]["content"] == "One"
     assert translate(system="")["messages"][0]["role"] == "user"
@@ -202,6 +202,11 @@ def test_tool_use_and_tool_result_round_trip() -> None:
             "role": "assistant",
             "content": "Let me check.",
             "reasoning_content": "Use the tool.",
+            # Signed and redacted thinking kept whole, for an Anthropic upstream.
+            "thinking_blocks": [
+                {"type": "thinking", "thinking": "Use the tool.", "signature": "sig"},
+                {"type": "redacted_thinking", "data": "opaque"},
+            ],
             "tool_calls": [
                 {
                     "id": "toolu_1",
@@ -317,6 +322,7 @@ def test_tools_and_tool_choice(choice: dict[str, Any], want: Any) -> None:
                 "description": "The weather.",
                 "parameters": {"type": "object", "properties": {"city": {"type": "string"}}},
             },
+            "cache_control": {"type": "ephemeral"},
         },
         {"type": "function", "function": {"name": "time", "parameters": {"type": "object"}}},
     ]

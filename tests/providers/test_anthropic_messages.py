@@ -493,10 +493,13 @@ def test_reasoning_effort_enables_thinking_within_max_tokens() -> None:
     assert out["thinking"] == {"type": "enabled", "budget_tokens": 4096}
     assert out["max_tokens"] > 4096
     assert "temperature" not in out and "top_p" not in out  # rejected with thinking on
+    # The client's cap stays the answer's room: max_tokens is raised to make it so
+    # (the rule: tests/providers/test_anthropic_fidelity.py).
     out = request(reasoning_effort="high", max_tokens=8000)
-    assert out["thinking"] == {"type": "enabled", "budget_tokens": 7999}
-    assert out["max_tokens"] == 8000
-    assert "thinking" not in request(reasoning_effort="low", max_tokens=500)
+    assert out["thinking"] == {"type": "enabled", "budget_tokens": 16384}
+    assert out["max_tokens"] == 16384 + 4096
+    out = request(reasoning_effort="low", max_tokens=500)
+    assert (out["thinking"]["budget_tokens"], out["max_tokens"]) == (1024, 1524)
     assert request(reasoning_effort="low")["thinking"]["budget_tokens"] == 1024
 
 
