@@ -20,6 +20,7 @@ import anthropic
 import openai
 import pytest
 from aiohttp import web
+from langchain_core.messages import AIMessage, BaseMessage, HumanMessage, ToolMessage
 from langchain_openai import ChatOpenAI
 from pydantic import BaseModel
 
@@ -1344,4 +1345,29 @@ async def test_messages_client_thinking_tool_loop(make_claude: MakeClaude, no_me
         await client.close()
     assert message.content[-1].type == "text"
     assert message.content[-1].text == "Done after 3 tool results."
+    check_tool_turns(claude)
+
+
+async def test_langchain_thinking_tool_loop(make_claude: MakeClaude, memo: None) -> None:
+    """LangChain sends an AIMessage back as its text and tool calls, no thinking_blocks: the
+    gateway's memory of the answers it parsed makes the loop work."""
+    claude, gw = await make_claude()
+    llm = ChatOpenAI(
+        model="claude",
+        base_url=gw.url + "/v1",
+        api_key="test-key",
+        max_retries=0,
+        timeout=10,
+        reasoning_effort="low",
+    ).bind_tools([WEATHER_TOOL])
+    messages: list[BaseMessage] = [HumanMessage(QUESTION)]
+    while True:
+        answer = await llm.ainvoke(messages)
+        assert isinstance(answer, AIMessage)
+        messages.append(answer)
+        if not answer.tool_calls:
+            break
+        for call in answer.tool_calls:
+            messages.append(ToolMessage(weather(call["args"]["city"]), tool_call_id=call["id"]))
+    assert answer.text == "Done after 3 tool results."
     check_tool_turns(claude)
