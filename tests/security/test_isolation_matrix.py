@@ -285,7 +285,7 @@ async def make_alpha_data(gw: GatewayUnderTest, upstream: FakeUpstream, call: Ca
     )
     assert status == 200, raw
     answer = json.loads(raw)["choices"][0]["message"]["content"]
-    # A team's client-chosen id is stored in its namespace (docs/security.md): the probes name
+    # A team's client-chosen id is stored in its namespace (docs/recording.md): the probes name
     # alpha's conversation as stored, which is alpha's alone (beta's own use of the same
     # string names a conversation of beta's).
     ids.chat = f"{CHAT_CONVERSATION}~{ALPHA}"

@@ -1,5 +1,6 @@
 """Ids a client chooses live in its team's namespace: two teams using one conversation id or
-request id never meet, and neither can tell whether the other uses it (docs/security.md)."""
+request id never meet, and neither can tell whether the other uses it (docs/recording.md,
+"Conversations and branches")."""
 
 from __future__ import annotations
 
