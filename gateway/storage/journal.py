@@ -29,6 +29,7 @@ from pathlib import Path
 import orjson
 
 from gateway.storage.payload import as_text
+from gateway.storage.spool import PRIVATE_FILE, private_dir
 from gateway.storage.writes import Write
 
 SEGMENT_BYTES = 4 * 1024 * 1024
@@ -68,7 +69,7 @@ class Journal:
 
     def open(self) -> None:
         """Start appending, after `left_behind()` segments are in the database and removed."""
-        self.directory.mkdir(parents=True, exist_ok=True)
+        private_dir(self.directory)  # 0700 when made here; segments are 0600 (storage.spool)
         self._next_segment()
 
     def append(self, writes: list[Write], mark: int) -> None:
@@ -116,6 +117,8 @@ class Journal:
     def _next_segment(self) -> None:
         self._number += 1
         self._fd = os.open(
-            self._path(self._number), os.O_WRONLY | os.O_CREAT | os.O_TRUNC | os.O_APPEND, 0o600
+            self._path(self._number),
+            os.O_WRONLY | os.O_CREAT | os.O_TRUNC | os.O_APPEND,
+            PRIVATE_FILE,
         )
         self._size = 0

@@ -5,6 +5,10 @@
 process that dies mid-replay starts again from the last noted position; writes are idempotent,
 so a batch applied but not yet noted lands once. Methods block on the disk: call them from a
 thread.
+
+The spool, the journal and the SQLite database hold what users sent and received: each file is
+created 0600 and each directory the gateway creates 0700 (`private_dir`, `create_private`),
+whatever the umask, so no other local user can read them.
 """
 
 from __future__ import annotations
@@ -14,6 +18,28 @@ import re
 from pathlib import Path
 
 from gateway.storage.writes import Write
+
+PRIVATE_FILE = 0o600
+PRIVATE_DIR = 0o700
+
+
+def private_dir(path: Path) -> None:
+    """Make the directory `path`, and any missing parents, each 0700 (the umask can only take
+    more away); one that exists is left as it is."""
+    missing: list[Path] = []
+    while not path.exists() and path != path.parent:
+        missing.append(path)
+        path = path.parent
+    for directory in reversed(missing):
+        try:
+            directory.mkdir(mode=PRIVATE_DIR)
+        except FileExistsError:
+            pass  # made meanwhile by another process
+
+
+def create_private(path: Path, flags: int = os.O_WRONLY | os.O_APPEND) -> int:
+    """Open `path` with `flags`, created 0600 if it does not exist; its descriptor."""
+    return os.open(path, flags | os.O_CREAT, PRIVATE_FILE)
 
 
 class Spool:
@@ -26,7 +52,7 @@ class Spool:
         self._size = 0
 
     def open(self) -> None:
-        self.directory.mkdir(parents=True, exist_ok=True)
+        private_dir(self.directory)
         self._size = self.log_path.stat().st_size if self.log_path.exists() else 0
         try:
             self._pos = int(self.pos_path.read_text() or 0)
@@ -62,7 +88,7 @@ class Spool:
 
     def append(self, writes: list[Write]) -> None:
         data = b"".join([w.line() for w in writes])
-        with open(self.log_path, "ab") as file:
+        with os.fdopen(create_private(self.log_path), "ab") as file:
             try:
                 file.write(data)
                 file.flush()
@@ -95,8 +121,9 @@ class Spool:
             self.reset()
             return
         tmp = self.pos_path.with_suffix(".pos.tmp")
-        tmp.write_text(str(pos))
-        with open(tmp, "rb+") as file:
+        with os.fdopen(create_private(tmp, os.O_WRONLY | os.O_TRUNC), "wb") as file:
+            file.write(str(pos).encode())
+            file.flush()
             os.fsync(file.fileno())
         os.replace(tmp, self.pos_path)
         self._pos = pos

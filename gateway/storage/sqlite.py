@@ -2,11 +2,17 @@
 
 Every operation runs on that thread in submission order, so the event loop never blocks on the
 disk. A batch of writes is one transaction (group commit).
+
+The file is created 0600 before SQLite opens it (its `-wal` and `-shm` files take the database
+file's mode), its directory 0700 when made here; a file another user can read is logged at
+start (docs/security.md).
 """
 
 from __future__ import annotations
 
 import asyncio
+import logging
+import os
 import queue
 import sqlite3
 import threading
@@ -16,9 +22,12 @@ from typing import Any, NoReturn, TypeVar, cast
 
 from gateway.storage.db import Dialect, Op, Row, StoreUnavailable, run_now
 from gateway.storage.payload import DeferredPayload
+from gateway.storage.spool import create_private, private_dir
 from gateway.storage.writes import Write, apply_batch
 
 T = TypeVar("T")
+
+log = logging.getLogger(__name__)
 
 # The page cache a long payload is written through: small, so that its pages spill to the WAL
 # as they fill rather than grow the cache by the payload's size. The usual size is restored
@@ -77,13 +86,26 @@ class SQLiteBackend:
     async def start(self) -> None:
         self._loop = asyncio.get_running_loop()
         if str(self.path) != ":memory:":
-            self.path.parent.mkdir(parents=True, exist_ok=True)
+            await asyncio.to_thread(self._private_file)
         ready: asyncio.Future[None] = self._loop.create_future()
         self._thread = threading.Thread(
             target=self._run, args=(ready,), name="sqlite-store", daemon=True
         )
         self._thread.start()
         await ready
+
+    def _private_file(self) -> None:
+        """The database file, made 0600 (and its directory 0700) if it is not there yet."""
+        private_dir(self.path.parent)
+        os.close(create_private(self.path, os.O_RDWR))
+        mode = self.path.stat().st_mode & 0o777
+        if mode & 0o077:
+            log.warning(
+                "the store file %s can be read by other local users (mode %o): chmod 600 it,"
+                " and its -wal and -shm files",
+                self.path,
+                mode,
+            )
 
     async def close(self) -> None:
         if self._thread is None:
