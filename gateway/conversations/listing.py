@@ -42,6 +42,7 @@ class ListQuery:
     id: str | None = None  # one conversation's row
     limit: int = 20
     after: str | None = None  # the last id of the previous page
+    with_usage: bool = False  # each row's attempts, tokens, cost and timings (`usage`)
 
 
 @dataclass(frozen=True)
@@ -152,6 +153,51 @@ def _sql(dialect: Dialect, query: ListQuery) -> tuple[str, list[Any]]:
     return sql, args
 
 
+# Each listed conversation's own turns, with their attempts' usage records. A usage record's id
+# is `<turn_id>:<attempt>`: the range below is a primary-key range scan per turn (turns are
+# found by their conversation index), and `turn_id = t.id` keeps exactly the turn's records
+# whatever the collation orders `:` among. No scan of the usage table, on either backend.
+_USAGE_OF_PAGE = (
+    "SELECT t.conversation_id, COUNT(u.id),"
+    " SUM(CASE WHEN u.status = 'error' THEN 1 ELSE 0 END),"
+    " SUM(u.cost_usd), SUM(CASE WHEN u.id IS NOT NULL AND u.cost_usd IS NULL THEN 1 ELSE 0 END),"
+    " SUM(u.prompt_tokens), SUM(u.completion_tokens), SUM(u.completion_delivered),"
+    " AVG(u.ttft_ms), SUM(u.duration_ms),"
+    " MAX(CASE WHEN t.status = 'aborted' THEN 1 ELSE 0 END)"
+    " FROM turns t LEFT JOIN usage u ON u.id >= t.id || ':' AND u.id <= t.id || ':99999'"
+    " AND u.turn_id = t.id"
+    " WHERE t.conversation_id IN ({marks}) GROUP BY t.conversation_id"
+)
+_NO_USAGE = {
+    "attempts": 0,
+    "failed_attempts": 0,
+    "cost_usd": None,
+    "unpriced_attempts": 0,
+    "prompt_tokens": 0,
+    "completion_tokens": 0,
+    "completion_delivered": 0,
+    "ttft_ms": None,
+    "duration_ms": None,
+    "stopped_turn": False,
+}
+
+
+def _usage_row(row: Any) -> dict[str, Any]:
+    attempts, failed, cost, unpriced, prompt, completion, delivered, ttft, duration, stopped = row
+    return {
+        "attempts": int(attempts or 0),
+        "failed_attempts": int(failed or 0),
+        "cost_usd": None if cost is None else float(cost),
+        "unpriced_attempts": int(unpriced or 0),
+        "prompt_tokens": int(prompt or 0),
+        "completion_tokens": int(completion or 0),
+        "completion_delivered": int(delivered or 0),
+        "ttft_ms": None if ttft is None else float(ttft),
+        "duration_ms": None if duration is None else float(duration),
+        "stopped_turn": bool(stopped),
+    }
+
+
 def _text_of(payload: str | None) -> str | None:
     if payload is None:
         return None
@@ -176,9 +222,15 @@ async def list_conversations(store: Store, query: ListQuery) -> Page:
         raise ValueError(f"unknown status {query.status!r}")
     limit = max(1, min(MAX_LIMIT, query.limit))
 
-    async def op(db: Db) -> tuple[list[Any], dict[str, str | None]]:
+    async def op(db: Db) -> tuple[list[Any], dict[str, str | None], dict[str, dict[str, Any]]]:
         sql, args = _sql(db.dialect, query)
         rows = await db.fetch(sql, *args)
+        usage: dict[str, dict[str, Any]] = {}
+        if query.with_usage and rows[:limit]:
+            page_ids = [row[0] for row in rows[:limit]]
+            marks = ", ".join("?" for _ in page_ids)
+            for totals in await db.fetch(_USAGE_OF_PAGE.format(marks=marks), *page_ids):
+                usage[totals[0]] = _usage_row(totals[1:])
         # A branch without its own user message shows its nearest ancestor's first one.
         previews: dict[str, str | None] = {}
         ancestors: dict[str, tuple[str | None, str | None]] = {}  # id -> (parent, first user)
@@ -198,9 +250,9 @@ async def list_conversations(store: Store, query: ListQuery) -> Page:
                     previews[row[0]] = first_user
                     break
                 parent, hops = grandparent, hops + 1
-        return rows, previews
+        return rows, previews, usage
 
-    rows, inherited = await store.run(op)
+    rows, inherited, usage = await store.run(op)
     data = []
     for row in rows[:limit]:
         (
@@ -234,6 +286,8 @@ async def list_conversations(store: Store, query: ListQuery) -> Page:
                 "parent_seq": parent_seq,
             }
         )
+        if query.with_usage:
+            data[-1]["usage"] = usage.get(id_, _NO_USAGE)
     return Page(data, has_more=len(rows) > limit)
 
 

@@ -74,6 +74,7 @@ async def list_(request: web.Request) -> web.Response:
             id=await named("id"),
             limit=limit,
             after=await named("after"),
+            with_usage=query.get("include") == "usage",
         ),
     )
     return web.json_response(

@@ -437,9 +437,31 @@ function idCell(id, link) {
 
 function table(columns, rows, empty = 'Nothing here yet.') {
   if (!rows.length) return h('div', { class: 'empty' }, empty);
-  return h('div', { class: 'table-wrap' }, h('table', { class: 'table' },
-    h('thead', {}, h('tr', {}, columns.map((c) => h('th', { class: c.num ? 'num' : null, text: c.label })))),
-    h('tbody', {}, rows.map((row) => h('tr', row.attrs || {}, columns.map((c) => h('td', { class: c.num ? 'num' : null }, c.cell(row))))))));
+  const trs = rows.map((row) => h('tr', row.attrs || {}, columns.map((c) => h('td', { class: c.num ? 'num' : null }, c.cell(row)))));
+  const tbody = h('tbody', {}, trs);
+  const heads = columns.map((c) => h('th', { class: c.num ? 'num' : null, scope: 'col' }, c.sort ? null : c.label));
+  // A column with `sort` (row -> number or string) sorts the rows shown, by a header button.
+  columns.forEach((c, i) => {
+    if (!c.sort) return;
+    const button = h('button', {
+      class: 'sort-button', type: 'button', 'data-sort': c.label,
+      onclick: () => {
+        const descending = heads[i].getAttribute('aria-sort') !== 'descending';
+        for (const th of heads) th.removeAttribute('aria-sort');
+        heads[i].setAttribute('aria-sort', descending ? 'descending' : 'ascending');
+        const keyed = rows.map((row, n) => [c.sort(row), trs[n]]);
+        keyed.sort(([a], [b]) => {
+          if (a === b) return 0;
+          if (a === null || a === undefined) return 1; // unknown values last either way
+          if (b === null || b === undefined) return -1;
+          return (a < b ? -1 : 1) * (descending ? -1 : 1);
+        });
+        tbody.append(...keyed.map(([, tr]) => tr));
+      },
+    }, c.label);
+    heads[i].append(button);
+  });
+  return h('div', { class: 'table-wrap' }, h('table', { class: 'table' }, h('thead', {}, h('tr', {}, heads)), tbody));
 }
 
 function utcDay(value) {
@@ -557,6 +579,7 @@ async function conversationsPage(root, params) {
     until: until === null ? null : until + 86400, // the whole day
     limit: filters.limit,
     after,
+    include: 'usage',
   }));
   const stack = PAGE_STACK.get(signature) || [];
   const index = after ? stack.indexOf(after) : -1;
@@ -569,12 +592,19 @@ async function conversationsPage(root, params) {
     { label: 'Conversation', cell: (c) => h('div', { class: 'conv-cell' },
       h('a', { href: link(c), class: 'conv-preview', text: c.preview || '(no user message)' }),
       h('div', { class: 'conv-sub' }, idCell(c.id), c.parent_id ? h('span', { class: 'muted' }, ' · branch of ', idCell(c.parent_id, href(`/conversations/${enc(c.parent_id)}`))) : null)) },
-    { label: 'Status', cell: (c) => statusBadge(c.status) },
+    { label: 'Status', cell: (c) => h('div', { class: 'status-cell' }, statusBadge(c.status),
+      c.usage?.stopped_turn && c.status !== 'interrupted' ? badge('had a stopped turn', 'warn', { 'data-testid': 'had-stopped' }) : null,
+      c.usage?.failed_attempts ? badge(`${plural(c.usage.failed_attempts, 'failed attempt')}`, 'bad', { 'data-testid': 'had-failed' }) : null) },
     { label: 'Model', cell: (c) => c.model || '—' },
+    { label: 'Cost', num: true, sort: (c) => c.usage?.cost_usd, cell: (c) => h('span', { 'data-col': 'cost', title: c.usage?.unpriced_attempts ? `${plural(c.usage.unpriced_attempts, 'attempt')} without a price, not counted` : null, text: fmtUsd(c.usage?.cost_usd) + (c.usage?.unpriced_attempts ? ' +' : '') }) },
+    { label: 'Tokens in / out / delivered', num: true, sort: (c) => c.usage && c.usage.prompt_tokens + c.usage.completion_tokens, cell: (c) => h('span', { 'data-col': 'tokens', text: c.usage ? `${fmtInt(c.usage.prompt_tokens)} / ${fmtInt(c.usage.completion_tokens)} / ${fmtInt(c.usage.completion_delivered)}` : '—' }) },
+    { label: 'TTFT', num: true, sort: (c) => c.usage?.ttft_ms, cell: (c) => h('span', { 'data-col': 'ttft', title: 'average time to first token over its attempts', text: fmtMs(c.usage?.ttft_ms) }) },
+    { label: 'Duration', num: true, sort: (c) => c.usage?.duration_ms, cell: (c) => h('span', { 'data-col': 'duration', title: 'the time its attempts took, summed', text: fmtMs(c.usage?.duration_ms) }) },
+    { label: 'Attempts', num: true, sort: (c) => c.usage?.attempts, cell: (c) => h('span', { 'data-col': 'attempts', text: c.usage ? String(c.usage.attempts) : '—' }) },
     { label: 'Team', cell: (c) => (c.team_id ? h('span', { title: c.team_id, text: teamName.get(c.team_id) || c.team_id }) : h('span', { class: 'muted', text: 'none' })) },
     { label: 'Key', cell: (c) => (c.key_id ? (keyName.has(c.key_id) ? h('span', { title: c.key_id, text: keyName.get(c.key_id) }) : idCell(c.key_id)) : h('span', { class: 'muted', text: adminKeyName() })) },
-    { label: 'Turns', num: true, cell: (c) => String(c.turns) },
-    { label: 'Created', cell: (c) => h('span', { title: fmtTime(c.created_at), text: fmtTime(c.created_at, false) }) },
+    { label: 'Turns', num: true, sort: (c) => c.turns, cell: (c) => String(c.turns) },
+    { label: 'Created', sort: (c) => c.created_at, cell: (c) => h('span', { title: fmtTime(c.created_at), text: fmtTime(c.created_at, false) }) },
     { label: 'Last activity', cell: (c) => h('span', { title: fmtTime(c.last_activity), text: fmtAgo(c.last_activity) }) },
   ], rows, 'No conversation matches these filters.');
   list.addEventListener?.('click', (event) => {
