@@ -57,7 +57,9 @@ def create_app(config: GatewayConfig, *, instance: str | None = None) -> web.App
     )
     keys = KeyStore(store)
     usage = UsageStore(store)
-    auth = Authenticator(config.auth.master_key, keys, config.auth.key_cache_s)
+    auth = Authenticator(
+        config.auth.master_key, keys, config.auth.key_cache_s, config.auth.key_stale_s
+    )
     gateway = Gateway(
         config=config,
         store=store,
@@ -85,10 +87,18 @@ async def _resources(app: web.Application) -> AsyncIterator[None]:
     gateway = app[GATEWAY]
     await gateway.store.start()
     started = time.time()
-    await gateway.store.heartbeat(started)
-    recovered = await recover_open_turns(gateway.store, at_start=True)
-    if recovered:
-        log.warning("closed %d turns left open by a previous process (crash_recovered)", recovered)
+    if gateway.store.connected.is_set():
+        await gateway.store.heartbeat(started)
+        recovered = await recover_open_turns(gateway.store, at_start=True)
+        if recovered:
+            log.warning(
+                "closed %d turns left open by a previous process (crash_recovered)", recovered
+            )
+    else:
+        # Started during a store outage (serving from the spool): this process's own turns
+        # would be indistinguishable from its previous life's by then, so those are closed at
+        # its next start; other replicas' are swept by the heartbeat below as usual.
+        log.warning("store unreachable at start: turns a previous run left open stay open")
     keeper = asyncio.create_task(_keep_alive(gateway, started), name="store-heartbeat")
     # One pool for every upstream: kept-alive connections, no per-request TLS handshakes.
     # (It reads SSL_CERT_FILE and SSL_CERT_DIR now, and the router's endpoints their proxies.)

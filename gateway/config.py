@@ -332,6 +332,13 @@ class AuthConfig(_Model):
         description="How long a looked-up virtual key is trusted before the store is asked"
         " again (a key revoked by another process or replica stops working within this).",
     )
+    key_stale_s: float = Field(
+        900,
+        ge=0,
+        description="While the store cannot be read, a key looked up before keeps working from"
+        " the cache for this long past its `key_cache_s` (stale-while-error); a revocation"
+        " applies once the store answers again. 0: a key whose cache expired gets 503.",
+    )
 
     @field_validator("master_key")
     @classmethod

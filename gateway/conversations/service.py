@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import logging
 import re
 import time
 from collections.abc import Mapping, Sequence
@@ -16,7 +17,10 @@ from gateway.conversations.recorder import TurnRecorder
 from gateway.conversations.threading import fingerprint, prior_history
 from gateway.errors import Conflict, InvalidRequest, NotFound
 from gateway.metering.keys import Principal
+from gateway.storage.db import StoreUnavailable
 from gateway.storage.store import Store
+
+log = logging.getLogger(__name__)
 
 _CONVERSATION_ID = re.compile(r"^[A-Za-z0-9._:-]{1,128}(~[A-Za-z0-9._-]{1,64})?$")
 _GENERATED_ID = re.compile(r"^conv_[0-9a-f]{32}$")
@@ -120,8 +124,11 @@ class Conversations:
         history = [m for m in messages if m.get("role") in HISTORY_ROLES]
         if requested_id is not None:
             _check_id(requested_id)
-            requested_id = await self.named(requested_id, principal)
-            existing = await self._conversation(requested_id)
+            try:
+                requested_id = await self.named(requested_id, principal)
+                existing = await self._conversation(requested_id)
+            except StoreUnavailable as exc:
+                return self._unjoined(requested_id, history, principal, exc)
             if existing is None:
                 return Joined(*self._new(requested_id, principal), history)
             self._check(existing, principal)
@@ -142,6 +149,28 @@ class Conversations:
             key_id=principal.key_id,
         )
         return Joined(branch.id, branch, match.new_messages)
+
+    def _unjoined(
+        self,
+        requested_id: str,
+        history: list[dict[str, Any]],
+        principal: Principal,
+        exc: StoreUnavailable,
+    ) -> Joined:
+        """A named conversation while the store cannot be read (as `Store.thread_of` does for
+        threading): the turn goes ahead on the client's own history, recorded whole as new
+        input under that id (its conversation is created if it does not exist when the spool
+        replays). Its stored form is guessed as `named` would find it: a generated id as it
+        is, a client's own in its team's namespace."""
+        log.warning("store unavailable (%s): a turn continues its conversation unjoined", exc)
+        stored = requested_id
+        team = principal.team_id
+        if team is not None and "~" not in requested_id and not _GENERATED_ID.match(requested_id):
+            stored = f"{requested_id}~{team}"
+        conversation = Conversation(
+            stored, time.time(), team_id=principal.team_id, key_id=principal.key_id
+        )
+        return Joined(stored, conversation, history)
 
     async def _threaded(
         self, messages: list[dict[str, Any]], principal: Principal, user: str | None

@@ -15,11 +15,13 @@ from gateway import metrics
 from gateway.dialects.anthropic_messages import error_body as anthropic_error_body
 from gateway.errors import GatewayError, InvalidRequest, NotFound, PayloadTooLarge
 from gateway.ids import random_hex
+from gateway.storage.db import StoreUnavailable
 
 log = logging.getLogger(__name__)
 
 REQUEST_ID = web.RequestKey("request_id", str)
 _SAFE_ID = re.compile(r"^[A-Za-z0-9._:-]{1,128}$")
+_STORE_RETRY_AFTER = "5"  # seconds: about how long the spool's replay takes to notice the store
 
 
 # Routes whose clients speak another dialect get their errors in that dialect's shape.
@@ -37,6 +39,16 @@ def error_response(error: GatewayError, path: str = "") -> web.Response:
         content_type="application/json",
         headers=error.headers,
     )
+
+
+def store_unavailable() -> GatewayError:
+    error = GatewayError(
+        "The gateway's store is unavailable right now; retry shortly.", code="store_unavailable"
+    )
+    error.status = 503
+    error.retryable = True
+    error.headers["Retry-After"] = _STORE_RETRY_AFTER
+    return error
 
 
 def _from_http_exception(exc: web.HTTPException) -> GatewayError:
@@ -74,6 +86,11 @@ async def errors_and_ids(request: web.Request, handler: Handler) -> web.StreamRe
         if exc.status < 400:
             raise
         response = error_response(_from_http_exception(exc), request.path)
+    except StoreUnavailable as exc:
+        # What needed the store and could not do without it: worth retrying shortly (writes
+        # alone never get here, they wait in the spool).
+        log.warning("store unavailable on %s %s: %s", request.method, request.path, exc)
+        response = error_response(store_unavailable(), request.path)
     except Exception:
         log.exception("unhandled error on %s %s", request.method, request.path)
         response = error_response(

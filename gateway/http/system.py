@@ -25,20 +25,25 @@ async def live(request: web.Request) -> web.Response:
 
 
 async def ready(request: web.Request) -> web.Response:
+    """200 while the replica can serve, whatever the store does: during a store outage writes
+    wait in the spool and keys are served from the cache (`"store": "spooling"`, or
+    `"unavailable"` before anything needed writing), so taking every replica out of the load
+    balancer would only turn a store outage into a full one. 503 while shutting down, and when
+    the store's schema is one this code cannot use (it never will serve that store)."""
     gateway = request.app[GATEWAY]
     if gateway.state["shutting_down"]:
         raise ServiceUnavailable("The gateway is shutting down.")
+    store = gateway.store
+    if store.refused is not None:
+        raise ServiceUnavailable(f"The conversation store cannot be used: {store.refused}")
     try:
         async with asyncio.timeout(2):
-            await gateway.store.ping()
+            await store.ping()
     except Exception as exc:
-        if gateway.store.spooling:
-            # Requests still succeed while the database is away (writes wait in the spool):
-            # taking every replica out of the load balancer would turn a store outage into
-            # a full one.
-            return web.json_response({"status": "ok", "store": "spooling"})
-        raise ServiceUnavailable(f"The conversation store is not ready: {exc}") from None
-    return web.json_response({"status": "ok", "store": "ok"})
+        state = "spooling" if store.spooling else "unavailable"
+        body = {"status": "ok", "store": state, "detail": f"the store is not answering: {exc}"}
+        return web.json_response(body)
+    return web.json_response({"status": "ok", "store": "spooling" if store.spooling else "ok"})
 
 
 async def models(request: web.Request) -> web.Response:

@@ -2,8 +2,11 @@
 
 `Authorization: Bearer <key>` or `x-api-key: <key>`. The master key is the admin. A virtual key
 (`gw-...`) is looked up by its hash; lookups are cached for `auth.key_cache_s`, and a key changed
-through this process is forgotten at once. Without a master key the gateway runs open: a request
-without a valid virtual key acts as the admin (local use only).
+through this process is forgotten at once. While the store cannot be read, a key looked up
+before keeps working from the cache for `auth.key_stale_s` more (stale-while-error; a key not
+cached gets 503 `store_unavailable`), and is checked again as soon as the store answers.
+Without a master key the gateway runs open: a request without a valid virtual key acts as the
+admin (local use only).
 """
 
 from __future__ import annotations
@@ -15,6 +18,7 @@ from collections.abc import Mapping
 from gateway.errors import Unauthorized
 from gateway.metering.key_store import KeyStore
 from gateway.metering.keys import ADMIN, KEY_PREFIX, OPEN, KeyRecord, Principal, Team, hash_key
+from gateway.storage.db import StoreUnavailable
 
 _CACHE_MAX = 10_000
 
@@ -28,11 +32,14 @@ def presented_key(headers: Mapping[str, str]) -> str | None:
 
 
 class Authenticator:
-    def __init__(self, master_key: str | None, keys: KeyStore, cache_s: float) -> None:
+    def __init__(
+        self, master_key: str | None, keys: KeyStore, cache_s: float, stale_s: float = 900.0
+    ) -> None:
         self.open = master_key is None
         self._master_hash = hash_key(master_key) if master_key else None
         self._keys = keys
         self._cache_s = cache_s
+        self._stale_s = stale_s  # past its expiry, a cached entry still serves a store outage
         # By key hash: its record (None: no such key) and the principal made of it and its
         # team, the same object every request while cached.
         self._cache: dict[str, tuple[float, KeyRecord | None, Principal | None]] = {}
@@ -80,7 +87,12 @@ class Authenticator:
         cached = self._teams.get(team_id)
         if cached is not None and cached[0] > now:
             return cached[1]
-        team = await self._keys.team(team_id)
+        try:
+            team = await self._keys.team(team_id)
+        except StoreUnavailable:
+            if cached is not None and cached[0] + self._stale_s > now:
+                return cached[1]
+            raise
         self._teams[team_id] = (now + self._cache_s, team)
         return team
 
@@ -96,8 +108,15 @@ class Authenticator:
         cached = self._cache.get(key_hash)
         if cached is not None and cached[0] > now:
             return cached[1], cached[2]
-        record = await self._keys.key_by_hash(key_hash)
-        principal = await self._principal_of(record) if record is not None else None
+        try:
+            record = await self._keys.key_by_hash(key_hash)
+            principal = await self._principal_of(record) if record is not None else None
+        except StoreUnavailable:
+            # Stale-while-error: the last answer, for a bounded time; not cached again, so the
+            # first lookup after the store returns sees a revocation made meanwhile.
+            if cached is not None and cached[0] + self._stale_s > now:
+                return cached[1], cached[2]
+            raise
         if len(self._cache) >= _CACHE_MAX:
             self._cache.clear()
         self._cache[key_hash] = (now + self._cache_s, record, principal)

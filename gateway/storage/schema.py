@@ -215,6 +215,21 @@ def latest(dialect: Dialect) -> int:
     return MIGRATIONS[dialect][-1].version
 
 
+class SchemaAhead(Exception):
+    """The store's schema is newer than this gateway's code (a newer release migrated it):
+    writing to it could corrupt what the newer code keeps there."""
+
+
+def check_not_ahead(version: int, dialect: Dialect, where: str = "the store") -> None:
+    known = latest(dialect)
+    if version > known:
+        raise SchemaAhead(
+            f"{where} is at schema version {version}, newer than this gateway knows ({known}):"
+            " run a gateway release at least as new as the one that migrated it (or restore"
+            " a backup from before that migration); refusing to start"
+        )
+
+
 async def migrate(db: Db) -> list[int]:
     """Apply every pending migration, all in the caller's transaction; the versions applied."""
     if db.dialect == "postgresql":
@@ -223,6 +238,7 @@ async def migrate(db: Db) -> list[int]:
     else:
         await _sqlite_legacy_columns(db)
     version = await current_version(db)
+    check_not_ahead(version, db.dialect)
     applied = []
     for migration in MIGRATIONS[db.dialect]:
         if migration.version <= version:

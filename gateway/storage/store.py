@@ -157,21 +157,33 @@ class Store:
         # not have: only this process could add them, and it forgets them when it does.
         self._threads: dict[str, str] = {}
         self._no_threads: dict[str, None] = {}
+        # Set once the database answered (at start, or later when it started unreachable).
+        self.connected = asyncio.Event()
+        self.refused: str | None = None  # why it never will (a schema this code cannot use)
 
     # -- lifecycle -------------------------------------------------------------------------
 
     async def start(self) -> None:
-        await self.backend.start()
-        if self._migrate:
-            await self.backend.transact(schema.migrate)
-        else:
-            version = await self.backend.run(schema.current_version)
-            if version < schema.latest(self.dialect):
-                await self.backend.close()
-                raise SchemaBehind(
-                    f"the store at {self.backend.where} is at schema version {version}, this"
-                    f" gateway needs {schema.latest(self.dialect)}: run `gateway migrate`"
-                )
+        """Connect (migrating, or checking the schema), then put in what a previous run left
+        in the spool and the journal. A database that cannot be reached does not stop a
+        store without a journal (PostgreSQL): it starts spooling every write, and connects in
+        the background (`connected`) before the spool replays. A schema newer than the code
+        (schema.SchemaAhead) or older with `migrate: false` (SchemaBehind) refuses to start."""
+        try:
+            await self._connect()
+        except StoreUnavailable as exc:
+            if self._journal is not None:
+                raise
+            log.warning(
+                "store unavailable at start (%s): serving from the spool until it answers", exc
+            )
+            await asyncio.to_thread(self._spool.open)
+            self._spooling = True
+            metrics.STORE_SPOOLING.set(1)
+            self._replayer = asyncio.create_task(self._connect_later(), name="store-connect")
+            self._writer = asyncio.create_task(self._write_loop(), name="store-writer")
+            return
+        self.connected.set()
         await asyncio.to_thread(self._spool.open)
         if self._spool.pending_bytes:
             # What a previous run could not write goes in before anything new, so recovery
@@ -185,6 +197,48 @@ class Store:
         if self._journal is not None:
             await self._replay_journal(self._journal)
         self._writer = asyncio.create_task(self._write_loop(), name="store-writer")
+
+    async def _connect(self) -> None:
+        try:
+            await self.backend.start()
+            if self._migrate:
+                await self.backend.transact(schema.migrate)
+                return
+            version = await self.backend.run(schema.current_version)
+        except BaseException:
+            await self.backend.close()
+            raise
+        schema.check_not_ahead(version, self.dialect, self.backend.where)
+        if version < schema.latest(self.dialect):
+            await self.backend.close()
+            raise SchemaBehind(
+                f"the store at {self.backend.where} is at schema version {version}, this"
+                f" gateway needs {schema.latest(self.dialect)}: run `gateway migrate`"
+            )
+
+    async def _connect_later(self) -> None:
+        """Started while the database was away: connect once it answers, then replay."""
+        delay = 0.1
+        while True:
+            await asyncio.sleep(delay)
+            try:
+                await self._connect()
+            except StoreUnavailable:
+                delay = min(delay * 2, 5.0)
+                continue
+            except (schema.SchemaAhead, SchemaBehind) as exc:
+                # Writes stay in the spool (nothing is lost); /health/ready says why.
+                self.refused = str(exc)
+                log.error("%s: writes stay in the spool", exc)
+                return
+            break
+        log.info("store connected to %s: replaying the spool", self.backend.where)
+        self.connected.set()
+        await self._replay_loop()
+
+    def _reachable(self) -> None:
+        if not self.connected.is_set():
+            raise StoreUnavailable(self.refused or f"not connected to {self.backend.where} yet")
 
     async def close(self) -> None:
         self._closing = True
@@ -359,14 +413,17 @@ class Store:
     # -- reads and direct operations -------------------------------------------------------
 
     async def run(self, op: Op[T]) -> T:
+        self._reachable()
         await self._caught_up()
         return await self.backend.run(op)
 
     async def transact(self, op: Op[T]) -> T:
+        self._reachable()
         await self._caught_up()
         return await self.backend.transact(op)
 
     async def ping(self) -> None:
+        self._reachable()
         await self.backend.ping()
 
     @property
@@ -671,6 +728,7 @@ class Store:
             return row[0] if row is not None else None
 
         try:
+            self._reachable()
             conversation_id = await self.backend.run(read)
         except StoreUnavailable as exc:
             log.warning("store unavailable (%s): a request could not be threaded", exc)
@@ -728,6 +786,7 @@ class Store:
                 now,
             )
 
+        self._reachable()
         await self.backend.run(beat)
 
 
