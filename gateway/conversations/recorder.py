@@ -35,6 +35,7 @@ from gateway.conversations.events import (
 )
 from gateway.conversations.threading import end_fingerprint
 from gateway.errors import GatewayError, UpstreamError
+from gateway.scrub import scrub, scrub_json
 from gateway.storage.payload import DeferredPayload
 from gateway.storage.store import Store
 from gateway.stream.assembler import BlockAssembler
@@ -188,7 +189,17 @@ def _answer(parts: list[Part]) -> tuple[BlockAssembler, list[dict[str, Any]], bo
         shift = (part.started - origin) * 1000.0
         top = part.log.replay(end, stream, assembler, shift_ms=shift, index_offset=offset)
         offset = max(offset, top + 1)
-    return assembler, stream.done(), stream.deferred
+    return assembler, _scrubbed(stream.done()), stream.deferred
+
+
+def _scrubbed(records: list[dict[str, Any]]) -> list[dict[str, Any]]:
+    """A stream's in-stream error events without secrets (gateway.scrub): an upstream may quote
+    the key it was sent in one (its message, or its own error object)."""
+    for record in records:
+        if record["type"] == "error":
+            record["message"] = scrub(str(record["message"]))
+            record["upstream"] = scrub_json(record["upstream"])
+    return records
 
 
 def _stored(payload: dict[str, Any], deferred: bool) -> dict[str, Any]:
@@ -256,6 +267,8 @@ class TurnRecorder:
         # Automatic threading is on: the turn's end stores the fingerprint of the history a
         # client continuing after it would send (gateway.conversations.threading).
         self.threaded = False
+        # The request asked the model to reason (its reasoning may be hidden from the stream).
+        self.reasoning = False
         self._answer: list[dict[str, Any]] | None = None  # the recorded answer's blocks
         self.attempts: list[Attempt] = []
         self.ended = False
@@ -383,7 +396,7 @@ class TurnRecorder:
                 "status": error.status,
                 "code": error.code,
                 "type": error.type,
-                "message": error.message,
+                "message": scrub(error.message),
                 "retryable": error.retryable,
             },
         )

@@ -1,4 +1,4 @@
-"""Request ids, and the one place errors become HTTP responses."""
+"""Request ids, and the one place errors become HTTP responses (without secrets: gateway.scrub)."""
 
 from __future__ import annotations
 
@@ -11,7 +11,8 @@ import orjson
 from aiohttp import web
 from aiohttp.typedefs import Handler
 
-from gateway import metrics
+from gateway import metrics, scrub
+from gateway.context import GATEWAY
 from gateway.dialects.anthropic_messages import error_body as anthropic_error_body
 from gateway.errors import GatewayError, InvalidRequest, NotFound, PayloadTooLarge
 from gateway.ids import random_hex
@@ -32,7 +33,9 @@ _ERROR_SHAPES: dict[str, Callable[[GatewayError], dict[str, Any]]] = {
 
 def error_response(error: GatewayError, path: str = "") -> web.Response:
     shape = _ERROR_SHAPES.get(path)
-    body = shape(error) if shape is not None else error.to_openai()
+    # No secret in any error answered: an upstream's message or body quoting its key, a key
+    # a client sent echoed back in a message (gateway.scrub).
+    body = scrub.scrub_json(shape(error) if shape is not None else error.to_openai())
     return web.Response(
         status=error.status,
         body=orjson.dumps(body),
@@ -70,6 +73,12 @@ def _from_http_exception(exc: web.HTTPException) -> GatewayError:
 
 @web.middleware
 async def errors_and_ids(request: web.Request, handler: Handler) -> web.StreamResponse:
+    # The app's secrets are taken out of every error, record and log line from its first
+    # request on (`gateway serve` has them learned before it starts; this covers an app served
+    # any other way). Nothing to do after the first time.
+    gateway = request.app.get(GATEWAY)
+    if gateway is not None:
+        scrub.learn(gateway.config)
     incoming = request.headers.get("X-Request-Id", "")
     request[REQUEST_ID] = incoming if _SAFE_ID.match(incoming) else random_hex(16)
     route = (

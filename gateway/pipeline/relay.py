@@ -49,6 +49,7 @@ from gateway.providers.openai_chat import ChatStreamParser
 from gateway.providers.wire import StreamParser, parse_body, stream_parser
 from gateway.routing.retry import RetryPlan
 from gateway.routing.router import Alias, Deployment
+from gateway.scrub import scrub_error
 from gateway.stream.assembler import BlockAssembler
 from gateway.stream.events import (
     REASONING,
@@ -60,7 +61,7 @@ from gateway.stream.events import (
     StreamFailure,
 )
 from gateway.stream.sse import SSEDecoder, SSEFrame, SSEFrameTooLarge
-from gateway.upstream.seam import credentials, redact_error
+from gateway.upstream.seam import credentials
 
 log = logging.getLogger("gateway.pipeline")  # one logger for the whole data path
 
@@ -227,8 +228,10 @@ class Relay:
             if self.upstream is not None:
                 self.upstream.close()
                 self.upstream = None
+            # Before the error is recorded, logged, retried or rendered to the client: no
+            # configured secret or key-shaped token in it, nor this deployment's own key.
             config = deployment.config
-            redact_error(error, [config.api_key or "", *credentials(config.extra_headers)])
+            scrub_error(error, [config.api_key or "", *credentials(config.extra_headers)])
             delivered, level = self._delivered_by_attempt()
             self.turn.attempt_failed(
                 attempt,

@@ -8,10 +8,17 @@ a version, once shipped, never changes.
 
 from __future__ import annotations
 
+import hashlib
 import logging
+import os
 import time
+from collections.abc import Awaitable, Callable, Iterable
 from dataclasses import dataclass
+from typing import Any
 
+import orjson
+
+from gateway import scrub
 from gateway.storage.db import Db, Dialect
 
 log = logging.getLogger(__name__)
@@ -22,6 +29,8 @@ class Migration:
     version: int
     name: str
     statements: tuple[str, ...]
+    # A data step, run after the statements in the same transaction.
+    run: Callable[[Db], Awaitable[None]] | None = None
 
 
 _SQLITE_V1 = (
@@ -135,6 +144,15 @@ _CACHE_WRITES_POSTGRES = (
     "ALTER TABLE usage ADD COLUMN cache_write_1h_tokens BIGINT DEFAULT 0",
 )
 
+# Secrets out of the rows stored before the gateway scrubbed them (gateway.scrub): key-shaped
+# tokens out of the error records at once (`scrub_stored_tokens`); the configured secrets out
+# of every event at each start whose set of secrets has not been scrubbed for yet
+# (`scrub_configured`), each set recorded here as a salted scrypt digest, never the secrets.
+_SECRET_SCRUBS = (
+    """CREATE TABLE secret_scrubs (
+        salt TEXT NOT NULL, digest TEXT NOT NULL, scrubbed_at DOUBLE PRECISION NOT NULL)""",
+)
+
 # PostgreSQL starts at the current shape. Times are Unix seconds (double precision) as in
 # SQLite, so every query reads the same on both.
 _POSTGRES_V1 = (
@@ -184,6 +202,133 @@ _POSTGRES_V1 = (
         heartbeat_at DOUBLE PRECISION NOT NULL)""",
 )
 
+# -- secrets in stored rows ------------------------------------------------------------------------
+
+# The events an upstream's error text is recorded in (docs/recording.md, "Order inside a turn").
+_ERROR_EVENTS = ("assistant/attempt", "request/error")
+_PAYLOAD_OF = {
+    "sqlite": "CASE WHEN payload_id IS NULL THEN payload"
+    " ELSE (SELECT body FROM event_payloads WHERE id = payload_id) END",
+    "postgresql": "payload",
+}
+_CONTAINS = {"sqlite": "instr(payload, ?) > 0", "postgresql": "strpos(payload, ?) > 0"}
+_SCRYPT = {"n": 2**14, "r": 8, "p": 1, "dklen": 32}
+
+
+async def scrub_stored_tokens(db: Db) -> None:
+    """Key-shaped tokens (`sk-...`, `gw-...`, `AIza...`, `Bearer ...`) out of the error text
+    of every stored `assistant/attempt` and `request/error`: the message, and the stream's
+    in-stream error events. What else those hold (the text an attempt received) is left."""
+    payload = _PAYLOAD_OF[db.dialect]
+    kinds = ", ".join("?" for _ in _ERROR_EVENTS)
+    rows = await db.fetch(
+        f"SELECT conversation_id, seq, type, {payload} FROM events WHERE type IN ({kinds})",
+        *_ERROR_EVENTS,
+    )
+    changed = 0
+    for conversation_id, seq, kind, stored in rows:
+        text = bytes(stored).decode() if isinstance(stored, bytes | memoryview) else stored
+        try:
+            value = orjson.loads(text)
+        except orjson.JSONDecodeError:
+            continue
+        cleaned = _scrub_error_payload(kind, value)
+        if cleaned is value:
+            continue
+        await _rewrite(db, conversation_id, seq, orjson.dumps(cleaned).decode())
+        changed += 1
+    if changed:
+        log.info("scrubbed key-shaped tokens from %d stored error events", changed)
+
+
+def _scrub_error_payload(kind: str, payload: Any) -> Any:
+    """The same object when nothing in it changes."""
+    if not isinstance(payload, dict):
+        return payload
+    if kind == "request/error":
+        message = payload.get("message")
+        if isinstance(message, str) and (cleaned := scrub.scrub(message)) != message:
+            return {**payload, "message": cleaned}
+        return payload
+    stream = payload.get("stream")
+    if not isinstance(stream, list):
+        return payload
+    records = [
+        scrub.scrub_json(r) if isinstance(r, dict) and r.get("type") == "error" else r
+        for r in stream
+    ]
+    if all(a is b for a, b in zip(records, stream, strict=True)):
+        return payload
+    return {**payload, "stream": records}
+
+
+async def _rewrite(db: Db, conversation_id: str, seq: int, payload: str) -> None:
+    if db.dialect == "sqlite":
+        long_id = await db.fetchval(
+            "SELECT payload_id FROM events WHERE conversation_id = ? AND seq = ?",
+            conversation_id,
+            seq,
+        )
+        if long_id is not None:
+            await db.execute(
+                "UPDATE event_payloads SET body = ? WHERE id = ?", payload.encode(), long_id
+            )
+            return
+    await db.execute(
+        "UPDATE events SET payload = ? WHERE conversation_id = ? AND seq = ?",
+        payload,
+        conversation_id,
+        seq,
+    )
+
+
+async def scrub_configured(db: Db, secrets: Iterable[str]) -> None:
+    """The configured secrets (gateway.scrub) out of every stored event, once for each set of
+    them: a set already scrubbed for (the last recorded) is not looked for again. A store
+    without events has nothing to scrub, and records nothing."""
+    found = sorted(set(secrets))
+    if not found or await db.fetchval("SELECT 1 FROM events LIMIT 1") is None:
+        return
+    last = await db.fetchrow(
+        "SELECT salt, digest FROM secret_scrubs ORDER BY scrubbed_at DESC LIMIT 1"
+    )
+    if last is not None and _digest(found, last[0]) == last[1]:
+        return
+    changed = 0
+    for secret in found:
+        # As stored: JSON text, where a quote or a backslash in a secret is escaped.
+        for form in {secret, orjson.dumps(secret).decode()[1:-1]}:
+            changed += await db.execute(
+                "UPDATE events SET payload = replace(payload, ?, ?) WHERE " + _CONTAINS[db.dialect],
+                form,
+                scrub.REDACTED,
+                form,
+            )
+            if db.dialect == "sqlite":
+                changed += await db.execute(
+                    "UPDATE event_payloads SET body = CAST(replace(CAST(body AS TEXT), ?, ?)"
+                    " AS BLOB) WHERE instr(body, CAST(? AS BLOB)) > 0",
+                    form,
+                    scrub.REDACTED,
+                    form,
+                )
+    salt = os.urandom(16).hex()
+    await db.execute(
+        "INSERT INTO secret_scrubs (salt, digest, scrubbed_at) VALUES (?, ?, ?)",
+        salt,
+        _digest(found, salt),
+        time.time(),
+    )
+    log.info("scrubbed the configured secrets from the store (%d rows changed)", changed)
+
+
+def _digest(secrets: list[str], salt: str) -> str:
+    """A salted, slow digest of a set of secrets: the record of a scrub tells a reader of the
+    database nothing a guess could be checked against cheaply."""
+    joined = "\n".join(secrets).encode()
+    return hashlib.scrypt(joined, salt=bytes.fromhex(salt), **_SCRYPT).hex()
+
+
 MIGRATIONS: dict[Dialect, tuple[Migration, ...]] = {
     "sqlite": (
         Migration(1, "conversations, turns, events, teams, keys, usage, responses", _SQLITE_V1),
@@ -192,11 +337,13 @@ MIGRATIONS: dict[Dialect, tuple[Migration, ...]] = {
         Migration(4, "events as a rowid table, keyed by an index", _SQLITE_V4),
         Migration(5, "turn fingerprints for automatic threading", _FINGERPRINTS),
         Migration(6, "usage: cache writes, 5-minute and 1-hour", _CACHE_WRITES_SQLITE),
+        Migration(7, "secrets scrubbed from stored events", _SECRET_SCRUBS, scrub_stored_tokens),
     ),
     "postgresql": (
         Migration(1, "the whole schema", _POSTGRES_V1),
         Migration(2, "turn fingerprints for automatic threading", _FINGERPRINTS),
         Migration(3, "usage: cache writes, 5-minute and 1-hour", _CACHE_WRITES_POSTGRES),
+        Migration(4, "secrets scrubbed from stored events", _SECRET_SCRUBS, scrub_stored_tokens),
     ),
 }
 
@@ -247,6 +394,8 @@ async def migrate(db: Db) -> list[int]:
         log.info("store migrating to version %d (%s)", migration.version, migration.name)
         for statement in migration.statements:
             await db.execute(statement)
+        if migration.run is not None:
+            await migration.run(db)
         await db.execute(
             "INSERT INTO schema_migrations (version, name, applied_at) VALUES (?, ?, ?)",
             migration.version,
@@ -255,6 +404,7 @@ async def migrate(db: Db) -> list[int]:
         )
         log.info("store migrated to version %d (%s)", migration.version, migration.name)
         applied.append(migration.version)
+    await scrub_configured(db, scrub.configured())
     return applied
 
 
