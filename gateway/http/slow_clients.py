@@ -35,6 +35,7 @@ from __future__ import annotations
 import asyncio
 import functools
 import logging
+import re
 from typing import Any
 
 import orjson
@@ -42,6 +43,7 @@ from aiohttp import web
 from aiohttp.http_exceptions import BadHttpMessage, HttpProcessingError, LineTooLong
 from aiohttp.typedefs import Handler, Middleware
 
+from gateway import scrub
 from gateway.config import ServerConfig
 from gateway.errors import GatewayError, InvalidRequest, PayloadTooLarge
 from gateway.http.aiohttp_internals import awaiting_request, connection_runner, requests_received
@@ -204,17 +206,36 @@ class SlowClientGuard(web.RequestHandler):
         return response
 
 
+# What aiohttp's parser quotes of the request in its messages: the bytes of a line or a header
+# (`b'Authorization: Bearer sk-...\x01'`), never to be echoed or logged.
+_QUOTED = re.compile(r"b?'(?:[^'\\\n]|\\.)*'" r'|b?"(?:[^"\\\n]|\\.)*"')
+
+
+def _described(detail: str) -> str:
+    """aiohttp's description of a malformed request, without any byte of the request: its first
+    line, quoted parts dropped (then scrubbed, for what the quoting missed)."""
+    first = detail.strip().split("\n", 1)[0]
+    first = _QUOTED.sub("...", first)
+    first = re.split("['\"]", first, maxsplit=1)[0]  # an unterminated quote: cut there
+    return scrub.scrub(first.strip().rstrip(":").strip())
+
+
 def _parse_error(status: int, exc: BaseException | None, message: str | None) -> GatewayError:
     if status >= 500:
         return GatewayError("The gateway failed to handle the request.")
-    detail = exc.message if isinstance(exc, HttpProcessingError) else (message or "")
+    detail = _described(exc.message if isinstance(exc, HttpProcessingError) else (message or ""))
     if isinstance(exc, LineTooLong):
         line = exc.args[0] if exc.args else b""
+        limit = exc.args[1] if len(exc.args) > 1 else "8190"
         if isinstance(line, bytes | bytearray | str) and line[:1] in (b"/", "/"):  # the target
-            error = InvalidRequest(f"The request line is too long: {detail}", code="uri_too_long")
+            error = InvalidRequest(
+                f"The request line is too long (over {limit} bytes).", code="uri_too_long"
+            )
             error.status = 414
             return error
-        error = InvalidRequest(f"A header field is too long: {detail}", code="header_too_large")
+        error = InvalidRequest(
+            f"A header field is too long (over {limit} bytes).", code="header_too_large"
+        )
         error.status = 431
         return error
     if isinstance(exc, BadHttpMessage) and "Too many headers" in detail:

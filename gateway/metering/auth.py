@@ -23,6 +23,13 @@ from gateway.storage.db import StoreUnavailable
 _CACHE_MAX = 10_000
 
 
+def well_formed(secret: str) -> bool:
+    """Whether a presented key can be a key at all: printable characters only. A header value
+    with bytes that are not UTF-8 arrives with lone surrogates (aiohttp decodes it with
+    `surrogateescape`), which no hash can take; control characters are no key's either."""
+    return secret.isprintable()
+
+
 def presented_key(headers: Mapping[str, str]) -> str | None:
     authorization = headers.get("Authorization", "")
     scheme, _, value = authorization.partition(" ")
@@ -53,6 +60,12 @@ class Authenticator:
             raise Unauthorized(
                 "You didn't provide an API key. Send it as 'Authorization: Bearer <key>'.",
                 code="missing_api_key",
+            )
+        if not well_formed(secret):
+            # Never echoed nor logged: a 401 like any wrong key's, whatever the mode.
+            raise Unauthorized(
+                "The API key is malformed: it must be printable UTF-8 text.",
+                code="invalid_api_key",
             )
         key_hash = hash_key(secret)
         if self._master_hash is not None and hmac.compare_digest(key_hash, self._master_hash):
