@@ -43,6 +43,8 @@ class ListQuery:
     limit: int = 20
     after: str | None = None  # the last id of the previous page
     with_usage: bool = False  # each row's attempts, tokens, cost and timings (`usage`)
+    stopped: bool = False  # only conversations with a turn that ended interrupted, any turn
+    failed: bool = False  # only conversations with a failed attempt (a recovered one included)
 
 
 @dataclass(frozen=True)
@@ -69,6 +71,14 @@ def _like(value: str) -> str:
 _LAST_TURN = (
     "(SELECT t.{col} FROM turns t WHERE t.conversation_id = c.id"
     " ORDER BY t.started_at DESC, t.id DESC LIMIT 1)"
+)
+# A turn's attempts: their usage records' ids are `<turn_id>:<attempt>`, so the range is a
+# primary-key range scan per turn (turns are found by their conversation index), and `turn_id =
+# t.id` keeps exactly the turn's records whatever the collation orders `:` among. No scan of the
+# usage table, on either backend.
+_TURN_ATTEMPTS = (
+    "turns t {join} usage u ON u.id >= t.id || ':' AND u.id <= t.id || ':99999'"
+    " AND u.turn_id = t.id"
 )
 _FIRST_USER = (
     "(SELECT e.payload FROM events e WHERE e.conversation_id = {cid}"
@@ -118,6 +128,16 @@ def _sql(dialect: Dialect, query: ListQuery) -> tuple[str, list[Any]]:
             f" AND LOWER({content}) LIKE ? ESCAPE '\\'))"
         )
         args += [pattern, pattern]
+    if query.stopped:
+        where.append(
+            "EXISTS (SELECT 1 FROM turns t WHERE t.conversation_id = c.id AND t.status = 'aborted')"
+        )
+    if query.failed:
+        attempts = _TURN_ATTEMPTS.format(join="JOIN")
+        where.append(
+            f"EXISTS (SELECT 1 FROM {attempts} WHERE t.conversation_id = c.id"
+            " AND u.status = 'error')"
+        )
     status = _LAST_TURN.format(col="status")
     ended = _LAST_TURN.format(col="ended_at")
     if query.status == "active":
@@ -153,10 +173,7 @@ def _sql(dialect: Dialect, query: ListQuery) -> tuple[str, list[Any]]:
     return sql, args
 
 
-# Each listed conversation's own turns, with their attempts' usage records. A usage record's id
-# is `<turn_id>:<attempt>`: the range below is a primary-key range scan per turn (turns are
-# found by their conversation index), and `turn_id = t.id` keeps exactly the turn's records
-# whatever the collation orders `:` among. No scan of the usage table, on either backend.
+# Each listed conversation's own turns, with their attempts' usage records.
 _USAGE_OF_PAGE = (
     "SELECT t.conversation_id, COUNT(u.id),"
     " SUM(CASE WHEN u.status = 'error' THEN 1 ELSE 0 END),"
@@ -164,8 +181,7 @@ _USAGE_OF_PAGE = (
     " SUM(u.prompt_tokens), SUM(u.completion_tokens), SUM(u.completion_delivered),"
     " AVG(u.ttft_ms), SUM(u.duration_ms),"
     " MAX(CASE WHEN t.status = 'aborted' THEN 1 ELSE 0 END)"
-    " FROM turns t LEFT JOIN usage u ON u.id >= t.id || ':' AND u.id <= t.id || ':99999'"
-    " AND u.turn_id = t.id"
+    f" FROM {_TURN_ATTEMPTS.format(join='LEFT JOIN')}"
     " WHERE t.conversation_id IN ({marks}) GROUP BY t.conversation_id"
 )
 _NO_USAGE = {

@@ -75,6 +75,8 @@ async def list_(request: web.Request) -> web.Response:
             limit=limit,
             after=await named("after"),
             with_usage=query.get("include") == "usage",
+            stopped=query.get("stopped") in ("true", "1"),
+            failed=query.get("failed") in ("true", "1"),
         ),
     )
     return web.json_response(

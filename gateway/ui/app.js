@@ -519,6 +519,7 @@ function loginPage(reason) {
 // Conversations: the list
 
 const PAGE_STACK = new Map(); // filters -> the cursors of the pages before this one
+let listHash = null; // the list as last shown (filters and page), for the way back to it
 
 async function conversationsPage(root, params) {
   const filters = {
@@ -529,10 +530,13 @@ async function conversationsPage(root, params) {
     status: params.get('status') || '',
     since: params.get('since') || '',
     until: params.get('until') || '',
+    stopped: params.get('stopped') || '',
+    failed: params.get('failed') || '',
     limit: params.get('limit') || '20',
   };
   const after = params.get('after') || '';
   const signature = JSON.stringify(filters);
+  listHash = location.hash || null;
   root.append(pageHeader('Conversations', isAdmin()
     ? 'Every recorded conversation, newest first. Open one to read it as the user saw it, or its attempts as the gateway made them.'
     : `The conversations of team ${session.me.team_id}, newest first (read-only).`));
@@ -554,6 +558,9 @@ async function conversationsPage(root, params) {
     field('From (UTC)', h('input', { type: 'date', name: 'since', value: filters.since })),
     field('To (UTC)', h('input', { type: 'date', name: 'until', value: filters.until })),
     field('Per page', select('limit', [['20', '20'], ['50', '50'], ['100', '100']], filters.limit)),
+    h('fieldset', { class: 'field checks' }, h('legend', { class: 'field-label', text: 'Had' }),
+      h('label', { class: 'check' }, h('input', { type: 'checkbox', name: 'stopped', value: 'true', checked: filters.stopped === 'true', 'data-testid': 'filter-stopped' }), 'a stopped turn'),
+      h('label', { class: 'check' }, h('input', { type: 'checkbox', name: 'failed', value: 'true', checked: filters.failed === 'true', 'data-testid': 'filter-failed' }), 'a failed attempt')),
   ];
   append(form, h('div', { class: 'filter-grid' }, controls),
     h('div', { class: 'filter-actions' },
@@ -565,7 +572,7 @@ async function conversationsPage(root, params) {
     go('/conversations', { ...data, limit: data.limit === '20' ? '' : data.limit });
   });
   form.addEventListener('change', (event) => {
-    if (event.target.tagName === 'SELECT') applySoon(() => form.requestSubmit(), event.target);
+    if (event.target.tagName === 'SELECT' || event.target.type === 'checkbox') applySoon(() => form.requestSubmit(), event.target);
   });
 
   const until = utcDay(filters.until);
@@ -575,6 +582,8 @@ async function conversationsPage(root, params) {
     key_id: filters.key_id,
     model: filters.model,
     status: filters.status,
+    stopped: filters.stopped,
+    failed: filters.failed,
     since: utcDay(filters.since),
     until: until === null ? null : until + 86400, // the whole day
     limit: filters.limit,
@@ -733,7 +742,7 @@ async function conversationPage(root, id, params) {
     metaItem('Turns', String(turns.length)),
     conversation.parent_id ? metaItem('Branch of', h('span', {}, idCell(conversation.parent_id, href(`/conversations/${enc(conversation.parent_id)}`)), ` at seq ${conversation.parent_seq}`)) : null);
   root.append(
-    h('nav', { class: 'crumbs' }, h('a', { href: href('/conversations'), text: 'Conversations' }), ' / ', h('code', { text: id })),
+    h('nav', { class: 'crumbs', 'aria-label': 'Breadcrumb' }, h('a', { href: listHash || href('/conversations'), text: 'Conversations', 'data-testid': 'crumb-list' }), ' / ', h('code', { text: id })),
     h('header', { class: 'page-header' },
       h('div', {}, h('h1', { class: 'conv-title', text: conversation.preview || 'Conversation' }), h('p', { class: 'subtitle' }, h('code', { class: 'id', text: id }))),
       tabs),

@@ -102,3 +102,14 @@ async def test_each_row_carries_its_attempts_tokens_cost_and_timings(gw: Gateway
     assert rows["c2"]["usage"]["attempts"] == 0 and rows["c2"]["usage"]["cost_usd"] is None
     assert rows["c3"]["usage"]["attempts"] == 0
     assert "usage" not in (await listed(gw, ""))["c1"]  # only when asked for
+
+    # Filters: a turn stopped at any turn (not only the last), a failed attempt (recovered too).
+    store.start_turn(TurnStart("c3-t1", "c3", T0 + 3, {"model": "m"}))
+    store.append(NewEvent("c3", "c3-t1", "turn/end", {"status": "aborted"}))
+    store.start_turn(TurnStart("c3-t2", "c3", T0 + 4, {"model": "m"}))
+    store.append(NewEvent("c3", "c3-t2", "turn/end", {"status": "completed"}))
+    await store.flush()
+    assert list(await listed(gw, "?stopped=true")) == ["c3", "c1"]
+    assert list(await listed(gw, "?status=interrupted")) == ["c1"]  # the last turn's status
+    assert list(await listed(gw, "?failed=true")) == ["c1"]
+    assert list(await listed(gw, "?failed=true&stopped=true&include=usage")) == ["c1"]
