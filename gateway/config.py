@@ -52,6 +52,18 @@ class ServerConfig(_Model):
     body_timeout_s: float = Field(
         60, gt=0, description="A request body must arrive whole within this long; else 408."
     )
+    keepalive_timeout_s: float = Field(
+        60,
+        gt=0,
+        description="A kept-alive client connection with no request under way is closed after"
+        " this long idle.",
+    )
+    max_connections: int = Field(
+        10_000,
+        ge=1,
+        description="Open client connections at most; a connection beyond them gets 503 for its"
+        " request (`/health/live` is still answered) and is closed.",
+    )
 
 
 class StoreConfig(_Model):

@@ -24,6 +24,17 @@ default), and nothing times a body a handler is reading. So:
   fields too long or too many, `400` otherwise, each as an OpenAI error JSON (aiohttp's own
   answer is plain text, logged with a traceback).
 
+- **Idle connections and their number** (`server.keepalive_timeout_s`,
+  `server.max_connections`): a kept-alive connection idle for the keep-alive timeout is closed
+  (aiohttp's default is an hour). A connection over the cap (`ConnectionCap`) is still read,
+  within the head deadline: its request is answered `503` and the connection closed, except
+  `/health/live`, answered as usual (a replica at its cap is alive, not dead). At most a small
+  reserve of these are read at once, a newer one pushing the oldest out with a `503`, so a
+  flood of silent connections holds no more than the cap and the reserve. A line is logged at
+  most once a minute while connections are refused. The cap is lowered at start to what the
+  process's file limit holds (`RLIMIT_NOFILE`, raised to its hard limit first), so that it is
+  reached before `accept()` fails.
+
 What the guard needs of aiohttp beyond its public API (whether a connection awaits a request,
 how many heads it has parsed, and a runner that makes the guard its connections' protocol) it
 asks gateway.http.aiohttp_internals; tests/security/test_limits_and_slow_clients.py pins the
@@ -36,7 +47,9 @@ import asyncio
 import functools
 import logging
 import re
-from typing import Any
+import resource
+import time
+from typing import Any, Protocol
 
 import orjson
 from aiohttp import web
@@ -45,13 +58,18 @@ from aiohttp.typedefs import Handler, Middleware
 
 from gateway import scrub
 from gateway.config import ServerConfig
-from gateway.errors import GatewayError, InvalidRequest, PayloadTooLarge
+from gateway.context import GATEWAY
+from gateway.errors import GatewayError, InvalidRequest, PayloadTooLarge, ServiceUnavailable
 from gateway.http.aiohttp_internals import awaiting_request, connection_runner, requests_received
 from gateway.http.delivery import ConnectionSocket
 
 log = logging.getLogger(__name__)
 
 LINGER_S = 2.0  # how long a connection cut off with a 408 is drained before it is closed
+REFUSAL_LOG_S = 60.0  # at most one line this often about connections over the cap
+FDS_PER_CONNECTION = 3  # its socket, its duplicate for delivery tracking, an upstream's
+RESERVED_FDS = 128  # the store, spool, journal, listening sockets, Redis, logs
+LIVE = "/health/live"  # answered on a connection over the cap too
 
 
 class RequestTimeout(InvalidRequest, TimeoutError):
@@ -80,6 +98,15 @@ def request_limits(body_timeout_s: float) -> Middleware:
 
     @web.middleware
     async def middleware(request: web.Request, handler: Handler) -> web.StreamResponse:
+        if getattr(request.protocol, "over_cap", False):  # a SlowClientGuard's connection
+            request.protocol.close()  # after this answer
+            if request.path != LIVE:
+                busy = ServiceUnavailable(
+                    "The gateway has too many open connections; try again shortly.",
+                    code="too_many_connections",
+                )
+                busy.headers["Retry-After"] = "1"
+                raise busy
         # No store holds NUL in an id or a filter (PostgreSQL text refuses it): one answer on
         # every backend rather than a 404 on one and a refusal on another.
         if "\x00" in request.path or any("\x00" in k + v for k, v in request.query.items()):
@@ -113,12 +140,84 @@ def _raw_error(status: int, reason: str, error: GatewayError) -> bytes:
     return head.encode() + body
 
 
-class SlowClientGuard(web.RequestHandler):
-    """aiohttp's connection protocol, with a deadline on each request head."""
+class Refusable(Protocol):
+    def refuse(self) -> None:
+        """Answer 503 if nothing was answered yet, and close."""
+        ...
 
-    def __init__(self, manager: web.Server, *, header_timeout_s: float, **kwargs: Any) -> None:
+
+class ConnectionCap:
+    """The open client connections of one listening server, against `server.max_connections`.
+
+    A connection is admitted while fewer than `limit` are; one over the cap is read for its
+    request (answered 503, or `/health/live`), among at most `reserve` such at once: a new one
+    past those pushes the oldest out (a 503 and a close), so that a flood of silent connections
+    cannot keep a health probe from being read."""
+
+    def __init__(self, limit: int, reserve: int | None = None) -> None:
+        self.limit = limit
+        self.reserve = reserve if reserve is not None else max(8, limit // 100)
+        self.open = 0  # admitted connections open
+        self.waiting: dict[Refusable, None] = {}  # over the cap, oldest first
+        self.refused = 0  # since the last line logged
+        self._logged_at: float | None = None
+
+    def admit(self, connection: Refusable) -> bool:
+        """True: admitted; False: over the cap."""
+        if self.open < self.limit:
+            self.open += 1
+            return True
+        self.refused += 1
+        now = time.monotonic()
+        if self._logged_at is None or now - self._logged_at >= REFUSAL_LOG_S:
+            log.warning(
+                "%d client connections open, the cap (server.max_connections): new ones are"
+                " answered 503 (%d since the last such line)",
+                self.open,
+                self.refused,
+            )
+            self._logged_at, self.refused = now, 0
+        if len(self.waiting) >= self.reserve:
+            oldest = next(iter(self.waiting))
+            del self.waiting[oldest]
+            oldest.refuse()
+        self.waiting[connection] = None
+        return False
+
+    def release(self, connection: Refusable, admitted: bool) -> None:
+        if admitted:
+            self.open -= 1
+        else:
+            self.waiting.pop(connection, None)
+
+
+_BUSY = _raw_error(
+    503,
+    "Service Unavailable",
+    ServiceUnavailable(
+        "The gateway has too many open connections; try again shortly.",
+        code="too_many_connections",
+    ),
+)
+
+
+class SlowClientGuard(web.RequestHandler):
+    """aiohttp's connection protocol, with a deadline on each request head, under a cap on
+    open connections."""
+
+    def __init__(
+        self,
+        manager: web.Server,
+        *,
+        header_timeout_s: float,
+        cap: ConnectionCap | None = None,
+        **kwargs: Any,
+    ) -> None:
         super().__init__(manager, **kwargs)
         self._header_timeout_s = header_timeout_s
+        self._cap = cap
+        self._counted = False  # by the cap, until the connection is lost
+        self.over_cap = False  # answered 503 (gateway.http.slow_clients.request_limits)
         self._deadline: asyncio.TimerHandle | None = None
         self._partial = False  # part of a head has arrived
         self._lingering: asyncio.TimerHandle | None = None  # cut off: draining until closed
@@ -129,8 +228,21 @@ class SlowClientGuard(web.RequestHandler):
     def connection_made(self, transport: asyncio.BaseTransport) -> None:
         super().connection_made(transport)
         self._arm()  # a new connection owes its first head within the limit
+        if self._cap is not None:
+            self.over_cap = not self._cap.admit(self)
+            self._counted = True
+
+    def refuse(self) -> None:
+        """Pushed out by a newer connection over the cap: a 503 unless an answer has begun (a
+        head was read), and closed."""
+        if self.transport is not None and requests_received(self) == 0:
+            self.transport.write(_BUSY)
+        self.force_close()
 
     def connection_lost(self, exc: BaseException | None) -> None:
+        if self._cap is not None and self._counted:
+            self._cap.release(self, admitted=not self.over_cap)
+            self._counted = False
         self._disarm()
         if self._lingering is not None:
             self._lingering.cancel()
@@ -248,6 +360,45 @@ def _parse_error(status: int, exc: BaseException | None, message: str | None) ->
 
 
 def guarded_runner(app: web.Application, server: ServerConfig, **kwargs: Any) -> web.AppRunner:
-    """An AppRunner whose connections have the head deadline of `server.header_timeout_s`."""
-    guard = functools.partial(SlowClientGuard, header_timeout_s=server.header_timeout_s)
+    """An AppRunner whose connections have the head deadline of `server.header_timeout_s`, the
+    idle timeout of `server.keepalive_timeout_s` and the cap of `server.max_connections`.
+
+    The app's secrets are learned first (gateway.scrub): from its start on (its store's
+    migrations, its first log line) they are taken out of whatever it stores or logs."""
+    gateway = app.get(GATEWAY)
+    if gateway is not None:
+        scrub.learn(gateway.config)
+    kwargs.setdefault("keepalive_timeout", server.keepalive_timeout_s)
+    guard = functools.partial(
+        SlowClientGuard,
+        header_timeout_s=server.header_timeout_s,
+        cap=ConnectionCap(connection_cap(server.max_connections)),
+    )
     return connection_runner(app, guard, **kwargs)
+
+
+def connection_cap(configured: int) -> int:
+    """`server.max_connections`, or fewer: as many as the process's file limit holds, once
+    raised to its hard limit where it is lower than the cap needs."""
+    needed = configured * FDS_PER_CONNECTION + RESERVED_FDS
+    try:
+        soft, hard = resource.getrlimit(resource.RLIMIT_NOFILE)
+        if soft != resource.RLIM_INFINITY and soft < needed:
+            raised = needed if hard == resource.RLIM_INFINITY else min(hard, needed)
+            if raised > soft:
+                resource.setrlimit(resource.RLIMIT_NOFILE, (raised, hard))
+                soft = raised
+    except (OSError, ValueError):
+        return configured
+    if soft == resource.RLIM_INFINITY or soft >= needed:
+        return configured
+    cap = max(1, (soft - RESERVED_FDS) // FDS_PER_CONNECTION)
+    log.warning(
+        "server.max_connections is %d, but the file limit (ulimit -n) of %d holds %d client"
+        " connections: capped at %d (raise LimitNOFILE or ulimit -n for more)",
+        configured,
+        soft,
+        cap,
+        cap,
+    )
+    return cap
