@@ -1370,7 +1370,16 @@ async function usagePage(root, params) {
   }
   const ranked = [...groupTotals.values()].sort((a, b) => b.cost - a.cost || b.tokens - a.tokens);
   const shown = ranked.slice(0, PALETTE.length - 1).map((g) => g.group);
-  const colour = (g) => (shown.includes(g) ? PALETTE[shown.indexOf(g)] : PALETTE[PALETTE.length - 1]);
+  // Colours by name, not by rank: a group keeps its colour from one range or filter to the next
+  // (its name's hash picks the first free colour from there on).
+  const colours = new Map();
+  const free = PALETTE.slice(0, -1);
+  for (const g of [...shown].sort()) {
+    let at = [...String(g)].reduce((n, ch) => (n * 31 + ch.codePointAt(0)) >>> 0, 7) % free.length;
+    while ([...colours.values()].includes(free[at])) at = (at + 1) % free.length;
+    colours.set(g, free[at]);
+  }
+  const colour = (g) => colours.get(g) || PALETTE[PALETTE.length - 1];
   const series = (value) => {
     const data = new Map();
     for (const r of rows) {
@@ -1559,11 +1568,24 @@ async function keysPage(root) {
   root.append(pageHeader('Keys & teams', 'Teams own conversations and budgets; their virtual keys are what applications send.'));
   const body = h('div', {}, loading());
   root.append(body);
-  const [teams, keys, models] = await Promise.all([
+  const now = Date.now() / 1000;
+  const monthStart = periodStart('month', now);
+  const [teams, keys, models, recent] = await Promise.all([
     api('/v1/gateway/teams').then((r) => r.data),
     api('/v1/gateway/keys').then((r) => r.data),
     api('/v1/models').then((r) => r.data.map((m) => m.id)),
+    // Each key's hours of use over the last 31 days (a month's start is never further back).
+    api('/v1/usage' + query({ group_by: 'key', granularity: 'hour', from: Math.floor(now - 31 * 86400), to: Math.ceil(now) + 1 })).then((r) => r.data),
   ]);
+  const keyUse = new Map(); // key id -> { last: hour (s), month: USD this UTC month }
+  for (const r of recent) {
+    if (!r.group || !(r.requests || r.attempts)) continue;
+    const t = Date.parse(r.period_start) / 1000;
+    const use = keyUse.get(r.group) || { last: 0, month: 0 };
+    use.last = Math.max(use.last, t);
+    if (t >= monthStart) use.month += r.cost_usd || 0;
+    keyUse.set(r.group, use);
+  }
   clear(body);
   const secretBox = h('div', { 'data-testid': 'secret-box' });
   body.append(secretBox);
@@ -1638,7 +1660,6 @@ async function keysPage(root) {
   ], teams.map((t) => ({ ...t, attrs: { 'data-team-id': t.id } })), 'No teams yet.')));
 
   // -- keys
-  const now = Date.now() / 1000;
   const state = (k) => (k.revoked_at ? 'revoked' : k.expires_at && k.expires_at <= now ? 'expired' : 'active');
   body.append(panel('Keys', table([
     { label: 'Key', cell: (k) => h('div', {}, h('strong', { text: k.name || '(unnamed)' }), h('div', { class: 'muted' }, h('code', { text: `${k.key_prefix}…` }), ' ', idCell(k.id))) },
@@ -1646,6 +1667,8 @@ async function keysPage(root) {
     { label: 'State', cell: (k) => h('span', { 'data-testid': 'key-state' }, state(k) === 'active' ? badge('active', 'ok') : statusBadge(state(k))) },
     { label: 'Models', cell: (k) => (k.models ? k.models.join(', ') : 'all') },
     { label: 'Limits', cell: (k) => limitsText(k.limits) },
+    { label: 'Last used', sort: (k) => keyUse.get(k.id)?.last, cell: (k) => h('span', { 'data-col': 'last-used', title: keyUse.has(k.id) ? `in the UTC hour from ${new Date(keyUse.get(k.id).last * 1000).toISOString().slice(0, 13)}:00` : 'not in the last 31 days', text: !keyUse.has(k.id) ? 'not in 31 days' : keyUse.get(k.id).last + 3600 > now ? 'this hour' : fmtAgo(keyUse.get(k.id).last) }) },
+    { label: 'Spend this month (UTC)', num: true, sort: (k) => keyUse.get(k.id)?.month ?? 0, cell: (k) => h('span', { 'data-col': 'spend', text: fmtUsd(keyUse.get(k.id)?.month ?? 0) }) },
     { label: 'Expires', cell: (k) => (k.expires_at ? fmtTime(k.expires_at, false) : 'never') },
     { label: 'Created', cell: (k) => fmtTime(k.created_at, false) },
     { label: '', cell: (k) => h('div', { class: 'row-actions' }, k.revoked_at ? null : editLimitsButton(`/v1/gateway/keys/${enc(k.id)}`, k.limits, root), k.revoked_at ? null : revokeButton(k, root)) },

@@ -731,6 +731,13 @@ async def test_usage_counts_names_presets_and_utc_days(
     await expect(page).to_have_url(re.compile(r"range=last-month"))
     await expect(page.get_by_test_id("usage-totals")).to_contain_text("Last month (UTC)")
     await shots.take("20-usage-last-month")
+
+    # Each key's last use and spend this month.
+    await page.locator(".nav-link", has_text="Keys").click()
+    used = page.locator(f'tr[data-key-id="{key["id"]}"]')
+    await expect(used.locator("[data-col=last-used]")).to_have_text("this hour")
+    await expect(used.locator("[data-col=spend]")).to_have_text(re.compile(r"^\$0\.0*[1-9]"))
+    await shots.take("20b-keys-last-used")
     await page.context.close()
 
 
