@@ -328,6 +328,11 @@ class ModelConfig(_Model):
     drain_timeout_s: float = Field(
         30, gt=0, description="`drain` only: the longest time spent reading after a disconnect."
     )
+    drop_params: bool = Field(
+        False,
+        description="Drop the request parameters a deployment cannot carry (listed in"
+        " `X-Gateway-Dropped-Params`) instead of answering 400 `unsupported_parameter`.",
+    )
 
 
 class AuthConfig(_Model):

@@ -2,6 +2,7 @@
 
     GatewayError                      500 server_error
     ├── InvalidRequest                400 invalid_request_error (names the offending `param`)
+    │   ├── UnsupportedParameter      400 unsupported_parameter: a deployment cannot carry it
     │   └── PayloadTooLarge           413
     ├── Unauthorized                  401 no key, an unknown, revoked or expired key
     ├── Forbidden                     403 a team key on an admin endpoint
@@ -50,17 +51,51 @@ class GatewayError(Exception):
         return {
             "error": {
                 "message": self.message,
-                "type": self.type,
+                "type": openai_type(self.type),
                 "code": self.code,
                 "param": self.param,
             }
         }
 
 
+# Anthropic error types with no OpenAI counterpart -> the type an OpenAI client gets instead
+# (the `code` keeps the detail: `overloaded`, `billing_error`, ...). The Anthropic dialect
+# chooses its own types by status, so nothing is lost for Anthropic clients.
+_OPENAI_TYPES = {
+    "api_error": "server_error",
+    "overloaded_error": "server_error",
+    "timeout_error": "server_error",
+    "billing_error": "insufficient_quota",
+    "request_too_large": "invalid_request_error",
+}
+
+
+def openai_type(kind: str) -> str:
+    """An error `type` from OpenAI's set (the gateway's own types are in it)."""
+    return _OPENAI_TYPES.get(kind, kind)
+
+
+def openai_body(error: GatewayError) -> dict[str, Any]:
+    """The OpenAI error body an HTTP response carries: `to_openai()`, its type from OpenAI's set
+    also when the body is the provider's own."""
+    body = error.to_openai()
+    inner = body.get("error")
+    kind = inner.get("type") if isinstance(inner, dict) else None
+    if isinstance(inner, dict) and isinstance(kind, str) and openai_type(kind) != kind:
+        return {**body, "error": {**inner, "type": openai_type(kind)}}
+    return body
+
+
 class InvalidRequest(GatewayError):
     status = 400
     type = "invalid_request_error"
     code = "invalid_request"
+
+
+class UnsupportedParameter(InvalidRequest):
+    """A request parameter a deployment of the plan cannot carry (gateway.providers.params)."""
+
+    code = "unsupported_parameter"
 
 
 class PayloadTooLarge(InvalidRequest):
@@ -149,7 +184,7 @@ class UpstreamHTTPError(UpstreamError):
 
     def to_openai(self) -> dict[str, Any]:
         if self.body is not None and isinstance(self.body.get("error"), dict):
-            return self.body
+            return self.body  # the provider's own (an HTTP response maps its type: openai_body)
         return super().to_openai()
 
 

@@ -408,6 +408,39 @@ def _response_format(text: dict[str, Any] | None) -> dict[str, Any] | None:
     raise InvalidRequest(f"Unsupported text format {fmt.get('type')!r}.", param="text.format.type")
 
 
+# Responses parameters the Chat Completions API has under the same name and meaning.
+_SAME_IN_CHAT = ("service_tier", "prompt_cache_key", "prompt_cache_retention", "safety_identifier")
+
+
+def _chat_params(request: ResponsesRequest) -> dict[str, Any]:
+    """The request's parameters as Chat Completions ones (each adapter then gives them its wire's
+    form, or refuses them: gateway.providers.params)."""
+    out: dict[str, Any] = {}
+    extra = request.model_extra or {}
+    if request.max_output_tokens is not None:
+        # What OpenAI's chat API takes for every model (o-series and gpt-5 refuse `max_tokens`);
+        # the Anthropic and litellm adapters read it as their own `max_tokens`.
+        out["max_completion_tokens"] = request.max_output_tokens
+    for name in _SAME_IN_CHAT:
+        if extra.get(name) is not None:
+            out[name] = extra[name]
+    if extra.get("top_logprobs") is not None:
+        out["logprobs"] = True  # chat returns top logprobs only with logprobs on
+        out["top_logprobs"] = extra["top_logprobs"]
+    verbosity = (request.text or {}).get("verbosity")
+    if verbosity is not None:
+        out["verbosity"] = verbosity
+    # Its `conversation_id` is the gateway's own, taken out before the upstream call.
+    own = {k: v for k, v in (request.metadata or {}).items() if k != "conversation_id"}
+    if request.metadata:
+        out["metadata"] = request.metadata
+    # `store` as the client said it; with metadata, which OpenAI keeps only on a stored
+    # completion, the Responses default (stored) too. The gateway stores the response either way.
+    if "store" in request.model_fields_set or own:
+        out["store"] = request.store
+    return out
+
+
 def chat_body(
     request: ResponsesRequest, history: list[dict[str, Any]], new_messages: list[dict[str, Any]]
 ) -> dict[str, Any]:
@@ -423,6 +456,7 @@ def chat_body(
     messages += history
     messages += new_messages
     out: dict[str, Any] = {"model": request.model, "messages": messages}
+    out.update(_chat_params(request))
     tools = _tools(request)
     if tools:
         out["tools"] = tools
@@ -431,8 +465,6 @@ def chat_body(
             out["tool_choice"] = choice
         if request.parallel_tool_calls is not None:
             out["parallel_tool_calls"] = request.parallel_tool_calls
-    if request.max_output_tokens is not None:
-        out["max_tokens"] = request.max_output_tokens
     if request.temperature is not None:
         out["temperature"] = request.temperature
     if request.top_p is not None:

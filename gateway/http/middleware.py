@@ -14,7 +14,7 @@ from aiohttp.typedefs import Handler
 from gateway import metrics, scrub
 from gateway.context import GATEWAY
 from gateway.dialects.anthropic_messages import error_body as anthropic_error_body
-from gateway.errors import GatewayError, InvalidRequest, NotFound, PayloadTooLarge
+from gateway.errors import GatewayError, InvalidRequest, NotFound, PayloadTooLarge, openai_body
 from gateway.ids import random_hex
 from gateway.storage.db import StoreUnavailable
 
@@ -35,7 +35,7 @@ def error_response(error: GatewayError, path: str = "") -> web.Response:
     shape = _ERROR_SHAPES.get(path)
     # No secret in any error answered: an upstream's message or body quoting its key, a key
     # a client sent echoed back in a message (gateway.scrub).
-    body = scrub.scrub_json(shape(error) if shape is not None else error.to_openai())
+    body = scrub.scrub_json(shape(error) if shape is not None else openai_body(error))
     return web.Response(
         status=error.status,
         body=orjson.dumps(body),

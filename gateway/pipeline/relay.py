@@ -46,6 +46,7 @@ from gateway.pipeline.continuation import continuation_body
 from gateway.pipeline.deadline import AttemptClock, watchdog
 from gateway.providers.base import UpstreamResponse
 from gateway.providers.openai_chat import ChatStreamParser
+from gateway.providers.params import check_plan, dropped_header, without
 from gateway.providers.wire import StreamParser, parse_body, stream_parser
 from gateway.routing.retry import RetryPlan
 from gateway.routing.router import Alias, Deployment
@@ -120,6 +121,8 @@ class Relay:
         self.held: list[bytes] = []
         self.sizes: list[int] = []
         self.terminator = b""
+        # drop_params: the parameters each deployment of the plan leaves out, by its name.
+        self.dropped: dict[str, list[str]] = {}
 
     async def serve(self, cancel_key: str, team_id: str | None) -> web.StreamResponse:
         """Run the turn to its end, however it ends; cancellable meanwhile by `cancel_key`."""
@@ -140,6 +143,8 @@ class Relay:
             return self.client.response or web.Response(status=499)
         except GatewayError as error:
             error.headers.update(self.headers)
+            if not self.turn.ended:  # refused before or by an adapter, never sent upstream
+                self.turn.failed(error)
             raise
         except BaseException:
             # A bug must not leave the turn open: record it as an error, then let it surface.
@@ -153,6 +158,10 @@ class Relay:
     # -- attempts ----------------------------------------------------------------------------
 
     async def run(self) -> web.StreamResponse:
+        # Before the first attempt: a parameter some deployment of the plan cannot carry is a
+        # 400 naming the first such one, or with `drop_params` is dropped for it.
+        config = self.alias.config
+        self.dropped = check_plan(self.body, self.plan, drop=config.drop_params, alias=config.name)
         plan = RetryPlan(self.alias, self.plan)
         continuing = self.alias.config.continue_on_failure and self.stream
         while (deployment := await plan.next()) is not None:
@@ -190,9 +199,10 @@ class Relay:
 
     def _request_body(self, deployment: Deployment) -> dict[str, Any]:
         """The request for this attempt: the client's, or a continuation of what was sent."""
+        body = without(self.body, self.dropped.get(deployment.name, ()))  # drop_params
         if not self.segments:
-            return self.body
-        return continuation_body(self.body, self.segments, deployment.provider.wire)
+            return body
+        return continuation_body(body, self.segments, deployment.provider.wire)
 
     async def _attempt(self, deployment: Deployment) -> web.StreamResponse:
         self.deployment = deployment
@@ -259,8 +269,10 @@ class Relay:
         return response
 
     def _headers(self, deployment: Deployment) -> dict[str, str]:
+        dropped = self.dropped.get(deployment.name)
         return {
             **self.headers,
+            **({"X-Gateway-Dropped-Params": dropped_header(dropped)} if dropped else {}),
             "X-Gateway-Deployment": deployment.name,
             "X-Gateway-Attempts": str(len(self.turn.attempts)),
         }

@@ -22,6 +22,7 @@ from typing import Any, TypeGuard
 import orjson
 
 from gateway.errors import InvalidRequest, UpstreamProtocolError
+from gateway.providers.params import anthropic_fields
 from gateway.stream.events import (
     REASONING,
     TEXT,
@@ -48,10 +49,13 @@ ANSWER_ROOM = 4096
 # as text, never as a tool call, so a client's own tool may not take this name.
 JSON_TOOL = "json_answer"
 
+# Anthropic stop reason -> OpenAI finish reason; one not listed (a newer one) is `stop`, so a
+# client only ever sees OpenAI's own finish reasons.
 STOP_REASONS = {
     "end_turn": "stop",
     "stop_sequence": "stop",
     "max_tokens": "length",
+    "model_context_window_exceeded": "length",
     "tool_use": "tool_calls",
     "refusal": "content_filter",
     "pause_turn": "stop",
@@ -150,6 +154,9 @@ def to_anthropic_request(body: dict[str, Any], model: str, *, stream: bool) -> d
     user = body.get("user")
     if isinstance(user, str) and user:
         out["metadata"] = {"user_id": user}
+    # top_k, service_tier, safety_identifier; what cannot be carried was refused before
+    # (gateway.providers.params).
+    out.update(anthropic_fields(body))
     out["stream"] = stream
     return out
 
@@ -551,7 +558,7 @@ def openai_usage(usage: dict[str, Any]) -> dict[str, Any]:
 
 
 def finish_reason(stop_reason: str) -> str:
-    return STOP_REASONS.get(stop_reason, stop_reason)
+    return STOP_REASONS.get(stop_reason, "stop")
 
 
 def _failure(obj: dict[str, Any]) -> StreamFailure:

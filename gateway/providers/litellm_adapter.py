@@ -37,39 +37,13 @@ from gateway.errors import (
     UpstreamStreamError,
     UpstreamTimeout,
 )
+from gateway.providers.params import LITELLM_FORWARDED
 from gateway.upstream.seam import retry_after_seconds
 
-# OpenAI chat parameters passed on to litellm, which maps them to each provider's own (and drops
-# the ones a provider has no equivalent for). Anything else in the body is not forwarded.
-FORWARDED_PARAMS = (
-    "temperature",
-    "top_p",
-    "n",
-    "stop",
-    "max_tokens",
-    "max_completion_tokens",
-    "presence_penalty",
-    "frequency_penalty",
-    "logit_bias",
-    "logprobs",
-    "top_logprobs",
-    "seed",
-    "user",
-    "tools",
-    "tool_choice",
-    "parallel_tool_calls",
-    "functions",
-    "function_call",
-    "response_format",
-    "reasoning_effort",
-    "verbosity",
-    "modalities",
-    "audio",
-    "prediction",
-    "service_tier",
-    "web_search_options",
-    "thinking",
-)
+# OpenAI chat parameters passed on to litellm, which maps them to each provider's own; the ones
+# litellm says the model does not support were refused (or, under `drop_params`, dropped) before
+# the request got here (gateway.providers.params). Anything else in the body is not forwarded.
+FORWARDED_PARAMS = LITELLM_FORWARDED
 
 _CHUNK_KEYS = ("id", "object", "created", "model", "system_fingerprint", "service_tier")
 _ERROR_TEXT_LIMIT = 300
@@ -170,12 +144,15 @@ class LiteLLMProvider:
         # it would hold the event loop for seconds.
         self._litellm = load_litellm()
         try:
-            self._litellm.get_llm_provider(model=model, api_base=config.api_base)
+            resolved = self._litellm.get_llm_provider(model=model, api_base=config.api_base)
         except Exception as exc:  # a config mistake: fail at startup, not on every request
             raise ValueError(
                 f"litellm cannot tell which provider serves model {model!r}; write it as"
                 f" provider/model, e.g. gemini/gemini-2.0-flash ({_message_of(exc)[:200]})"
             ) from None
+        # The OpenAI parameters litellm can map for this model (gateway.providers.params refuses
+        # the others before a request gets here); None when litellm cannot say.
+        self.supported = supported_params(self._litellm, resolved[0], resolved[1])
         self._model = model
         self._api_base = config.api_base
         self._api_key = config.api_key
@@ -236,6 +213,15 @@ class LiteLLMProvider:
             _close_later(result)
             raise upstream_error(exc, started=False) from None
         return LiteLLMStreamResponse(result, usage_injected, first)
+
+
+def supported_params(litellm: Any, model: str, provider: str) -> frozenset[str] | None:
+    """What litellm says `model` of `provider` supports of the OpenAI chat parameters."""
+    try:
+        names = litellm.get_supported_openai_params(model=model, custom_llm_provider=provider)
+    except Exception:  # an unusual provider: let litellm decide on the request
+        return None
+    return frozenset(names) if isinstance(names, list) else None
 
 
 # -- shaping litellm objects as the OpenAI wire ------------------------------------------------

@@ -42,6 +42,10 @@ class OpenAICompatibleProvider:
     async def chat(self, body: dict[str, Any], *, stream: bool) -> UpstreamBody:
         payload = dict(body)
         payload["model"] = self._model
+        if payload.get("reasoning_effort") is not None:
+            # Anthropic's `thinking`, as the /v1/messages dialect sends it: its OpenAI form is
+            # the effort beside it (gateway.providers.params), and OpenAI refuses the field.
+            payload.pop("thinking", None)
         usage_injected = False
         if stream:
             options = payload.get("stream_options")

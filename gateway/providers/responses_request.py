@@ -10,6 +10,8 @@ from typing import Any
 
 import orjson
 
+from gateway.providers.params import responses_fields
+
 
 def _text(content: Any) -> str:
     if isinstance(content, str):
@@ -101,4 +103,7 @@ def to_responses_request(body: dict[str, Any], model: str, *, stream: bool) -> d
             request[key] = body[key]
     if body.get("reasoning_effort"):
         request["reasoning"] = {"effort": body["reasoning_effort"], "summary": "auto"}
+    # response_format, verbosity, service tier, prompt cache, safety identifier; what cannot be
+    # carried was refused before (gateway.providers.params).
+    request.update(responses_fields(body))
     return request

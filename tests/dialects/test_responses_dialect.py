@@ -354,7 +354,9 @@ def test_chat_body() -> None:
         ],
         "tool_choice": {"type": "function", "function": {"name": "f"}},
         "parallel_tool_calls": False,
-        "max_tokens": 100,
+        "max_completion_tokens": 100,  # o-series and gpt-5 models refuse `max_tokens`
+        "metadata": {"k": "v"},
+        "store": False,
         "temperature": 0.5,
         "top_p": 0.9,
         "reasoning_effort": "low",

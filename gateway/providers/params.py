@@ -1,0 +1,388 @@
+"""What each upstream wire format does with each request parameter: nothing is lost unsaid.
+
+Inside, every request is an OpenAI Chat Completions body. For each of its parameters a wire
+format either sends it as it is (`SENT`), sends it in its own form (`MAPPED`, the adapter's
+translation), leaves it to the gateway, which serves it whatever the upstream (`GATEWAY`: the
+model alias, streaming and usage, `store` and `metadata`, which are recorded with the turn), or
+cannot carry it (`REFUSED`). A refused parameter is a `400 unsupported_parameter` naming it and
+the deployment, checked against every deployment of a request's plan before the first attempt
+(`check_plan`), so a retry plan never reaches a deployment that would lose it; with the alias's
+`drop_params: true` it is dropped for that deployment instead, and the answer lists what was
+dropped in `X-Gateway-Dropped-Params`.
+
+A parameter whose value asks for nothing (`n: 1`, `logprobs: false`, a penalty of 0, `null`) is
+never refused. A field that is no parameter of the OpenAI API and no extension listed here
+(`top_k`, `thinking`) reaches OpenAI-compatible deployments as sent and no other: it is not a
+parameter the client's API has, so there is nothing to carry (such fields as `api_base` must
+never steer an adapter either).
+
+The adapters ask this module once, where each builds its upstream body: `anthropic_fields` and
+`responses_fields` give the fields this module maps itself, `LITELLM_FORWARDED` is what the
+litellm adapter hands litellm. This module in words: docs/providers.md, "Request parameters".
+"""
+
+from __future__ import annotations
+
+from collections.abc import Callable, Iterable
+from dataclasses import dataclass, field
+from typing import Any, Protocol
+
+from gateway.errors import UnsupportedParameter
+
+SENT = "sent"
+MAPPED = "mapped"
+GATEWAY = "gateway"
+REFUSED = "refused"
+IGNORED = "ignored"  # no parameter of the client's API: only OpenAI-compatible upstreams get it
+
+# A status, or a function of the value and the whole body that decides one.
+Rule = str | Callable[[Any, dict[str, Any]], str]
+
+# Every parameter of OpenAI's Chat Completions API (openai.types.chat.CompletionCreateParams),
+# and the extensions the gateway understands: `thinking` (Anthropic's, sent by the /v1/messages
+# dialect alongside `reasoning_effort`) and `top_k`.
+CHAT_PARAMETERS = frozenset(
+    {
+        "audio",
+        "frequency_penalty",
+        "function_call",
+        "functions",
+        "logit_bias",
+        "logprobs",
+        "max_completion_tokens",
+        "max_tokens",
+        "messages",
+        "metadata",
+        "modalities",
+        "model",
+        "moderation",
+        "n",
+        "parallel_tool_calls",
+        "prediction",
+        "presence_penalty",
+        "prompt_cache_key",
+        "prompt_cache_options",
+        "prompt_cache_retention",
+        "reasoning_effort",
+        "response_format",
+        "safety_identifier",
+        "seed",
+        "service_tier",
+        "stop",
+        "store",
+        "stream",
+        "stream_options",
+        "temperature",
+        "tool_choice",
+        "tools",
+        "top_logprobs",
+        "top_p",
+        "user",
+        "verbosity",
+        "web_search_options",
+        # extensions
+        "thinking",
+        "top_k",
+    }
+)
+
+
+def _empty(value: Any) -> bool:
+    return value in ({}, [], "")
+
+
+# Values that ask for nothing beyond the default: never refused, whatever the wire.
+NO_OP: dict[str, Callable[[Any], bool]] = {
+    "n": lambda v: v == 1,
+    "logprobs": lambda v: v is False,
+    "top_logprobs": lambda v: v == 0,
+    "frequency_penalty": lambda v: v == 0,
+    "presence_penalty": lambda v: v == 0,
+    "logit_bias": _empty,
+    "functions": _empty,
+    "tools": _empty,
+    "stop": _empty,
+    "modalities": lambda v: v == ["text"],
+    "response_format": lambda v: isinstance(v, dict) and v.get("type") == "text",
+    "reasoning_effort": lambda v: v == "none",
+}
+
+# The parameters every wire leaves to the gateway.
+_GATEWAY: dict[str, Rule] = {
+    "model": GATEWAY,  # the alias, replaced by the deployment's model
+    "stream": GATEWAY,
+    "stream_options": GATEWAY,  # usage is always asked for; the client sees what it asked
+    "store": GATEWAY,  # the gateway records every turn
+    "metadata": GATEWAY,  # recorded with the turn (its `conversation_id` is the gateway's)
+}
+
+
+def _thinking_elsewhere(value: Any, body: dict[str, Any]) -> str:
+    """Anthropic's `thinking` where the wire has `reasoning_effort`: the /v1/messages dialect
+    sends both, so the effort carries it; alone, it has no form here."""
+    return MAPPED if body.get("reasoning_effort") is not None else REFUSED
+
+
+def _anthropic_service_tier(value: Any, body: dict[str, Any]) -> str:
+    return MAPPED if value in _ANTHROPIC_TIERS else REFUSED
+
+
+def _anthropic_effort(value: Any, body: dict[str, Any]) -> str:
+    from gateway.providers.anthropic_messages import THINKING_BUDGETS
+
+    return MAPPED if value in THINKING_BUDGETS else REFUSED
+
+
+# OpenAI service tier -> Anthropic's: `auto` uses priority capacity when there is some,
+# `standard_only` never does. `flex`, `scale` and `priority` have no Anthropic counterpart.
+_ANTHROPIC_TIERS = {"auto": "auto", "default": "standard_only"}
+
+ANTHROPIC: dict[str, Rule] = {
+    **_GATEWAY,
+    "messages": MAPPED,  # system, user, assistant and tool messages as content blocks
+    "max_tokens": MAPPED,
+    "max_completion_tokens": MAPPED,  # both are `max_tokens`
+    "temperature": MAPPED,  # left out while thinking, which takes only the default
+    "top_p": MAPPED,
+    "stop": MAPPED,  # stop_sequences
+    "tools": MAPPED,
+    "tool_choice": MAPPED,
+    "parallel_tool_calls": MAPPED,  # tool_choice.disable_parallel_tool_use
+    "reasoning_effort": _anthropic_effort,  # a thinking budget
+    "thinking": SENT,
+    "top_k": SENT,
+    "response_format": MAPPED,  # structured output
+    "user": MAPPED,  # metadata.user_id
+    "safety_identifier": MAPPED,  # metadata.user_id, when `user` gave none
+    "service_tier": _anthropic_service_tier,
+}
+
+RESPONSES: dict[str, Rule] = {
+    **_GATEWAY,
+    "store": GATEWAY,  # always sent as false: the gateway keeps the state
+    "metadata": SENT,
+    "messages": MAPPED,  # input items and instructions
+    "max_tokens": MAPPED,
+    "max_completion_tokens": MAPPED,  # both are max_output_tokens
+    "temperature": SENT,
+    "top_p": SENT,
+    "tools": MAPPED,
+    "tool_choice": MAPPED,
+    "parallel_tool_calls": SENT,
+    "reasoning_effort": MAPPED,  # reasoning.effort
+    "thinking": _thinking_elsewhere,
+    "response_format": MAPPED,  # text.format
+    "verbosity": MAPPED,  # text.verbosity
+    "user": SENT,
+    "safety_identifier": SENT,
+    "service_tier": SENT,
+    "prompt_cache_key": SENT,
+    "prompt_cache_retention": SENT,
+}
+
+# What the litellm adapter hands `litellm.acompletion`, which maps each to its provider's own
+# form; a deployment refuses those litellm says its model does not support. Any other field
+# never reaches litellm: its keyword arguments also choose where and how it calls.
+LITELLM_FORWARDED = (
+    "temperature",
+    "top_p",
+    "n",
+    "stop",
+    "max_tokens",
+    "max_completion_tokens",
+    "presence_penalty",
+    "frequency_penalty",
+    "logit_bias",
+    "logprobs",
+    "top_logprobs",
+    "seed",
+    "user",
+    "tools",
+    "tool_choice",
+    "parallel_tool_calls",
+    "functions",
+    "function_call",
+    "response_format",
+    "reasoning_effort",
+    "verbosity",
+    "modalities",
+    "audio",
+    "prediction",
+    "service_tier",
+    "web_search_options",
+    "thinking",
+    "prompt_cache_key",
+    "prompt_cache_retention",
+    "safety_identifier",
+)
+
+
+def litellm_rules(supported: Iterable[str] | None) -> dict[str, Rule]:
+    """A litellm deployment's table, from what litellm says its model supports (None: litellm
+    cannot tell, so every forwarded parameter is tried)."""
+    known = None if supported is None else frozenset(supported)
+    rules: dict[str, Rule] = {**_GATEWAY, "messages": MAPPED}
+    for name in LITELLM_FORWARDED:
+        rules[name] = SENT if known is None or name in known else REFUSED
+    # The gateway's own too (usage is grouped by it): never refused for want of a field.
+    if rules["user"] == REFUSED:
+        rules["user"] = GATEWAY
+    if rules["thinking"] == REFUSED:
+        rules["thinking"] = _thinking_elsewhere
+    return rules
+
+
+class _Deployment(Protocol):
+    """What the policy needs of a deployment (gateway.routing.router.Deployment)."""
+
+    @property
+    def name(self) -> str: ...
+
+    @property
+    def provider_name(self) -> str: ...
+
+    @property
+    def upstream_model(self) -> str: ...
+
+    @property
+    def config(self) -> Any: ...
+
+    @property
+    def provider(self) -> Any: ...
+
+
+@dataclass(frozen=True)
+class Policy:
+    """One deployment's table: the status of each parameter it is asked to carry."""
+
+    wire: str
+    rules: dict[str, Rule] | None = None  # None: every parameter is sent as it is
+    # Parameters an OpenAI-compatible upstream gets in another form (the rest as sent).
+    mapped: dict[str, Rule] = field(default_factory=dict)
+
+    def status(self, name: str, value: Any, body: dict[str, Any]) -> str:
+        if self.rules is None:
+            rule: Rule = self.mapped.get(name, SENT)
+        elif name not in CHAT_PARAMETERS:
+            return IGNORED
+        else:
+            rule = self.rules.get(name, REFUSED)
+        return rule(value, body) if callable(rule) else rule
+
+    def refused(self, body: dict[str, Any]) -> list[str]:
+        """The body's parameters this deployment cannot carry, in the body's order."""
+        out = []
+        for name, value in body.items():
+            if value is None or (name in NO_OP and NO_OP[name](value)):
+                continue
+            if self.status(name, value, body) == REFUSED:
+                out.append(name)
+        return out
+
+
+# The demo answers every request with its fixed text: it takes every parameter and uses none.
+DEMO = Policy("demo")
+OPENAI = Policy("openai_chat", mapped={"thinking": lambda v, b: _openai_thinking(b)})
+
+
+def _openai_thinking(body: dict[str, Any]) -> str:
+    """Anthropic's `thinking` sent by the /v1/messages dialect goes as its `reasoning_effort`;
+    a chat client's own (some OpenAI-compatible servers take it) as it is."""
+    return MAPPED if body.get("reasoning_effort") is not None else SENT
+
+
+def policy(deployment: _Deployment) -> Policy:
+    provider = deployment.provider_name
+    if provider == "anthropic":
+        return Policy("anthropic", ANTHROPIC)
+    if provider == "litellm":
+        return Policy("litellm", litellm_rules(getattr(deployment.provider, "supported", None)))
+    if provider == "demo":
+        return DEMO
+    if getattr(deployment.config, "api", None) == "responses":
+        return Policy("openai_responses", RESPONSES)
+    return OPENAI
+
+
+def check_plan(
+    body: dict[str, Any], plan: Iterable[_Deployment], *, drop: bool, alias: str
+) -> dict[str, list[str]]:
+    """The parameters each deployment of the plan drops (by deployment name), before the first
+    attempt. Without `drop`, a parameter a deployment cannot carry is a 400 naming the first
+    such deployment in plan order, whichever would have answered."""
+    dropped: dict[str, list[str]] = {}
+    for deployment in plan:
+        refused = policy(deployment).refused(body)
+        if not refused:
+            continue
+        if drop:
+            dropped[deployment.name] = refused
+            continue
+        name = refused[0]
+        others = f" (nor {', '.join(repr(n) for n in refused[1:])})" if refused[1:] else ""
+        raise UnsupportedParameter(
+            f"Unsupported parameter: {name!r} (value {_short(body[name])}) cannot be sent to"
+            f" deployment {deployment.name!r} ({deployment.provider_name},"
+            f" model {deployment.upstream_model!r}){others}. Remove it, or set"
+            f" `drop_params: true` on model {alias!r} to have the gateway drop it.",
+            param=name,
+        )
+    return dropped
+
+
+def _short(value: Any) -> str:
+    text = repr(value)
+    return text if len(text) <= 40 else text[:37] + "..."
+
+
+def without(body: dict[str, Any], names: Iterable[str]) -> dict[str, Any]:
+    """`body` less the named parameters (the same object when there are none)."""
+    names = set(names)
+    if not names:
+        return body
+    return {k: v for k, v in body.items() if k not in names}
+
+
+def dropped_header(names: Iterable[str]) -> str:
+    """The value of `X-Gateway-Dropped-Params`."""
+    return ", ".join(names)
+
+
+# -- the fields this module maps itself, asked for where each adapter builds its body -----------
+
+
+def anthropic_fields(body: dict[str, Any]) -> dict[str, Any]:
+    """Messages API fields for `top_k`, `service_tier` and `safety_identifier`."""
+    out: dict[str, Any] = {}
+    top_k = body.get("top_k")
+    if top_k is not None:
+        out["top_k"] = top_k
+    tier = body.get("service_tier")
+    if isinstance(tier, str) and tier in _ANTHROPIC_TIERS:
+        out["service_tier"] = _ANTHROPIC_TIERS[tier]
+    user, safety = body.get("user"), body.get("safety_identifier")
+    if not (isinstance(user, str) and user) and isinstance(safety, str) and safety:
+        out["metadata"] = {"user_id": safety}
+    return out
+
+
+def responses_fields(body: dict[str, Any]) -> dict[str, Any]:
+    """Responses API fields for `response_format`, `verbosity`, the service tier, the prompt
+    cache and the safety identifier."""
+    out: dict[str, Any] = {}
+    text: dict[str, Any] = {}
+    response_format = body.get("response_format")
+    if isinstance(response_format, dict) and response_format.get("type") == "json_object":
+        text["format"] = {"type": "json_object"}
+    elif isinstance(response_format, dict) and response_format.get("type") == "json_schema":
+        schema = response_format.get("json_schema")
+        schema = schema if isinstance(schema, dict) else {}
+        text["format"] = {"type": "json_schema", **schema}
+    if body.get("verbosity") is not None:
+        text["verbosity"] = body["verbosity"]
+    if text:
+        out["text"] = text
+    for name in ("service_tier", "prompt_cache_key", "prompt_cache_retention", "safety_identifier"):
+        if body.get(name) is not None:
+            out[name] = body[name]
+    return out
