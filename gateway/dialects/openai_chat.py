@@ -161,7 +161,7 @@ class ChatChunkRenderer:
                     out.append(self._thinking(block))
             elif isinstance(event, Finish):
                 out.append(self._chunk({}, event.reason))
-            elif isinstance(event, Usage) and self._include_usage:
+            elif isinstance(event, Usage) and self._include_usage and "partial" not in event.usage:
                 body = {**self._base, "choices": [], "usage": chat_usage(event.usage)}
                 out.append(b"data: " + orjson.dumps(body) + b"\n\n")
         return b"".join(out)

@@ -1,10 +1,12 @@
 """Usage records: one per attempt, written when its turn ends.
 
-Keeps apart what was *generated and billed* (the provider's own count; a tokenizer estimate,
-flagged `usage_source: "estimated"`, only when that count never came, as after a cancel) and
-what was *delivered* (the tokens of the part the client received). Cost comes from the
-deployment's price (gateway.metering.prices), each kind of token at its own: cache reads, 5-minute
-and 1-hour cache writes, the rest of the prompt, and the output, reasoning included.
+Keeps apart what was *generated and billed* (the provider's own count; where the whole count
+never came, as after a cancel, what the provider did say before the cut and a tokenizer
+estimate of the rest, flagged `usage_source: "estimated"`, or `"estimated_lower_bound"` where
+the turn asked for reasoning the stream may not show) and what was *delivered* (the tokens of
+the part the client received). Cost comes from the deployment's price
+(gateway.metering.prices), each kind of token at its own: cache reads, 5-minute and 1-hour
+cache writes, the rest of the prompt, and the output, reasoning included.
 """
 
 from __future__ import annotations
@@ -16,7 +18,7 @@ from typing import TYPE_CHECKING, Any, NamedTuple
 
 from gateway import metrics
 from gateway.metering.prices import Price
-from gateway.metering.tokens import count_messages, count_text
+from gateway.metering.tokens import count_messages, count_text, vendor_of
 from gateway.stream.assembler import BlockAssembler
 from gateway.stream.events import TOOL_CALL, StreamEvent
 
@@ -45,7 +47,7 @@ class UsageRecord:
     completion_delivered: int
     reasoning_tokens: int
     cached_tokens: int
-    usage_source: str  # provider | estimated
+    usage_source: str  # provider | estimated | estimated_lower_bound
     cost_usd: float | None
     ttft_ms: float | None
     duration_ms: float | None
@@ -57,6 +59,9 @@ class UsageRecord:
 
     def row(self) -> dict[str, Any]:
         return dict(self.__dict__)  # flat fields: asdict's deep copy costs 20x more
+
+
+_SOURCES = ("provider", "estimated", "estimated_lower_bound")  # from most exact to least
 
 
 def _int(value: Any) -> int:
@@ -170,27 +175,33 @@ class Meter:
             "cache_write_5m_tokens": sum(r.cache_write_5m_tokens for r in records),
             "cache_write_1h_tokens": sum(r.cache_write_1h_tokens for r in records),
             "cost_usd": round(sum(costs), 10) if costs else None,
-            "usage_source": "estimated"
-            if any(r.usage_source == "estimated" for r in records)
-            else "provider",
+            # The least exact of its attempts.
+            "usage_source": max((r.usage_source for r in records), key=_SOURCES.index),
         }
 
     def _attempt(self, turn: TurnRecorder, attempt: Attempt) -> UsageRecord:
         usage = attempt.usage
         outcome = attempt.outcome or "error"
         write_5m = write_1h = 0
-        if usage is not None:
+        if usage is not None and "partial" not in usage:
             source = "provider"
             prompt, completion, reasoning, cached, write_5m, write_1h = provider_counts(usage)
         else:
-            # The provider's count never came: estimate what it was sent and what it produced.
-            source = "estimated"
+            # The provider's whole count never came (a cancel, a cut stream): keep what it did
+            # say (Anthropic's input and cache counts come first), estimate the rest.
             received = attempt.log.count
-            prompt = count_messages(turn.prompt) if received or outcome != "error" else 0
             completion, reasoning = _generated_tokens(attempt.log.events(received))
-            cached = 0
-            if not received and outcome == "error":
-                prompt = 0  # refused before generating anything: nothing to bill
+            if usage is not None:
+                prompt, _, _, cached, write_5m, write_1h = provider_counts(usage)
+            else:
+                model = str(attempt.route.get("model"))
+                vendor = vendor_of(str(attempt.route.get("provider")), model)
+                billed = received or outcome != "error"  # else refused before generating
+                prompt = count_messages(turn.prompt, vendor, model) if billed else 0
+                cached = 0
+            # Reasoning the provider hides (or only summarises) is in no event received: an
+            # estimate of a turn that asked for it can only be a floor.
+            source = "estimated_lower_bound" if turn.reasoning else "estimated"
         if outcome == "completed":
             delivered = completion
         elif attempt.delivered:  # interrupted, or failed after part of it reached the client

@@ -99,6 +99,10 @@ async def run_turn(
     )
     recorder.dialect = turn.dialect.name
     recorder.threaded = gateway.conversations.threading == "auto"
+    thinking = body.get("thinking")
+    recorder.reasoning = bool(body.get("reasoning_effort")) or (
+        isinstance(thinking, dict) and thinking.get("type") not in (None, "disabled")
+    )
     if turn.on_turn is not None:
         turn.on_turn(recorder)
     recorder.begin(
