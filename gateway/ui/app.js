@@ -259,9 +259,16 @@ function icon(name, size = 18, cls = 'nav-icon') {
     ICONS[name].map(([tag, attrs]) => s(tag, attrs)));
 }
 
+// A live refresh re-renders in place: the scroll position and a half-typed message stay.
+let refreshing = false;
+
 async function render() {
   for (const cleanup of cleanups) cleanup();
   cleanups = [];
+  const live = refreshing;
+  refreshing = false;
+  const scrollY = live ? window.scrollY : 0;
+  const draft = live ? document.querySelector('[data-testid=composer-input]')?.value : null;
   const app = document.getElementById('app');
   const route = currentRoute();
   if (route.parts[0] === 'login' || (!session.me && !(await restore()))) {
@@ -274,7 +281,7 @@ async function render() {
   const content = h('div', { class: 'page', 'data-page': section });
   clear(app).append(shell(section, content));
   document.title = `${page ? page.label : 'Not found'} · Gateway admin`;
-  window.scrollTo(0, 0);
+  if (!live) window.scrollTo(0, 0);
   try {
     if (!page) throw new ApiError(404, `There is no page '${route.path}'.`, 'not_found');
     if (page.admin && !isAdmin()) {
@@ -293,6 +300,11 @@ async function render() {
     // Whatever was still loading when it failed stops saying so.
     for (const spinner of content.querySelectorAll('.loading')) spinner.remove();
     content.append(errorBox(error));
+  }
+  if (live) {
+    const composerInput = document.querySelector('[data-testid=composer-input]');
+    if (composerInput && draft) composerInput.value = draft;
+    window.scrollTo(0, scrollY);
   }
   restoreFocus();
 }
@@ -753,6 +765,35 @@ async function conversationPage(root, id, params) {
   root.append(h('div', { class: 'conv-layout' }, body, side));
   if (view === 'chat') chatView(body, id, turns, branches.data, lastAlias);
   else trajectoryView(body, id, turns, usageById);
+  if (turns.some((t) => t.conversation_id === id && !t.end)) liveRefresh(root, id, events.data.length);
+}
+
+function liveRefresh(root, id, seen) {
+  // A turn in progress: the page follows its events until they change, then shows them (and
+  // goes on following while a turn is still open).
+  root.querySelector('.page-header')?.append(h('span', { class: 'live', role: 'status', 'data-testid': 'live' },
+    h('span', { class: 'live-dot', 'aria-hidden': 'true' }), 'Live: a turn is in progress'));
+  let stopped = false;
+  let timer = null;
+  const poll = async () => {
+    try {
+      const fresh = await api(`/v1/conversations/${enc(id)}/events`);
+      if (stopped) return;
+      if (fresh.data.length !== seen) {
+        refreshing = true;
+        render();
+        return;
+      }
+    } catch {
+      if (stopped) return; // left the page meanwhile; else try again
+    }
+    timer = setTimeout(poll, 1500);
+  };
+  timer = setTimeout(poll, 1500);
+  cleanups.push(() => {
+    stopped = true;
+    clearTimeout(timer);
+  });
 }
 
 function metaItem(label, value) {

@@ -805,3 +805,33 @@ async def test_the_list_as_a_request_log(
     await expect(rows).to_have_count(1)
     await expect(page.get_by_test_id("filter-stopped")).to_be_checked()
     await page.context.close()
+
+
+async def test_a_turn_in_progress_is_followed_live(
+    scene: tuple[GatewayUnderTest, FakeUpstream, FakeUpstream], browser: Any, tmp_path: Path
+) -> None:
+    gw, _a, _b = scene
+    store = gw.gateway.store
+    cid = "conv_live"
+    store.create_conversation(Conversation(cid, 1_780_000_000.0))
+    store.start_turn(TurnStart("t1", cid, 1_780_000_001.0, {"model": "m"}))
+    store.append(NewEvent(cid, "t1", "user/message", {"content": "Are you there?"}))
+    await store.flush()
+
+    page = await signed_in(browser, gw)
+    shots = Shots(page, tmp_path)
+    await page.goto(f"{gw.url}/ui/#/conversations/{cid}")
+    await expect(page.get_by_test_id("live")).to_be_visible()
+    await expect(page.locator(".turn .badge", has_text="in progress")).to_have_count(1)
+    await page.get_by_test_id("composer-input").fill("half-typed")
+    route = {"provider": "openai", "deployment": "b", "model": "b-model"}
+    answer = {"content": [{"type": "text", "text": "Yes."}], "interrupted": False}
+    store.append(NewEvent(cid, "t1", "assistant/message", {**answer, "route": route}))
+    store.append(NewEvent(cid, "t1", "turn/end", {"status": "completed", "reason": None}))
+    await store.flush()
+    await expect(page.get_by_test_id("assistant-text")).to_have_text("Yes.")
+    await expect(page.locator(".turn [data-status=completed]")).to_have_count(1)
+    await expect(page.get_by_test_id("live")).to_have_count(0)  # nothing left to follow
+    await expect(page.get_by_test_id("composer-input")).to_have_value("half-typed")
+    await shots.take("22-live")
+    await page.context.close()
