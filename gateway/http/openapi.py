@@ -195,9 +195,9 @@ def paths() -> dict[str, dict[str, Operation]]:
         },
         "/v1/embeddings": {
             "post": op(
-                "Embeddings, routed like completions; not recorded",
+                "Embeddings, routed, admitted and metered like completions; not recorded",
                 _ok(listing),
-                (*_AUTH, *_BODY, 404, 502, 504),
+                (*_AUTH, *_BODY, 403, 404, 429, 502, 503, 504),
                 body=ref("EmbeddingsRequest"),
                 upstream=True,
             )

@@ -1,6 +1,7 @@
 """A cancelled turn keeps every count the provider sent before the cut (Anthropic's
 message_start has the exact input and cache counts), estimates only the rest, and flags an
-estimate that cannot see hidden reasoning as a lower bound (docs/operations.md, "Usage")."""
+estimate that cannot see hidden reasoning as a lower bound (docs/operations.md, "Usage and
+cost")."""
 
 from __future__ import annotations
 
