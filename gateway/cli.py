@@ -1,4 +1,4 @@
-"""gateway serve | check-config | migrate | prices | teams | keys | usage"""
+"""gateway serve | check-config | migrate | prices | teams | keys | usage | --version"""
 
 from __future__ import annotations
 
@@ -169,7 +169,26 @@ def _cli_store(loaded: LoadedConfig) -> Any:
     return make_store(loaded.config.store, f"cli-{os.getpid()}")
 
 
-async def _migrate(loaded: LoadedConfig) -> int:
+async def _applied(db: Any) -> list[tuple[int, str, float]]:
+    """The migrations a store has applied (none before its first): nothing is changed."""
+    if db.dialect == "postgresql":
+        exists = await db.fetchval("SELECT to_regclass('schema_migrations') IS NOT NULL")
+    else:
+        exists = await db.fetchval(
+            "SELECT count(*) FROM sqlite_master WHERE type = 'table' AND name = ?",
+            "schema_migrations",
+        )
+    if not exists:
+        return []
+    rows = await db.fetch("SELECT version, name, applied_at FROM schema_migrations ORDER BY 1")
+    return [(int(v), str(n), float(a)) for v, n, a in rows]
+
+
+async def _migrate(loaded: LoadedConfig, *, status: bool = False, dry_run: bool = False) -> int:
+    """Apply the pending migrations; or (`status`) list applied and pending ones; or
+    (`dry_run`) list what would be applied, changing nothing."""
+    from datetime import UTC, datetime
+
     from gateway.storage import schema
     from gateway.storage.backends import make_backend
     from gateway.storage.db import StoreUnavailable
@@ -177,13 +196,41 @@ async def _migrate(loaded: LoadedConfig) -> int:
     backend = make_backend(loaded.config.store)
     try:
         await backend.start()
-        applied = await backend.transact(schema.migrate)
-        version = await backend.run(schema.current_version)
+        if status or dry_run:
+            applied_rows = await backend.run(_applied)
+        else:
+            applied = await backend.transact(schema.migrate)
+            version = await backend.run(schema.current_version)
     except StoreUnavailable as exc:
+        print(f"error: {exc}", file=sys.stderr)
+        return 1
+    except schema.SchemaAhead as exc:
         print(f"error: {exc}", file=sys.stderr)
         return 1
     finally:
         await backend.close()
+    if status or dry_run:
+        version = max((v for v, _, _ in applied_rows), default=0)
+        known = schema.MIGRATIONS[backend.dialect]
+        pending = [m for m in known if m.version > version]
+        print(f"{backend.where}: schema version {version}, this gateway knows {known[-1].version}")
+        if status:
+            for v, name, at in applied_rows:
+                when = datetime.fromtimestamp(at, UTC).strftime("%Y-%m-%d %H:%M:%S UTC")
+                print(f"applied  {v:>3}  {name}  ({when})")
+        verb = "would apply" if dry_run else "pending"
+        for migration in pending:
+            print(f"{verb:<8} {migration.version:>3}  {migration.name}")
+        if not pending:
+            print("nothing to apply")
+        if version > known[-1].version:
+            print(
+                f"error: the store is at version {version}, newer than this gateway: run a"
+                " release at least as new as the one that migrated it",
+                file=sys.stderr,
+            )
+            return 1
+        return 0
     done = ", ".join(map(str, applied)) if applied else "nothing to apply"
     print(f"{backend.where}: schema version {version} ({done})")
     return 0
@@ -197,6 +244,19 @@ def _admin_commands(sub: Any) -> None:
     create_team.add_argument("name")
     create_team.add_argument("--id", help="The team id (default: generated).")
     list_teams = teams_sub.add_parser("list", help="List teams.")
+    update_team = teams_sub.add_parser("update", help="Rename a team or change its limits.")
+    update_team.add_argument("team_id")
+    update_team.add_argument("--name", help="Its new name.")
+    update_team.add_argument(
+        "--limits", help='Its limits as JSON (`{"rpm": 60}`); `null` removes them.'
+    )
+    delete_team = teams_sub.add_parser(
+        "delete", help="Delete a team (its conversations and usage stay)."
+    )
+    delete_team.add_argument("team_id")
+    delete_team.add_argument(
+        "--revoke-keys", action="store_true", help="Revoke its usable keys first (else refused)."
+    )
     keys = sub.add_parser("keys", help="Create, list and revoke virtual keys.")
     keys_sub = keys.add_subparsers(dest="action", required=True)
     create_key = keys_sub.add_parser("create", help="Create a key; its secret is printed once.")
@@ -209,6 +269,16 @@ def _admin_commands(sub: Any) -> None:
     list_keys.add_argument("--team")
     revoke = keys_sub.add_parser("revoke", help="Revoke a key by id.")
     revoke.add_argument("key_id")
+    rotate = keys_sub.add_parser(
+        "rotate", help="A new key like this one; the old one keeps working for the overlap."
+    )
+    rotate.add_argument("key_id")
+    rotate.add_argument(
+        "--overlap-s",
+        type=float,
+        default=3600.0,
+        help="Seconds the old key keeps working (default 3600; 0: expires now).",
+    )
     usage = sub.add_parser("usage", help="Usage and cost from the store, as a table.")
     usage.add_argument("--group-by", default="team", help="team, key, user, model or deployment.")
     usage.add_argument("--granularity", default="day", help="hour or day.")
@@ -217,13 +287,18 @@ def _admin_commands(sub: Any) -> None:
     )
     usage.add_argument("--to", dest="end", help="Unix seconds or ISO date (default: now).")
     usage.add_argument("--team", help="Only this team.")
-    for command in (create_team, list_teams, create_key, list_keys, revoke, usage):
+    commands = (create_team, list_teams, update_team, delete_team, create_key, list_keys, revoke)
+    for command in (*commands, rotate, usage):
         command.add_argument("--config", help=config_help)
 
 
 async def _admin(args: argparse.Namespace, loaded: LoadedConfig) -> int:
+    import json
+
+    from pydantic import ValidationError
+
     from gateway.errors import GatewayError
-    from gateway.metering.admin import Admin, NewKey, NewTeam
+    from gateway.metering.admin import Admin, NewKey, NewTeam, TeamChanges
     from gateway.metering.auth import Authenticator
     from gateway.metering.key_store import KeyStore
 
@@ -236,6 +311,17 @@ async def _admin(args: argparse.Namespace, loaded: LoadedConfig) -> int:
         if args.command == "teams" and args.action == "create":
             team = await admin.create_team(NewTeam(name=args.name, id=args.id))
             print(f"created team {team.id} ({team.name})")
+        elif args.command == "teams" and args.action == "update":
+            changes: dict[str, Any] = {}
+            if args.name is not None:
+                changes["name"] = args.name
+            if args.limits is not None:
+                changes["limits"] = json.loads(args.limits)
+            team = await admin.update_team(args.team_id, TeamChanges.model_validate(changes))
+            print(f"updated team {team.id} ({team.name}): limits {json.dumps(team.limits)}")
+        elif args.command == "teams" and args.action == "delete":
+            revoked = await admin.delete_team(args.team_id, revoke_keys=args.revoke_keys)
+            print(f"deleted team {args.team_id} ({len(revoked)} keys revoked)")
         elif args.command == "teams":
             for team in await keys.teams():
                 print(f"{team.id}\t{team.name}")
@@ -256,11 +342,20 @@ async def _admin(args: argparse.Namespace, loaded: LoadedConfig) -> int:
                 state = record.unusable_because() or "active"
                 name = record.name or ""
                 print(f"{record.id}\t{record.prefix}...\t{record.team_id}\t{state}\t{name}")
+        elif args.action == "rotate":
+            rotated = await admin.rotate_key(args.key_id, args.overlap_s)
+            until = rotated.old.expires_at
+            print(f"created key {rotated.key.id} for team {rotated.key.team_id}")
+            print(f"secret (shown once, store it now): {rotated.secret}")
+            print(f"the old key {rotated.old.id} works until {until:.0f} (Unix time)")
         else:
             record = await admin.revoke_key(args.key_id)
             print(f"revoked key {record.id}")
     except GatewayError as exc:
         print(f"error: {exc.message}", file=sys.stderr)
+        return 2
+    except (ValueError, ValidationError) as exc:  # --limits that is not JSON, or not limits
+        print(f"error: {exc}", file=sys.stderr)
         return 2
     finally:
         await store.close()
@@ -334,6 +429,9 @@ def _main(argv: list[str] | None) -> int:
     parser = argparse.ArgumentParser(
         prog="gateway", description="An OpenAI-compatible LLM gateway."
     )
+    from gateway import __version__
+
+    parser.add_argument("--version", action="version", version=f"gateway {__version__}")
     sub = parser.add_subparsers(dest="command", required=True)
     serve = sub.add_parser("serve", help="Start the gateway.")
     serve.add_argument(
@@ -350,6 +448,13 @@ def _main(argv: list[str] | None) -> int:
     migrate = sub.add_parser("migrate", help="Apply pending store schema migrations.")
     migrate.add_argument(
         "--config", help="Config file (default: $GATEWAY_CONFIG or config/gateway.yaml)."
+    )
+    shown = migrate.add_mutually_exclusive_group()
+    shown.add_argument(
+        "--status", action="store_true", help="List applied and pending migrations; apply none."
+    )
+    shown.add_argument(
+        "--dry-run", action="store_true", help="List what would be applied; apply nothing."
     )
     check = sub.add_parser("check-config", help="Validate a config file without serving.")
     check.add_argument(
@@ -376,7 +481,7 @@ def _main(argv: list[str] | None) -> int:
     if args.command == "usage":
         return asyncio.run(_usage(args, loaded))
     if args.command == "migrate":
-        return asyncio.run(_migrate(loaded))
+        return asyncio.run(_migrate(loaded, status=args.status, dry_run=args.dry_run))
     if args.command == "check-config":
         names = ", ".join(m.name for m in loaded.config.models) or "(none)"
         print(f"{loaded.path}: OK ({len(loaded.config.models)} model aliases: {names})")
@@ -395,13 +500,15 @@ def _main(argv: list[str] | None) -> int:
         share_limits = loaded.config.limits.redis_url is None  # else Redis shares them
         return supervise(args.workers, host, port, args.config, share_limits=share_limits)
     reuse_port = os.environ.get("GATEWAY_WORKER") is not None
+    from gateway.storage.schema import SchemaMismatch
+
     try:
         import uvloop
 
         uvloop.run(_serve(loaded, host, port, reuse_port))
     except ImportError:  # pragma: no cover - platforms without uvloop
         asyncio.run(_serve(loaded, host, port, reuse_port))
-    except OSError as exc:
+    except (OSError, SchemaMismatch) as exc:
         print(f"cannot start: {exc}", file=sys.stderr)
         return 1
     return 0

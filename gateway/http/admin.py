@@ -6,7 +6,7 @@ from aiohttp import web
 
 from gateway.context import GATEWAY
 from gateway.dialects.requests import parse_json_object, validated
-from gateway.metering.admin import Admin, KeyChanges, NewKey, NewTeam, TeamChanges
+from gateway.metering.admin import Admin, KeyChanges, KeyRotation, NewKey, NewTeam, TeamChanges
 
 
 def _admin(request: web.Request) -> Admin:
@@ -76,3 +76,15 @@ async def update_key(request: web.Request) -> web.Response:
 async def revoke_key(request: web.Request) -> web.Response:
     record = await _admin(request).revoke_key(request.match_info["id"])
     return web.json_response(record.to_api())
+
+
+async def rotate_key(request: web.Request) -> web.Response:
+    """A new key for this one's holder; the old one works `overlap_s` more (default 1 h)."""
+    raw = await request.read()
+    body = validated(KeyRotation, parse_json_object(raw) if raw.strip() else {})
+    rotated = await _admin(request).rotate_key(request.match_info["id"], body.overlap_s)
+    # The only time the new secret is shown: the store keeps its hash.
+    return web.json_response(
+        {**rotated.key.to_api(), "key": rotated.secret, "rotated_from": rotated.old.to_api()},
+        status=201,
+    )

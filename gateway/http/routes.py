@@ -85,6 +85,7 @@ def add_routes(app: web.Application) -> None:
     app.router.add_get("/v1/gateway/keys/{id}", admin.get_key)
     app.router.add_patch("/v1/gateway/keys/{id}", admin.update_key)
     app.router.add_delete("/v1/gateway/keys/{id}", admin.revoke_key)
+    app.router.add_post("/v1/gateway/keys/{id}/rotate", admin.rotate_key)
     app.router.add_get("/health/live", system.live)
     app.router.add_get("/health/ready", system.ready)
     app.router.add_get("/metrics", system.metrics)

@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import re
 import time
+from dataclasses import dataclass, replace
 from typing import Any
 
 from pydantic import BaseModel, ConfigDict, Field
@@ -15,6 +16,7 @@ from gateway.metering.key_store import KeyStore
 from gateway.metering.keys import KeyRecord, Team, generate_key, hash_key
 from gateway.metering.limits import Limits
 
+ROTATE_OVERLAP_S = 3600.0
 _TEAM_ID = re.compile(r"^[A-Za-z0-9._-]{1,64}$")
 
 
@@ -30,6 +32,7 @@ class NewTeam(_Request):
 
 
 class TeamChanges(_Request):
+    name: str | None = Field(None, min_length=1, max_length=200)
     limits: Limits | None = None
 
 
@@ -51,6 +54,19 @@ class KeyChanges(_Request):
     expires_at: float | None = None
     metadata: dict[str, Any] | None = None
     limits: Limits | None = None
+
+
+class KeyRotation(_Request):
+    overlap_s: float = Field(
+        3600, ge=0, description="How long the old key keeps working (default one hour)."
+    )
+
+
+@dataclass(frozen=True)
+class RotatedKey:
+    key: KeyRecord  # the new one
+    secret: str
+    old: KeyRecord  # with the expiry the overlap gave it
 
 
 class Admin:
@@ -118,6 +134,8 @@ class Admin:
         return record
 
     async def update_team(self, team_id: str, request: TeamChanges) -> Team:
+        if request.name is not None and await self._keys.team(team_id) is not None:
+            await self._keys.rename_team(team_id, request.name)
         if "limits" not in request.model_fields_set:
             team = await self._keys.team(team_id)
         else:
@@ -127,6 +145,46 @@ class Admin:
             raise NotFound(f"No team with id '{team_id}'.")
         self._auth.forget_team(team_id)
         return team
+
+    async def delete_team(self, team_id: str, *, revoke_keys: bool = False) -> list[KeyRecord]:
+        """Delete a team; its keys still usable refuse it (409) unless `revoke_keys`, which
+        revokes them first. The keys revoked. Its conversations and usage stay, under its id."""
+        if await self._keys.team(team_id) is None:
+            raise NotFound(f"No team with id '{team_id}'.")
+        usable = [k for k in await self._keys.keys(team_id) if k.unusable_because() is None]
+        if usable and not revoke_keys:
+            raise Conflict(
+                f"Team '{team_id}' has {len(usable)} usable keys: revoke them first.",
+                code="team_has_keys",
+            )
+        revoked = [await self.revoke_key(k.id) for k in usable]
+        await self._keys.delete_team(team_id)
+        self._auth.forget_team(team_id)
+        return revoked
+
+    async def rotate_key(self, key_id: str, overlap_s: float = ROTATE_OVERLAP_S) -> RotatedKey:
+        """A new key like this one (team, name, user, models, expiry, metadata, limits); the
+        old one keeps working for `overlap_s` more (never longer than it would have), so its
+        clients can move over, then expires."""
+        old = await self.key(key_id)
+        reason = old.unusable_because()
+        if reason is not None:
+            raise Conflict(f"Key '{key_id}' is {reason}: nothing to rotate.", code=f"key_{reason}")
+        secret = generate_key()
+        new = replace(
+            old,
+            id=new_id("key"),
+            hash=hash_key(secret),
+            prefix=secret[:7],
+            created_at=time.time(),
+            revoked_at=None,
+        )
+        await self._keys.create_key(new)
+        until = time.time() + overlap_s
+        if old.expires_at is None or until < old.expires_at:
+            old = await self._keys.update_key(key_id, {"expires_at": until}) or old
+        self._auth.forget(old.hash)
+        return RotatedKey(new, secret, old)
 
     def _check_models(self, models: list[str] | None) -> None:
         unknown = [m for m in models or () if m not in self._aliases]

@@ -145,6 +145,20 @@ class KeyStore:
 
         return await self._store.transact(op)
 
+    async def rename_team(self, team_id: str, name: str) -> None:
+        async def op(db: Db) -> None:
+            await db.execute("UPDATE teams SET name = ? WHERE id = ?", name, team_id)
+
+        await self._store.run(op)
+
+    async def delete_team(self, team_id: str) -> bool:
+        """Remove the team's row (its keys, revoked, stay for the record); False if none."""
+
+        async def op(db: Db) -> bool:
+            return await db.execute("DELETE FROM teams WHERE id = ?", team_id) == 1
+
+        return await self._store.run(op)
+
     async def update_team_limits(self, team_id: str, limits: dict[str, Any] | None) -> Team | None:
         async def op(db: Db) -> None:
             await db.execute(

@@ -362,7 +362,12 @@ def latest(dialect: Dialect) -> int:
     return MIGRATIONS[dialect][-1].version
 
 
-class SchemaAhead(Exception):
+class SchemaMismatch(Exception):
+    """The store's schema is not one this code can serve (gateway.storage.store.SchemaBehind,
+    SchemaAhead): the gateway refuses to start, with a message that says what to do."""
+
+
+class SchemaAhead(SchemaMismatch):
     """The store's schema is newer than this gateway's code (a newer release migrated it):
     writing to it could corrupt what the newer code keeps there."""
 

@@ -88,8 +88,8 @@ class Backend(Protocol):
     async def ping(self) -> None: ...
 
 
-class SchemaBehind(Exception):
-    pass
+class SchemaBehind(schema.SchemaMismatch):
+    """Older than the code, with `migrate_on_start: false`: `gateway migrate` first."""
 
 
 class _Unwritable(Exception):

@@ -199,6 +199,8 @@ TABLE: list[Probe] = [
           path=lambda i: f"/v1/gateway/keys/{i.alpha_key_id}"),
     Probe("PATCH", "/v1/gateway/keys/{id}", ADMIN,
           path=lambda i: f"/v1/gateway/keys/{i.alpha_key_id}", body=lambda i: {"models": []}),
+    Probe("POST", "/v1/gateway/keys/{id}/rotate", ADMIN,
+          path=lambda i: f"/v1/gateway/keys/{i.alpha_key_id}/rotate"),
     Probe("DELETE", "/v1/gateway/keys/{id}", ADMIN,
           path=lambda i: f"/v1/gateway/keys/{i.alpha_key_id}"),
     # -- public ---------------------------------------------------------------------------------
