@@ -144,6 +144,8 @@ class Relay:
         except GatewayError as error:
             error.headers.update(self.headers)
             if not self.turn.ended:  # refused before or by an adapter, never sent upstream
+                if not self.turn.attempts:
+                    self.turn.meter = None  # no upstream call: its reservation is released
                 self.turn.failed(error)
             raise
         except BaseException:
