@@ -52,6 +52,11 @@ class ServerConfig(_Model):
     body_timeout_s: float = Field(
         60, gt=0, description="A request body must arrive whole within this long; else 408."
     )
+    tell_clients_not_to_retry: bool = Field(
+        True,
+        description="An error answered after the gateway's own retries says `x-should-retry:"
+        " false`, so the client's SDK does not retry it again on top of them.",
+    )
     keepalive_timeout_s: float = Field(
         60,
         gt=0,

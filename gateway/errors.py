@@ -20,7 +20,9 @@
 
 Each class knows its HTTP status, its OpenAI error `type` and `code`, whether a retry may help,
 and a low-cardinality `label` for metrics. `to_openai()` is the only place the error body is
-shaped; `gateway.http.middleware` is the only place it becomes an HTTP response.
+shaped; `gateway.http.middleware` is the only place it becomes an HTTP response. An error the
+gateway answers after spending its own retry budget on it is marked `retries_spent`: the response
+then tells the client's SDK not to retry it again (`x-should-retry: false`).
 """
 
 from __future__ import annotations
@@ -33,6 +35,9 @@ class GatewayError(Exception):
     type: str = "server_error"
     code: str = "internal_error"
     retryable: bool = False
+    # The gateway already retried this request as far as its retry policy allows (or it was
+    # cancelled on purpose): a client retry would only repeat that (gateway.http.middleware).
+    retries_spent: bool = False
 
     def __init__(self, message: str, *, param: str | None = None, code: str | None = None):
         super().__init__(message)

@@ -31,16 +31,24 @@ _ERROR_SHAPES: dict[str, Callable[[GatewayError], dict[str, Any]]] = {
 }
 
 
-def error_response(error: GatewayError, path: str = "") -> web.Response:
+def error_response(
+    error: GatewayError, path: str = "", *, tell_not_to_retry: bool = True
+) -> web.Response:
+    """`tell_not_to_retry` (`server.tell_clients_not_to_retry`): an error the gateway already
+    retried as far as its retry policy goes says `x-should-retry: false`, which the OpenAI and
+    Anthropic SDKs obey before their own retry rules (a `Retry-After` passed on stays)."""
     shape = _ERROR_SHAPES.get(path)
     # No secret in any error answered: an upstream's message or body quoting its key, a key
     # a client sent echoed back in a message (gateway.scrub).
     body = scrub.scrub_json(shape(error) if shape is not None else openai_body(error))
+    headers = error.headers
+    if tell_not_to_retry and error.retries_spent:
+        headers = {**headers, "x-should-retry": "false"}
     return web.Response(
         status=error.status,
         body=orjson.dumps(body),
         content_type="application/json",
-        headers=error.headers,
+        headers=headers,
     )
 
 
@@ -90,7 +98,8 @@ async def errors_and_ids(request: web.Request, handler: Handler) -> web.StreamRe
     try:
         response = await handler(request)
     except GatewayError as error:
-        response = error_response(error, request.path)
+        tell = gateway is None or gateway.config.server.tell_clients_not_to_retry
+        response = error_response(error, request.path, tell_not_to_retry=tell)
     except web.HTTPException as exc:
         if exc.status < 400:
             raise

@@ -189,6 +189,7 @@ class Relay:
             await self.client.end_with(self.renderer.error(last))
             return self.client.response
         last.headers["X-Gateway-Attempts"] = str(len(self.turn.attempts))
+        last.retries_spent = True  # the plan has run out: a client retry would only repeat it
         raise last
 
     def _frames_sent_by_attempt(self) -> int:
@@ -562,6 +563,7 @@ class Relay:
             self.turn.interrupted(attempt, 0, "acked", "client_cancel")
             error = Conflict("The request was cancelled.", code="request_cancelled")
             error.headers.update(self.headers)
+            error.retries_spent = True  # the SDKs retry a 409; a cancel is meant
             raise error
         deployment = self.deployment
         assert deployment is not None
