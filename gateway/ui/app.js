@@ -3,7 +3,8 @@
 //
 // Auth: the operator pastes a key: the master key for everything, or a team's virtual key for a
 // read-only view of that team's conversations and usage. The key is kept in sessionStorage (it
-// goes when the tab closes) and sent as `Authorization: Bearer` on every API call. No cookies
+// goes when the tab closes; localStorage when the operator opts in to being remembered on this
+// device, until sign-out) and sent as `Authorization: Bearer` on every API call. No cookies
 // are used, so a browser never attaches a credential on its own: a request forged by another
 // site carries no key, and there is no CSRF surface.
 
@@ -331,21 +332,27 @@ function applySoon(apply, control) {
 }
 
 async function restore() {
-  const key = sessionStorage.getItem(KEY_STORAGE);
+  // This tab's key, or one remembered on this device (opted in at sign-in).
+  const key = sessionStorage.getItem(KEY_STORAGE) ?? localStorage.getItem(KEY_STORAGE);
   if (key === null) return false;
   session.key = key || null;
   try {
     session.me = await api('/v1/me', { login: true });
     return true;
   } catch {
-    sessionStorage.removeItem(KEY_STORAGE);
+    forgetKey();
     session.key = null;
     return false;
   }
 }
 
-function signOut(reason) {
+function forgetKey() {
   sessionStorage.removeItem(KEY_STORAGE);
+  localStorage.removeItem(KEY_STORAGE);
+}
+
+function signOut(reason) {
+  forgetKey();
   session.key = null;
   session.me = null;
   // A refused key comes back to where it was; signing out on purpose starts afresh.
@@ -489,6 +496,8 @@ function loginPage(reason) {
   const error = h('div', { class: 'login-error' });
   if (reason) error.append(notice(reason, 'warn'));
   const button = h('button', { class: 'btn btn-primary btn-block', type: 'submit', 'data-testid': 'login-submit' }, 'Sign in');
+  const remember = h('input', { type: 'checkbox', name: 'remember', 'data-testid': 'login-remember' });
+  const rememberField = h('label', { class: 'check' }, remember, 'Remember on this device (until you sign out)');
   const form = h('form', {
     class: 'login-form',
     onsubmit: async (event) => {
@@ -499,6 +508,8 @@ function loginPage(reason) {
       try {
         session.me = await api('/v1/me', { login: true });
         sessionStorage.setItem(KEY_STORAGE, session.key || '');
+        if (remember.checked) localStorage.setItem(KEY_STORAGE, session.key || '');
+        else localStorage.removeItem(KEY_STORAGE);
         // Back to the page that was opened (a deep link), or that was left when signed out.
         const route = currentRoute();
         const next = route.parts[0] === 'login' ? route.query.get('next') : location.hash.replace(/^#/, '');
@@ -518,13 +529,13 @@ function loginPage(reason) {
         button.disabled = false;
       }
     },
-  }, field('API key', input), button, error);
+  }, field('API key', input), rememberField, button, error);
   setTimeout(() => input.focus(), 0);
   return h('div', { class: 'login' }, h('div', { class: 'login-card' },
     h('div', { class: 'brand brand-dark' }, h('img', { src: 'favicon.svg', alt: '', width: 28, height: 28 }), h('span', { text: 'Gateway admin' })),
     h('p', { class: 'login-lead' }, 'Sign in with the master key to manage everything, or with a team\'s virtual key for a read-only view of that team\'s conversations and usage.'),
     form,
-    h('p', { class: 'login-note' }, 'The key stays in this browser tab (sessionStorage) and is sent only to this gateway, as a bearer token. A gateway running without a master key accepts an empty key.')));
+    h('p', { class: 'login-note' }, 'The key stays in this browser tab (sessionStorage), or on this device (localStorage) if you ask, until you sign out; it is sent only to this gateway, as a bearer token. A gateway running without a master key accepts an empty key.')));
 }
 
 // ---------------------------------------------------------------------------------------------

@@ -835,3 +835,26 @@ async def test_a_turn_in_progress_is_followed_live(
     await expect(page.get_by_test_id("composer-input")).to_have_value("half-typed")
     await shots.take("22-live")
     await page.context.close()
+
+
+async def test_remember_on_this_device_until_sign_out(
+    scene: tuple[GatewayUnderTest, FakeUpstream, FakeUpstream], browser: Any
+) -> None:
+    gw, _a, _b = scene
+    context = await browser.new_context(viewport={"width": 1440, "height": 900})
+    first = await context.new_page()
+    await first.goto(gw.url + "/ui/")
+    await first.get_by_test_id("login-key").fill(MASTER)
+    await first.get_by_test_id("login-remember").check()
+    await first.get_by_test_id("login-submit").click()
+    await expect(first.get_by_test_id("filter-q")).to_be_visible()
+    # Another tab (its own sessionStorage) on a deep link: signed in already, on that page.
+    second = await context.new_page()
+    await second.goto(gw.url + "/ui/#/usage")
+    await expect(second.locator("[data-page=usage]")).to_be_visible()
+    await second.get_by_test_id("sign-out").click()
+    await expect(second.get_by_test_id("login-key")).to_be_visible()
+    third = await context.new_page()
+    await third.goto(gw.url + "/ui/")
+    await expect(third.get_by_test_id("login-key")).to_be_visible()  # forgotten
+    await context.close()
