@@ -120,14 +120,18 @@ def _sql(dialect: Dialect, query: ListQuery) -> tuple[str, list[Any]]:
         pattern = _like(query.q)
         content = _json_text(dialect, "e.payload", "content")
         # The first user message of the conversation itself, or (a branch) of its parent.
+        # Or exactly a turn's id or a response's id: the conversation it belongs to (primary-key
+        # lookups, made once).
         where.append(
             "(LOWER(c.id) LIKE ? ESCAPE '\\' OR EXISTS (SELECT 1 FROM events e"
             " WHERE e.conversation_id IN (c.id, c.parent_id) AND e.type = 'user/message'"
             " AND e.seq = (SELECT MIN(f.seq) FROM events f WHERE f.conversation_id ="
             " e.conversation_id AND f.type = 'user/message')"
-            f" AND LOWER({content}) LIKE ? ESCAPE '\\'))"
+            f" AND LOWER({content}) LIKE ? ESCAPE '\\')"
+            " OR c.id IN (SELECT t.conversation_id FROM turns t WHERE t.id = ?)"
+            " OR c.id IN (SELECT r.conversation_id FROM responses r WHERE r.id = ?))"
         )
-        args += [pattern, pattern]
+        args += [pattern, pattern, query.q.strip(), query.q.strip()]
     if query.stopped:
         where.append(
             "EXISTS (SELECT 1 FROM turns t WHERE t.conversation_id = c.id AND t.status = 'aborted')"

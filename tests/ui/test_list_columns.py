@@ -113,3 +113,23 @@ async def test_each_row_carries_its_attempts_tokens_cost_and_timings(gw: Gateway
     assert list(await listed(gw, "?status=interrupted")) == ["c1"]  # the last turn's status
     assert list(await listed(gw, "?failed=true")) == ["c1"]
     assert list(await listed(gw, "?failed=true&stopped=true&include=usage")) == ["c1"]
+
+
+async def test_search_finds_a_conversation_by_a_turn_or_response_id(gw: GatewayUnderTest) -> None:
+    store = gw.gateway.store
+    for cid in ("c1", "c2"):
+        store.create_conversation(Conversation(cid, T0 + int(cid[1])))
+        store.start_turn(TurnStart(f"turn_{cid}", cid, T0, {"model": "m"}))
+    await store.flush()
+    assert list(await listed(gw, "?q=turn_c2")) == ["c2"]
+    assert list(await listed(gw, "?q=turn_c")) == []  # exact, not a prefix
+    async with aiohttp.ClientSession() as session:
+        async with session.post(
+            gw.url + "/v1/responses",
+            json={"model": "demo", "input": "Hi"},
+            headers={"Authorization": f"Bearer {MASTER}"},
+        ) as response:
+            assert response.status == 200, await response.text()
+            made = await response.json()
+    [found] = (await listed(gw, f"?q={made['id']}")).values()
+    assert found["id"] not in ("c1", "c2")
