@@ -21,6 +21,7 @@ from gateway.metering.keys import ADMIN, KEY_PREFIX, OPEN, KeyRecord, Principal,
 from gateway.storage.db import StoreUnavailable
 
 _CACHE_MAX = 10_000
+_STORE_RETRY_S = 1.0  # during an outage, how often a lookup asks the store again
 
 
 def well_formed(secret: str) -> bool:
@@ -47,6 +48,10 @@ class Authenticator:
         self._keys = keys
         self._cache_s = cache_s
         self._stale_s = stale_s  # past its expiry, a cached entry still serves a store outage
+        # Until when a stale entry is served without asking the store again: a store that
+        # hangs (a partition, not a refusal) costs one lookup's timeout a second, not one a
+        # request.
+        self._store_down_until = 0.0
         # By key hash: its record (None: no such key) and the principal made of it and its
         # team, the same object every request while cached.
         self._cache: dict[str, tuple[float, KeyRecord | None, Principal | None]] = {}
@@ -119,7 +124,9 @@ class Authenticator:
     async def _lookup(self, key_hash: str) -> tuple[KeyRecord | None, Principal | None]:
         now = time.monotonic()
         cached = self._cache.get(key_hash)
-        if cached is not None and cached[0] > now:
+        if cached is not None and (
+            cached[0] > now or (now < self._store_down_until and cached[0] + self._stale_s > now)
+        ):
             return cached[1], cached[2]
         try:
             record = await self._keys.key_by_hash(key_hash)
@@ -127,6 +134,7 @@ class Authenticator:
         except StoreUnavailable:
             # Stale-while-error: the last answer, for a bounded time; not cached again, so the
             # first lookup after the store returns sees a revocation made meanwhile.
+            self._store_down_until = time.monotonic() + _STORE_RETRY_S
             if cached is not None and cached[0] + self._stale_s > now:
                 return cached[1], cached[2]
             raise
