@@ -1,4 +1,4 @@
-"""gateway serve | check-config | migrate | prices | teams | keys | usage | --version"""
+"""gateway serve | check-config | migrate | prices | teams | keys | usage | spool | --version"""
 
 from __future__ import annotations
 
@@ -236,6 +236,32 @@ async def _migrate(loaded: LoadedConfig, *, status: bool = False, dry_run: bool 
     return 0
 
 
+def _spool_status(loaded: LoadedConfig) -> int:
+    """What waits in the spool directory for the store: each instance's spooled writes not yet
+    replayed, and journals left for an instance's next start. Reads only."""
+    directory = Path(loaded.config.store.spool_path)
+    logs = sorted(directory.glob("*.log")) if directory.is_dir() else []
+    journals = sorted(directory.glob("*.journal.*")) if directory.is_dir() else []
+    total = 0
+    for log_path in logs:
+        pos_path = log_path.with_suffix(".pos")
+        try:
+            pos = int(pos_path.read_text() or 0) if pos_path.exists() else 0
+            with open(log_path, "rb") as file:
+                file.seek(pos)
+                pending = file.read()
+        except (OSError, ValueError) as exc:
+            print(f"{log_path}: cannot be read: {exc}", file=sys.stderr)
+            return 1
+        writes = pending.count(b"\n")
+        total += writes
+        print(f"spool    {log_path.stem}: {writes} writes, {len(pending)} bytes")
+    for journal in journals:
+        print(f"journal  {journal.name}: {journal.stat().st_size} bytes (its instance's)")
+    print(f"{directory}: {total} spooled writes wait for the store")
+    return 0
+
+
 def _admin_commands(sub: Any) -> None:
     config_help = "Config file (default: $GATEWAY_CONFIG or config/gateway.yaml)."
     teams = sub.add_parser("teams", help="Create and list teams (in the store of the config).")
@@ -279,6 +305,9 @@ def _admin_commands(sub: Any) -> None:
         default=3600.0,
         help="Seconds the old key keeps working (default 3600; 0: expires now).",
     )
+    spool = sub.add_parser("spool", help="What waits in the spool for the store.")
+    spool_sub = spool.add_subparsers(dest="action", required=True)
+    spool_status = spool_sub.add_parser("status", help="Spooled writes not yet replayed.")
     usage = sub.add_parser("usage", help="Usage and cost from the store, as a table.")
     usage.add_argument("--group-by", default="team", help="team, key, user, model or deployment.")
     usage.add_argument("--granularity", default="day", help="hour or day.")
@@ -288,7 +317,7 @@ def _admin_commands(sub: Any) -> None:
     usage.add_argument("--to", dest="end", help="Unix seconds or ISO date (default: now).")
     usage.add_argument("--team", help="Only this team.")
     commands = (create_team, list_teams, update_team, delete_team, create_key, list_keys, revoke)
-    for command in (*commands, rotate, usage):
+    for command in (*commands, rotate, usage, spool_status):
         command.add_argument("--config", help=config_help)
 
 
@@ -480,6 +509,8 @@ def _main(argv: list[str] | None) -> int:
         return asyncio.run(_admin(args, loaded))
     if args.command == "usage":
         return asyncio.run(_usage(args, loaded))
+    if args.command == "spool":
+        return _spool_status(loaded)
     if args.command == "migrate":
         return asyncio.run(_migrate(loaded, status=args.status, dry_run=args.dry_run))
     if args.command == "check-config":

@@ -1,5 +1,5 @@
 """The operator's commands: `--version`, `migrate --status` / `--dry-run`, a schema newer than the
-code refused, teams update and delete, key rotation (CLI and admin API)."""
+code refused, teams update and delete, key rotation (CLI and admin API), spool status."""
 
 from __future__ import annotations
 
@@ -17,6 +17,8 @@ from gateway.cli import main
 from gateway.config import parse_config
 from gateway.storage import schema
 from gateway.storage.backends import make_store
+from gateway.storage.spool import Spool
+from gateway.storage.writes import Write
 from tests.conftest import GatewayUnderTest, MakeGateway
 
 MASTER = "master-key-for-tests-0123456789"
@@ -184,3 +186,19 @@ async def test_a_key_rotated_over_the_api_overlaps_then_expires(
         gw, "POST", f"/v1/gateway/keys/{newest['id']}/rotate", MASTER, {"overlap_s": -1}
     )
     assert status == 400
+
+
+def test_spool_status_counts_what_waits(
+    config: Path, tmp_path: Path, capsys: pytest.CaptureFixture[str]
+) -> None:
+    code, out, _ = run(capsys, "spool", "status", "--config", str(config))
+    assert code == 0 and "0 spooled writes wait for the store" in out
+    spool = Spool(tmp_path / "spool", "host:4000")
+    spool.open()
+    spool.append([Write("usage", {"id": f"u{i}"}) for i in range(5)])
+    writes, pos = spool.read(2)
+    assert len(writes) == 2
+    spool.advance(pos)  # two replayed, three wait
+    code, out, _ = run(capsys, "spool", "status", "--config", str(config))
+    assert code == 0
+    assert "3 writes" in out and "3 spooled writes wait for the store" in out
