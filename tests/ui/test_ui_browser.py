@@ -858,3 +858,52 @@ async def test_remember_on_this_device_until_sign_out(
     await third.goto(gw.url + "/ui/")
     await expect(third.get_by_test_id("login-key")).to_be_visible()  # forgotten
     await context.close()
+
+
+async def test_answers_render_as_markdown_and_json_is_pretty(
+    scene: tuple[GatewayUnderTest, FakeUpstream, FakeUpstream], browser: Any, tmp_path: Path
+) -> None:
+    gw, _a, _b = scene
+    store = gw.gateway.store
+    cid = "conv_markdown"
+    store.create_conversation(Conversation(cid, 1_780_000_000.0))
+    route = {"provider": "openai", "deployment": "a", "model": "a-model"}
+    text = (
+        "## Plan\n\nUse **bold** and `code`, see [docs](https://example.com/x).\n\n"
+        '- one\n- two\n\n```json\n{"a":1}\n```\n\n<img src=x onerror=alert(1)>'
+    )
+    store.start_turn(TurnStart("t1", cid, 1_780_000_001.0, {"model": "m"}))
+    store.append(NewEvent(cid, "t1", "user/message", {"content": "Plan it"}))
+    blocks = [
+        {"type": "text", "text": text},
+        {"type": "tool_call", "id": "call_1", "name": "lookup", "arguments": '{"q":"x"}'},
+    ]
+    answer = {"content": blocks, "interrupted": False, "route": route}
+    store.append(NewEvent(cid, "t1", "assistant/message", answer))
+    store.append(NewEvent(cid, "t1", "turn/end", {"status": "completed", "reason": None}))
+    store.start_turn(TurnStart("t2", cid, 1_780_000_002.0, {"model": "m"}))
+    result = {"tool_call_id": "call_1", "content": '{"rows":[1,2],"long":"' + "z" * 3000 + '"}'}
+    store.append(NewEvent(cid, "t2", "tool/result", result))
+    store.append(NewEvent(cid, "t2", "turn/end", {"status": "completed", "reason": None}))
+    await store.flush()
+
+    page = await signed_in(browser, gw)
+    shots = Shots(page, tmp_path)
+    await page.goto(f"{gw.url}/ui/#/conversations/{cid}")
+    rendered = page.get_by_test_id("assistant-text")
+    await expect(rendered.locator("h4")).to_have_text("Plan")
+    await expect(rendered.locator("strong")).to_have_text("bold")
+    await expect(rendered.locator("li")).to_have_count(2)
+    await expect(rendered.locator('a[href="https://example.com/x"]')).to_have_text("docs")
+    await expect(rendered.locator("pre")).to_have_text('{\n  "a": 1\n}')
+    await expect(rendered.locator("img")).to_have_count(0)  # shown as text, never as HTML
+    await expect(rendered).to_contain_text("<img src=x onerror=alert(1)>")
+    await page.get_by_role("button", name="Raw").click()
+    await expect(page.get_by_test_id("assistant-raw")).to_have_text(text)
+    tool = page.locator(".msg-tool pre.code")
+    await expect(tool).to_contain_text('"rows": [\n    1,')
+    await expect(tool).to_have_class(re.compile("folded"))
+    await page.get_by_test_id("unfold").click()
+    await expect(tool).not_to_have_class(re.compile("folded"))
+    await shots.take("23-markdown")
+    await page.context.close()
