@@ -98,7 +98,8 @@ def request_limits(body_timeout_s: float) -> Middleware:
 
     @web.middleware
     async def middleware(request: web.Request, handler: Handler) -> web.StreamResponse:
-        if getattr(request.protocol, "over_cap", False):  # a SlowClientGuard's connection
+        # A connection over the cap (SlowClientGuard.over_cap): one answer, then closed.
+        if getattr(request.protocol, "over_cap", False) is True:
             request.protocol.close()  # after this answer
             if request.path != LIVE:
                 busy = ServiceUnavailable(

@@ -33,7 +33,11 @@ from tests.conftest import GatewayUnderTest, MakeGateway
 from tests.fakes import FakeUpstream
 from tests.providers.upstreams import AnthropicServer, GeminiServer
 
-pytestmark = pytest.mark.filterwarnings(r"ignore::DeprecationWarning:litellm\.")
+pytestmark = [
+    pytest.mark.filterwarnings(r"ignore::DeprecationWarning:litellm\."),
+    # pydantic on the Google SDK's types, when litellm is first imported here
+    pytest.mark.filterwarnings(r"ignore:.*`ReadOnly` qualifier:UserWarning"),
+]
 
 TAG = os.urandom(4).hex()
 MASTER = f"scrub-master-{TAG}-0123456789"
