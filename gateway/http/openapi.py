@@ -311,7 +311,7 @@ def paths() -> dict[str, dict[str, Operation]]:
         },
         "/v1/gateway/teams/{id}": {
             "patch": op(
-                "Change a team's limits",
+                "Rename a team or change its limits",
                 _ok(obj),
                 (*_ADMIN, *_BODY, 404),
                 body=ref("TeamChanges"),
@@ -342,6 +342,16 @@ def paths() -> dict[str, dict[str, Operation]]:
                 params=_ID,
             ),
             "delete": op("Revoke a key", _ok(obj), (*_ADMIN, 404), params=_ID),
+        },
+        "/v1/gateway/keys/{id}/rotate": {
+            "post": op(
+                "A new key like this one (its secret in `key`, shown once); the old one keeps"
+                " working for `overlap_s` (default 3600), then expires",
+                _ok(obj, status=201),
+                (*_ADMIN, *_BODY, 404, 409),
+                body=ref("KeyRotation"),
+                params=_ID,
+            )
         },
         "/health/live": {"get": op("Liveness", _ok(obj), public=True)},
         "/health/ready": {"get": op("Readiness: checks the store", _ok(obj), (503,), public=True)},

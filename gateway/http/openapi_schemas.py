@@ -13,7 +13,7 @@ from typing import Any
 
 from pydantic import BaseModel
 
-from gateway.metering.admin import KeyChanges, NewKey, NewTeam, TeamChanges
+from gateway.metering.admin import KeyChanges, KeyRotation, NewKey, NewTeam, TeamChanges
 
 Schema = dict[str, Any]
 
@@ -445,5 +445,5 @@ def components() -> dict[str, Schema]:
         "Truncation": TRUNCATION,
         "ChatCompletionCancellation": CHAT_CANCELLATION,
         "List": LIST,
-        **_pydantic(NewTeam, TeamChanges, NewKey, KeyChanges),
+        **_pydantic(NewTeam, TeamChanges, NewKey, KeyChanges, KeyRotation),
     }
