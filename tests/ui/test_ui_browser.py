@@ -907,3 +907,61 @@ async def test_answers_render_as_markdown_and_json_is_pretty(
     await expect(tool).not_to_have_class(re.compile("folded"))
     await shots.take("23-markdown")
     await page.context.close()
+
+
+AXE = Path(__file__).resolve().parent / "node_modules" / "axe-core" / "axe.min.js"
+
+
+async def serious_violations(page: Any) -> list[str]:
+    """axe-core's serious and critical findings on the page as it is now."""
+    if not await page.evaluate("() => Boolean(window.axe)"):
+        await page.add_script_tag(path=str(AXE))
+    found = await page.evaluate(
+        """async () => (await axe.run(document, {resultTypes: ['violations']})).violations
+            .filter(v => v.impact === 'serious' || v.impact === 'critical')
+            .map(v => `${v.id}: ${v.help} (${v.nodes.map(n => n.target.join(' ')).join(', ')})`)"""
+    )
+    return list(found)
+
+
+@pytest.mark.skipif(not AXE.exists(), reason="cd tests/ui && npm ci (axe-core)")
+@pytest.mark.parametrize("width", [1440, 390])
+async def test_every_view_passes_the_accessibility_check(
+    scene: tuple[GatewayUnderTest, FakeUpstream, FakeUpstream],
+    browser: Any,
+    tmp_path: Path,
+    width: int,
+) -> None:
+    gw, a, _b = scene
+    conversation_id, _ = await interrupted_conversation(gw, a)
+    await make_team(gw)
+    await call(gw, "POST", "/v1/gateway/keys", {"team_id": "search", "name": "bot"})
+    # The page's CSP allows no script but its own: the check is put in past it.
+    context = await browser.new_context(viewport={"width": width, "height": 900}, bypass_csp=True)
+    page = await context.new_page()
+    page.set_default_timeout(10_000)
+    await page.goto(gw.url + "/ui/")
+    await expect(page.get_by_test_id("login-key")).to_be_visible()
+    problems = {"login": await serious_violations(page)}
+    await page.get_by_test_id("login-key").fill(MASTER)
+    await page.get_by_test_id("login-submit").click()
+    views = {
+        "conversations": ("#/conversations", "tr[data-conversation-id]"),
+        "chat": (f"#/conversations/{conversation_id}", "[data-testid=chat]"),
+        "trajectory": (
+            f"#/conversations/{conversation_id}?view=trajectory",
+            "[data-testid=trajectory]",
+        ),
+        "usage": ("#/usage", "svg.chart"),
+        "keys": ("#/keys", "tr[data-key-id]"),
+        "deployments": ("#/deployments", "tr[data-deployment]"),
+    }
+    for name, (route, ready) in views.items():
+        await page.goto(f"{gw.url}/ui/{route}")
+        await expect(page.locator(ready).first).to_be_visible()
+        problems[name] = await serious_violations(page)
+        if width == 390:
+            await no_horizontal_overflow(page)
+    await context.close()
+    failing = [f"{view}: {finding}" for view, found in problems.items() for finding in found]
+    assert not failing, "\n".join(failing)
