@@ -6,6 +6,7 @@ A bad body is a 400 `invalid_request_error` whose `param` names the field the wa
 
 from __future__ import annotations
 
+from collections.abc import Callable
 from typing import Any, TypeGuard, TypeVar
 
 import orjson
@@ -81,10 +82,59 @@ def _whole(value: Any) -> TypeGuard[int]:
     return isinstance(value, int) and not isinstance(value, bool)
 
 
+def _number(low: float, high: float) -> Callable[[Any], bool]:
+    return lambda v: isinstance(v, (int, float)) and not isinstance(v, bool) and low <= v <= high
+
+
+def _list_of(kind: type) -> Callable[[Any], bool]:
+    return lambda v: isinstance(v, list) and all(isinstance(x, kind) for x in v)
+
+
+# The chat parameters the gateway knows, by OpenAI's documented types and ranges: what it does
+# not read itself would otherwise be recorded as sent and left to the upstream to refuse.
+# (Parameters it does not know are forwarded as they are; null stands for "not set".)
+_CHAT_PARAMS: dict[str, tuple[Callable[[Any], bool], str]] = {
+    "temperature": (_number(0, 2), "a number from 0 to 2"),
+    "top_p": (_number(0, 1), "a number from 0 to 1"),
+    "presence_penalty": (_number(-2, 2), "a number from -2 to 2"),
+    "frequency_penalty": (_number(-2, 2), "a number from -2 to 2"),
+    "seed": (_whole, "an integer"),
+    "top_logprobs": (lambda v: _whole(v) and 0 <= v <= 20, "an integer from 0 to 20"),
+    "stream": (lambda v: isinstance(v, bool), "a boolean"),
+    "logprobs": (lambda v: isinstance(v, bool), "a boolean"),
+    "parallel_tool_calls": (lambda v: isinstance(v, bool), "a boolean"),
+    "store": (lambda v: isinstance(v, bool), "a boolean"),
+    "user": (lambda v: isinstance(v, str), "a string"),
+    "reasoning_effort": (lambda v: isinstance(v, str), "a string"),
+    "service_tier": (lambda v: isinstance(v, str), "a string"),
+    "stop": (lambda v: isinstance(v, str) or _list_of(str)(v), "a string or a list of strings"),
+    "tools": (_list_of(dict), "a list of tool objects"),
+    "tool_choice": (lambda v: isinstance(v, (str, dict)), "a string or an object"),
+    "modalities": (_list_of(str), "a list of strings"),
+    "response_format": (lambda v: isinstance(v, dict), "an object"),
+    "stream_options": (lambda v: isinstance(v, dict), "an object"),
+    "logit_bias": (lambda v: isinstance(v, dict), "an object"),
+    "metadata": (lambda v: isinstance(v, dict), "an object"),
+}
+
+
+def check_chat_params(body: dict[str, Any]) -> None:
+    """The types and ranges of a chat body's known parameters: a 400 naming the first wrong
+    one, before anything is admitted or recorded."""
+    for name, value in body.items():
+        rule = _CHAT_PARAMS.get(name)
+        if rule is not None and value is not None and not rule[0](value):
+            raise InvalidRequest(
+                f"Invalid value for '{name}': expected {rule[1]}, got {value!r:.40}.", param=name
+            )
+
+
 def check_output_params(body: dict[str, Any]) -> None:
-    """A chat body's output bounds and `n`, checked before anything is reserved or recorded:
-    a reservation is computed from them, so a negative, zero, fractional or absurd one would
-    let a request through a budget it does not fit (or widen a TPM window)."""
+    """A chat body's parameters (`check_chat_params`), its output bounds and `n`, checked
+    before anything is reserved or recorded: a reservation is computed from the bounds, so a
+    negative, zero, fractional or absurd one would let a request through a budget it does not
+    fit (or widen a TPM window)."""
+    check_chat_params(body)
     for name in ("max_completion_tokens", "max_tokens"):
         value = body.get(name)
         if value is not None and not (_whole(value) and 1 <= value <= MAX_OUTPUT_TOKENS):
