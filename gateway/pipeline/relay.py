@@ -46,8 +46,14 @@ from gateway.pipeline.continuation import continuation_body
 from gateway.pipeline.deadline import AttemptClock, watchdog
 from gateway.providers.base import UpstreamResponse
 from gateway.providers.openai_chat import ChatStreamParser
-from gateway.providers.params import check_plan, dropped_header, without
-from gateway.providers.wire import StreamParser, parse_body, stream_parser
+from gateway.providers.params import (
+    check_plan,
+    dropped_header,
+    openai_form,
+    takes_openai_only,
+    without,
+)
+from gateway.providers.wire import OPENAI_CHAT, StreamParser, parse_body, stream_parser
 from gateway.routing.retry import RetryPlan
 from gateway.routing.router import Alias, Deployment
 from gateway.scrub import scrub_error
@@ -203,6 +209,8 @@ class Relay:
     def _request_body(self, deployment: Deployment) -> dict[str, Any]:
         """The request for this attempt: the client's, or a continuation of what was sent."""
         body = without(self.body, self.dropped.get(deployment.name, ()))  # drop_params
+        if self.dialect.wire != OPENAI_CHAT and takes_openai_only(deployment):
+            body = openai_form(body)  # the translation's carriers are not OpenAI's
         if not self.segments:
             return body
         return continuation_body(body, self.segments, deployment.provider.wire)

@@ -348,6 +348,42 @@ def dropped_header(names: Iterable[str]) -> str:
     return ", ".join(names)
 
 
+# -- a translated body to an OpenAI-compatible upstream ---------------------------------------
+
+# What the other dialects' translations put in a chat body for the Anthropic adapter to read back
+# (docs/providers.md, "Anthropic deployments"), on messages, content parts, tool calls and tools:
+# no OpenAI API has them, and OpenAI refuses a message with a key it does not know. (Earlier
+# reasoning stays, as `reasoning_content`: the OpenAI-compatible servers that reason take it.)
+CARRIERS = ("cache_control", "thinking_blocks")
+
+
+def takes_openai_only(deployment: _Deployment) -> bool:
+    """Whether a deployment speaks the OpenAI chat API itself (litellm reads the carriers)."""
+    return policy(deployment) is OPENAI
+
+
+def openai_form(body: dict[str, Any]) -> dict[str, Any]:
+    """A chat body the gateway translated from another dialect, as the OpenAI API has it: no
+    carriers, and Anthropic's `thinking` only as the `reasoning_effort` beside it. (A chat
+    client's own body is relayed as it sent it.)"""
+
+    def clean(item: Any) -> Any:
+        if not isinstance(item, dict):
+            return item
+        out = {k: v for k, v in item.items() if k not in CARRIERS}
+        for key in ("content", "tool_calls"):
+            if isinstance(out.get(key), list):
+                out[key] = [clean(part) for part in out[key]]
+        return out
+
+    out = {**body, "messages": [clean(m) for m in body.get("messages") or ()]}
+    if isinstance(body.get("tools"), list):
+        out["tools"] = [clean(tool) for tool in body["tools"]]
+    if out.get("reasoning_effort") is not None:
+        out.pop("thinking", None)
+    return out
+
+
 # -- the fields this module maps itself, asked for where each adapter builds its body -----------
 
 
