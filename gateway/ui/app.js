@@ -1,4 +1,5 @@
-// The gateway's admin UI: one ES module, hash routing, no build step, nothing loaded from
+// The gateway's admin UI: ES modules (this one the page's entry, with the views; dom.js,
+// format.js and markdown.js its helpers), hash routing, no build step, nothing loaded from
 // anywhere but the gateway itself (the Content-Security-Policy allows nothing else).
 //
 // Auth: the operator pastes a key: the master key for everything, or a team's virtual key for a
@@ -8,141 +9,16 @@
 // are used, so a browser never attaches a credential on its own: a request forged by another
 // site carries no key, and there is no CSRF surface.
 
+import { append, clear, h, s } from './dom.js';
+import { fmtAgo, fmtCompact, fmtInt, fmtMs, fmtPct, fmtTime, fmtUsd, pad, plural, shortId, textOf } from './format.js';
+import { folded, prettyJson, richText } from './markdown.js';
+
 const KEY_STORAGE = 'gateway.admin.key';
 // The gateway's root as this page sees it ("/" or a proxy's prefix): the page is at <root>ui/.
 const ROOT = location.pathname.replace(/ui\/[^/]*$/, '');
 
 const session = { key: null, me: null };
 let cleanups = [];
-
-// ---------------------------------------------------------------------------------------------
-// DOM helpers
-
-function append(el, ...children) {
-  for (const child of children.flat(Infinity)) {
-    if (child === null || child === undefined || child === false) continue;
-    el.append(child instanceof Node ? child : String(child));
-  }
-  return el;
-}
-
-function setProps(el, props) {
-  for (const [name, value] of Object.entries(props || {})) {
-    if (value === undefined || value === null || value === false) continue;
-    if (name === 'class') el.setAttribute('class', value);
-    else if (name === 'text') el.textContent = value;
-    else if (name === 'value') el.value = value;
-    else if (name === 'style') Object.assign(el.style, value); // CSSOM: allowed by the CSP
-    else if (name === 'dataset') Object.assign(el.dataset, value);
-    else if (name.startsWith('on')) el.addEventListener(name.slice(2), value);
-    else el.setAttribute(name, value === true ? '' : String(value));
-  }
-}
-
-function h(tag, props, ...children) {
-  const el = document.createElement(tag);
-  append(el, children);
-  setProps(el, props); // after the children: a <select>'s value needs its options
-  return el;
-}
-
-const SVG_NS = 'http://www.w3.org/2000/svg';
-
-function s(tag, attrs, ...children) {
-  const el = document.createElementNS(SVG_NS, tag);
-  for (const [name, value] of Object.entries(attrs || {})) {
-    if (value !== undefined && value !== null) el.setAttribute(name, String(value));
-  }
-  for (const child of children.flat(Infinity)) {
-    if (child === null || child === undefined || child === false) continue;
-    el.append(child instanceof Node ? child : String(child));
-  }
-  return el;
-}
-
-function clear(el) {
-  while (el.firstChild) el.firstChild.remove();
-  return el;
-}
-
-// ---------------------------------------------------------------------------------------------
-// Formatting
-
-const pad = (n, w = 2) => String(n).padStart(w, '0');
-
-function fmtTime(seconds, withSeconds = true) {
-  if (seconds === null || seconds === undefined) return '—';
-  const d = new Date(seconds * 1000);
-  const date = `${d.getFullYear()}-${pad(d.getMonth() + 1)}-${pad(d.getDate())}`;
-  const time = `${pad(d.getHours())}:${pad(d.getMinutes())}` + (withSeconds ? `:${pad(d.getSeconds())}` : '');
-  return `${date} ${time}`;
-}
-
-function fmtAgo(seconds) {
-  if (!seconds) return '—';
-  const delta = Date.now() / 1000 - seconds;
-  if (delta < 60) return 'just now';
-  if (delta < 3600) return `${Math.floor(delta / 60)} min ago`;
-  if (delta < 86400) return `${Math.floor(delta / 3600)} h ago`;
-  return `${Math.floor(delta / 86400)} d ago`;
-}
-
-function fmtMs(ms) {
-  if (ms === null || ms === undefined) return '—';
-  if (ms < 1000) return `${Math.round(ms)} ms`;
-  return `${(ms / 1000).toFixed(ms < 10000 ? 2 : 1)} s`;
-}
-
-function fmtUsd(value, digits) {
-  if (value === null || value === undefined) return '—';
-  if (digits === undefined) digits = value !== 0 && Math.abs(value) < 0.01 ? 6 : 2;
-  return '$' + value.toFixed(digits);
-}
-
-function fmtInt(value) {
-  if (value === null || value === undefined) return '—';
-  return Math.round(value).toLocaleString('en-US');
-}
-
-function fmtCompact(value) {
-  const abs = Math.abs(value);
-  if (abs >= 1e9) return (value / 1e9).toFixed(1) + 'B';
-  if (abs >= 1e6) return (value / 1e6).toFixed(1) + 'M';
-  if (abs >= 1e4) return (value / 1e3).toFixed(0) + 'k';
-  if (abs >= 1e3) return (value / 1e3).toFixed(1) + 'k';
-  return String(Math.round(value * 100) / 100);
-}
-
-function plural(count, word, many = `${word}s`) {
-  return `${fmtInt(count)} ${count === 1 ? word : many}`;
-}
-
-function fmtPct(part, whole) {
-  // A share: never above 100% (each count is of a subset of what it is divided by).
-  if (!whole) return '—';
-  return `${Math.min(100, (100 * part) / whole).toFixed(1)}%`;
-}
-
-function shortId(id) {
-  // Generated ids are `<prefix>_<12 hex of ms time><20 random hex>`: the head is the time (alike
-  // for every id of a minute), so the random tail is what tells two ids apart.
-  if (!id) return '—';
-  const cut = id.indexOf('_');
-  const [prefix, rest] = cut >= 0 ? [id.slice(0, cut + 1), id.slice(cut + 1)] : ['', id];
-  if (/^[0-9a-f]{32}$/.test(rest)) return `${prefix}…${rest.slice(-8)}`;
-  return id.length > 28 ? `${id.slice(0, 27)}…` : id; // a client-chosen id: its head
-}
-
-function textOf(content) {
-  if (content === null || content === undefined) return '';
-  if (typeof content === 'string') return content;
-  if (Array.isArray(content)) {
-    return content
-      .map((part) => (typeof part === 'string' ? part : part.text !== undefined ? part.text : `[${part.type || 'part'}]`))
-      .join('');
-  }
-  return JSON.stringify(content);
-}
 
 // ---------------------------------------------------------------------------------------------
 // The API
@@ -826,112 +702,6 @@ function branchesPanel(conversation, branches) {
     h('p', { class: 'field-hint', text: isAdmin() ? '"Branch here" on a finished turn starts a new conversation whose history ends at that turn.' : '' }));
 }
 
-// -- markdown: a small subset, built as DOM nodes (never HTML), so nothing in a message runs
-
-function inlineMarkdown(text) {
-  const out = [];
-  const pattern = /(`[^`\n]+`)|(\*\*[^*\n]+\*\*)|(\*[^*\s][^*\n]*\*)|(\[[^\]\n]+\]\((https?:\/\/[^\s)]+)\))/g;
-  let last = 0;
-  for (const m of text.matchAll(pattern)) {
-    if (m.index > last) out.push(text.slice(last, m.index));
-    const [whole] = m;
-    if (m[1]) out.push(h('code', { class: 'md-code', text: whole.slice(1, -1) }));
-    else if (m[2]) out.push(h('strong', { text: whole.slice(2, -2) }));
-    else if (m[3]) out.push(h('em', { text: whole.slice(1, -1) }));
-    else out.push(h('a', { href: m[5], rel: 'noopener noreferrer', target: '_blank', text: whole.slice(1, whole.indexOf('](')) }));
-    last = m.index + whole.length;
-  }
-  if (last < text.length) out.push(text.slice(last));
-  return out;
-}
-
-function markdown(text) {
-  const root = h('div', { class: 'md' });
-  const lines = text.split('\n');
-  let i = 0;
-  const paragraph = [];
-  const flush = () => {
-    if (!paragraph.length) return;
-    const p = h('p');
-    paragraph.forEach((line, n) => append(p, n ? h('br') : null, inlineMarkdown(line)));
-    root.append(p);
-    paragraph.length = 0;
-  };
-  while (i < lines.length) {
-    const line = lines[i];
-    const fence = line.match(/^\s*```\s*([\w+-]*)\s*$/);
-    if (fence) {
-      flush();
-      const code = [];
-      for (i++; i < lines.length && !/^\s*```\s*$/.test(lines[i]); i++) code.push(lines[i]);
-      i++;
-      const body = code.join('\n');
-      root.append(h('pre', { class: 'code', 'data-lang': fence[1] || null, text: fence[1] === 'json' ? prettyJson(body) : body }));
-      continue;
-    }
-    const heading = line.match(/^(#{1,6})\s+(.*)$/);
-    const item = line.match(/^\s*([-*+]|\d+[.)])\s+(.*)$/);
-    if (heading) {
-      flush();
-      root.append(h(`h${Math.min(heading[1].length + 2, 6)}`, { class: 'md-heading' }, inlineMarkdown(heading[2])));
-    } else if (item) {
-      flush();
-      const ordered = /\d/.test(item[1]);
-      const list = h(ordered ? 'ol' : 'ul', ordered ? { start: parseInt(item[1], 10) } : {});
-      while (i < lines.length) {
-        const next = lines[i].match(/^\s*([-*+]|\d+[.)])\s+(.*)$/);
-        if (!next || /\d/.test(next[1]) !== ordered) break;
-        list.append(h('li', {}, inlineMarkdown(next[2])));
-        i++;
-      }
-      root.append(list);
-      continue;
-    } else if (/^>\s?/.test(line)) {
-      flush();
-      root.append(h('blockquote', {}, inlineMarkdown(line.replace(/^>\s?/, ''))));
-    } else if (!line.trim()) {
-      flush();
-    } else {
-      paragraph.push(line);
-    }
-    i++;
-  }
-  flush();
-  return root;
-}
-
-function richText(text) {
-  // A finished answer: its markdown rendered, with the text as recorded one click away.
-  const raw = h('div', { class: 'msg-text', hidden: true, 'data-testid': 'assistant-raw', text });
-  const rendered = markdown(text);
-  rendered.dataset.testid = 'assistant-text';
-  const toggle = h('button', {
-    class: 'btn btn-small btn-ghost md-toggle', type: 'button', 'aria-pressed': 'false',
-    onclick: () => {
-      const showRaw = raw.hidden;
-      raw.hidden = !showRaw;
-      rendered.hidden = showRaw;
-      toggle.setAttribute('aria-pressed', String(showRaw));
-      toggle.textContent = showRaw ? 'Rendered' : 'Raw';
-    },
-  }, 'Raw');
-  return h('div', { class: 'rich' }, rendered, raw, /[*_`#[\]>\n-]/.test(text) ? toggle : null);
-}
-
-function folded(node, length) {
-  // Long content folded: the first lines show, the rest one click away.
-  if (length < 2000) return node;
-  node.classList.add('folded');
-  const more = h('button', {
-    class: 'btn btn-small btn-ghost', type: 'button', 'data-testid': 'unfold',
-    onclick: () => {
-      node.classList.toggle('folded');
-      more.textContent = node.classList.contains('folded') ? `Show all (${fmtInt(length)} characters)` : 'Show less';
-    },
-  }, `Show all (${fmtInt(length)} characters)`);
-  return h('div', {}, node, more);
-}
-
 function contentBlocks(blocks, { interrupted }) {
   const out = [];
   for (const block of blocks || []) {
@@ -952,15 +722,6 @@ function contentBlocks(blocks, { interrupted }) {
   }
   if (interrupted && !out.length) out.push(h('div', { class: 'msg-text muted', text: '' }));
   return out;
-}
-
-function prettyJson(text) {
-  if (typeof text !== 'string') return JSON.stringify(text, null, 2);
-  try {
-    return JSON.stringify(JSON.parse(text), null, 2);
-  } catch {
-    return text;
-  }
 }
 
 function truncatesOf(turns) {

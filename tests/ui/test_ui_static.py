@@ -60,6 +60,22 @@ async def test_the_page_and_its_assets_need_no_key(gw: GatewayUnderTest) -> None
         assert body == (ASSETS / name).read_bytes()
 
 
+async def test_every_module_the_page_imports_is_served(gw: GatewayUnderTest) -> None:
+    seen: set[str] = set()
+    todo = ["app.js"]
+    while todo:
+        name = todo.pop()
+        status, headers, body = await fetch(gw, f"/ui/{name}")
+        assert status == 200, name
+        assert headers["Content-Type"].startswith("text/javascript")
+        assert_secure(headers)
+        seen.add(name)
+        for imported in re.findall(r"^import [^;]+ from '\./([\w.-]+)';$", body.decode(), re.M):
+            if imported not in seen:
+                todo.append(imported)
+    assert seen == {p.name for p in ASSETS.glob("*.js")}  # each module in use, each served
+
+
 async def test_ui_redirects_to_its_directory(gw: GatewayUnderTest) -> None:
     status, headers, _ = await fetch(gw, "/ui")
     assert status == 308

@@ -1,0 +1,77 @@
+// The gateway's admin UI: formatting numbers, times and ids (an ES module of the page; no build step).
+
+export const pad = (n, w = 2) => String(n).padStart(w, '0');
+
+export function fmtTime(seconds, withSeconds = true) {
+  if (seconds === null || seconds === undefined) return '—';
+  const d = new Date(seconds * 1000);
+  const date = `${d.getFullYear()}-${pad(d.getMonth() + 1)}-${pad(d.getDate())}`;
+  const time = `${pad(d.getHours())}:${pad(d.getMinutes())}` + (withSeconds ? `:${pad(d.getSeconds())}` : '');
+  return `${date} ${time}`;
+}
+
+export function fmtAgo(seconds) {
+  if (!seconds) return '—';
+  const delta = Date.now() / 1000 - seconds;
+  if (delta < 60) return 'just now';
+  if (delta < 3600) return `${Math.floor(delta / 60)} min ago`;
+  if (delta < 86400) return `${Math.floor(delta / 3600)} h ago`;
+  return `${Math.floor(delta / 86400)} d ago`;
+}
+
+export function fmtMs(ms) {
+  if (ms === null || ms === undefined) return '—';
+  if (ms < 1000) return `${Math.round(ms)} ms`;
+  return `${(ms / 1000).toFixed(ms < 10000 ? 2 : 1)} s`;
+}
+
+export function fmtUsd(value, digits) {
+  if (value === null || value === undefined) return '—';
+  if (digits === undefined) digits = value !== 0 && Math.abs(value) < 0.01 ? 6 : 2;
+  return '$' + value.toFixed(digits);
+}
+
+export function fmtInt(value) {
+  if (value === null || value === undefined) return '—';
+  return Math.round(value).toLocaleString('en-US');
+}
+
+export function fmtCompact(value) {
+  const abs = Math.abs(value);
+  if (abs >= 1e9) return (value / 1e9).toFixed(1) + 'B';
+  if (abs >= 1e6) return (value / 1e6).toFixed(1) + 'M';
+  if (abs >= 1e4) return (value / 1e3).toFixed(0) + 'k';
+  if (abs >= 1e3) return (value / 1e3).toFixed(1) + 'k';
+  return String(Math.round(value * 100) / 100);
+}
+
+export function plural(count, word, many = `${word}s`) {
+  return `${fmtInt(count)} ${count === 1 ? word : many}`;
+}
+
+export function fmtPct(part, whole) {
+  // A share: never above 100% (each count is of a subset of what it is divided by).
+  if (!whole) return '—';
+  return `${Math.min(100, (100 * part) / whole).toFixed(1)}%`;
+}
+
+export function shortId(id) {
+  // Generated ids are `<prefix>_<12 hex of ms time><20 random hex>`: the head is the time (alike
+  // for every id of a minute), so the random tail is what tells two ids apart.
+  if (!id) return '—';
+  const cut = id.indexOf('_');
+  const [prefix, rest] = cut >= 0 ? [id.slice(0, cut + 1), id.slice(cut + 1)] : ['', id];
+  if (/^[0-9a-f]{32}$/.test(rest)) return `${prefix}…${rest.slice(-8)}`;
+  return id.length > 28 ? `${id.slice(0, 27)}…` : id; // a client-chosen id: its head
+}
+
+export function textOf(content) {
+  if (content === null || content === undefined) return '';
+  if (typeof content === 'string') return content;
+  if (Array.isArray(content)) {
+    return content
+      .map((part) => (typeof part === 'string' ? part : part.text !== undefined ? part.text : `[${part.type || 'part'}]`))
+      .join('');
+  }
+  return JSON.stringify(content);
+}
