@@ -10,7 +10,7 @@
 // site carries no key, and there is no CSRF surface.
 
 import { append, clear, h, s } from './dom.js';
-import { fmtAgo, fmtCompact, fmtInt, fmtMs, fmtPct, fmtTime, fmtUsd, pad, plural, shortId, textOf } from './format.js';
+import { ZONE, fmtAgo, fmtCompact, fmtInt, fmtMs, fmtPct, fmtTime, fmtUsd, pad, plural, shortId, textOf } from './format.js';
 import { folded, prettyJson, richText } from './markdown.js';
 
 const KEY_STORAGE = 'gateway.admin.key';
@@ -514,7 +514,7 @@ async function conversationsPage(root, params) {
     { label: 'Team', cell: (c) => (c.team_id ? h('span', { title: c.team_id, text: teamName.get(c.team_id) || c.team_id }) : h('span', { class: 'muted', text: 'none' })) },
     { label: 'Key', cell: (c) => (c.key_id ? (keyName.has(c.key_id) ? h('span', { title: c.key_id, text: keyName.get(c.key_id) }) : idCell(c.key_id)) : h('span', { class: 'muted', text: adminKeyName() })) },
     { label: 'Turns', num: true, sort: (c) => c.turns, cell: (c) => String(c.turns) },
-    { label: 'Created', sort: (c) => c.created_at, cell: (c) => h('span', { title: fmtTime(c.created_at), text: fmtTime(c.created_at, false) }) },
+    { label: `Created (${ZONE})`, sort: (c) => c.created_at, cell: (c) => h('span', { title: fmtTime(c.created_at), text: fmtTime(c.created_at, false) }) },
     { label: 'Last activity', cell: (c) => h('span', { title: fmtTime(c.last_activity), text: fmtAgo(c.last_activity) }) },
   ], rows, 'No conversation matches these filters.');
   list.addEventListener?.('click', (event) => {
@@ -639,7 +639,7 @@ async function conversationPage(root, id, params) {
     metaItem('Model', conversation.model || lastAlias || '—'),
     metaItem('Team', conversation.team_id || '—'),
     metaItem('Key', conversation.key_id ? idCell(conversation.key_id) : adminKeyName()),
-    metaItem('Created', fmtTime(conversation.created_at)),
+    metaItem(`Created (${ZONE})`, fmtTime(conversation.created_at)),
     metaItem('Turns', String(turns.length)),
     conversation.parent_id ? metaItem('Branch of', h('span', {}, idCell(conversation.parent_id, href(`/conversations/${enc(conversation.parent_id)}`)), ` at seq ${conversation.parent_seq}`)) : null);
   root.append(
@@ -871,7 +871,7 @@ function chatTurn(conversationId, turn, index, inherited, branches, toolCalls, t
   append(box,
     h('header', { class: 'turn-head' },
       h('span', { class: 'turn-number', text: `Turn ${index + 1}` }),
-      h('span', { class: 'muted', text: fmtTime(started) }),
+      h('span', { class: 'muted', title: ZONE, text: fmtTime(started) }),
       turnBadge(turn, end, inherited),
       branchesHere.length ? h('span', { class: 'branch-note' }, icon('branch', 14, 'inline-icon'), `${branchesHere.length} branch${branchesHere.length > 1 ? 'es' : ''} from here: `,
         branchesHere.map((b) => h('a', { href: href(`/conversations/${enc(b.id)}`) }, h('code', { text: shortId(b.id) })))) : null,
@@ -1579,7 +1579,7 @@ async function keysPage(root) {
     { label: 'Team', cell: (t) => h('div', {}, h('strong', { text: t.name }), h('div', { class: 'muted' }, h('code', { text: t.id }))) },
     { label: 'Active keys', num: true, cell: (t) => String(keyCount(t.id)) },
     { label: 'Limits', cell: (t) => limitsText(t.limits) },
-    { label: 'Created', cell: (t) => fmtTime(t.created_at, false) },
+    { label: `Created (${ZONE})`, cell: (t) => fmtTime(t.created_at, false) },
     { label: '', cell: (t) => editLimitsButton(`/v1/gateway/teams/${enc(t.id)}`, t.limits, root) },
   ], teams.map((t) => ({ ...t, attrs: { 'data-team-id': t.id } })), 'No teams yet.')));
 
@@ -1593,8 +1593,8 @@ async function keysPage(root) {
     { label: 'Limits', cell: (k) => limitsText(k.limits) },
     { label: 'Last used', sort: (k) => keyUse.get(k.id)?.last, cell: (k) => h('span', { 'data-col': 'last-used', title: keyUse.has(k.id) ? `in the UTC hour from ${new Date(keyUse.get(k.id).last * 1000).toISOString().slice(0, 13)}:00` : 'not in the last 31 days', text: !keyUse.has(k.id) ? 'not in 31 days' : keyUse.get(k.id).last + 3600 > now ? 'this hour' : fmtAgo(keyUse.get(k.id).last) }) },
     { label: 'Spend this month (UTC)', num: true, sort: (k) => keyUse.get(k.id)?.month ?? 0, cell: (k) => h('span', { 'data-col': 'spend', text: fmtUsd(keyUse.get(k.id)?.month ?? 0) }) },
-    { label: 'Expires', cell: (k) => (k.expires_at ? fmtTime(k.expires_at, false) : 'never') },
-    { label: 'Created', cell: (k) => fmtTime(k.created_at, false) },
+    { label: `Expires (${ZONE})`, cell: (k) => (k.expires_at ? fmtTime(k.expires_at, false) : 'never') },
+    { label: `Created (${ZONE})`, cell: (k) => fmtTime(k.created_at, false) },
     { label: '', cell: (k) => h('div', { class: 'row-actions' }, k.revoked_at ? null : editLimitsButton(`/v1/gateway/keys/${enc(k.id)}`, k.limits, root), k.revoked_at ? null : revokeButton(k, root)) },
   ], keys.sort((a, b) => b.created_at - a.created_at).map((k) => ({ ...k, attrs: { 'data-key-id': k.id } })), 'No keys yet.')));
 }

@@ -2,6 +2,9 @@
 
 export const pad = (n, w = 2) => String(n).padStart(w, '0');
 
+// Times show in the browser's time zone, named wherever they appear (bucketed usage is UTC).
+export const ZONE = Intl.DateTimeFormat().resolvedOptions().timeZone || 'local time';
+
 export function fmtTime(seconds, withSeconds = true) {
   if (seconds === null || seconds === undefined) return '—';
   const d = new Date(seconds * 1000);

@@ -95,6 +95,8 @@ class Shots:
         await self.page.set_viewport_size({"width": viewport["width"], "height": height})
         await self.page.screenshot(path=str(self.directory / f"{name}.png"))
         await self.page.set_viewport_size(viewport)
+        REVIEW_DIR.mkdir(parents=True, exist_ok=True)  # kept for review, whichever test took it
+        shutil.copy(self.directory / f"{name}.png", REVIEW_DIR)
         assert self.errors == [], f"console errors on {name}: {self.errors}"
 
 
@@ -718,6 +720,11 @@ async def test_usage_counts_names_presets_and_utc_days(
     bar = page.locator('svg.chart[data-chart="tokens"] rect.bar').last
     await expect(bar.locator("title")).to_contain_text(today)
     await expect(page.locator(".panel-title", has_text="Tokens by model")).to_contain_text("UTC")
+    await page.goto(f"{gw.url}/ui/#/conversations")  # times elsewhere: the browser's zone, named
+    await expect(page.locator("th", has_text="Created")).to_have_text(
+        re.compile("America/Los_Angeles")
+    )
+    await page.goto(f"{gw.url}/ui/#/usage?range=7d")
     await shots.take("19-usage-counts")
 
     await page.get_by_test_id("usage-group-by").select_option("key")
@@ -956,10 +963,12 @@ async def test_every_view_passes_the_accessibility_check(
         "keys": ("#/keys", "tr[data-key-id]"),
         "deployments": ("#/deployments", "tr[data-deployment]"),
     }
+    shots = Shots(page, tmp_path)
     for name, (route, ready) in views.items():
         await page.goto(f"{gw.url}/ui/{route}")
         await expect(page.locator(ready).first).to_be_visible()
         problems[name] = await serious_violations(page)
+        await shots.take(f"30-{name}-{width}")
         if width == 390:
             await no_horizontal_overflow(page)
     await context.close()
