@@ -21,6 +21,7 @@ import aiohttp
 import pytest
 
 from gateway.conversations.events import Conversation, NewEvent, TurnStart
+from gateway.metering.usage import UsageRecord
 from tests.conftest import GatewayUnderTest, MakeGateway, MakeUpstream
 from tests.fakes import DONE, USAGE, FakeUpstream, chunk, frames, status
 
@@ -974,3 +975,57 @@ async def test_every_view_passes_the_accessibility_check(
     await context.close()
     failing = [f"{view}: {finding}" for view, found in problems.items() for finding in found]
     assert not failing, "\n".join(failing)
+
+
+async def test_usage_groups_keep_their_colour_from_range_to_range(
+    scene: tuple[GatewayUnderTest, FakeUpstream, FakeUpstream], browser: Any, tmp_path: Path
+) -> None:
+    """Coloured by name, not by rank: `a` spends most over 30 days, `b` over the last day."""
+    gw, _a, _b = scene
+    now = datetime.now(UTC).timestamp()
+    for n, (deployment, cost, when) in enumerate(
+        [("a", 5.0, now - 20 * 86400), ("b", 0.5, now - 600), ("a", 0.1, now - 900)]
+    ):
+        record = UsageRecord(
+            id=f"turn_{n}:1",
+            turn_id=f"turn_{n}",
+            conversation_id=f"conv_{n}",
+            team_id=None,
+            key_id=None,
+            user=None,
+            alias="m",
+            deployment=deployment,
+            provider="openai",
+            model=f"{deployment}-model",
+            created_at=when,
+            status="completed",
+            prompt_tokens=10,
+            completion_tokens=10,
+            completion_delivered=10,
+            reasoning_tokens=0,
+            cached_tokens=0,
+            usage_source="provider",
+            cost_usd=cost,
+            ttft_ms=None,
+            duration_ms=None,
+        )
+        gw.gateway.store.write("usage", record.row())
+    await gw.gateway.store.flush()
+
+    page = await signed_in(browser, gw)
+    colours: dict[str, dict[str, str]] = {}
+    for range_ in ("24h", "30d"):
+        await page.goto(f"{gw.url}/ui/#/usage?group_by=deployment&range={range_}")
+        legend = page.locator(".legend").first
+        await expect(legend.locator(".legend-item")).to_have_count(2)
+        colours[range_] = {}
+        for name in ("a", "b"):
+            item = legend.locator(".legend-item", has_text=re.compile(f"^{name}$"))
+            colours[range_][name] = await item.locator(".swatch").evaluate(
+                "s => s.style.background"
+            )
+    first = page.locator("tr[data-group]").first  # the rates table, by spend: `a` over 30 days
+    await expect(first).to_have_attribute("data-group", "a")
+    assert colours["24h"] == colours["30d"]
+    assert colours["24h"]["a"] != colours["24h"]["b"]
+    await page.context.close()
