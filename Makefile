@@ -5,6 +5,7 @@ BIN := $(VENV)/bin
 CONFIG ?= config/gateway.yaml
 STAMP := $(VENV)/.installed
 JS_STAMP := tests/js/node_modules/.installed
+UI_STAMP := tests/ui/node_modules/.installed
 
 .PHONY: setup system js run test lint typecheck check bench clean
 
@@ -36,13 +37,18 @@ $(STAMP): pyproject.toml
 	$(BIN)/pip install --quiet -e '.[dev]'
 	touch $(STAMP)
 
-# The JavaScript clients tests/js drives (package.json pins them; the lockfile is committed):
-# installed from the npm registry once, again only when the lockfile changes.
-js: $(JS_STAMP)
+# The JavaScript clients tests/js drives, and axe-core for tests/ui's accessibility check
+# (package.json pins them; the lockfiles are committed): installed from the npm registry once,
+# again only when a lockfile changes.
+js: $(JS_STAMP) $(UI_STAMP)
 
 $(JS_STAMP): tests/js/package.json tests/js/package-lock.json | system
 	cd tests/js && npm ci --no-audit --no-fund --loglevel=error
 	touch $(JS_STAMP)
+
+$(UI_STAMP): tests/ui/package.json tests/ui/package-lock.json | system
+	cd tests/ui && npm ci --no-audit --no-fund --loglevel=error
+	touch $(UI_STAMP)
 
 run: setup
 	mkdir -p data
@@ -64,4 +70,5 @@ bench: setup
 	$(BIN)/python -m bench.run
 
 clean:
-	rm -rf $(VENV) data/*.db* .pytest_cache .mypy_cache .ruff_cache tests/js/node_modules
+	rm -rf $(VENV) data/*.db* .pytest_cache .mypy_cache .ruff_cache tests/js/node_modules \
+		tests/ui/node_modules

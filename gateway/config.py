@@ -39,6 +39,15 @@ class ServerConfig(_Model):
     max_body_mb: float = Field(
         16, gt=0, description="Largest accepted request body, in MiB; larger gets 413."
     )
+    max_messages: int = Field(
+        10_000, ge=1, description="Most messages a completion request may carry; more gets 413."
+    )
+    max_message_parts: int = Field(
+        1_000, ge=1, description="Most content parts one message may have; more gets 413."
+    )
+    max_tools: int = Field(
+        512, ge=1, description="Most tools a completion request may offer; more gets 413."
+    )
     shutdown_grace_s: float = Field(
         10, ge=0, description="How long in-flight streams may finish after SIGTERM."
     )

@@ -33,7 +33,13 @@ from typing import Any, Literal, TypeGuard
 import orjson
 from pydantic import BaseModel, ConfigDict, Field, field_validator
 
-from gateway.dialects.requests import MAX_OUTPUT_TOKENS, parse_json_object, validated
+from gateway.dialects.requests import (
+    MAX_OUTPUT_TOKENS,
+    Shape,
+    check_shape,
+    parse_json_object,
+    validated,
+)
 from gateway.errors import GatewayError, InvalidRequest, UpstreamStreamError
 from gateway.ids import random_hex
 from gateway.providers.anthropic_messages import ERROR_STATUS, STOP_REASONS
@@ -164,7 +170,9 @@ class AnthropicRequest(BaseModel):
         raise ValueError("system must be a string or a list of text blocks")
 
 
-def parse_request(raw: bytes) -> tuple[dict[str, Any], AnthropicRequest]:
+def parse_request(
+    raw: bytes, shape: Shape | None = None
+) -> tuple[dict[str, Any], AnthropicRequest]:
     """Validate a Messages request; return the equivalent OpenAI chat body and the request.
 
     Dropped, having no OpenAI counterpart: `top_k`, a tool result's `is_error`, and
@@ -176,6 +184,8 @@ def parse_request(raw: bytes) -> tuple[dict[str, Any], AnthropicRequest]:
     cannot carry (documents, file references, server tools and their blocks) is refused.
     """
     body = parse_json_object(raw)
+    if shape is not None:
+        check_shape(body, *shape)  # before the messages are validated one by one
     request = validated(AnthropicRequest, body)
     return to_openai_body(request), request
 

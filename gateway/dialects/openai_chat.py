@@ -13,7 +13,7 @@ import orjson
 from pydantic import BaseModel, ConfigDict, Field, field_validator
 
 from gateway.conversations.derive import assistant_message
-from gateway.dialects.requests import parse_json_object, validated
+from gateway.dialects.requests import Shape, check_shape, parse_json_object, validated
 from gateway.errors import GatewayError
 from gateway.ids import random_hex
 from gateway.stream.assembler import BlockAssembler
@@ -81,8 +81,12 @@ class ChatCompletionRequest(BaseModel):
     stream: bool | None = False
 
 
-def parse_chat_request(raw: bytes) -> tuple[dict[str, Any], ChatCompletionRequest]:
+def parse_chat_request(
+    raw: bytes, shape: Shape | None = None
+) -> tuple[dict[str, Any], ChatCompletionRequest]:
     body = parse_json_object(raw)
+    if shape is not None:
+        check_shape(body, *shape)  # before the messages are validated one by one
     return body, validated(ChatCompletionRequest, body)
 
 

@@ -47,7 +47,13 @@ from typing import Any, TypeGuard
 import orjson
 from pydantic import BaseModel, ConfigDict, Field, field_validator
 
-from gateway.dialects.requests import MAX_OUTPUT_TOKENS, parse_json_object, validated
+from gateway.dialects.requests import (
+    MAX_OUTPUT_TOKENS,
+    Shape,
+    check_shape,
+    parse_json_object,
+    validated,
+)
 from gateway.errors import GatewayError, InvalidRequest, UpstreamStreamError
 from gateway.stream.assembler import BlockAssembler
 from gateway.stream.events import (
@@ -149,7 +155,9 @@ class ResponsesRequest(BaseModel):
         return self.conversation or None
 
 
-def parse_request(raw: bytes) -> tuple[ResponsesRequest, list[dict[str, Any]]]:
+def parse_request(
+    raw: bytes, shape: Shape | None = None
+) -> tuple[ResponsesRequest, list[dict[str, Any]]]:
     """Validate a Responses request; return it and its new input as OpenAI chat messages.
 
     Input items: messages (roles user, assistant, system, developer; `developer` becomes
@@ -161,6 +169,8 @@ def parse_request(raw: bytes) -> tuple[ResponsesRequest, list[dict[str, Any]]]:
     tools. `tools` and `tool_choice` are checked here too.
     """
     body = parse_json_object(raw)
+    if shape is not None:
+        check_shape(body, *shape)  # before the items are validated one by one
     request = validated(ResponsesRequest, body)
     if request.input is None or request.input == []:
         raise InvalidRequest("Missing required parameter: 'input'.", param="input")

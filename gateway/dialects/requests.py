@@ -12,7 +12,7 @@ from typing import Any, TypeGuard, TypeVar
 import orjson
 from pydantic import BaseModel, ValidationError
 
-from gateway.errors import InvalidRequest
+from gateway.errors import InvalidRequest, PayloadTooLarge
 
 M = TypeVar("M", bound=BaseModel)
 
@@ -127,6 +127,41 @@ def check_chat_params(body: dict[str, Any]) -> None:
             raise InvalidRequest(
                 f"Invalid value for '{name}': expected {rule[1]}, got {value!r:.40}.", param=name
             )
+
+
+Shape = tuple[int, int, int]  # server.max_messages, max_message_parts, max_tools
+
+
+def check_shape(body: dict[str, Any], max_messages: int, max_parts: int, max_tools: int) -> None:
+    """The shape limits of a completion request (`server.max_messages`, `max_message_parts`,
+    `max_tools`): a 413 naming the limit, before anything is admitted or recorded. Within the
+    body-size cap a request of many tiny messages would otherwise become as many events (and
+    take seconds to validate): the handlers check the body as parsed, before its model, and
+    the turn the chat body every dialect becomes. A Responses body's `input` counts as its
+    messages."""
+    messages = body.get("messages", body.get("input"))
+    if isinstance(messages, list):
+        if len(messages) > max_messages:
+            raise PayloadTooLarge(
+                f"The request has {len(messages)} messages; at most {max_messages} are accepted"
+                " (server.max_messages).",
+                param="messages",
+            )
+        for i, message in enumerate(messages):
+            content = message.get("content") if isinstance(message, dict) else None
+            if isinstance(content, list) and len(content) > max_parts:
+                raise PayloadTooLarge(
+                    f"messages[{i}] has {len(content)} content parts; at most {max_parts} are"
+                    " accepted (server.max_message_parts).",
+                    param=f"messages[{i}].content",
+                )
+    tools = body.get("tools")
+    if isinstance(tools, list) and len(tools) > max_tools:
+        raise PayloadTooLarge(
+            f"The request offers {len(tools)} tools; at most {max_tools} are accepted"
+            " (server.max_tools).",
+            param="tools",
+        )
 
 
 def check_output_params(body: dict[str, Any]) -> None:

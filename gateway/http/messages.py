@@ -13,10 +13,10 @@ from gateway.context import GATEWAY
 from gateway.dialects.anthropic_messages import ANTHROPIC_MESSAGES, parse_request
 from gateway.http.auth import PRINCIPAL
 from gateway.http.middleware import REQUEST_ID
-from gateway.pipeline.turn import TurnRequest, run_turn
+from gateway.pipeline.turn import TurnRequest, run_turn, shape_of
 
 
 async def messages(request: web.Request) -> web.StreamResponse:
-    body, parsed = parse_request(await request.read())
+    body, parsed = parse_request(await request.read(), shape_of(request))
     turn = TurnRequest(body, bool(parsed.stream), ANTHROPIC_MESSAGES, request[REQUEST_ID])
     return await run_turn(request.app[GATEWAY], request, request[PRINCIPAL], turn)

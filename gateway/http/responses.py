@@ -28,7 +28,7 @@ from gateway.dialects.openai_responses import (
 from gateway.errors import Conflict
 from gateway.http.auth import PRINCIPAL
 from gateway.http.middleware import REQUEST_ID
-from gateway.pipeline.turn import TurnRequest, run_turn, turn_user
+from gateway.pipeline.turn import TurnRequest, run_turn, shape_of, turn_user
 
 
 def _store(request: web.Request) -> ResponseStore:
@@ -37,7 +37,7 @@ def _store(request: web.Request) -> ResponseStore:
 
 
 async def create(request: web.Request) -> web.StreamResponse:
-    parsed, new_messages = parse_request(await request.read())
+    parsed, new_messages = parse_request(await request.read(), shape_of(request))
     # `item_reference` input items, read back from the store (the key's team only): a 400
     # naming one that is unknown, before anything is recorded or sent.
     new_messages = await resolve_item_references(

@@ -176,7 +176,9 @@ class Meter:
             "cache_write_1h_tokens": sum(r.cache_write_1h_tokens for r in records),
             "cost_usd": round(sum(costs), 10) if costs else None,
             # The least exact of its attempts.
-            "usage_source": max((r.usage_source for r in records), key=_SOURCES.index),
+            "usage_source": max(
+                (r.usage_source for r in records), key=_SOURCES.index, default="provider"
+            ),
         }
 
     def _attempt(self, turn: TurnRecorder, attempt: Attempt) -> UsageRecord:

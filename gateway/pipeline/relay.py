@@ -47,7 +47,6 @@ from gateway.pipeline.deadline import AttemptClock, watchdog
 from gateway.providers.base import UpstreamResponse
 from gateway.providers.openai_chat import ChatStreamParser
 from gateway.providers.params import (
-    check_plan,
     dropped_header,
     openai_form,
     takes_openai_only,
@@ -95,6 +94,7 @@ class Relay:
         plan: list[Deployment],
         headers: dict[str, str],
         dialect: Dialect,
+        dropped: dict[str, list[str]] | None = None,
     ) -> None:
         self.gateway = gateway
         self.turn = turn
@@ -127,8 +127,9 @@ class Relay:
         self.held: list[bytes] = []
         self.sizes: list[int] = []
         self.terminator = b""
-        # drop_params: the parameters each deployment of the plan leaves out, by its name.
-        self.dropped: dict[str, list[str]] = {}
+        # drop_params: the parameters each deployment of the plan leaves out, by its name
+        # (gateway.providers.params.check_plan, run before the turn began).
+        self.dropped: dict[str, list[str]] = dropped or {}
 
     async def serve(self, cancel_key: str, team_id: str | None) -> web.StreamResponse:
         """Run the turn to its end, however it ends; cancellable meanwhile by `cancel_key`."""
@@ -166,10 +167,6 @@ class Relay:
     # -- attempts ----------------------------------------------------------------------------
 
     async def run(self) -> web.StreamResponse:
-        # Before the first attempt: a parameter some deployment of the plan cannot carry is a
-        # 400 naming the first such one, or with `drop_params` is dropped for it.
-        config = self.alias.config
-        self.dropped = check_plan(self.body, self.plan, drop=config.drop_params, alias=config.name)
         plan = RetryPlan(self.alias, self.plan)
         continuing = self.alias.config.continue_on_failure and self.stream
         while (deployment := await plan.next()) is not None:

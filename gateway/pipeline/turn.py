@@ -18,18 +18,25 @@ from typing import Any
 
 from aiohttp import web
 
-from gateway.context import Gateway
+from gateway.context import GATEWAY, Gateway
 from gateway.conversations.events import new_id
 from gateway.conversations.recorder import TurnRecorder
 from gateway.conversations.service import Joined
 from gateway.dialects.base import Dialect
-from gateway.dialects.requests import check_output_params, choices, output_bound
+from gateway.dialects.requests import (
+    Shape,
+    check_output_params,
+    check_shape,
+    choices,
+    output_bound,
+)
 from gateway.errors import InvalidRequest
 from gateway.metering.keys import Principal
 from gateway.metering.limits import Lease, Limiter, scopes_of
 from gateway.metering.prices import require_price
 from gateway.metering.tokens import count_embedding_input, tally_messages, vendor_of
 from gateway.pipeline.relay import Relay
+from gateway.providers.params import check_plan
 from gateway.routing.router import Deployment
 
 # The completion a request without max_tokens is assumed to take, for budget reservations.
@@ -60,8 +67,13 @@ async def run_turn(
         # Recorded with the turn's usage, where PostgreSQL text refuses NUL: the usage row
         # would be dropped and the request go unmetered (a way round budgets).
         raise InvalidRequest("'user' may not contain a NUL character.", param="user")
+    server = gateway.config.server
+    check_shape(body, server.max_messages, server.max_message_parts, server.max_tools)
     alias = gateway.routes.alias(body.get("model"), principal)
     plan = gateway.routes.plan(alias, body)
+    # A parameter some deployment of the plan cannot carry: a 400 naming the first such one
+    # (nothing recorded), or with `drop_params` dropped for it.
+    dropped = check_plan(body, plan, drop=alias.config.drop_params, alias=alias.config.name)
     lease = await admit(gateway.limiter, principal, body, plan)
     user = turn_user(principal, body)
     joined = turn.joined
@@ -130,8 +142,15 @@ async def run_turn(
         plan=plan,
         headers=headers,
         dialect=turn.dialect,
+        dropped=dropped,
     )
     return await relay.serve(turn.cancel_key or turn.request_id, principal.team_id)
+
+
+def shape_of(request: web.Request) -> Shape:
+    """The configured shape limits of a completion request (gateway.dialects.requests)."""
+    server = request.app[GATEWAY].config.server
+    return server.max_messages, server.max_message_parts, server.max_tools
 
 
 def turn_user(principal: Principal, body: dict[str, Any]) -> str | None:

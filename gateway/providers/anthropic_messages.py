@@ -22,7 +22,7 @@ from typing import Any, TypeGuard
 import orjson
 
 from gateway.errors import InvalidRequest, UpstreamProtocolError
-from gateway.providers.params import anthropic_fields
+from gateway.providers.params import THINKING_BUDGETS, anthropic_fields
 from gateway.stream.events import (
     REASONING,
     TEXT,
@@ -39,7 +39,6 @@ from gateway.stream.events import (
 from gateway.stream.sse import SSEFrame
 
 DEFAULT_MAX_TOKENS = 4096
-THINKING_BUDGETS = {"minimal": 1024, "low": 1024, "medium": 4096, "high": 16384}
 # The room a `reasoning_effort` budget leaves for the answer (docs/providers.md, "Thinking"):
 # the client's own output cap, or this much when the cap is larger.
 ANSWER_ROOM = 4096
@@ -683,6 +682,9 @@ class AnthropicStreamParser:
             usage = message.get("usage") if isinstance(message, dict) else None
             if isinstance(usage, dict):
                 self._usage = dict(usage)
+                # The exact input and cache counts, kept for a turn cut before message_delta
+                # brings the whole count (gateway.metering.usage); not a final usage.
+                return [Usage({**openai_usage(self._usage), "partial": True})]
             return []
         if kind == "message_delta":
             out: list[StreamEvent] = []

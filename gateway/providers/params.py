@@ -127,9 +127,11 @@ def _anthropic_service_tier(value: Any, body: dict[str, Any]) -> str:
     return MAPPED if value in _ANTHROPIC_TIERS else REFUSED
 
 
-def _anthropic_effort(value: Any, body: dict[str, Any]) -> str:
-    from gateway.providers.anthropic_messages import THINKING_BUDGETS
+# The thinking budget each `reasoning_effort` becomes on Anthropic (the adapter reads it).
+THINKING_BUDGETS = {"minimal": 1024, "low": 1024, "medium": 4096, "high": 16384}
 
+
+def _anthropic_effort(value: Any, body: dict[str, Any]) -> str:
     return MAPPED if value in THINKING_BUDGETS else REFUSED
 
 

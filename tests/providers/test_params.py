@@ -279,18 +279,18 @@ async def test_a_plan_is_checked_whole_before_the_first_attempt(
     assert "seed" not in anthropic.requests[-1]
 
 
-async def test_a_refused_request_is_recorded_as_refused(
+async def test_a_refused_request_records_nothing(
     make_gateway: MakeGateway, anthropic: AnthropicServer
 ) -> None:
+    """Bad input changes nothing: the 400 comes before the turn begins."""
     gw = await make_gateway(models=[alias("claude", anthropic)])
     status_, headers, _ = await post(gw, chat("claude", seed=7))
     assert status_ == 400
-    events = await gw.wait_turn_end(headers["X-Conversation-Id"])
-    end = events[-1]
-    assert end["type"] == "turn/end"
-    assert end["payload"]["status"] == "error"
-    assert end["payload"]["reason"] == "unsupported_parameter"
-    assert end["payload"]["attempts"] == 0
+    assert "X-Conversation-Id" not in headers
+    await gw.flush()
+    assert gw.query("SELECT COUNT(*) FROM turns") == [(0,)]
+    assert gw.query("SELECT COUNT(*) FROM conversations") == [(0,)]
+    assert anthropic.requests == []
 
 
 # -- a native Responses upstream ---------------------------------------------------------------

@@ -7,7 +7,7 @@ from typing import Any
 
 import pytest
 
-from tests.conftest import GatewayUnderTest
+from tests.conftest import GatewayUnderTest, MakeGateway
 
 HI = [{"role": "user", "content": "hi"}]
 
@@ -66,5 +66,31 @@ async def test_the_other_dialects_are_checked_too(gw: GatewayUnderTest) -> None:
         {"model": "demo", "max_tokens": 10, "messages": HI, "temperature": "hot"},
     )
     assert status == 400, body
+    await gw.flush()
+    assert gw.query("SELECT COUNT(*) FROM turns") == [(0,)]
+
+
+@pytest.mark.parametrize(
+    ("path", "body", "param"),
+    [
+        ("/v1/chat/completions", {"messages": HI * 6}, "messages"),
+        ("/v1/chat/completions", {"messages": [{"role": "user", "content": [
+            {"type": "text", "text": "x"}] * 4}]}, "messages[0].content"),
+        ("/v1/chat/completions", {"messages": HI, "tools": [
+            {"type": "function", "function": {"name": f"f{i}"}} for i in range(4)]}, "tools"),
+        ("/v1/responses", {"input": [{"role": "user", "content": "x"}] * 6}, "messages"),
+        ("/v1/messages", {"max_tokens": 5, "messages": [
+            {"role": "user", "content": "x"}, {"role": "assistant", "content": "y"}] * 3},
+         "messages"),
+    ],
+)  # fmt: skip
+async def test_a_request_over_a_shape_limit_is_a_413_and_nothing_is_recorded(
+    make_gateway: MakeGateway, path: str, body: dict[str, Any], param: str
+) -> None:
+    gw = await make_gateway(server={"max_messages": 5, "max_message_parts": 3, "max_tools": 3})
+    status, answer = await gw.post(path, {"model": "demo", **body})
+    assert status == 413, answer
+    assert answer["error"].get("param", param) == param  # (Anthropic's shape has none)
+    assert "server.max_" in answer["error"]["message"]
     await gw.flush()
     assert gw.query("SELECT COUNT(*) FROM turns") == [(0,)]
