@@ -59,7 +59,9 @@ class Page:
 
 def _json_text(dialect: Dialect, column: str, field: str) -> str:
     if dialect == "postgresql":
-        return f"(CAST({column} AS jsonb) ->> '{field}')"
+        # PostgreSQL text holds no NUL, so a `\u0000` escape (stored JSON keeps what a client
+        # sent) makes the cast fail, and every search with it: read as U+FFFD there instead.
+        return f"(CAST(REPLACE({column}, '\\u0000', '\\ufffd') AS jsonb) ->> '{field}')"
     return f"json_extract({column}, '$.{field}')"
 
 
