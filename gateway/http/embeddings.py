@@ -12,13 +12,32 @@ from gateway.http.auth import PRINCIPAL
 from gateway.pipeline.embeddings import run_embeddings
 
 
+def _token(value: object) -> bool:
+    return isinstance(value, int) and not isinstance(value, bool) and value >= 0
+
+
+def _same(inputs: list[object]) -> bool:
+    """OpenAI's input forms: strings, token ids, or arrays of token ids, one form a request."""
+    return (
+        all(isinstance(i, str) for i in inputs)
+        or all(_token(i) for i in inputs)
+        or all(isinstance(i, list) and i and all(_token(t) for t in i) for i in inputs)
+    )
+
+
 async def embeddings(request: web.Request) -> web.Response:
     body = parse_json_object(await request.read())
     if not isinstance(body.get("model"), str):
         raise InvalidRequest("Missing required parameter: 'model'.", param="model")
     inputs = body.get("input")
-    if not (isinstance(inputs, str) or (isinstance(inputs, list) and inputs)):
-        raise InvalidRequest("'input' must be a string or a non-empty array.", param="input")
+    if not (isinstance(inputs, str) or (isinstance(inputs, list) and inputs and _same(inputs))):
+        raise InvalidRequest(
+            "'input' must be a string, or a non-empty array of strings, of token ids, or of"
+            " arrays of token ids.",
+            param="input",
+        )
+    if body.get("user") is not None and not isinstance(body["user"], str):
+        raise InvalidRequest("Invalid value for 'user': expected a string.", param="user")
     if body.get("encoding_format") not in (None, "float", "base64"):
         raise InvalidRequest(
             "Invalid value for 'encoding_format': expected 'float' or 'base64'.",

@@ -94,3 +94,16 @@ async def test_a_request_over_a_shape_limit_is_a_413_and_nothing_is_recorded(
     assert "server.max_" in answer["error"]["message"]
     await gw.flush()
     assert gw.query("SELECT COUNT(*) FROM turns") == [(0,)]
+
+
+@pytest.mark.parametrize(
+    ("param", "value"),
+    [("input", [1.5]), ("input", ["a", 1]), ("input", [[]]), ("input", {}), ("user", 3),
+     ("encoding_format", "hex"), ("dimensions", 0)],
+)  # fmt: skip
+async def test_a_wrong_embeddings_parameter_is_a_400_naming_it(
+    gw: GatewayUnderTest, param: str, value: Any
+) -> None:
+    body = {"model": "demo", "input": "hello", param: value}
+    status, answer = await gw.post("/v1/embeddings", body)
+    assert (status, answer["error"]["param"]) == (400, param), answer
