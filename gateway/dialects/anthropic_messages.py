@@ -175,8 +175,10 @@ def parse_request(
 ) -> tuple[dict[str, Any], AnthropicRequest]:
     """Validate a Messages request; return the equivalent OpenAI chat body and the request.
 
-    Dropped, having no OpenAI counterpart: `top_k`, a tool result's `is_error`, and
-    Anthropic-only top-level fields (`service_tier`, `container`, `mcp_servers`, ...).
+    `top_k` rides along for an Anthropic upstream (refused by name by the others,
+    gateway.providers.params), and `output_config.format` becomes `response_format`. Dropped,
+    having no OpenAI counterpart: a tool result's `is_error`, and Anthropic-only top-level
+    fields (`service_tier`, `container`, `mcp_servers`, ...).
     `cache_control` (on system, content and tool_result blocks, tool_use blocks and tools) and
     signed and redacted thinking ride in the OpenAI body as the extensions the Anthropic
     upstream adapter reads back (`cache_control` on parts, messages and tools; an assistant
@@ -230,6 +232,13 @@ def to_openai_body(request: AnthropicRequest) -> dict[str, Any]:
             out["reasoning_effort"] = reasoning_effort(thinking.budget_tokens)
         # Passed on as given: the Anthropic upstream adapter sends it unchanged.
         out["thinking"] = thinking.model_dump(exclude_none=True)
+    response_format = _output_format(request.model_extra or {})
+    if response_format is not None:
+        out["response_format"] = response_format
+    if request.top_k is not None:
+        # Anthropic's own parameter: its upstream takes it, others refuse it by name
+        # (gateway.providers.params), rather than its being lost.
+        out["top_k"] = request.top_k
     if request.metadata is not None and request.metadata.user_id:
         out["user"] = request.metadata.user_id
     extra = request.metadata.model_extra if request.metadata is not None else None
@@ -239,6 +248,26 @@ def to_openai_body(request: AnthropicRequest) -> dict[str, Any]:
     if request.stream is not None:
         out["stream"] = request.stream
     return out
+
+
+def _output_format(extra: dict[str, Any]) -> dict[str, Any] | None:
+    """Anthropic's structured output (`output_config.format`, a JSON schema) as OpenAI's
+    `response_format`, which every upstream adapter maps to its own (gateway/providers)."""
+    config = extra.get("output_config")
+    if config is None:
+        return None
+    fmt = config.get("format") if isinstance(config, dict) else None
+    if fmt is None:
+        return None
+    schema = fmt.get("schema") if isinstance(fmt, dict) else None
+    if not (
+        isinstance(fmt, dict) and fmt.get("type") == "json_schema" and isinstance(schema, dict)
+    ):
+        raise InvalidRequest(
+            '\'output_config.format\' must be {"type": "json_schema", "schema": {...}}.',
+            param="output_config.format",
+        )
+    return {"type": "json_schema", "json_schema": {"name": "output", "schema": schema}}
 
 
 def reasoning_effort(budget_tokens: int) -> str:

@@ -346,7 +346,19 @@ def test_stop_sequences_metadata_and_anthropic_only_fields() -> None:
     )
     assert body["stop"] == ["END", "STOP"]
     assert body["user"] == "user-42"
-    assert "top_k" not in body and "service_tier" not in body and "metadata" not in body
+    # top_k rides along (an Anthropic upstream takes it; others refuse it by name).
+    assert body["top_k"] == 5
+    assert "service_tier" not in body and "metadata" not in body
+
+
+def test_output_config_becomes_response_format() -> None:
+    schema = {"type": "object", "properties": {"city": {"type": "string"}}}
+    body = translate(output_config={"format": {"type": "json_schema", "schema": schema}})
+    assert body["response_format"] == {
+        "type": "json_schema",
+        "json_schema": {"name": "output", "schema": schema},
+    }
+    assert_invalid(request(output_config={"format": {"type": "xml"}}), "output_config.format")
 
 
 def assert_invalid(body: dict[str, Any] | bytes, param: str | None) -> InvalidRequest:

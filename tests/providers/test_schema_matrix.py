@@ -61,14 +61,7 @@ FEATURES = (
 PATHS = {"chat": "/v1/chat/completions", "responses": "/v1/responses", "messages": "/v1/messages"}
 
 # Cells that fail today for work in progress elsewhere: (dialect, provider, feature) -> why.
-_OUTPUT_CONFIG = (
-    "structured output from /v1/messages: the dialect (gateway/dialects/anthropic_messages.py)"
-    " drops `output_config.format`, so neither upstream gets a schema (issue 32, item 1)"
-)
-XFAIL: dict[tuple[str, str, str], str] = {
-    ("messages", "openai", "structured_output"): _OUTPUT_CONFIG,
-    ("messages", "anthropic", "structured_output"): _OUTPUT_CONFIG,
-}
+XFAIL: dict[tuple[str, str, str], str] = {}
 
 # Cells the gateway refuses by design (docs/providers.md, "Request parameters"): a Responses
 # client's caching is `prompt_cache_key`, which an Anthropic deployment cannot carry.
