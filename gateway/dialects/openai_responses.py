@@ -42,7 +42,7 @@ import hashlib
 import re
 from collections.abc import Mapping
 from dataclasses import dataclass, field
-from typing import Any, TypeGuard
+from typing import Any, Literal, TypeGuard
 
 import orjson
 from pydantic import BaseModel, ConfigDict, Field, field_validator
@@ -117,6 +117,15 @@ class ResponsesRequest(BaseModel):
     text: dict[str, Any] | None = None
     metadata: dict[str, str] | None = None
     user: str | None = None
+    # Accepted, and how the gateway meets them: it adds no optional output data (`include`),
+    # never drops context on its own (`truncation: "disabled"`, OpenAI's default), and runs no
+    # hosted tools (`max_tool_calls`). It answers in the request, never in the background.
+    include: list[str] | None = None
+    truncation: Literal["auto", "disabled"] | None = None
+    max_tool_calls: int | None = Field(None, ge=1, strict=True)
+    background: Literal[False] | None = Field(
+        None, description="Background responses are not offered: false or absent."
+    )
 
     # Checked before validation so that a bad value yields one error at the field, not one per
     # union arm (whose names would end up in the `param`).

@@ -7,6 +7,7 @@ judge the wire format.
 
 from __future__ import annotations
 
+import json
 from typing import Any
 
 import httpx2
@@ -662,3 +663,19 @@ async def test_the_sdk_checks_strictly() -> None:
     assert broken != stream
     with pytest.raises(openai.APIResponseValidationError):
         await sdk_events(broken)
+
+
+def test_fields_the_gateway_meets_its_own_way_are_checked() -> None:
+    """`include`, `truncation` and `max_tool_calls` are accepted; `background: true` (an answer
+    the gateway would not give) is a 400 naming it, as is a wrong form of any of them."""
+    from gateway.dialects.openai_responses import parse_request
+    from gateway.errors import InvalidRequest
+
+    ok = {"model": "m", "input": "hi", "include": ["reasoning.encrypted_content"],
+          "truncation": "auto", "max_tool_calls": 3, "background": False}  # fmt: skip
+    parse_request(json.dumps(ok).encode())
+    for field, value in (("background", True), ("truncation", "middle"), ("include", "x"),
+                         ("max_tool_calls", 0)):  # fmt: skip
+        with pytest.raises(InvalidRequest) as info:
+            parse_request(json.dumps({"model": "m", "input": "hi", field: value}).encode())
+        assert info.value.param == field
