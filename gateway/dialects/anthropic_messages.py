@@ -178,7 +178,7 @@ def parse_request(
     `top_k` rides along for an Anthropic upstream (refused by name by the others,
     gateway.providers.params), and `output_config.format` becomes `response_format`. Dropped,
     having no OpenAI counterpart: a tool result's `is_error`, and Anthropic-only top-level
-    fields (`service_tier`, `container`, `mcp_servers`, ...).
+    fields (`container`, `mcp_servers`, ...); `service_tier` goes in OpenAI's names.
     `cache_control` (on system, content and tool_result blocks, tool_use blocks and tools) and
     signed and redacted thinking ride in the OpenAI body as the extensions the Anthropic
     upstream adapter reads back (`cache_control` on parts, messages and tools; an assistant
@@ -235,6 +235,14 @@ def to_openai_body(request: AnthropicRequest) -> dict[str, Any]:
     response_format = _output_format(request.model_extra or {})
     if response_format is not None:
         out["response_format"] = response_format
+    tier = (request.model_extra or {}).get("service_tier")
+    if tier is not None:
+        # Anthropic's tiers in OpenAI's names (each adapter maps them back, or refuses).
+        if tier not in _SERVICE_TIERS:
+            raise InvalidRequest(
+                "'service_tier' must be 'auto' or 'standard_only'.", param="service_tier"
+            )
+        out["service_tier"] = _SERVICE_TIERS[tier]
     if request.top_k is not None:
         # Anthropic's own parameter: its upstream takes it, others refuse it by name
         # (gateway.providers.params), rather than its being lost.
@@ -248,6 +256,9 @@ def to_openai_body(request: AnthropicRequest) -> dict[str, Any]:
     if request.stream is not None:
         out["stream"] = request.stream
     return out
+
+
+_SERVICE_TIERS = {"auto": "auto", "standard_only": "default"}
 
 
 def _output_format(extra: dict[str, Any]) -> dict[str, Any] | None:

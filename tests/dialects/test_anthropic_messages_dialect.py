@@ -348,7 +348,9 @@ def test_stop_sequences_metadata_and_anthropic_only_fields() -> None:
     assert body["user"] == "user-42"
     # top_k rides along (an Anthropic upstream takes it; others refuse it by name).
     assert body["top_k"] == 5
-    assert "service_tier" not in body and "metadata" not in body
+    assert body["service_tier"] == "auto" and "metadata" not in body
+    assert translate(service_tier="standard_only")["service_tier"] == "default"
+    assert_invalid(request(service_tier="priority"), "service_tier")
 
 
 def test_output_config_becomes_response_format() -> None:
