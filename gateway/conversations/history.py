@@ -105,6 +105,10 @@ class HistoryMatch:
     branch_at: int | None
     # Repair: the request's messages with the interrupted answers it left out put back.
     repaired: list[dict[str, Any]] | None = None
+    # The request's messages with the signed thinking (`thinking_blocks`) of the stored
+    # answers they match put back where the client left it out, which Anthropic requires in
+    # a tool loop with thinking on; None when nothing was left out.
+    restored: list[dict[str, Any]] | None = None
 
 
 def _dropped_interrupted(event: Event) -> bool:
@@ -124,6 +128,7 @@ def match_history(
     positions = [i for i, m in enumerate(request_messages) if m.get("role") in HISTORY_ROLES]
     history = [request_messages[i] for i in positions]
     inserts: list[tuple[int, dict[str, Any]]] = []  # (position in request_messages, message)
+    thinking: list[tuple[int, Any]] = []  # (position, the stored answer's signed thinking)
     s = h = 0
     while s < len(surface):
         stored_message = surface_message(surface[s])
@@ -132,6 +137,8 @@ def match_history(
             and stored_message is not None
             and message_key(stored_message) == message_key(history[h])
         ):
+            if "thinking_blocks" in stored_message and not history[h].get("thinking_blocks"):
+                thinking.append((positions[h], stored_message["thinking_blocks"]))
             s, h = s + 1, h + 1
             continue
         # A different assistant message at this place is an edit, not an omission; a request
@@ -148,11 +155,16 @@ def match_history(
                 continue
         break
     new = history[h:]
+    restored = None
+    if thinking:
+        restored = list(request_messages)
+        for at, blocks in thinking:
+            restored[at] = {**restored[at], "thinking_blocks": blocks}
     repaired = None
     if inserts:
-        repaired = list(request_messages)
+        repaired = list(restored or request_messages)
         for at, message in reversed(inserts):
             repaired.insert(at, message)
     if s == len(surface):
-        return HistoryMatch(new, None, repaired)
-    return HistoryMatch(new, surface[s - 1].seq if s else 0)
+        return HistoryMatch(new, None, repaired, restored)
+    return HistoryMatch(new, surface[s - 1].seq if s else 0, restored=restored)

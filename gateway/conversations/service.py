@@ -34,6 +34,8 @@ class Joined:
     new_messages: list[dict[str, Any]]
     # The messages to forward when interrupted answers were put back (history repair).
     repaired: list[dict[str, Any]] | None = None
+    # The messages with the stored answers' signed thinking put back (HistoryMatch.restored).
+    restored: list[dict[str, Any]] | None = None
 
 
 def _check_id(requested_id: str, where: str = "X-Conversation-Id") -> None:
@@ -139,7 +141,7 @@ class Conversations:
         path = await self._settled_path(existing.id, within_s=2.0)
         match = match_history(path, messages, repair=self.repair_interrupted)
         if match.branch_at is None:
-            return Joined(existing.id, None, match.new_messages, match.repaired)
+            return Joined(existing.id, None, match.new_messages, match.repaired, match.restored)
         branch = Conversation(
             new_id("conv"),
             time.time(),
@@ -148,7 +150,7 @@ class Conversations:
             team_id=existing.team_id,  # a branch belongs with its conversation
             key_id=principal.key_id,
         )
-        return Joined(branch.id, branch, match.new_messages)
+        return Joined(branch.id, branch, match.new_messages, restored=match.restored)
 
     def _unjoined(
         self,

@@ -97,6 +97,10 @@ async def run_turn(
         # The upstream gets the history the user saw: the dropped partial answer put back.
         body = {**body, "messages": joined.repaired}
         headers["X-Gateway-History-Repaired"] = "1"
+    elif joined.restored is not None and any(d.provider.wire == "anthropic" for d in plan):
+        # Signed thinking the client left out, from the store: Anthropic refuses a tool turn
+        # of a thinking loop without it (docs/providers.md, "Thinking").
+        body = {**body, "messages": joined.restored}
     recorder = TurnRecorder(
         gateway.store,
         joined.conversation_id,

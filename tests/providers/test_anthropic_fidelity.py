@@ -715,9 +715,10 @@ async def test_thinking_tool_loop_sends_signed_thinking_back(
 async def test_a_client_that_drops_the_signature_is_refused_as_anthropic_would(
     make_claude: MakeClaude, no_memo: None
 ) -> None:
-    """The fake is strict: without the gateway's help, a tool turn without its signed thinking
-    is a 400, which reaches the client as one."""
-    claude, gw = await make_claude()
+    """The fake is strict: without the gateway's help (no memory, and no conversation to take
+    it from: threading off), a tool turn without its signed thinking is a 400, which reaches
+    the client as one."""
+    claude, gw = await make_claude(conversations={"threading": "header"})
 
     def plain(message: Any) -> dict[str, Any]:
         return {
@@ -729,6 +730,27 @@ async def test_a_client_that_drops_the_signature_is_refused_as_anthropic_would(
     with pytest.raises(openai.BadRequestError, match="must start with a thinking block"):
         await chat_tool_loop(gw.client(), plain, reasoning_effort="low")
     assert len(claude.refusals) == 1
+
+
+async def test_signed_thinking_a_client_drops_is_restored_from_its_conversation(
+    make_claude: MakeClaude, no_memo: None
+) -> None:
+    """No memory of signed thinking, and a client that keeps none: the request's history
+    matches the stored turns of its conversation (threaded by that history), whose answers
+    carry their signed thinking, and the gateway puts it back for the Anthropic upstream."""
+    claude, gw = await make_claude()
+
+    def plain(message: Any) -> dict[str, Any]:
+        return {
+            "role": "assistant",
+            "content": message.content,
+            "tool_calls": [c.model_dump() for c in message.tool_calls or ()],
+        }
+
+    answers = await chat_tool_loop(gw.client(), plain, reasoning_effort="low")
+    assert answers[-1].choices[0].message.content == "Done after 3 tool results."
+    assert claude.refusals == []
+    check_tool_turns(claude)
 
 
 async def test_thinking_tool_loop_streamed_by_a_client_that_keeps_no_thinking(
