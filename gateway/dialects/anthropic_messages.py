@@ -40,7 +40,12 @@ from gateway.dialects.requests import (
     parse_json_object,
     validated,
 )
-from gateway.errors import GatewayError, InvalidRequest, UpstreamStreamError
+from gateway.errors import (
+    GatewayError,
+    InvalidRequest,
+    UnsupportedParameter,
+    UpstreamStreamError,
+)
 from gateway.ids import random_hex
 from gateway.providers.anthropic_messages import ERROR_STATUS, STOP_REASONS
 from gateway.stream.assembler import BlockAssembler
@@ -176,9 +181,10 @@ def parse_request(
     """Validate a Messages request; return the equivalent OpenAI chat body and the request.
 
     `top_k` rides along for an Anthropic upstream (refused by name by the others,
-    gateway.providers.params), and `output_config.format` becomes `response_format`. Dropped,
-    having no OpenAI counterpart: a tool result's `is_error`, and Anthropic-only top-level
-    fields (`container`, `mcp_servers`, ...); `service_tier` goes in OpenAI's names.
+    gateway.providers.params), `output_config.format` becomes `response_format` and
+    `service_tier` goes in OpenAI's names. Any other top-level field (`container`,
+    `mcp_servers`, ...: Anthropic's server-side features) is a 400 naming it, never dropped
+    without a word. Dropped, having no OpenAI counterpart: a tool result's `is_error`.
     `cache_control` (on system, content and tool_result blocks, tool_use blocks and tools) and
     signed and redacted thinking ride in the OpenAI body as the extensions the Anthropic
     upstream adapter reads back (`cache_control` on parts, messages and tools; an assistant
@@ -189,7 +195,18 @@ def parse_request(
     if shape is not None:
         check_shape(body, *shape)  # before the messages are validated one by one
     request = validated(AnthropicRequest, body)
+    for name in request.model_extra or ():
+        if name not in _CARRIED_EXTRAS:
+            raise UnsupportedParameter(
+                f"'{name}' is not supported by this gateway's Messages API: it has no form"
+                " any upstream would get, and is not dropped without a word.",
+                param=name,
+            )
     return to_openai_body(request), request
+
+
+# Top-level fields outside the model that are carried (in `to_openai_body`).
+_CARRIED_EXTRAS = frozenset({"output_config", "service_tier"})
 
 
 def to_openai_body(request: AnthropicRequest) -> dict[str, Any]:

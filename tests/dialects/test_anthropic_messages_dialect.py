@@ -766,3 +766,9 @@ def test_message_body_edge_cases() -> None:
     empty = Message.model_validate(orjson.loads(message_body("m", BlockAssembler(), None)))
     assert empty.content == [] and empty.stop_reason is None
     assert (empty.usage.input_tokens, empty.usage.output_tokens) == (0, 0)
+
+
+def test_a_field_the_gateway_cannot_carry_is_refused_by_name() -> None:
+    for name, value in (("container", "c1"), ("mcp_servers", [{"url": "https://x"}])):
+        error = assert_invalid(request(**{name: value}), name)
+        assert error.code == "unsupported_parameter"
