@@ -184,12 +184,12 @@ def parse_request(
     gateway.providers.params), `output_config.format` becomes `response_format` and
     `service_tier` goes in OpenAI's names. Any other top-level field (`container`,
     `mcp_servers`, ...: Anthropic's server-side features) is a 400 naming it, never dropped
-    without a word. Dropped, having no OpenAI counterpart: a tool result's `is_error`.
-    `cache_control` (on system, content and tool_result blocks, tool_use blocks and tools) and
-    signed and redacted thinking ride in the OpenAI body as the extensions the Anthropic
-    upstream adapter reads back (`cache_control` on parts, messages and tools; an assistant
-    message's `thinking_blocks`). Content the gateway
-    cannot carry (documents, file references, server tools and their blocks) is refused.
+    without a word. `cache_control` (on system, content and tool_result blocks, tool_use
+    blocks and tools), a tool result's `is_error`, and signed and redacted thinking ride in the
+    OpenAI body as the extensions the Anthropic upstream adapter reads back (`cache_control` on
+    parts, messages and tools; `is_error` on a tool message; an assistant message's
+    `thinking_blocks`), and are left out for an OpenAI upstream. Content the gateway cannot
+    carry (documents, file references, server tools and their blocks) is refused.
     """
     body = parse_json_object(raw)
     if shape is not None:
@@ -396,7 +396,11 @@ def _tool_result(block: dict[str, Any], param: str, images: list[dict[str, Any]]
             f"'{param}.content' must be a string or a list of content blocks.",
             param=f"{param}.content",
         )
-    return {"role": "tool", "tool_call_id": tool_use_id, "content": text, **_cache_control(block)}
+    message: dict[str, Any] = {"role": "tool", "tool_call_id": tool_use_id, "content": text}
+    message.update(_cache_control(block))
+    if block.get("is_error") is True:
+        message["is_error"] = True  # carried for an Anthropic upstream, like `cache_control`
+    return message
 
 
 def _image(block: dict[str, Any], param: str) -> dict[str, Any]:

@@ -193,6 +193,8 @@ def _messages(
                 "type": "tool_result",
                 "tool_use_id": str(message.get("tool_call_id") or ""),
             }
+            if message.get("is_error") is True:  # from /v1/messages (gateway.dialects)
+                result["is_error"] = True
             blocks = _text_blocks(content)
             if any("cache_control" in block for block in blocks):
                 result["content"] = blocks

@@ -356,7 +356,7 @@ def dropped_header(names: Iterable[str]) -> str:
 # (docs/providers.md, "Anthropic deployments"), on messages, content parts, tool calls and tools:
 # no OpenAI API has them, and OpenAI refuses a message with a key it does not know. (Earlier
 # reasoning stays, as `reasoning_content`: the OpenAI-compatible servers that reason take it.)
-CARRIERS = ("cache_control", "thinking_blocks")
+CARRIERS = ("cache_control", "thinking_blocks", "is_error")
 
 
 def takes_openai_only(deployment: _Deployment) -> bool:

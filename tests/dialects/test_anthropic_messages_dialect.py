@@ -772,3 +772,23 @@ def test_a_field_the_gateway_cannot_carry_is_refused_by_name() -> None:
     for name, value in (("container", "c1"), ("mcp_servers", [{"url": "https://x"}])):
         error = assert_invalid(request(**{name: value}), name)
         assert error.code == "unsupported_parameter"
+
+
+def test_a_tool_results_is_error_rides_along_for_anthropic_and_stays_off_openai() -> None:
+    from gateway.providers.anthropic_messages import to_anthropic_request
+    from gateway.providers.params import openai_form
+
+    messages = [
+        {"role": "user", "content": "Weather?"},
+        {"role": "assistant", "content": [
+            {"type": "tool_use", "id": "t1", "name": "weather", "input": {}}]},
+        {"role": "user", "content": [
+            {"type": "tool_result", "tool_use_id": "t1", "content": "boom", "is_error": True}]},
+    ]  # fmt: skip
+    body = translate(messages=messages)
+    tool = next(m for m in body["messages"] if m["role"] == "tool")
+    assert tool["is_error"] is True
+    sent = to_anthropic_request(body, "claude-x", stream=False)
+    results = [b for m in sent["messages"] for b in m["content"] if b["type"] == "tool_result"]
+    assert results[0]["is_error"] is True
+    assert all("is_error" not in m for m in openai_form(body)["messages"])
