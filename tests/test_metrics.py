@@ -127,3 +127,16 @@ def test_what_the_library_refuses_is_still_refused() -> None:
         counter.labels("x", "y")  # too many label values
     counter.labels("x").inc(2, exemplar={"trace_id": "abc"})
     assert registry.get_sample_value("r_total", {"k": "x"}) == 2
+
+
+async def test_the_process_and_the_build_are_exported_and_no_created_series(
+    gw: GatewayUnderTest,
+) -> None:
+    from gateway import __version__
+
+    scraped = await scrape(gw)
+    names = {name for name, _ in scraped}
+    assert {"process_resident_memory_bytes", "process_open_fds", "python_info"} <= names
+    build = [labels for name, labels in scraped if name == "gateway_build_info"]
+    assert len(build) == 1 and ("version", __version__) in build[0]
+    assert not [name for name in names if name.endswith("_created")]

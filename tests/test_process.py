@@ -128,6 +128,13 @@ async def test_kill_9_leaves_a_turn_that_the_next_start_closes(tmp_path: Path) -
             "aborted",
             "crash_recovered",
         )
+        # And counted, for the alert on crash recoveries.
+        async with aiohttp.ClientSession() as session:
+            async with session.get(f"http://127.0.0.1:{port}/metrics") as response:
+                scraped = await response.text()
+        assert 'gateway_turns_total{reason="crash_recovered",status="aborted"} 1.0' in scraped, (
+            scraped
+        )
     finally:
         again.send_signal(signal.SIGTERM)
         assert await asyncio.wait_for(again.wait(), 30) == 0

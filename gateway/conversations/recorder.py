@@ -500,5 +500,6 @@ async def recover_open_turns(store: Store, *, at_start: bool, stale_s: float = 6
             )
         )
     if orphans:
+        metrics.TURNS.labels("aborted", "crash_recovered").inc(len(orphans))
         await store.flush()
     return len(orphans)
