@@ -46,6 +46,21 @@ def _check_id(requested_id: str, where: str = "X-Conversation-Id") -> None:
         )
 
 
+def _stored_form(conversation_id: str, principal: Principal) -> str | None:
+    """The stored id of a conversation a client names, when it needs no read to know: without
+    a team, the id as it is; in the stored form, the id if it is the principal's team's (else
+    404). None for a team key's plain id (`Conversations.named`)."""
+    team = principal.team_id
+    if team is None:
+        return conversation_id
+    _, tilde, namespace = conversation_id.partition("~")
+    if not tilde:
+        return None
+    if namespace != team:
+        raise NotFound(f"No conversation found with id '{conversation_id}'.")
+    return conversation_id
+
+
 class Conversations:
     def __init__(
         self,
@@ -101,18 +116,30 @@ class Conversations:
         is the team's own when it can see it; an id already in the stored form names its
         team's namespace, and another team's is not found. Without a team (open mode, the
         master key) an id stands as it is."""
-        team = principal.team_id
-        if team is None:
-            return conversation_id
-        base, tilde, namespace = conversation_id.partition("~")
-        if tilde:
-            if namespace != team:
-                raise NotFound(f"No conversation found with id '{conversation_id}'.")
-            return conversation_id
+        stored = _stored_form(conversation_id, principal)
+        if stored is not None:
+            return stored
+        return (await self._scoped(conversation_id, principal))[0]
+
+    async def _lookup(
+        self, conversation_id: str, principal: Principal
+    ) -> tuple[str, Conversation | None]:
+        """`named` and the conversation stored under that id, if any: one read of each id."""
+        stored = _stored_form(conversation_id, principal)
+        if stored is not None:
+            return stored, await self._conversation(stored)
+        return await self._scoped(conversation_id, principal)
+
+    async def _scoped(
+        self, conversation_id: str, principal: Principal
+    ) -> tuple[str, Conversation | None]:
+        """A team key's plain id: the conversation stored as it is when the team sees it, else
+        the one in the team's namespace."""
         made = await self._conversation(conversation_id)
         if made is not None and principal.sees(made.team_id):
-            return conversation_id
-        return f"{base}~{team}"
+            return conversation_id, made
+        scoped = f"{conversation_id}~{principal.team_id}"
+        return scoped, await self._conversation(scoped)
 
     async def join(
         self,
@@ -127,8 +154,7 @@ class Conversations:
         if requested_id is not None:
             _check_id(requested_id)
             try:
-                requested_id = await self.named(requested_id, principal)
-                existing = await self._conversation(requested_id)
+                requested_id, existing = await self._lookup(requested_id, principal)
             except StoreUnavailable as exc:
                 return self._unjoined(requested_id, history, principal, exc)
             if existing is None:
@@ -200,8 +226,7 @@ class Conversations:
         """A conversation named by `X-Conversation-Id` for a client that keeps no history (the
         Responses API): its path so far, or none when the id is new (created with the turn)."""
         _check_id(requested_id)
-        requested_id = await self.named(requested_id, principal)
-        existing = await self._conversation(requested_id)
+        requested_id, existing = await self._lookup(requested_id, principal)
         if existing is None:
             return Joined(*self._new(requested_id, principal), []), []
         self._check(existing, principal)
@@ -227,12 +252,23 @@ class Conversations:
             raise NotFound(f"No conversation found with id '{conversation.id}'.")
 
     async def path(self, conversation_id: str, principal: Principal) -> list[Event]:
-        conversation_id = await self.named(conversation_id, principal)
-        conversation = await self._conversation(conversation_id)
+        return (await self.named_path(conversation_id, principal))[1]
+
+    async def named_path(
+        self, conversation_id: str, principal: Principal
+    ) -> tuple[str, list[Event]]:
+        """The stored id of a conversation a client names (`named`) and its path (404 when
+        the principal may not see it)."""
+        conversation = await self._visible(conversation_id, principal)
+        return conversation.id, await self._settled_path(conversation.id, within_s=1.0)
+
+    async def _visible(self, conversation_id: str, principal: Principal) -> Conversation:
+        """The conversation a client names, if the principal may see it; else 404."""
+        stored, conversation = await self._lookup(conversation_id, principal)
         if conversation is None:
-            raise NotFound(f"No conversation found with id '{conversation_id}'.")
+            raise NotFound(f"No conversation found with id '{stored}'.")
         self._check(conversation, principal)
-        return await self._settled_path(conversation_id, within_s=1.0)
+        return conversation
 
     async def _conversation(self, conversation_id: str) -> Conversation | None:
         conversation = await self.store.get_conversation(conversation_id)
@@ -264,26 +300,25 @@ class Conversations:
     async def branch(self, conversation_id: str, at_seq: Any, principal: Principal) -> Conversation:
         if not isinstance(at_seq, int) or isinstance(at_seq, bool) or at_seq < 0:
             raise InvalidRequest("'at_seq' must be a non-negative integer.", param="at_seq")
-        path = await self.path(conversation_id, principal)
+        parent = await self._visible(conversation_id, principal)
+        path = await self._settled_path(parent.id, within_s=1.0)
         last = path[-1].seq if path else 0
         if at_seq > last:
             raise InvalidRequest(
                 f"'at_seq' {at_seq} is past the conversation's last event ({last}).", param="at_seq"
             )
-        conversation_id = await self.named(conversation_id, principal)
         at = [e for e in path if e.seq <= at_seq]
         if at and not await self.store.turn_ended(at[-1].turn_id):
             raise Conflict(
                 f"seq {at_seq} falls inside turn {at[-1].turn_id}, which has not finished.",
                 code="turn_in_progress",
             )
-        parent = await self.store.get_conversation(conversation_id)
         branch = Conversation(
             new_id("conv"),
             time.time(),
-            parent_id=conversation_id,
+            parent_id=parent.id,
             parent_seq=at_seq,
-            team_id=parent.team_id if parent else principal.team_id,
+            team_id=parent.team_id,
             key_id=principal.key_id,
         )
         self.store.create_conversation(branch)
@@ -311,12 +346,7 @@ class Conversations:
         return conversation
 
     async def get(self, conversation_id: str, principal: Principal) -> Conversation:
-        conversation_id = await self.named(conversation_id, principal)
-        conversation = await self.store.get_conversation(conversation_id)
-        if conversation is None:
-            raise NotFound(f"No conversation found with id '{conversation_id}'.")
-        self._check(conversation, principal)
-        return conversation
+        return await self._visible(conversation_id, principal)
 
     async def delete(self, conversation_id: str, principal: Principal) -> None:
         conversation = await self.get(conversation_id, principal)

@@ -70,8 +70,8 @@ async def truncate(
     answer's text; the result as the API answers it. The turn must be one of the
     conversation's own (not a parent's)."""
     store = conversations.store
-    conversation_id = await conversations.named(conversation_id, principal)
-    path = await conversations.path(conversation_id, principal)  # 404: unknown, another team's
+    # 404: unknown, another team's
+    conversation_id, path = await conversations.named_path(conversation_id, principal)
     row = await _turn(conversations, turn_id)
     if row is None or row[0] != conversation_id:
         raise NotFound(f"No turn found with id '{turn_id}' in conversation '{conversation_id}'.")
@@ -208,8 +208,7 @@ async def event_log(
 ) -> list[Event]:
     """The conversation's path as recorded (`GET .../events`): its truncates listed, and the
     messages they shorten as they were delivered."""
-    conversation_id = await conversations.named(conversation_id, principal)
-    path = await conversations.path(conversation_id, principal)
+    conversation_id, path = await conversations.named_path(conversation_id, principal)
     if any(e.type == ASSISTANT_MESSAGE and "truncated" in e.payload for e in path):
         path = await history_path(conversations.store, conversation_id, raw=True)
     return path
@@ -224,8 +223,7 @@ async def branch_point(
     applies wherever its message appears, in a branch too)."""
     if not isinstance(at_seq, int) or isinstance(at_seq, bool):
         return at_seq
-    conversation_id = await conversations.named(conversation_id, principal)
-    path = await conversations.path(conversation_id, principal)
+    conversation_id, path = await conversations.named_path(conversation_id, principal)
     if not path or at_seq <= path[-1].seq:
         return at_seq
     if any(e.type == ASSISTANT_MESSAGE and "truncated" in e.payload for e in path):

@@ -136,9 +136,8 @@ def check_shape(body: dict[str, Any], max_messages: int, max_parts: int, max_too
     """The shape limits of a completion request (`server.max_messages`, `max_message_parts`,
     `max_tools`): a 413 naming the limit, before anything is admitted or recorded. Within the
     body-size cap a request of many tiny messages would otherwise become as many events (and
-    take seconds to validate): the handlers check the body as parsed, before its model, and
-    the turn the chat body every dialect becomes. A Responses body's `input` counts as its
-    messages."""
+    take seconds to validate): the handlers check the body as parsed, before its model
+    validates it. A Responses body's `input` counts as its messages."""
     messages = body.get("messages", body.get("input"))
     if isinstance(messages, list):
         if len(messages) > max_messages:

@@ -94,10 +94,9 @@ async def usage(request: web.Request) -> web.Response:
     """The usage record of every attempt on the conversation's path (its parents' included):
     deployment, status, tokens, cost, time to first token and duration."""
     gateway = request.app[GATEWAY]
-    conversation_id = await gateway.conversations.named(
+    conversation_id, path = await gateway.conversations.named_path(
         request.match_info["id"], request[PRINCIPAL]
     )
-    path = await gateway.conversations.path(conversation_id, request[PRINCIPAL])
     ids = list(dict.fromkeys(e.conversation_id for e in path))
     if conversation_id not in ids:
         ids.append(conversation_id)

@@ -26,7 +26,6 @@ from gateway.dialects.base import Dialect
 from gateway.dialects.requests import (
     Shape,
     check_output_params,
-    check_shape,
     choices,
     output_bound,
 )
@@ -67,8 +66,6 @@ async def run_turn(
         # Recorded with the turn's usage, where PostgreSQL text refuses NUL: the usage row
         # would be dropped and the request go unmetered (a way round budgets).
         raise InvalidRequest("'user' may not contain a NUL character.", param="user")
-    server = gateway.config.server
-    check_shape(body, server.max_messages, server.max_message_parts, server.max_tools)
     alias = gateway.routes.alias(body.get("model"), principal)
     plan = gateway.routes.plan(alias, body)
     # A parameter some deployment of the plan cannot carry: a 400 naming the first such one
