@@ -102,6 +102,13 @@ class StoreConfig(_Model):
         " down or slow; they are replayed in order, once, when it returns.",
     )
     pool_size: int = Field(10, ge=1, description="PostgreSQL connections per process.")
+    recovery_s: float = Field(
+        15,
+        ge=3,
+        description="A replica that stops heartbeating (killed, its host lost) has its open"
+        " turns closed by another replica within this long, with what their clients had been"
+        " delivered; the same instance closes its own at restart.",
+    )
     journal: bool | None = Field(
         None,
         description="Make a turn durable before its client sees the end by appending its writes"
@@ -402,8 +409,52 @@ class ConversationsConfig(_Model):
     )
 
 
+class LoggingConfig(_Model):
+    format: Literal["text", "json"] = Field(
+        "text",
+        description="`text`: one readable line per record; `json`: one JSON object per line"
+        " (a traceback stays inside its record), for log collectors.",
+    )
+    level: Literal["DEBUG", "INFO", "WARNING", "ERROR"] = Field(
+        "INFO", description="Least severe level written."
+    )
+    access_log: bool = Field(
+        True,
+        description="A line per request: method, path, status, duration, alias, deployment,"
+        " key prefix, team, tokens, conversation and turn ids.",
+    )
+
+    @field_validator("level", mode="before")
+    @classmethod
+    def _upper(cls, value: Any) -> Any:
+        return value.upper() if isinstance(value, str) else value
+
+
+class TracingConfig(_Model):
+    otlp_endpoint: str | None = Field(
+        None,
+        description="OTLP/HTTP traces endpoint (`http://collector:4318/v1/traces`). Unset:"
+        " no tracing. Needs the `otel` extra (`pip install 'gateway[otel]'`).",
+    )
+    service_name: str = Field("llm-gateway", description="The `service.name` of every span.")
+    headers: dict[str, str] = Field(
+        default_factory=dict,
+        description="Headers sent with each export (a collector's API key: write it as"
+        " ${ENV_VAR}).",
+    )
+    sample_ratio: float = Field(
+        1.0,
+        ge=0,
+        le=1,
+        description="Share of traces kept when the client sent no `traceparent` (a client's"
+        " sampling decision is always followed).",
+    )
+
+
 class GatewayConfig(_Model):
     server: ServerConfig = Field(default_factory=ServerConfig)
+    logging: LoggingConfig = Field(default_factory=LoggingConfig)
+    tracing: TracingConfig = Field(default_factory=TracingConfig)
     store: StoreConfig = Field(default_factory=StoreConfig)
     conversations: ConversationsConfig = Field(default_factory=ConversationsConfig)
     auth: AuthConfig = Field(default_factory=AuthConfig)

@@ -153,6 +153,15 @@ _SECRET_SCRUBS = (
         salt TEXT NOT NULL, digest TEXT NOT NULL, scrubbed_at DOUBLE PRECISION NOT NULL)""",
 )
 
+# What the client of each open turn had been delivered, as of its owner's last checkpoint: how
+# a restart or a peer closes a turn whose process died with it (docs/operations.md, "Stopping
+# and crashing"). A row lives only while its turn is open.
+_CHECKPOINTS = (
+    """CREATE TABLE turn_checkpoints (
+        turn_id TEXT PRIMARY KEY, conversation_id TEXT NOT NULL,
+        at DOUBLE PRECISION NOT NULL, body TEXT NOT NULL)""",
+)
+
 # PostgreSQL starts at the current shape. Times are Unix seconds (double precision) as in
 # SQLite, so every query reads the same on both.
 _POSTGRES_V1 = (
@@ -338,12 +347,14 @@ MIGRATIONS: dict[Dialect, tuple[Migration, ...]] = {
         Migration(5, "turn fingerprints for automatic threading", _FINGERPRINTS),
         Migration(6, "usage: cache writes, 5-minute and 1-hour", _CACHE_WRITES_SQLITE),
         Migration(7, "secrets scrubbed from stored events", _SECRET_SCRUBS, scrub_stored_tokens),
+        Migration(8, "delivery checkpoints of open turns", _CHECKPOINTS),
     ),
     "postgresql": (
         Migration(1, "the whole schema", _POSTGRES_V1),
         Migration(2, "turn fingerprints for automatic threading", _FINGERPRINTS),
         Migration(3, "usage: cache writes, 5-minute and 1-hour", _CACHE_WRITES_POSTGRES),
         Migration(4, "secrets scrubbed from stored events", _SECRET_SCRUBS, scrub_stored_tokens),
+        Migration(5, "delivery checkpoints of open turns", _CHECKPOINTS),
     ),
 }
 
