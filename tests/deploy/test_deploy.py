@@ -52,7 +52,10 @@ _ENV_REF = re.compile(r"\$\{([A-Za-z_][A-Za-z0-9_]*)(?::([-?])([^}]*))?\}")
 
 
 def exported_metrics() -> set[str]:
-    """Every sample name the gateway can export, from its registry."""
+    """Every sample name the gateway can export, from its registry (with the metrics of the
+    modules a gateway imports only when its config uses them: Redis, `serve --workers`)."""
+    import gateway.metering.redis_limits
+    import gateway.metering.shared_limits  # noqa: F401
     from gateway.metrics import REGISTRY
 
     suffixes = {
@@ -537,13 +540,18 @@ def test_every_alert_fires_in_the_promtool_unit_tests() -> None:
     assert "SUCCESS" in result.stdout
 
 
-def test_alerts_cover_errors_budgets_store_queue_and_cooldowns() -> None:
+def test_alerts_cover_errors_budgets_store_redis_crashes_and_cooldowns() -> None:
     rules = [r for g in yaml.safe_load(ALERTS.read_text())["groups"] for r in g["rules"]]
     exprs = {r["alert"]: " ".join(r["expr"].split()) for r in rules}
     covered = {
         "error rate": r'gateway_requests_total\{status=~"5\.\."',
         "budget exhaustion": r'gateway_limit_rejections_total\{limit="budget"\}',
         "store queue depth": r"gateway_store_queue_depth",
+        "spooling": r"gateway_store_spooling",
+        "spool size": r"gateway_store_spool_bytes",
+        "Redis errors": r"gateway_redis_errors_total",
+        "local limit fallback": r"gateway_limit_local_fallbacks_total",
+        "crash recoveries": r'gateway_turns_total\{status="aborted", reason="crash_recovered"\}',
         "cooldowns": r'gateway_deployment_state\{state="cooling"\}',
     }
     for what, pattern in covered.items():
@@ -554,6 +562,14 @@ def test_alerts_cover_errors_budgets_store_queue_and_cooldowns() -> None:
         assert rule["annotations"]["summary"], rule["alert"]
         unknown = referenced_metrics(rule["expr"]) - known
         assert not unknown, f"{rule['alert']} reads metrics the gateway does not export: {unknown}"
+
+
+def test_every_alert_is_described_in_the_deploy_readme() -> None:
+    readme = (DEPLOY / "README.md").read_text()
+    monitoring = readme.split("\n## Monitoring\n", 1)[1].split("\n## ", 1)[0]
+    described = set(re.findall(r"`(Gateway[A-Za-z]+)`", monitoring))
+    rules = [r for g in yaml.safe_load(ALERTS.read_text())["groups"] for r in g["rules"]]
+    assert {r["alert"] for r in rules} == described
 
 
 # --- Grafana ------------------------------------------------------------------------------------
@@ -862,6 +878,63 @@ def test_chart_refuses_a_grace_period_shorter_than_the_drain() -> None:
     assert ok["Deployment"]["spec"]["template"]["spec"]["terminationGracePeriodSeconds"] == 9
 
 
+# Fields the Prometheus Operator's ServiceMonitor CRD (monitoring.coreos.com/v1) defines, for
+# the parts the chart writes: kubernetes-validate knows no CRD, so a misspelt field would
+# otherwise pass here and be dropped by the API server.
+SERVICE_MONITOR_FIELDS = {
+    "spec": {"endpoints", "selector", "namespaceSelector", "jobLabel", "targetLabels",
+             "podTargetLabels", "sampleLimit", "targetLimit", "attachMetadata"},
+    "endpoint": {"port", "targetPort", "path", "scheme", "params", "interval", "scrapeTimeout",
+                 "tlsConfig", "bearerTokenSecret", "authorization", "honorLabels",
+                 "honorTimestamps", "basicAuth", "oauth2", "metricRelabelings", "relabelings",
+                 "proxyUrl", "followRedirects", "enableHttp2", "filterRunning"},
+    "relabeling": {"sourceLabels", "separator", "targetLabel", "regex", "modulus",
+                   "replacement", "action"},
+}  # fmt: skip
+
+
+def alert_jobs() -> set[str]:
+    """The `job` label values deploy/alerts.yml selects on."""
+    rules = [r for g in yaml.safe_load(ALERTS.read_text())["groups"] for r in g["rules"]]
+    return {job for r in rules for job in re.findall(r'\bjob="([^"]+)"', r["expr"])}
+
+
+def test_service_monitor_scrapes_the_service_with_the_job_the_alerts_read() -> None:
+    assert "ServiceMonitor" not in by_kind(render()), "off unless asked for"
+    objects = by_kind(render({"serviceMonitor": {"enabled": True, "labels": {"release": "prom"}}}))
+    monitor, service = objects["ServiceMonitor"], objects["Service"]
+    validate_k8s([o for o in objects.values() if o["kind"] != "ServiceMonitor"])
+    assert monitor["apiVersion"] == "monitoring.coreos.com/v1"
+    assert monitor["metadata"]["labels"]["release"] == "prom"  # for serviceMonitorSelector
+    spec = monitor["spec"]
+    assert set(spec) <= SERVICE_MONITOR_FIELDS["spec"]
+    # It selects this Service, in its namespace, and no other object's labels.
+    assert spec["namespaceSelector"] == {"matchNames": ["llm"]}
+    selector = spec["selector"]["matchLabels"]
+    assert selector.items() <= service["metadata"]["labels"].items()
+    assert selector == service["spec"]["selector"]
+    (endpoint,) = spec["endpoints"]
+    assert set(endpoint) <= SERVICE_MONITOR_FIELDS["endpoint"]
+    assert endpoint["port"] in {p["name"] for p in service["spec"]["ports"]}
+    assert endpoint["path"] == "/metrics"
+    # Prometheus refuses a scrape timeout longer than the interval.
+    seconds = {"s": 1, "m": 60, "h": 3600}
+    interval, timeout = (int(endpoint[k][:-1]) * seconds[endpoint[k][-1]]
+                         for k in ("interval", "scrapeTimeout"))  # fmt: skip
+    assert timeout <= interval
+    # The job label ends as the one the alerts select on (the operator's default would be the
+    # Service's name, gw-gateway).
+    relabel = [r for r in endpoint["relabelings"] if r.get("targetLabel") == "job"]
+    assert all(set(r) <= SERVICE_MONITOR_FIELDS["relabeling"] for r in endpoint["relabelings"])
+    assert [(r["action"], r["replacement"]) for r in relabel] == [("replace", "gateway")]
+    assert "sourceLabels" not in relabel[0]
+    assert alert_jobs() == {"gateway"}
+    assert service["metadata"]["name"] != "gateway"  # so the relabeling is needed
+    renamed = by_kind(render({"serviceMonitor": {"enabled": True, "jobName": "llm-gw"}}))
+    endpoint = renamed["ServiceMonitor"]["spec"]["endpoints"][0]
+    assert endpoint["relabelings"][-1]["replacement"] == "llm-gw"
+
+
 @pytest.mark.parametrize(
     "values",
     [
@@ -869,6 +942,8 @@ def test_chart_refuses_a_grace_period_shorter_than_the_drain() -> None:
         {"secrets": {"envFrom": [{"name": "keys", "optinal": True}]}},
         {"replicaCount": "two"},
         {"config": {"server": {"port": 70000}}},
+        {"serviceMonitor": {"enabled": True, "interval": "30"}},
+        {"serviceMonitor": {"enable": True}},
     ],
 )
 def test_chart_schema_rejects_mistyped_values(values: dict[str, Any]) -> None:
