@@ -78,3 +78,20 @@ export function textOf(content) {
   }
   return JSON.stringify(content);
 }
+
+export function utcDay(value) {
+  // <input type=date> value -> Unix seconds at that UTC midnight.
+  return value ? Date.parse(`${value}T00:00:00Z`) / 1000 : null;
+}
+
+export function periodStart(period, now) {
+  // Where a budget's current period began (UTC), as the gateway counts it.
+  const d = new Date(now * 1000);
+  if (period === 'day') return Date.UTC(d.getUTCFullYear(), d.getUTCMonth(), d.getUTCDate()) / 1000;
+  if (period === 'week') {
+    const back = (d.getUTCDay() + 6) % 7; // Monday
+    return Date.UTC(d.getUTCFullYear(), d.getUTCMonth(), d.getUTCDate() - back) / 1000;
+  }
+  if (period === 'month') return Date.UTC(d.getUTCFullYear(), d.getUTCMonth(), 1) / 1000;
+  return 0;
+}

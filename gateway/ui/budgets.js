@@ -1,0 +1,42 @@
+// The gateway's admin UI: budgets against their consumption (an ES module of the page; no build
+// step).
+
+import { h } from './dom.js';
+import { api, query } from './api.js';
+import { fmtUsd, periodStart, shortId } from './format.js';
+import { badge, panel } from './widgets.js';
+
+export async function budgetsPanel(teams, onlyTeam) {
+  const keys = await api('/v1/gateway/keys' + query({ team_id: onlyTeam })).then((r) => r.data);
+  const now = Date.now() / 1000;
+  const scoped = [
+    ...teams.filter((t) => !onlyTeam || t.id === onlyTeam).filter((t) => t.limits && t.limits.budget).map((t) => ({ kind: 'team', id: t.id, label: t.name, budget: t.limits.budget })),
+    ...keys.filter((k) => !k.revoked_at && k.limits && k.limits.budget).map((k) => ({ kind: 'key', id: k.id, label: k.name || `${k.key_prefix}…`, budget: k.limits.budget })),
+  ];
+  const spent = new Map();
+  const wanted = new Set(scoped.map((b) => `${b.kind}|${b.budget.period}`));
+  await Promise.all([...wanted].map(async (pair) => {
+    const [kind, period] = pair.split('|');
+    const report = await api('/v1/usage' + query({ group_by: kind, granularity: 'day', from: periodStart(period, now), to: Math.ceil(now) + 1 }));
+    for (const r of report.data) {
+      const key = `${kind}|${period}|${r.group}`;
+      spent.set(key, (spent.get(key) || 0) + (r.cost_usd || 0));
+    }
+  }));
+  const bars = scoped.map((b) => {
+    const used = spent.get(`${b.kind}|${b.budget.period}|${b.id}`) || 0;
+    const fraction = used / b.budget.usd;
+    const level = fraction >= 1 ? 'over' : fraction >= 0.8 ? 'warn' : 'ok';
+    const fill = h('div', { class: `budget-fill budget-${level}`, style: { width: `${Math.min(fraction, 1) * 100}%` } });
+    return h('div', { class: 'budget', 'data-testid': 'budget' },
+      h('div', { class: 'budget-head' },
+        h('span', {}, badge(b.kind, 'neutral'), ' ', h('strong', { text: b.label }), h('code', { class: 'muted', text: ` ${shortId(b.id)}` })),
+        h('span', { class: `budget-figure budget-text-${level}`, text: `${fmtUsd(used)} of ${fmtUsd(b.budget.usd)} · ${(fraction * 100).toFixed(1)}%` })),
+      h('div', { class: 'budget-track' }, fill,
+        h('div', { class: 'budget-threshold', style: { left: '80%' }, title: '80%: warning' }),
+        h('div', { class: 'budget-threshold budget-threshold-max', style: { left: 'calc(100% - 2px)' }, title: '100%' })),
+      h('div', { class: 'budget-foot muted', text: `per ${b.budget.period} (UTC) · ${b.budget.mode === 'hard' ? 'hard: requests are refused at 100%' : 'soft: requests pass with a warning header'}` }));
+  });
+  return panel('Budgets', bars.length ? h('div', { class: 'budgets' }, bars) : h('div', { class: 'empty', text: 'No team or key has a budget. Set one under Keys & teams.' }),
+    h('p', { class: 'field-hint', text: 'Consumption in each budget\'s current period; the marks are the 80% warning threshold and the limit.' }));
+}
