@@ -27,6 +27,8 @@ from gateway.metering.usage import Meter
 from gateway.routing.router import Router
 from gateway.storage.backends import instance_id, make_store
 from gateway.storage.db import StoreUnavailable
+from gateway.tracing import TRACING
+from gateway.tracing import start as start_tracing
 from gateway.upstream.pool import UpstreamPool
 from gateway.upstream.tls import warn_unverified
 
@@ -77,6 +79,8 @@ def create_app(config: GatewayConfig, *, instance: str | None = None) -> web.App
         client_max_size=int(config.server.max_body_mb * 1024 * 1024),
     )
     app[GATEWAY] = gateway
+    if (tracing := start_tracing(config.tracing)) is not None:  # tracing.otlp_endpoint is set
+        app[TRACING] = tracing
     app.cleanup_ctx.append(_resources)
     app.on_response_prepare.append(add_request_id)
     add_routes(app)
@@ -128,6 +132,8 @@ async def _resources(app: web.Application) -> AsyncIterator[None]:
     if cooldowns is not None:
         await cooldowns.close()
     await gateway.limiter.close()  # the limits' settles still under way
+    if (tracing := app.get(TRACING)) is not None:
+        await tracing.close()  # every turn has ended: their spans are exported now
 
 
 async def _keep_alive(gateway: Gateway, started: float) -> None:

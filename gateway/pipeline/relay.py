@@ -67,6 +67,7 @@ from gateway.stream.events import (
     StreamFailure,
 )
 from gateway.stream.sse import SSEDecoder, SSEFrame, SSEFrameTooLarge
+from gateway.tracing import TurnTrace
 from gateway.upstream.seam import credentials
 
 log = logging.getLogger("gateway.pipeline")  # one logger for the whole data path
@@ -95,6 +96,7 @@ class Relay:
         headers: dict[str, str],
         dialect: Dialect,
         dropped: dict[str, list[str]] | None = None,
+        trace: TurnTrace | None = None,
     ) -> None:
         self.gateway = gateway
         self.turn = turn
@@ -130,6 +132,7 @@ class Relay:
         # drop_params: the parameters each deployment of the plan leaves out, by its name
         # (gateway.providers.params.check_plan, run before the turn began).
         self.dropped: dict[str, list[str]] = dropped or {}
+        self.trace = trace  # the turn's spans, when tracing is configured (gateway.tracing)
 
     async def serve(self, cancel_key: str, team_id: str | None) -> web.StreamResponse:
         """Run the turn to its end, however it ends; cancellable meanwhile by `cancel_key`."""
@@ -215,6 +218,8 @@ class Relay:
     async def _attempt(self, deployment: Deployment) -> web.StreamResponse:
         self.deployment = deployment
         attempt = self.attempt = self.turn.new_attempt(deployment.route)
+        if self.trace is not None:
+            self.trace.attempt(attempt, deployment)  # its span, named in the upstream request
         health = deployment.health
         timeouts = deployment.config.timeouts
         health.acquire()

@@ -37,6 +37,7 @@ from gateway.metering.tokens import count_embedding_input, tally_messages, vendo
 from gateway.pipeline.relay import Relay
 from gateway.providers.params import check_plan
 from gateway.routing.router import Deployment
+from gateway.tracing import TRACING, TurnTrace
 
 # The completion a request without max_tokens is assumed to take, for budget reservations.
 DEFAULT_COMPLETION_ESTIMATE = 1024
@@ -61,6 +62,27 @@ async def run_turn(
     gateway: Gateway, request: web.Request, principal: Principal, turn: TurnRequest
 ) -> web.StreamResponse:
     """Admit, join, record and relay one completion; returns the client's response."""
+    tracing = request.app.get(TRACING)
+    if tracing is None:
+        return await _run_turn(gateway, request, principal, turn, None)
+    model = str(turn.body.get("model"))
+    trace = tracing.turn(request.headers, model, turn.request_id, turn.dialect.name)
+    try:
+        return await _run_turn(gateway, request, principal, turn, trace)
+    except BaseException as error:
+        trace.raised(error)
+        raise
+    finally:
+        trace.left()
+
+
+async def _run_turn(
+    gateway: Gateway,
+    request: web.Request,
+    principal: Principal,
+    turn: TurnRequest,
+    trace: TurnTrace | None,
+) -> web.StreamResponse:
     body = turn.body
     if isinstance(body.get("user"), str) and "\x00" in body["user"]:
         # Recorded with the turn's usage, where PostgreSQL text refuses NUL: the usage row
@@ -110,6 +132,8 @@ async def run_turn(
         meter=gateway.meter,
         lease=lease,
     )
+    if trace is not None:
+        trace.began(recorder)
     recorder.dialect = turn.dialect.name
     recorder.threaded = gateway.conversations.threading == "auto"
     thinking = body.get("thinking")
@@ -144,6 +168,7 @@ async def run_turn(
         headers=headers,
         dialect=turn.dialect,
         dropped=dropped,
+        trace=trace,
     )
     return await relay.serve(turn.cancel_key or turn.request_id, principal.team_id)
 

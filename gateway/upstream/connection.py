@@ -133,16 +133,20 @@ class Connection(asyncio.Protocol):
 
     # -- one request ---------------------------------------------------------------------------
 
-    async def exchange(self, prefix: bytes, body: bytes) -> Response:
-        """Send a request, `prefix` (an `Endpoint`'s head up to its Content-Length's value)
-        and `body`, and wait for the response's status and headers."""
+    async def exchange(self, prefix: bytes, body: bytes, extra: bytes | None = None) -> Response:
+        """Send a request, `prefix` (an `Endpoint`'s head up to its Content-Length's value),
+        the header lines `extra` if any, and `body`; wait for the response's status and
+        headers."""
         transport = self.transport
         assert transport is not None
         response = Response(self, self.loop)
         self._response = response
         self._state = _HEAD
         self._received = False
-        head = prefix + b"%d\r\n\r\n" % len(body)
+        if extra is None:
+            head = prefix + b"%d\r\n\r\n" % len(body)
+        else:
+            head = prefix + b"%d\r\n%s\r\n" % (len(body), extra)
         try:
             if len(body) <= _JOIN_WRITE:
                 transport.write(head + body)

@@ -34,6 +34,7 @@ import re
 import ssl
 import time
 from collections.abc import Mapping
+from contextvars import ContextVar
 from urllib.parse import quote, unquote, urlsplit
 
 from gateway import __version__, metrics
@@ -44,6 +45,7 @@ from gateway.upstream.connection import HIGH_WATER, Connection, PoolKey, Respons
 
 __all__ = [
     "HIGH_WATER",
+    "TRACE_HEADERS",
     "USER_AGENT",
     "Endpoint",
     "Response",
@@ -56,6 +58,11 @@ IDLE_S = 30.0
 _TOKEN = re.compile(r"[!#$%&'*+\-.^_`|~0-9A-Za-z]+")
 # Framing is the client's: a caller's value for these would contradict the bytes it sends.
 _OWN_HEADERS = frozenset({"content-length", "transfer-encoding", "connection"})
+
+# Header lines (`b"name: value\r\n"` each) that the requests of the current task carry besides
+# their endpoint's: the `traceparent` of the attempt under way (gateway.tracing). None, the
+# default and the case without tracing: nothing is added.
+TRACE_HEADERS: ContextVar[bytes | None] = ContextVar("trace_headers", default=None)
 
 
 class Endpoint:
@@ -173,14 +180,15 @@ class UpstreamPool:
 
     async def post(self, endpoint: Endpoint, body: bytes) -> Response:
         """Send `body` and wait for the response's status and headers (any status)."""
+        trace = TRACE_HEADERS.get()
         conn = self._take(endpoint.key)
         if conn is not None:
             try:
-                return await conn.exchange(endpoint.prefix, body)
+                return await conn.exchange(endpoint.prefix, body, trace)
             except StaleConnection:
                 pass  # closed by the server while idle: the request reached nobody; once more
         conn = await self._connect(endpoint)
-        return await conn.exchange(endpoint.prefix, body)
+        return await conn.exchange(endpoint.prefix, body, trace)
 
     async def close(self) -> None:
         """Close every connection; requests still reading fail with `UpstreamProtocolError`."""
