@@ -3,7 +3,7 @@
 from __future__ import annotations
 
 import asyncio
-from collections.abc import Coroutine
+from collections.abc import Coroutine, Iterator, MutableMapping
 from dataclasses import dataclass, field
 from typing import Any, Protocol
 
@@ -34,6 +34,46 @@ class InFlight(Protocol):
         ...
 
 
+class InFlightTable(MutableMapping[tuple[str | None, str], InFlight]):
+    """In-flight turns by (team, request or response id), and by turn id.
+
+    The relay registers itself with `setdefault` and leaves with `pop`; every change here also
+    keeps the index by turn id, so that a cancel naming a turn finds it without a scan of
+    every request in flight."""
+
+    def __init__(self) -> None:
+        self._entries: dict[tuple[str | None, str], InFlight] = {}
+        self.by_turn: dict[str, InFlight] = {}
+
+    def __getitem__(self, key: tuple[str | None, str]) -> InFlight:
+        return self._entries[key]
+
+    def __setitem__(self, key: tuple[str | None, str], entry: InFlight) -> None:
+        replaced = self._entries.get(key)
+        if replaced is not None:
+            self.by_turn.pop(replaced.turn.turn_id, None)
+        self._entries[key] = entry
+        self.by_turn[entry.turn.turn_id] = entry
+
+    def __delitem__(self, key: tuple[str | None, str]) -> None:
+        entry = self._entries.pop(key)
+        if self.by_turn.get(entry.turn.turn_id) is entry:
+            del self.by_turn[entry.turn.turn_id]
+
+    def __iter__(self) -> Iterator[tuple[str | None, str]]:
+        return iter(self._entries)
+
+    def __len__(self) -> int:
+        return len(self._entries)
+
+    def setdefault(self, key: tuple[str | None, str], default: InFlight) -> InFlight:
+        # Once per request: without the KeyError the inherited one raises for a new key.
+        found = self._entries.get(key)
+        if found is None:
+            self[key] = found = default
+        return found
+
+
 @dataclass
 class Gateway:
     """Everything a handler needs, built once per app."""
@@ -53,7 +93,7 @@ class Gateway:
     background: set[asyncio.Task[None]] = field(default_factory=set)
     # In-flight completions for POST .../cancel, by (team, request or response id): a client
     # chooses its request ids, so each team has its own (one team's never blocks another's).
-    cancels: dict[tuple[str | None, str], InFlight] = field(default_factory=dict)
+    cancels: InFlightTable = field(default_factory=InFlightTable)
     # Non-streaming answers complete here, recorded a loop iteration's worth at a time.
     turn_ends: TurnEnds = field(default_factory=TurnEnds)
 
@@ -62,6 +102,14 @@ class Gateway:
         found = self.cancels.get((principal.team_id, key))
         if found is None and principal.is_admin:
             found = next((f for (_, k), f in self.cancels.items() if k == key), None)
+        return found
+
+    def in_flight_turn(self, turn_id: str, principal: Principal) -> InFlight | None:
+        """The in-flight turn with this id, if it runs in this process and the principal's
+        team may see it (the admin sees every team's)."""
+        found = self.cancels.by_turn.get(turn_id)
+        if found is None or not principal.sees(found.turn.team_id):
+            return None
         return found
 
     def spawn(self, work: Coroutine[Any, Any, None]) -> None:

@@ -1,7 +1,8 @@
-"""Read a conversation's events and derived messages; make a branch."""
+"""Read a conversation's events and derived messages; make a branch; stop a turn."""
 
 from __future__ import annotations
 
+import asyncio
 from typing import Any
 
 from aiohttp import web
@@ -12,8 +13,10 @@ from gateway.conversations.item_refs import resolve_items
 from gateway.conversations.items import items_to_messages, path_items
 from gateway.conversations.truncate import branch_point, content_chars_of, event_log, truncate
 from gateway.dialects.requests import parse_json_object
-from gateway.errors import InvalidRequest
+from gateway.errors import Conflict, InvalidRequest, NotFound
 from gateway.http.auth import PRINCIPAL
+from gateway.storage.db import Db, Row
+from gateway.storage.store import Store
 
 
 async def events(request: web.Request) -> web.Response:
@@ -61,6 +64,66 @@ async def truncate_turn(request: web.Request) -> web.Response:
         request[PRINCIPAL],
     )
     return web.json_response(result)
+
+
+# How long a cancel waits for its turn to end: a cancelled stream ends once its last frames are
+# acknowledged by the client, or after a short grace when they are not.
+_END_WAIT_S = 10.0
+
+
+async def cancel_turn(request: web.Request) -> web.Response:
+    """POST /v1/conversations/{id}/turns/{turn_id}/cancel: a Stop button that names the turn.
+
+    The turn ends as a client's cancel ends it: interrupted, with what its client received. Only
+    a turn running in this process can be stopped (404 `turn_not_in_flight` elsewhere)."""
+    gateway, principal = request.app[GATEWAY], request[PRINCIPAL]
+    turn_id = request.match_info["turn_id"]
+    conversation = await gateway.conversations.get(request.match_info["id"], principal)
+    entry = gateway.in_flight_turn(turn_id, principal)
+    if entry is None or entry.turn.conversation_id != conversation.id:
+        state = await _turn_state(gateway.store, turn_id)
+        if state is not None and state[0] == conversation.id and state[1] is not None:
+            raise _ended(turn_id)
+        raise NotFound(
+            f"Turn '{turn_id}' of conversation '{conversation.id}' is not in progress here.",
+            code="turn_not_in_flight",
+        )
+    if not entry.cancel():
+        raise _ended(turn_id)
+    try:
+        async with asyncio.timeout(_END_WAIT_S):
+            await entry.turn.wait_ended()
+    except TimeoutError:
+        raise Conflict(
+            f"Turn '{turn_id}' was cancelled but has not ended yet.", code="turn_in_progress"
+        ) from None
+    state = await _turn_state(gateway.store, turn_id)
+    status = state[2] if state is not None else None
+    return web.json_response(
+        {
+            "object": "conversation.turn.cancellation",
+            "conversation_id": conversation.id,
+            "turn_id": turn_id,
+            # As the conversation list names them: `interrupted` unless the client had already
+            # received the whole answer, finish included.
+            "status": "interrupted" if status == "aborted" else status,
+        }
+    )
+
+
+def _ended(turn_id: str) -> Conflict:
+    return Conflict(f"Turn '{turn_id}' has already ended.", code="turn_ended")
+
+
+async def _turn_state(store: Store, turn_id: str) -> Row | None:
+    """(conversation id, ended_at, status) of a recorded turn."""
+
+    async def read(db: Db) -> Row | None:
+        return await db.fetchrow(
+            "SELECT conversation_id, ended_at, status FROM turns WHERE id = ?", turn_id
+        )
+
+    return await store.run(read)
 
 
 def _conversation(conversation: Conversation) -> dict[str, Any]:

@@ -294,6 +294,14 @@ def paths() -> dict[str, dict[str, Operation]]:
                 params=[*_ID, path_param("turn_id", "The turn's X-Gateway-Turn-Id")],
             )
         },
+        "/v1/conversations/{id}/turns/{turn_id}/cancel": {
+            "post": op(
+                "Stop a turn in flight on this replica; recorded as a client's cancel",
+                _ok(ref("TurnCancellation")),
+                (*_AUTH, 404, 409),
+                params=[*_ID, path_param("turn_id", "The turn's X-Gateway-Turn-Id")],
+            )
+        },
         "/v1/conversations/{id}/usage": {
             "get": op("Usage of every attempt", _ok(listing), (*_AUTH, 404), params=_ID)
         },

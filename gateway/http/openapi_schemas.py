@@ -416,6 +416,22 @@ TRUNCATION: Schema = {
     },
 }
 
+TURN_CANCELLATION: Schema = {
+    "type": "object",
+    "required": ["object", "conversation_id", "turn_id", "status"],
+    "properties": {
+        "object": {"const": "conversation.turn.cancellation"},
+        "conversation_id": STRING,
+        "turn_id": STRING,
+        "status": {
+            "enum": ["interrupted", "completed", "error"],
+            "description": "How the turn ended: `interrupted`, its answer the delivered prefix;"
+            " `completed` when the whole answer had already reached the client; `error` when"
+            " its upstream failed first.",
+        },
+    },
+}
+
 CHAT_CANCELLATION: Schema = {
     "type": "object",
     "required": ["id", "object", "status"],
@@ -453,6 +469,7 @@ def components() -> dict[str, Schema]:
         "Cancel": CANCEL,
         "Truncation": TRUNCATION,
         "ChatCompletionCancellation": CHAT_CANCELLATION,
+        "TurnCancellation": TURN_CANCELLATION,
         "List": LIST,
         **_pydantic(NewTeam, TeamChanges, NewKey, KeyChanges, KeyRotation),
     }
