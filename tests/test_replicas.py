@@ -1,6 +1,6 @@
 """Two gateway processes on one PostgreSQL and one Redis, as replicas behind a load balancer:
-a conversation goes on across them, limits and budgets hold across them, and what one recorded
-the other reads."""
+a conversation goes on across them, limits and budgets hold across them (and each replica
+enforces them alone while Redis is down), and what one recorded the other reads."""
 
 from __future__ import annotations
 
@@ -15,10 +15,12 @@ from typing import Any
 import aiohttp
 import openai
 import pytest
+from prometheus_client.parser import text_string_to_metric_families
 
 from tests.conftest import MakeUpstream
 from tests.fakes import USAGE, FakeUpstream, completion
 from tests.postgres_server import PostgresServer
+from tests.redis_server import RedisServer
 from tests.test_cli import free_port
 
 MASTER = "replica-test-master-key"
@@ -42,8 +44,27 @@ class Replica:
             assert response.status < 300, await response.text()
             return await response.json()
 
+    async def metrics(self) -> dict[tuple[str, tuple[tuple[str, str], ...]], float]:
+        async with (
+            aiohttp.ClientSession() as session,
+            session.get(self.url + "/metrics") as response,
+        ):
+            text = await response.text()
+        return {
+            (sample.name, tuple(sorted(sample.labels.items()))): sample.value
+            for family in text_string_to_metric_families(text)
+            for sample in family.samples
+        }
 
-StartReplicas = Callable[[FakeUpstream], Awaitable[tuple[Replica, Replica]]]
+    async def logged(self, text: str, timeout: float = 20) -> None:
+        """Wait until the replica logs a line holding `text`."""
+        assert self.process.stderr is not None
+        async with asyncio.timeout(timeout):
+            while text.encode() not in (line := await self.process.stderr.readline()):
+                assert line, f"the replica exited before logging {text!r}"
+
+
+StartReplicas = Callable[..., Awaitable[tuple[Replica, Replica]]]
 
 
 @pytest.fixture
@@ -54,7 +75,7 @@ async def replicas(
     database = postgres.create_database()
     prefix = f"rep{os.urandom(4).hex()}:"
 
-    async def start(upstream: FakeUpstream) -> tuple[Replica, Replica]:
+    async def start(upstream: FakeUpstream, redis: str = redis_url) -> tuple[Replica, Replica]:
         async def one(n: int) -> Replica:
             port = free_port()
             config = tmp_path / f"replica{n}.yaml"
@@ -62,7 +83,7 @@ async def replicas(
                 json.dumps(
                     {
                         "store": {"url": database, "spool_path": str(tmp_path / f"spool{n}")},
-                        "limits": {"redis_url": redis_url, "redis_prefix": prefix},
+                        "limits": {"redis_url": redis, "redis_prefix": prefix},
                         "auth": {"master_key": MASTER},
                         "models": [
                             {
@@ -240,3 +261,68 @@ async def test_what_one_replica_recorded_of_a_cancelled_stream_the_other_reads(
     assert message["content"][0]["text"] == received
     history = await b.call("GET", f"/v1/conversations/{conversation}/messages", key=key)
     assert history["data"][-1] == {"role": "assistant", "content": received}
+
+
+async def outcomes(calls: list[tuple[Replica, str]]) -> list[int]:
+    """Each completion's status, in order; anything but 200 or 429 fails the test."""
+    statuses = []
+    for replica, key in calls:
+        try:
+            await replica.client(key).chat.completions.create(model="fake", messages=HELLO)
+            statuses.append(200)
+        except openai.RateLimitError as error:
+            statuses.append(error.status_code)
+    return statuses
+
+
+def counted(
+    metrics: dict[tuple[str, tuple[tuple[str, str], ...]], float], name: str, **labels: str
+) -> float:
+    return metrics.get((name, tuple(sorted(labels.items()))), 0.0)
+
+
+async def test_a_redis_outage_leaves_each_replica_its_own_limits_until_redis_returns(
+    replicas: StartReplicas,
+    make_upstream: MakeUpstream,
+    start_redis: Callable[[int | None], RedisServer],
+) -> None:
+    redis = start_redis(None)
+    upstream = await make_upstream()
+    upstream.push(*[completion("ok")] * 12)  # one for each request admitted below
+    a, b = await replicas(upstream, redis.url)
+    key = await team_key(a, {"rpm": 3})
+    # Shared: three requests a minute between both replicas.
+    assert await outcomes([(a, key), (b, key), (a, key), (b, key)]) == [200, 200, 200, 429]
+
+    redis.stop()
+    # Every request is answered (no 5xx), and each replica holds the key to its RPM alone, as
+    # docs/operations.md says: twice the limit across the two.
+    during = await outcomes([(a, key)] * 4 + [(b, key)] * 4)
+    assert during == [200, 200, 200, 429, 200, 200, 200, 429]
+    for replica in (a, b):
+        await replica.logged("rate limits and budgets fall back")
+    async with asyncio.timeout(20):  # until each replica's probe has found Redis still away
+        while not all(
+            counted(m, "gateway_redis_errors_total", operation="probe") >= 1
+            for m in [await a.metrics(), await b.metrics()]
+        ):
+            await asyncio.sleep(0.1)
+    for replica in (a, b):
+        metrics = await replica.metrics()
+        assert counted(metrics, "gateway_limit_local_fallbacks_total") == 4
+        assert counted(metrics, "gateway_redis_errors_total", operation="admit") >= 1
+
+    start_redis(redis.port)  # the same address, empty: nothing was persisted
+    for replica in (a, b):
+        await replica.logged("rate limits and budgets are shared again")
+    # Shared again: the limit holds across both replicas from Redis's own (new) window, and no
+    # admission falls back any more.
+    assert await outcomes([(b, key), (a, key), (b, key), (a, key), (b, key)]) == [
+        200,
+        200,
+        200,
+        429,
+        429,
+    ]
+    for replica in (a, b):
+        assert counted(await replica.metrics(), "gateway_limit_local_fallbacks_total") == 4
