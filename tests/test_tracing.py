@@ -25,7 +25,7 @@ from gateway.config import ConfigError, TracingConfig
 from gateway.tracing import TRACING
 from gateway.tracing import start as start_tracing
 from tests.conftest import GatewayUnderTest, MakeGateway, MakeUpstream
-from tests.fakes import API_KEY, COMPLETION_TOKENS, DONE, PROMPT_TOKENS, chunk, paused
+from tests.fakes import API_KEY, COMPLETION_TOKENS, DONE, PROMPT_TOKENS, USAGE, chunk, paused
 
 QUESTION = [{"role": "user", "content": "Tell me more."}]
 FAST = {"backoff_s": 0.01, "max_backoff_s": 0.05}
@@ -260,6 +260,47 @@ async def test_a_client_that_leaves_mid_stream_makes_an_interrupted_turn(
     assert attempt.attributes["gateway.attempt.outcome"] == "interrupted"
     assert attempt.attributes["gateway.delivered_events"] > 0
     assert attempt.status != ERROR
+
+
+async def test_a_drained_turn_ends_its_span_when_the_drain_ends(
+    make_gateway: MakeGateway, make_upstream: MakeUpstream, collector: Collector
+) -> None:
+    fake = await make_upstream()
+    tracing = {"otlp_endpoint": collector.url}
+    models = [{"name": "m", "on_client_disconnect": "drain", "deployments": [fake.deployment()]}]
+    gw = await make_gateway(models=models, tracing=tracing)
+    fake.push(
+        paused(
+            [chunk("One, "), chunk("two, ")],
+            [chunk("three."), chunk(finish="stop"), chunk(usage=USAGE, no_choices=True), DONE],
+        )
+    )
+    response = await gw.client().chat.completions.with_raw_response.create(
+        model="m", messages=QUESTION, stream=True
+    )
+    stream = response.parse()
+    async for part in stream:
+        if part.choices and part.choices[0].delta.content == "two, ":
+            break
+    await stream.close()
+    conversation_id = response.headers["X-Conversation-Id"]
+    # The handler is done; the turn goes on in the background until the upstream's end.
+    async with asyncio.timeout(10):
+        while gw.gateway.cancels:
+            await asyncio.sleep(0.01)
+    assert [s for s in await exported(gw, collector) if s.kind == SERVER] == []
+    fake.release.set()
+    await gw.wait_turn_end(conversation_id)
+
+    spans = await exported(gw, collector)
+    turn, attempt = one(spans, SERVER), one(spans, CLIENT)
+    assert turn.attributes["gateway.turn.status"] == "interrupted"
+    # The provider's count, read by the drain after the client had left.
+    assert turn.attributes["gen_ai.usage.output_tokens"] == USAGE["completion_tokens"]
+    assert turn.attributes["gateway.usage.source"] == "provider"
+    assert turn.attributes["gateway.delivered_tokens"] < USAGE["completion_tokens"]
+    assert attempt.attributes["gen_ai.usage.output_tokens"] == USAGE["completion_tokens"]
+    assert attempt.attributes["gen_ai.response.finish_reasons"] == ["stop"]
 
 
 async def test_a_clients_traceparent_is_continued_and_passed_upstream(
