@@ -12,7 +12,7 @@ from aiohttp import web
 from gateway import metrics
 from gateway.config import GatewayConfig
 from gateway.context import GATEWAY, Gateway
-from gateway.conversations.recorder import recover_open_turns
+from gateway.conversations.recovery import recover_open_turns
 from gateway.conversations.service import Conversations
 from gateway.http.auth import authenticate
 from gateway.http.middleware import add_request_id, errors_and_ids
@@ -24,6 +24,7 @@ from gateway.metering.key_store import KeyStore
 from gateway.metering.limits import Limiter
 from gateway.metering.reports import UsageStore
 from gateway.metering.usage import Meter
+from gateway.pipeline.checkpoints import Checkpoints
 from gateway.routing.router import Router
 from gateway.storage.backends import instance_id, make_store
 from gateway.storage.db import StoreUnavailable
@@ -34,9 +35,6 @@ from gateway.upstream.tls import warn_unverified
 
 log = logging.getLogger(__name__)
 
-
-_HEARTBEAT_S = 10.0
-_ORPHAN_AFTER_S = 60.0
 
 
 def _limiter(config: GatewayConfig, usage: UsageStore) -> Limiter:
@@ -91,9 +89,16 @@ async def _resources(app: web.Application) -> AsyncIterator[None]:
     gateway = app[GATEWAY]
     await gateway.store.start()
     started = time.time()
+    # One pool for every upstream: kept-alive connections, no per-request TLS handshakes.
+    # (It reads SSL_CERT_FILE and SSL_CERT_DIR now, and the router's endpoints their proxies.)
+    gateway.upstreams = UpstreamPool()
+    gateway.router = Router(gateway.config, gateway.upstreams)
+    warn_unverified(gateway.router.deployments())  # once each, for `tls.verify: false`
+    prices = {d.name: d.price for d in gateway.router.deployments()}
+    gateway.meter = Meter(prices.get, gateway.usage.write)
     if gateway.store.connected.is_set():
         await gateway.store.heartbeat(started)
-        recovered = await recover_open_turns(gateway.store, at_start=True)
+        recovered = await recover_open_turns(gateway.store, gateway.meter, at_start=True)
         if recovered:
             log.warning(
                 "closed %d turns left open by a previous process (crash_recovered)", recovered
@@ -104,11 +109,7 @@ async def _resources(app: web.Application) -> AsyncIterator[None]:
         # its next start; other replicas' are swept by the heartbeat below as usual.
         log.warning("store unreachable at start: turns a previous run left open stay open")
     keeper = asyncio.create_task(_keep_alive(gateway, started), name="store-heartbeat")
-    # One pool for every upstream: kept-alive connections, no per-request TLS handshakes.
-    # (It reads SSL_CERT_FILE and SSL_CERT_DIR now, and the router's endpoints their proxies.)
-    gateway.upstreams = UpstreamPool()
-    gateway.router = Router(gateway.config, gateway.upstreams)
-    warn_unverified(gateway.router.deployments())  # once each, for `tls.verify: false`
+    checkpoints = asyncio.create_task(Checkpoints(gateway).run(), name="checkpoints")
     cooldowns = None
     if (redis_url := gateway.config.limits.redis_url) is not None:
         from gateway.routing.cooldowns import CooldownSync
@@ -117,14 +118,13 @@ async def _resources(app: web.Application) -> AsyncIterator[None]:
         healths = [d.health for d in gateway.router.deployments()]
         cooldowns = CooldownSync(redis_url, gateway.config.limits.redis_prefix, healths)
         cooldowns.start()
-    prices = {d.name: d.price for d in gateway.router.deployments()}
-    gateway.meter = Meter(prices.get, gateway.usage.write)
     # The tokenizer for estimates is slow to load: in the background from the start, not
     # on the first cancel, and without holding up the first request (cold start).
     warming = asyncio.create_task(asyncio.to_thread(tokens.warm), name="tokenizer-warm")
     yield
     await warming
     keeper.cancel()
+    checkpoints.cancel()
     if gateway.background:
         await asyncio.gather(*gateway.background, return_exceptions=True)
     await gateway.upstreams.close()
@@ -137,13 +137,17 @@ async def _resources(app: web.Application) -> AsyncIterator[None]:
 
 
 async def _keep_alive(gateway: Gateway, started: float) -> None:
-    """Heartbeat, and close the open turns of replicas that died and did not come back."""
+    """Heartbeat, and close the open turns of replicas that died and did not come back.
+
+    A replica is taken for dead two heartbeats after its last, and the sweep runs at every
+    beat: its turns are closed within `store.recovery_s` of its death."""
+    beat_s = gateway.config.store.recovery_s / 3
     while True:
-        await asyncio.sleep(_HEARTBEAT_S)
+        await asyncio.sleep(beat_s)
         try:
             await gateway.store.heartbeat(started)
             recovered = await recover_open_turns(
-                gateway.store, at_start=False, stale_s=_ORPHAN_AFTER_S
+                gateway.store, gateway.meter, at_start=False, stale_s=2 * beat_s
             )
             if recovered:
                 log.warning("closed %d turns of a stopped replica (crash_recovered)", recovered)

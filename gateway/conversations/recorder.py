@@ -37,7 +37,6 @@ from gateway.conversations.threading import end_fingerprint
 from gateway.errors import GatewayError, UpstreamError
 from gateway.scrub import scrub, scrub_json
 from gateway.storage.payload import DeferredPayload
-from gateway.storage.store import Store
 from gateway.stream.assembler import BlockAssembler
 from gateway.stream.attempt_log import AttemptLog
 from gateway.stream.compact import CompactRecords, Timed
@@ -411,6 +410,59 @@ class TurnRecorder:
             reason = "timeout"
         self._end("error", reason)
 
+    # -- checkpoints ---------------------------------------------------------------------
+
+    def checkpoint(
+        self,
+        attempt: Attempt | None,
+        delivered: int,
+        level: str,
+        prior: Sequence[Segment] = (),
+    ) -> dict[str, Any]:
+        """What ending the turn as interrupted now would record, recording nothing: the blocks
+        of its first `delivered` frames, and what each attempt is known to cost. A restart or
+        a peer closes the turn with it if this process dies (gateway.pipeline.checkpoints)."""
+        message: dict[str, Any] | None = None
+        if attempt is not None and delivered:
+            parts = _parts(prior, attempt, attempt.log.cut(delivered))
+            if len(parts) == 1:
+                assembler = BlockAssembler.of(attempt.log.events(parts[0][1]))
+            else:
+                assembler = _answer(parts)[0]
+            if blocks := assembler.interrupted_blocks():
+                message = _with_segments(
+                    {
+                        "content": [b.to_content() for b in blocks],
+                        "interrupted": True,
+                        "surface_op": "append",
+                        "route": attempt.route,
+                        "attempt": attempt.number,
+                        "finish_reason": None,
+                        "delivery": level,
+                    },
+                    parts,
+                )
+        now = time.monotonic()
+        return {
+            "message": message,
+            "attempts": [
+                {
+                    "number": a.number,
+                    "route": a.route,
+                    "outcome": a.outcome,
+                    "usage": a.usage,
+                    "first_token_ms": a.first_token_ms,
+                    "duration_ms": round(((a.ended or now) - a.started) * 1000.0, 2),
+                }
+                for a in self.attempts
+            ],
+            "team_id": self.team_id,
+            "key_id": self.key_id,
+            "user": self.user,
+            "alias": self.alias,
+            "reasoning": self.reasoning,
+        }
+
     # -- helpers -------------------------------------------------------------------------
 
     def _message_payload(
@@ -478,28 +530,3 @@ class TurnRecorder:
 
     def _append(self, kind: str, payload: dict[str, Any]) -> None:
         self.store.append(NewEvent(self.conversation_id, self.turn_id, kind, payload))
-
-
-async def recover_open_turns(store: Store, *, at_start: bool, stale_s: float = 60.0) -> int:
-    """Close the turns a dead process left open (`kill -9`, a crash, a power cut).
-
-    At start, the turns this process's previous life left (same owner id), and any from
-    before owners were recorded; later, periodically, those of replicas whose heartbeat
-    stopped more than `stale_s` ago. What was recorded (the input, any delivered prefix) stays;
-    the turn ends `aborted` with reason `crash_recovered`, so it no longer blocks branching and
-    reads as finished.
-    """
-    orphans = await store.claim_orphaned_turns(own=at_start, stale_before=time.time() - stale_s)
-    for turn_id, conversation_id in orphans:
-        store.append(
-            NewEvent(
-                conversation_id,
-                turn_id,
-                TURN_END,
-                {"status": "aborted", "reason": "crash_recovered", "attempts": None, "usage": None},
-            )
-        )
-    if orphans:
-        metrics.TURNS.labels("aborted", "crash_recovered").inc(len(orphans))
-        await store.flush()
-    return len(orphans)

@@ -131,6 +131,27 @@ def _generated_tokens(events: Iterable[StreamEvent]) -> tuple[int, int]:
     return other + reasoning, reasoning
 
 
+def _delivered_content(message: dict[str, Any] | None, number: int) -> list[dict[str, Any]]:
+    """The blocks attempt `number` delivered, from a checkpoint's interrupted message."""
+    if message is None:
+        return []
+    for segment in message.get("segments") or ():
+        if segment["attempt"] == number:
+            return list(segment["content"])
+    return list(message["content"]) if message["attempt"] == number else []
+
+
+def _tokens_of(blocks: list[dict[str, Any]]) -> tuple[int, int]:
+    """(completion, reasoning) tokens of stored blocks, by tokenizer."""
+    reasoning = sum(count_text(b.get("text") or "") for b in blocks if b["type"] == "reasoning")
+    other = sum(
+        count_text(b.get("text") or b.get("arguments") or "") + count_text(b.get("name") or "")
+        for b in blocks
+        if b["type"] != "reasoning"
+    )
+    return other + reasoning, reasoning
+
+
 def _totals(record: UsageRecord) -> dict[str, Any]:
     """Meter.turn's totals of a turn with one attempt (the same values the sums give)."""
     cost = record.cost_usd
@@ -159,7 +180,72 @@ class Meter:
 
     def turn(self, turn: TurnRecorder) -> dict[str, Any]:
         """Record every attempt of an ending turn; return the turn's metered totals."""
-        records = [self._attempt(turn, attempt) for attempt in turn.attempts]
+        return self._record([self._attempt(turn, attempt) for attempt in turn.attempts])
+
+    def recovered(
+        self, turn_id: str, conversation_id: str, checkpoint: dict[str, Any]
+    ) -> dict[str, Any]:
+        """Record the attempts of a turn closed from its last checkpoint after its process
+        died (TurnRecorder.checkpoint); return its metered totals."""
+        return self._record(
+            [
+                self._recovered(turn_id, conversation_id, checkpoint, a)
+                for a in checkpoint["attempts"]
+            ]
+        )
+
+    def _recovered(
+        self,
+        turn_id: str,
+        conversation_id: str,
+        checkpoint: dict[str, Any],
+        attempt: dict[str, Any],
+    ) -> UsageRecord:
+        """An attempt's usage as its checkpoint knew it: the provider's whole count where it
+        had come, else what the provider had said and a tokenizer count of what was
+        delivered (a floor: the provider may have generated more before the process died)."""
+        route, usage = attempt["route"], attempt["usage"]
+        delivered = _tokens_of(_delivered_content(checkpoint["message"], attempt["number"]))
+        write_5m = write_1h = 0
+        if usage is not None and "partial" not in usage:
+            source = "provider"
+            prompt, completion, reasoning, cached, write_5m, write_1h = provider_counts(usage)
+        else:
+            completion, reasoning = delivered
+            prompt, cached = attempt.get("prompt_tokens") or 0, 0
+            if usage is not None:
+                prompt, _, _, cached, write_5m, write_1h = provider_counts(usage)
+            source = "estimated_lower_bound"
+        deployment = str(route.get("deployment"))
+        price = self._price_of(deployment)
+        cost = price.cost(prompt, completion, cached, write_5m, write_1h) if price else None
+        return UsageRecord(
+            id=f"{turn_id}:{attempt['number']}",
+            turn_id=turn_id,
+            conversation_id=conversation_id,
+            team_id=checkpoint["team_id"],
+            key_id=checkpoint["key_id"],
+            user=checkpoint["user"],
+            alias=checkpoint["alias"],
+            deployment=deployment,
+            provider=str(route.get("provider")),
+            model=str(route.get("model")),
+            created_at=time.time(),
+            status=attempt["outcome"] or "interrupted",
+            prompt_tokens=prompt,
+            completion_tokens=completion,
+            completion_delivered=delivered[0],
+            reasoning_tokens=reasoning,
+            cached_tokens=cached,
+            usage_source=source,
+            cost_usd=cost,
+            ttft_ms=attempt["first_token_ms"],
+            duration_ms=attempt["duration_ms"],
+            cache_write_5m_tokens=write_5m,
+            cache_write_1h_tokens=write_1h,
+        )
+
+    def _record(self, records: list[UsageRecord]) -> dict[str, Any]:
         for record in records:
             self._write(record)
             self._count(record)

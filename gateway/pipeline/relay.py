@@ -133,6 +133,7 @@ class Relay:
         # (gateway.providers.params.check_plan, run before the turn began).
         self.dropped: dict[str, list[str]] = dropped or {}
         self.trace = trace  # the turn's spans, when tracing is configured (gateway.tracing)
+        self.checkpointed = 0  # the delivered frames of the last checkpoint (none before one)
 
     async def serve(self, cancel_key: str, team_id: str | None) -> web.StreamResponse:
         """Run the turn to its end, however it ends; cancellable meanwhile by `cancel_key`."""
@@ -505,6 +506,19 @@ class Relay:
         if upstream is not None:
             upstream.close()
         self.turn.interrupted(attempt, delivered, level, reason, prior)
+
+    def checkpoint(self) -> dict[str, Any] | None:
+        """What a crash now should leave recorded (TurnRecorder.checkpoint), when the frames
+        the client has changed since the last one; None otherwise, or for a turn with no
+        stream to cut."""
+        if not self.stream or self.turn.ended or (self.attempt is None and not self.segments):
+            return None
+        delivered, level = self.client.delivered()
+        if delivered == self.checkpointed:
+            return None
+        self.checkpointed = delivered
+        attempt, delivered, prior = self._split_delivery(delivered)
+        return self.turn.checkpoint(attempt, delivered, level, prior)
 
     def _split_delivery(self, delivered: int) -> tuple[Attempt | None, int, list[Segment]]:
         """The first `delivered` frames by attempt: how many of each earlier segment's, and of

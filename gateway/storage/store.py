@@ -21,7 +21,7 @@ import logging
 import os
 import time
 from collections import deque
-from collections.abc import Awaitable, Callable
+from collections.abc import Awaitable, Callable, Iterable
 from itertools import islice
 from typing import Any, Protocol, TypeVar
 
@@ -748,15 +748,17 @@ class Store:
 
     async def claim_orphaned_turns(
         self, *, own: bool, stale_before: float
-    ) -> list[tuple[str, str]]:
-        """Take over the open turns whose process is gone: (turn id, conversation id) each.
+    ) -> list[tuple[str, str, str | None]]:
+        """Take over the open turns whose process is gone: (turn id, conversation id, its
+        last checkpoint or None) each.
 
         `own`: this process's own earlier life (same owner id: it was restarted), and turns
         from before owners were recorded. Otherwise only turns of instances whose heartbeat
         stopped before `stale_before`. The claim is one UPDATE, so two replicas sweeping at
-        once never both close a turn."""
+        once never both close a turn. A claimed turn's checkpoint is taken with it, and so
+        are the checkpoints of turns that ended after their last one was written."""
 
-        async def claim(db: Db) -> list[tuple[str, str]]:
+        async def claim(db: Db) -> list[tuple[str, str, str | None]]:
             condition = "owner IN (SELECT id FROM instances WHERE heartbeat_at < ? AND id <> ?)"
             args: list[Any] = [stale_before, self.owner]
             if own:
@@ -768,9 +770,46 @@ class Store:
                 self.owner,
                 *args,
             )
-            return [(r[0], r[1]) for r in sorted(rows, key=lambda r: r[2])]
+            bodies: dict[str, str] = {}
+            for first in range(0, len(rows), 500):
+                ids = [r[0] for r in rows[first : first + 500]]
+                marks = ", ".join("?" * len(ids))
+                found = await db.fetch(
+                    f"DELETE FROM turn_checkpoints WHERE turn_id IN ({marks})"
+                    " RETURNING turn_id, body",
+                    *ids,
+                )
+                bodies.update((r[0], r[1]) for r in found)
+            await db.execute(
+                "DELETE FROM turn_checkpoints WHERE turn_id IN"
+                " (SELECT id FROM turns WHERE ended_at IS NOT NULL)"
+            )
+            ordered = sorted(rows, key=lambda r: r[2])
+            return [(r[0], r[1], bodies.get(r[0])) for r in ordered]
 
         return await self.transact(claim)
+
+    async def save_checkpoints(
+        self, rows: list[tuple[str, str, float, str]], ended: Iterable[str]
+    ) -> None:
+        """Upsert open turns' checkpoints (turn id, conversation id, time, body) and drop
+        those of `ended` turns: one transaction, straight to the database (not queued or
+        spooled: a checkpoint the store cannot take now is outdated by the next)."""
+        gone = [(turn_id,) for turn_id in ended]
+
+        async def save(db: Db) -> None:
+            if rows:
+                await db.executemany(
+                    "INSERT INTO turn_checkpoints (turn_id, conversation_id, at, body)"
+                    " VALUES (?, ?, ?, ?) ON CONFLICT (turn_id) DO UPDATE"
+                    " SET at = excluded.at, body = excluded.body",
+                    rows,
+                )
+            if gone:
+                await db.executemany("DELETE FROM turn_checkpoints WHERE turn_id = ?", gone)
+
+        self._reachable()
+        await self.backend.transact(save)
 
     async def heartbeat(self, started_at: float) -> None:
         """Note that this process is alive (its open turns are not orphans)."""

@@ -190,6 +190,13 @@ async def test_kill_9_just_after_a_lone_streams_first_chunk_keeps_its_turn(
         ).fetchall()
     process.send_signal(signal.SIGTERM)
     await process.wait()
-    assert [t for t, _ in events] == ["user/message", "turn/end"]
+    kinds = [t for t, _ in events]
+    # With the piece delivered and checkpointed before the kill, the turn also keeps it.
+    assert kinds in (
+        ["user/message", "turn/end"],
+        ["user/message", "assistant/message", "turn/end"],
+    )
     assert json.loads(events[0][1])["content"] == "keep me"
-    assert json.loads(events[1][1])["reason"] == "crash_recovered"
+    if len(kinds) == 3:
+        assert json.loads(events[1][1])["content"] == [{"type": "text", "text": "Hi"}]
+    assert json.loads(events[-1][1])["reason"] == "crash_recovered"

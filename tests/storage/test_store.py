@@ -156,7 +156,7 @@ async def test_a_batch_ends_the_turns_it_starts_and_the_turns_stored_before_it(
         ("open", None, None),
         ("replayed", 3.0, "error"),
     ]
-    assert await store.claim_orphaned_turns(own=True, stale_before=0.0) == [("open", "c")]
+    assert await store.claim_orphaned_turns(own=True, stale_before=0.0) == [("open", "c", None)]
 
 
 async def test_it_survives_a_restart(make: MakeStore) -> None:
@@ -234,8 +234,8 @@ async def test_orphaned_turns_are_claimed_once(make: MakeStore) -> None:
     other.start_turn(TurnStart("theirs", "c", 2.0, {}))
     await me.flush()
     await other.flush()
-    assert await me.claim_orphaned_turns(own=True, stale_before=0.0) == [("mine", "c")]
-    assert await me.claim_orphaned_turns(own=True, stale_before=0.0) == [("mine", "c")]
+    assert await me.claim_orphaned_turns(own=True, stale_before=0.0) == [("mine", "c", None)]
+    assert await me.claim_orphaned_turns(own=True, stale_before=0.0) == [("mine", "c", None)]
     minute_ago = time.time() - 60
     assert await me.claim_orphaned_turns(own=False, stale_before=minute_ago) == []
 
@@ -248,7 +248,7 @@ async def test_orphaned_turns_are_claimed_once(make: MakeStore) -> None:
         me.claim_orphaned_turns(own=False, stale_before=minute_ago),
         third.claim_orphaned_turns(own=False, stale_before=minute_ago),
     )
-    assert sorted(claims, key=len) == [[], [("theirs", "c")]]
+    assert sorted(claims, key=len) == [[], [("theirs", "c", None)]]
 
 
 async def test_durable_enough_returns_once_the_writes_before_it_are_committed(

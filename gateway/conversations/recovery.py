@@ -1,0 +1,75 @@
+"""Closing the turns a dead process left open (`kill -9`, a crash, a lost host), with what
+their clients had been delivered (docs/operations.md, "Stopping and crashing").
+
+While a turn streams, its process checkpoints it (gateway.pipeline.checkpoints): the blocks of
+the frames its client has, and what each attempt is known to cost. When the process dies, the
+same instance at its next start, or another replica once its heartbeat is stale, claims the
+turn and closes it from that checkpoint: the delivered prefix becomes the interrupted answer
+(so follow-ups include what the user read), its usage is metered as an estimate, and the turn
+ends `aborted` with reason `crash_recovered`. A turn with no checkpoint (it had delivered
+nothing yet, or had not lived to its first) keeps what was recorded of it, its input.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import time
+from typing import TYPE_CHECKING, Any
+
+import orjson
+
+from gateway import metrics
+from gateway.conversations.derive import derive_messages
+from gateway.conversations.events import ASSISTANT_MESSAGE, TURN_END, NewEvent
+from gateway.metering.tokens import count_messages, vendor_of
+from gateway.storage.store import Store
+
+if TYPE_CHECKING:
+    from gateway.metering.usage import Meter
+
+
+async def recover_open_turns(
+    store: Store, meter: Meter | None, *, at_start: bool, stale_s: float = 60.0
+) -> int:
+    """Close the open turns of this process's previous life (`at_start`), or of replicas
+    whose heartbeat stopped more than `stale_s` ago; how many were closed."""
+    orphans = await store.claim_orphaned_turns(own=at_start, stale_before=time.time() - stale_s)
+    for turn_id, conversation_id, body in orphans:
+        end: dict[str, Any] = {
+            "status": "aborted",
+            "reason": "crash_recovered",
+            "attempts": None,
+            "usage": None,
+        }
+        if body is not None:
+            checkpoint = orjson.loads(body)
+            if (message := checkpoint["message"]) is not None:
+                store.append(NewEvent(conversation_id, turn_id, ASSISTANT_MESSAGE, message))
+            end["attempts"] = len(checkpoint["attempts"])
+            if meter is not None and checkpoint["attempts"]:
+                await _estimate_prompts(store, conversation_id, turn_id, checkpoint["attempts"])
+                end["metered"] = meter.recovered(turn_id, conversation_id, checkpoint)
+        store.append(NewEvent(conversation_id, turn_id, TURN_END, end))
+    if orphans:
+        metrics.TURNS.labels("aborted", "crash_recovered").inc(len(orphans))
+        await store.flush()
+    return len(orphans)
+
+
+async def _estimate_prompts(
+    store: Store, conversation_id: str, turn_id: str, attempts: list[dict[str, Any]]
+) -> None:
+    """Each attempt whose provider never said its prompt's size gets a tokenizer count of the
+    conversation's messages up to the turn (`prompt_tokens`). A floor: a branch's inherited
+    history and the request's system prompt and tools are not counted."""
+    unknown = [a for a in attempts if a["usage"] is None]
+    if not unknown:
+        return
+    events = await store.events(conversation_id)
+    last = max((i for i, e in enumerate(events) if e.turn_id == turn_id), default=-1)
+    messages = derive_messages(events[: last + 1])
+    for attempt in unknown:
+        model = str(attempt["route"].get("model"))
+        vendor = vendor_of(str(attempt["route"].get("provider")), model)
+        # Off the event loop: the tokenizer may still be loading.
+        attempt["prompt_tokens"] = await asyncio.to_thread(count_messages, messages, vendor, model)
