@@ -102,8 +102,35 @@ async def asset(request: web.Request) -> web.Response:
 
 async def me(request: web.Request) -> web.Response:
     """GET /v1/me: who the presented key acts as, so the UI shows the right sections without
-    probing an admin endpoint (and logging a 403)."""
+    probing an admin endpoint (and logging a 403). A virtual key also sees its own limits and
+    its team's, each with what its budget has spent this period: the figure the limiter starts
+    from, read from the usage records (`UsageStore.spent`)."""
+    import time
+
+    from gateway.metering.limits import Limits, period_start
+    from gateway.storage.db import StoreUnavailable
+
     principal = request[PRINCIPAL]
+    gateway = request.app[GATEWAY]
+    now = time.time()
+
+    async def scope(kind: str, ident: str, stored: dict[str, object] | None) -> dict[str, object]:
+        limits = Limits.model_validate(stored or {})
+        shown: dict[str, object] = {**limits.model_dump(), "spent_usd": None, "period_start": None}
+        if limits.budget is not None:
+            shown["period_start"] = since = period_start(limits.budget.period, now)
+            try:
+                shown["spent_usd"] = await gateway.usage.spent(kind, ident, since)
+            except StoreUnavailable:
+                pass  # the store is away: the figure is unknown, the rest still holds
+        return shown
+
+    budget = None
+    if principal.kind == "key" and principal.key_id and principal.team_id:
+        budget = {
+            "key": await scope("key", principal.key_id, principal.key_limits),
+            "team": await scope("team", principal.team_id, principal.team_limits),
+        }
     return web.json_response(
         {
             "object": "principal",
@@ -113,6 +140,7 @@ async def me(request: web.Request) -> web.Response:
             "key_id": principal.key_id,
             "user": principal.user,
             "models": sorted(principal.models) if principal.models is not None else None,
-            "open": request.app[GATEWAY].auth.open,
+            "open": gateway.auth.open,
+            "budget": budget,
         }
     )
