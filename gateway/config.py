@@ -7,6 +7,7 @@ default). A bad file fails at start with the file, the field path and the reason
 
 from __future__ import annotations
 
+import importlib.util
 import os
 import re
 from dataclasses import dataclass, field
@@ -449,6 +450,23 @@ class TracingConfig(_Model):
         description="Share of traces kept when the client sent no `traceparent` (a client's"
         " sampling decision is always followed).",
     )
+
+    @field_validator("otlp_endpoint")
+    @classmethod
+    def _installed(cls, value: str | None) -> str | None:
+        if value is None:
+            return None
+        if not value.startswith(("http://", "https://")):
+            raise ValueError("use http://host:4318/v1/traces (OTLP over HTTP)")
+        # Found, not imported: loading the SDK is the tracer's business, at start.
+        if importlib.util.find_spec("opentelemetry") is None or (
+            importlib.util.find_spec("opentelemetry.sdk") is None
+        ):
+            raise ValueError(
+                "OpenTelemetry is not installed: install the gateway with its otel extra"
+                " (pip install 'gateway[otel]')"
+            )
+        return value
 
 
 class GatewayConfig(_Model):

@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import sys
 from pathlib import Path
 
 import pytest
@@ -126,3 +127,25 @@ def test_the_master_key_comes_from_the_environment(
     monkeypatch.setenv("GATEWAY_MASTER_KEY", "short")
     with pytest.raises(ConfigError, match="master_key must be at least 16 characters"):
         load_config(write(tmp_path, "models: []\n"))
+
+
+def test_tracing_without_opentelemetry_installed_fails_at_load_naming_file_and_field(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    # As if the `otel` extra were not installed: `gateway serve` and `check-config` then stop
+    # with this message instead of a traceback from the tracer's start.
+    monkeypatch.setitem(sys.modules, "opentelemetry", None)
+    path = tmp_path / "gw.yaml"
+    path.write_text("tracing: {otlp_endpoint: 'http://127.0.0.1:4318/v1/traces'}\n")
+    with pytest.raises(ConfigError) as raised:
+        load_config(path)
+    assert str(path) in str(raised.value)
+    assert "tracing.otlp_endpoint" in str(raised.value)
+    assert "gateway[otel]" in str(raised.value)
+
+
+def test_a_tracing_endpoint_must_be_otlp_over_http(tmp_path: Path) -> None:
+    path = tmp_path / "gw.yaml"
+    path.write_text("tracing: {otlp_endpoint: 'collector:4317'}\n")
+    with pytest.raises(ConfigError, match=r"tracing\.otlp_endpoint.*http://"):
+        load_config(path)
