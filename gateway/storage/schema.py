@@ -338,6 +338,160 @@ def _digest(secrets: list[str], salt: str) -> str:
     return hashlib.scrypt(joined, salt=bytes.fromhex(salt), **_SCRYPT).hex()
 
 
+# -- the conversation list as a request log ------------------------------------------------------
+
+# The kinds of event whose text is searched (gateway.conversations.listing, `q`): what a user and
+# the model said, and what tools answered. Each message's first 100,000 characters.
+SEARCHED_TYPES = ("user/message", "assistant/message", "tool/result")
+_SEARCHED_IN = "(" + ", ".join(f"'{kind}'" for kind in SEARCHED_TYPES) + ")"
+SEARCHED_CHARS = 100_000
+
+# A message's text, in SQLite, from its payload's `content`: a string, or the `text` of each part
+# or block (a reasoning block's excepted); NULL when it has none. `{row}` is the event row (`new`
+# in a trigger). A long payload is in `event_payloads`, written before its event.
+_SQLITE_MESSAGE_TEXT = (
+    "(SELECT substr(CASE json_type(p.doc, '$.content')"
+    " WHEN 'text' THEN json_extract(p.doc, '$.content')"
+    " WHEN 'array' THEN (SELECT group_concat(json_extract(b.value, '$.text'), ' ')"
+    " FROM json_each(p.doc, '$.content') b WHERE b.type = 'object'"
+    " AND json_extract(b.value, '$.type') IS NOT 'reasoning')"
+    f" END, 1, {SEARCHED_CHARS})"
+    " FROM (SELECT CASE WHEN {row}.payload_id IS NULL THEN {row}.payload"
+    " ELSE CAST((SELECT body FROM event_payloads WHERE id = {row}.payload_id) AS TEXT) END"
+    " AS doc) p WHERE json_valid(p.doc))"
+)
+
+
+def _sqlite_index_messages(row: str, source: str = "") -> str:
+    """Index the text of the event `row` (of each row of `source`, a FROM clause, if given)."""
+    return (
+        "INSERT INTO message_text (rowid, text, conversation_id) SELECT r, t, c FROM"
+        f" (SELECT {row}.rowid AS r, {_SQLITE_MESSAGE_TEXT.format(row=row)} AS t,"
+        f" {row}.conversation_id AS c {source}) WHERE t IS NOT NULL AND t <> ''"
+    )
+
+
+# Each conversation's totals over its attempts' usage records, and its last activity: what the
+# list sorts and filters by, kept on its row (gateway.storage.writes keeps them in step).
+_TOTALS_OF = (
+    "UPDATE conversations SET (attempts, failed_attempts, cost_usd, unpriced_attempts,"
+    " prompt_tokens, completion_tokens, completion_delivered, ttft_ms, duration_ms) ="
+    " (SELECT COUNT(*), COALESCE(SUM(CASE WHEN u.status = 'error' THEN 1 ELSE 0 END), 0),"
+    " SUM(u.cost_usd), COALESCE(SUM(CASE WHEN u.cost_usd IS NULL THEN 1 ELSE 0 END), 0),"
+    " COALESCE(SUM(u.prompt_tokens), 0), COALESCE(SUM(u.completion_tokens), 0),"
+    " COALESCE(SUM(u.completion_delivered), 0), AVG(u.ttft_ms), SUM(u.duration_ms)"
+    " FROM usage u WHERE u.conversation_id = conversations.id),"
+    " updated_at = COALESCE((SELECT MAX(COALESCE(t.ended_at, t.started_at)) FROM turns t"
+    " WHERE t.conversation_id = conversations.id), created_at)"
+)
+
+
+def _request_log(real: str, integer: str) -> tuple[str, ...]:
+    return (
+        "CREATE INDEX usage_by_conversation ON usage (conversation_id)",
+        # The request id the gateway answered with, and whom the turn was for: looked up.
+        "ALTER TABLE turns ADD COLUMN request_id TEXT",
+        'ALTER TABLE turns ADD COLUMN "user" TEXT',
+        "CREATE INDEX turns_by_request_id ON turns (request_id) WHERE request_id IS NOT NULL",
+        'CREATE INDEX turns_by_user ON turns ("user", conversation_id) WHERE "user" IS NOT NULL',
+        f"ALTER TABLE conversations ADD COLUMN updated_at {real}",
+        f"ALTER TABLE conversations ADD COLUMN attempts {integer} NOT NULL DEFAULT 0",
+        f"ALTER TABLE conversations ADD COLUMN failed_attempts {integer} NOT NULL DEFAULT 0",
+        f"ALTER TABLE conversations ADD COLUMN cost_usd {real}",
+        f"ALTER TABLE conversations ADD COLUMN unpriced_attempts {integer} NOT NULL DEFAULT 0",
+        f"ALTER TABLE conversations ADD COLUMN prompt_tokens {integer} NOT NULL DEFAULT 0",
+        f"ALTER TABLE conversations ADD COLUMN completion_tokens {integer} NOT NULL DEFAULT 0",
+        f"ALTER TABLE conversations ADD COLUMN completion_delivered {integer} NOT NULL DEFAULT 0",
+        f"ALTER TABLE conversations ADD COLUMN ttft_ms {real}",
+        f"ALTER TABLE conversations ADD COLUMN duration_ms {real}",
+    )
+
+
+# Message text in an FTS5 table, its rowid the event's, kept in step by triggers: every way an
+# event is written or rewritten (a batch, a replay, a scrub of secrets) reindexes it.
+_SQLITE_SEARCH = (
+    "CREATE INDEX events_by_payload ON events (payload_id) WHERE payload_id IS NOT NULL",
+    "CREATE VIRTUAL TABLE message_text USING fts5(text, conversation_id UNINDEXED,"
+    " tokenize = 'porter unicode61 remove_diacritics 2')",
+    f"CREATE TRIGGER message_text_insert AFTER INSERT ON events WHEN new.type IN {_SEARCHED_IN}"
+    f" BEGIN {_sqlite_index_messages('new')}; END",
+    "CREATE TRIGGER message_text_update AFTER UPDATE OF payload, payload_id ON events"
+    f" WHEN new.type IN {_SEARCHED_IN} BEGIN DELETE FROM message_text WHERE rowid = old.rowid;"
+    f" {_sqlite_index_messages('new')}; END",
+    "CREATE TRIGGER message_text_long_update AFTER UPDATE OF body ON event_payloads BEGIN"
+    " DELETE FROM message_text WHERE rowid IN (SELECT e.rowid FROM events e"
+    f" WHERE e.payload_id = new.id AND e.type IN {_SEARCHED_IN});"
+    + _sqlite_index_messages(
+        "e", f"FROM events e WHERE e.payload_id = new.id AND e.type IN {_SEARCHED_IN}"
+    )
+    + "; END",
+)
+
+
+async def _sqlite_request_log_rows(db: Db) -> None:
+    """The rows stored before: each turn's request id and user, each conversation's totals,
+    and every message's text in the index."""
+    await db.execute(
+        "UPDATE turns SET request_id = json_extract(request, '$.request_id'),"
+        " \"user\" = json_extract(request, '$.user') WHERE json_valid(request)"
+    )
+    await db.execute(_TOTALS_OF)
+    await db.execute(_sqlite_index_messages("e", f"FROM events e WHERE e.type IN {_SEARCHED_IN}"))
+
+
+# In PostgreSQL, an expression index over each message event's text, through a function that
+# gives NULL rather than fail (an event whose text cannot be read is only not found). Its text
+# search configuration is English stemming without stop words, as SQLite's porter tokenizer.
+_POSTGRES_SEARCH = (
+    "CREATE TEXT SEARCH DICTIONARY gateway_english_stem (TEMPLATE = snowball, Language = english)",
+    "CREATE TEXT SEARCH CONFIGURATION gateway_search (COPY = english)",
+    "ALTER TEXT SEARCH CONFIGURATION gateway_search ALTER MAPPING FOR asciiword, asciihword,"
+    " hword_asciipart, word, hword, hword_part WITH gateway_english_stem",
+)
+_POSTGRES_MESSAGE_SEARCH = """
+CREATE FUNCTION gateway_message_search(payload text) RETURNS tsvector
+LANGUAGE plpgsql IMMUTABLE PARALLEL SAFE AS $$
+DECLARE
+    content jsonb;
+    body text;
+BEGIN
+    content := CAST(replace(payload, '\\u0000', '\\ufffd') AS jsonb) -> 'content';
+    IF jsonb_typeof(content) = 'string' THEN
+        body := content #>> '{}';
+    ELSIF jsonb_typeof(content) = 'array' THEN
+        SELECT string_agg(b ->> 'text', ' ') INTO body FROM jsonb_array_elements(content) b
+        WHERE jsonb_typeof(b) = 'object' AND (b ->> 'type') IS DISTINCT FROM 'reasoning';
+    END IF;
+    IF body IS NULL OR body = '' THEN
+        RETURN NULL;
+    END IF;
+    RETURN to_tsvector('{config}', left(body, {chars}));
+EXCEPTION WHEN others THEN
+    RETURN NULL;
+END
+$$"""
+
+
+async def _postgres_request_log_rows(db: Db) -> None:
+    """The search function (its configuration named with its schema, so that a restore, which
+    runs without a search path, finds it), its index over every message stored, each turn's
+    request id and user, and each conversation's totals."""
+    where = await db.fetchval("SELECT current_schema()")
+    config = f'"{where}".gateway_search' if where else "gateway_search"
+    await db.execute(
+        _POSTGRES_MESSAGE_SEARCH.replace("{config}", config).replace("{chars}", str(SEARCHED_CHARS))
+    )
+    await db.execute(
+        "CREATE INDEX events_search ON events USING gin (gateway_message_search(payload))"
+        f" WHERE type IN {_SEARCHED_IN}"
+    )
+    request = "CAST(replace(request, '\\u0000', '\\ufffd') AS jsonb)"
+    await db.execute(
+        f"UPDATE turns SET request_id = {request} ->> 'request_id', \"user\" = {request} ->> 'user'"
+    )
+    await db.execute(_TOTALS_OF)
+
+
 MIGRATIONS: dict[Dialect, tuple[Migration, ...]] = {
     "sqlite": (
         Migration(1, "conversations, turns, events, teams, keys, usage, responses", _SQLITE_V1),
@@ -348,6 +502,12 @@ MIGRATIONS: dict[Dialect, tuple[Migration, ...]] = {
         Migration(6, "usage: cache writes, 5-minute and 1-hour", _CACHE_WRITES_SQLITE),
         Migration(7, "secrets scrubbed from stored events", _SECRET_SCRUBS, scrub_stored_tokens),
         Migration(8, "delivery checkpoints of open turns", _CHECKPOINTS),
+        Migration(
+            9,
+            "the list as a request log: totals, searchable text, request ids",
+            _request_log("REAL", "INTEGER") + _SQLITE_SEARCH,
+            _sqlite_request_log_rows,
+        ),
     ),
     "postgresql": (
         Migration(1, "the whole schema", _POSTGRES_V1),
@@ -355,6 +515,12 @@ MIGRATIONS: dict[Dialect, tuple[Migration, ...]] = {
         Migration(3, "usage: cache writes, 5-minute and 1-hour", _CACHE_WRITES_POSTGRES),
         Migration(4, "secrets scrubbed from stored events", _SECRET_SCRUBS, scrub_stored_tokens),
         Migration(5, "delivery checkpoints of open turns", _CHECKPOINTS),
+        Migration(
+            6,
+            "the list as a request log: totals, searchable text, request ids",
+            _request_log("DOUBLE PRECISION", "BIGINT") + _POSTGRES_SEARCH,
+            _postgres_request_log_rows,
+        ),
     ),
 }
 

@@ -290,6 +290,9 @@ class Store:
                 "team_id": turn.team_id,
                 "key_id": turn.key_id,
                 "owner": self.owner,
+                # Looked up by the conversation list (gateway.conversations.listing).
+                "request_id": _text_or_none(turn.request.get("request_id")),
+                "user": _text_or_none(turn.request.get("user")),
             },
         )
 
@@ -835,6 +838,10 @@ def _keep(recent: dict[str, Any], key: str, value: Any) -> None:
     recent[key] = value
     if len(recent) > _THREADS_KEPT:
         del recent[next(iter(recent))]
+
+
+def _text_or_none(value: Any) -> str | None:
+    return value if isinstance(value, str) else None
 
 
 def _settle_once(future: asyncio.Future[None]) -> None:

@@ -77,7 +77,17 @@ _CONVERSATION = (
     "key_id",
     "metadata",
 )
-_TURN = ("id", "conversation_id", "started_at", "request", "team_id", "key_id", "owner")
+_TURN = (
+    "id",
+    "conversation_id",
+    "started_at",
+    "request",
+    "team_id",
+    "key_id",
+    "owner",
+    "request_id",
+    "user",
+)
 _RESPONSE = (
     "id",
     "turn_id",
@@ -161,6 +171,33 @@ _EVENT = {
 _END_TURN = "UPDATE turns SET ended_at = ?, status = ?, fingerprint = ? WHERE id = ?"
 _NOT_ENDED = (None, None, None)
 _FINGERPRINT = "UPDATE turns SET fingerprint = ? WHERE id = ?"
+# A conversation's totals over its attempts' usage records and its last activity, which the list
+# sorts and filters by (gateway.conversations.listing): made again from its rows whenever a
+# batch starts or ends one of its turns or writes a usage record. Made again rather than added
+# to: a drained stream's usage replaces an estimate, and a replayed write lands twice.
+_TOTALS = (
+    "UPDATE conversations SET (attempts, failed_attempts, cost_usd, unpriced_attempts,"
+    " prompt_tokens, completion_tokens, completion_delivered, ttft_ms, duration_ms) ="
+    " (SELECT COUNT(*), COALESCE(SUM(CASE WHEN u.status = 'error' THEN 1 ELSE 0 END), 0),"
+    " SUM(u.cost_usd), COALESCE(SUM(CASE WHEN u.cost_usd IS NULL THEN 1 ELSE 0 END), 0),"
+    " COALESCE(SUM(u.prompt_tokens), 0), COALESCE(SUM(u.completion_tokens), 0),"
+    " COALESCE(SUM(u.completion_delivered), 0), AVG(u.ttft_ms), SUM(u.duration_ms)"
+    " FROM usage u WHERE u.conversation_id = ?),"
+    " updated_at = COALESCE((SELECT MAX(COALESCE(t.ended_at, t.started_at)) FROM turns t"
+    " WHERE t.conversation_id = ?), created_at)"
+    " WHERE id = ?"
+)
+
+
+def _totals_of(writes: list[Write]) -> list[tuple[str, str, str]]:
+    """The conversations whose totals a batch changes, in one order (two PostgreSQL replicas
+    updating the same rows lock them in the same order)."""
+    touched = {
+        w.row["conversation_id"]
+        for w in writes
+        if w.kind in ("turn", "usage") or (w.kind == "event" and w.row["type"] == "turn/end")
+    }
+    return [(cid, cid, cid) for cid in sorted(touched)]
 
 
 _ORDER: tuple[Kind, ...] = ("conversation", "turn", "event", "usage", "response")
@@ -201,6 +238,9 @@ async def apply_batch(db: Db, writes: list[Write]) -> None:
             refingerprinted = [_fingerprint_args(w.row) for w in group if _refingerprints(w.row)]
             if refingerprinted:
                 await db.executemany(_FINGERPRINT, refingerprinted)
+    totals = _totals_of(writes)
+    if totals:
+        await db.executemany(_TOTALS, totals)
 
 
 def _values(kind: Kind, group: list[Write]) -> list[tuple[Any, ...]]:
@@ -244,8 +284,10 @@ async def apply(db: Db, write: Write) -> None:
             await db.execute(_END_TURN, *_end_args(row))
         elif inserted and _refingerprints(row):
             await db.execute(_FINGERPRINT, *_fingerprint_args(row))
-        return
-    values = [row.get(c) for c in _COLUMNS[write.kind]]
-    if write.kind == "turn":
-        values += _NOT_ENDED  # a turn alone: its end comes with its turn/end
-    await db.execute(_SQL[write.kind], *values)
+    else:
+        values = [row.get(c) for c in _COLUMNS[write.kind]]
+        if write.kind == "turn":
+            values += _NOT_ENDED  # a turn alone: its end comes with its turn/end
+        await db.execute(_SQL[write.kind], *values)
+    for totals in _totals_of([write]):
+        await db.execute(_TOTALS, *totals)
