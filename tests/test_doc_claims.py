@@ -9,27 +9,25 @@ The replicas' behaviour through a Redis outage is tests/test_replicas.py's."""
 from __future__ import annotations
 
 import ast
+import asyncio
 import inspect
 import os
 import re
-from collections.abc import Callable, Iterator
+from collections.abc import Iterator
 from pathlib import Path
 from typing import Any
 
 import aiohttp
 import pytest
-from aiohttp import web
-from aiohttp.test_utils import TestServer
 
 from gateway.context import GATEWAY
 from gateway.http import system
-from gateway.http.middleware import errors_and_ids
 from gateway.metering import redis_limits
 from gateway.metering.limits import Limiter, LimitExceeded, Limits
 from gateway.metering.redis_limits import RedisLimiter
 from gateway.routing import cooldowns
-from gateway.storage.db import StoreUnavailable
-from tests.conftest import GatewayUnderTest
+from tests.conftest import GatewayUnderTest, MakeGateway
+from tests.postgres_server import PostgresServer, throwaway_postgres
 
 ROOT = Path(__file__).resolve().parents[1]
 DOCS = [ROOT / "README.md", ROOT / "deploy" / "README.md", *sorted((ROOT / "docs").glob("*.md"))]
@@ -68,39 +66,38 @@ def mentions(code: str) -> Iterator[tuple[Path, str, str]]:
 
 
 @pytest.fixture
-async def store_down(
-    aiohttp_server: Callable[..., Any],
-) -> TestServer:
-    """A server whose one route needs a store that does not answer, behind the gateway's own
-    error middleware: the one place a `StoreUnavailable` becomes a response."""
-
-    async def needs_the_store(request: web.Request) -> web.Response:
-        raise StoreUnavailable("connection refused")
-
-    app = web.Application(middlewares=[errors_and_ids])
-    app.router.add_get("/v1/usage", needs_the_store)
-    server: TestServer = await aiohttp_server(app)
-    return server
+def own_postgres() -> Iterator[PostgresServer]:
+    """A cluster of this test's own: it is stopped."""
+    with throwaway_postgres("gw-pg-claims-") as server:
+        yield server
 
 
-async def test_a_store_outage_answers_the_status_code_and_retry_after_the_docs_give(
-    store_down: TestServer,
+async def test_a_store_outage_answers_what_the_docs_say(
+    own_postgres: PostgresServer, make_gateway: MakeGateway
 ) -> None:
+    gw = await make_gateway(store={"url": own_postgres.create_database()})
+    await asyncio.to_thread(own_postgres.stop)
     async with aiohttp.ClientSession() as session:
-        async with session.get(str(store_down.make_url("/v1/usage"))) as response:
+        # A usage report cannot be made without the store.
+        async with session.get(gw.url + "/v1/usage") as response:
             status = response.status
             retry_after = response.headers["Retry-After"]
             code = (await response.json())["error"]["code"]
+        # The replica stays ready, saying what its store does.
+        async with session.get(gw.url + "/health/ready") as response:
+            assert response.status == 200
+            assert (await response.json())["store"] in ("spooling", "unavailable")
     assert code == "store_unavailable"
 
     # Every status the docs give `store_unavailable`: a table row's status, or the one written
     # just before it (`503 store_unavailable`, `503` with code `store_unavailable`).
     statuses = []
     for path, before, _ in mentions(code):
-        row = re.match(r"\| (\d{3}) \|", before)
-        near = re.search(r"(\d{3})`?,? (?:with code )?`?$", before)
-        if row or near:
-            statuses.append((path.name, int((row or near).group(1))))  # type: ignore[union-attr]
+        given = re.match(r"\| (\d{3}) \|", before) or re.search(
+            r"(\d{3})`?,? (?:with code )?`?$", before
+        )
+        if given:
+            statuses.append((path.name, int(given.group(1))))
     assert {name for name, _ in statuses} >= {"api.md", "operations.md", "README.md"}
     assert {s for _, s in statuses} == {status}, statuses
 
