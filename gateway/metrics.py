@@ -195,6 +195,12 @@ BUDGET_WARNINGS = Family(
         registry=REGISTRY,
     )
 )
+CONNECTIONS_REFUSED = Counter(
+    "gateway_connections_refused_total",
+    "Client connections over server.max_connections: answered 503 (health probes served) and"
+    " closed.",
+    registry=REGISTRY,
+)
 STORE_QUEUE = Gauge(
     "gateway_store_queue_depth",
     "Writes waiting in memory for the store writer.",

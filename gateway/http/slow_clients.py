@@ -56,7 +56,7 @@ from aiohttp import web
 from aiohttp.http_exceptions import BadHttpMessage, HttpProcessingError, LineTooLong
 from aiohttp.typedefs import Handler, Middleware
 
-from gateway import scrub
+from gateway import metrics, scrub
 from gateway.config import ServerConfig
 from gateway.context import GATEWAY
 from gateway.errors import GatewayError, InvalidRequest, PayloadTooLarge, ServiceUnavailable
@@ -169,6 +169,7 @@ class ConnectionCap:
             self.open += 1
             return True
         self.refused += 1
+        metrics.CONNECTIONS_REFUSED.inc()
         now = time.monotonic()
         if self._logged_at is None or now - self._logged_at >= REFUSAL_LOG_S:
             log.warning(

@@ -26,6 +26,7 @@ from gateway.app import create_app
 from gateway.config import parse_config
 from gateway.http import slow_clients
 from gateway.http.slow_clients import ConnectionCap, guarded_runner
+from gateway.metrics import REGISTRY
 
 BOUND_S = 5.0  # anything the server owes (an answer, a close) comes within this
 CAP = 3
@@ -115,6 +116,7 @@ async def test_a_connection_over_the_cap_gets_a_503_and_health_still_answers(
     tmp_path: Path, caplog: pytest.LogCaptureFixture
 ) -> None:
     caplog.set_level(logging.WARNING, logger="gateway.http.slow_clients")
+    before = REGISTRY.get_sample_value("gateway_connections_refused_total") or 0
     async with serve(tmp_path, keepalive_timeout_s=30, max_connections=CAP) as port:
         held = [await Connection.open(port) for _ in range(CAP)]
         try:
@@ -133,6 +135,9 @@ async def test_a_connection_over_the_cap_gets_a_503_and_health_still_answers(
             live.close()
             refused = [r for r in caplog.records if "server.max_connections" in r.getMessage()]
             assert len(refused) == 1  # at most one line a minute, however many are refused
+            # ... and each counted: the request refused and the health probe over the cap.
+            counted = REGISTRY.get_sample_value("gateway_connections_refused_total")
+            assert counted == before + 2
             # One held connection goes: a new one is admitted again.
             held.pop().close()
             async with asyncio.timeout(BOUND_S):
