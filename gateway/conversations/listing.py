@@ -1,13 +1,22 @@
-"""Listing conversations for operators: filters, search and cursor pagination.
+"""Listing conversations for operators: a request log with filters, search, sorts and cursors.
 
-One query, in SQL both SQLite and PostgreSQL accept (only the JSON accessor differs), newest
-first. A conversation's status is its last turn's outcome: `turn/end` `completed` is
+One query, in SQL both SQLite and PostgreSQL accept (the JSON accessor and the text search
+differ). A conversation's status is its last turn's outcome: `turn/end` `completed` is
 completed, `aborted` (the client left or cancelled) is interrupted, `error` is error, and a turn
 still open is active.
+
+What the list sorts and filters by is kept on each conversation's row (gateway.storage.writes):
+its attempts' totals and its last activity, so a sort is a scan of one table. `q` is full-text
+search over message text: an FTS5 table on SQLite, a `tsvector` expression index on PostgreSQL
+(gateway.storage.schema, version 9 and 6). A page continues from a cursor (`after`) that
+names its sort, the key of the last row and its id: keyset pagination, stable under ties.
 """
 
 from __future__ import annotations
 
+import base64
+import binascii
+import re
 import time
 from dataclasses import dataclass
 from typing import Any
@@ -16,6 +25,7 @@ import orjson
 
 from gateway.metering.reports import parse_time
 from gateway.storage.db import Db, Dialect
+from gateway.storage.schema import SEARCHED_TYPES
 from gateway.storage.store import Store
 
 STATUSES = {
@@ -28,6 +38,76 @@ MAX_LIMIT = 100
 PREVIEW_CHARS = 160
 _PARENT_HOPS = 16  # how far up a branch chain the preview is looked for
 
+# Each sort's key, and whether it can be NULL (no attempt had one): NULLs come last in either
+# order. TTFT and duration are those `include=usage` shows: the average time to first token
+# over the attempts that had one, and the attempts' durations summed.
+SORTS: dict[str, tuple[str, bool]] = {
+    "created": ("c.created_at", False),
+    "updated": ("COALESCE(c.updated_at, c.created_at)", False),
+    "cost": ("c.cost_usd", True),
+    "tokens": ("(c.prompt_tokens + c.completion_tokens)", False),
+    "duration": ("c.duration_ms", True),
+    "ttft": ("c.ttft_ms", True),
+    "attempts": ("c.attempts", False),
+}
+_INTEGER_SORTS = {"tokens", "attempts"}
+ORDERS = ("desc", "asc")
+# Range filters over the same totals: (parameter, column, comparison). A conversation without
+# the value (no priced attempt, no attempt) is in no range.
+RANGES: dict[str, tuple[str, str]] = {
+    "min_cost": ("c.cost_usd", ">="),
+    "max_cost": ("c.cost_usd", "<="),
+    "min_duration_ms": ("c.duration_ms", ">="),
+    "max_duration_ms": ("c.duration_ms", "<="),
+    "min_ttft_ms": ("c.ttft_ms", ">="),
+    "max_ttft_ms": ("c.ttft_ms", "<="),
+}
+_CURSOR_PREFIX = "cur1_"
+
+
+class BadCursor(ValueError):
+    """An `after` cursor made for another sort or order, or one that is not the gateway's."""
+
+
+@dataclass(frozen=True)
+class Cursor:
+    """Where a page ends: its sort and order, the last row's key and its id."""
+
+    sort: str
+    order: str
+    value: float | int | None
+    id: str
+
+    def encode(self) -> str:
+        raw = orjson.dumps([self.sort, self.order, self.value, self.id])
+        return _CURSOR_PREFIX + base64.urlsafe_b64encode(raw).decode().rstrip("=")
+
+    @staticmethod
+    def decode(text: str) -> Cursor | None:
+        """The cursor `text` encodes; None when it is not one (a conversation id, then)."""
+        if not text.startswith(_CURSOR_PREFIX):
+            return None
+        body = text[len(_CURSOR_PREFIX) :]
+        try:
+            made = orjson.loads(base64.urlsafe_b64decode(body + "=" * (-len(body) % 4)))
+        except (ValueError, binascii.Error):
+            return None
+        if not (isinstance(made, list) and len(made) == 4):
+            return None
+        sort, order, value, id_ = made
+        if not (isinstance(sort, str) and sort in SORTS and order in ORDERS):
+            raise BadCursor("'after' is a cursor of no sort this list has.")
+        integer = sort in _INTEGER_SORTS
+        if value is None:
+            fits = SORTS[sort][1]
+        elif integer:
+            fits = type(value) is int and abs(value) < 2**63
+        else:
+            fits = type(value) in (int, float)
+        if not (fits and isinstance(id_, str)):
+            raise BadCursor("'after' is not a cursor this list made.")
+        return Cursor(sort, order, value if integer or value is None else float(value), id_)
+
 
 @dataclass(frozen=True)
 class ListQuery:
@@ -37,11 +117,17 @@ class ListQuery:
     status: str | None = None  # completed | interrupted | error | active
     since: float | None = None
     until: float | None = None
-    q: str | None = None
+    q: str | None = None  # words, searched in the text of messages
     parent_id: str | None = None  # the branches made from one conversation
-    id: str | None = None  # one conversation's row
+    id: str | None = None  # one conversation's row, by its stored id
+    lookup: str | None = None  # ... or by the id of one of its turns, responses or requests
+    user: str | None = None  # conversations with a turn for this user
+    metadata: tuple[tuple[str, str], ...] = ()  # (key, value): metadata equality, each
+    ranges: tuple[tuple[str, float], ...] = ()  # (a RANGES parameter, its bound)
+    sort: str = "created"
+    order: str = "desc"
     limit: int = 20
-    after: str | None = None  # the last id of the previous page
+    after: str | Cursor | None = None  # the previous page's cursor, or its last row's id
     with_usage: bool = False  # each row's attempts, tokens, cost and timings (`usage`)
     stopped: bool = False  # only conversations with a turn that ended interrupted, any turn
     failed: bool = False  # only conversations with a failed attempt (a recovered one included)
@@ -51,6 +137,7 @@ class ListQuery:
 class Page:
     data: list[dict[str, Any]]
     has_more: bool
+    cursor: str | None = None  # `after` for the next page
 
     @property
     def last_id(self) -> str | None:
@@ -65,30 +152,78 @@ def _json_text(dialect: Dialect, column: str, field: str) -> str:
     return f"json_extract({column}, '$.{field}')"
 
 
-def _like(value: str) -> str:
-    escaped = value.lower().replace("\\", "\\\\").replace("%", "\\%").replace("_", "\\_")
-    return f"%{escaped}%"
+_SEARCHED = "(" + ", ".join(f"'{kind}'" for kind in SEARCHED_TYPES) + ")"
+# SQLite's tokenizer (unicode61) keeps letters and digits and splits on everything else.
+_WORD = re.compile(r"[^\W_]+")
+
+
+def _search(dialect: Dialect, q: str) -> tuple[str, list[Any]]:
+    """A message of the conversation's own holds every word of `q` (stemmed: English)."""
+    if dialect == "postgresql":
+        # Its own parser splits the words, as it did the indexed text (a host name stays one).
+        return (
+            f"c.id IN (SELECT e.conversation_id FROM events e WHERE e.type IN {_SEARCHED}"
+            " AND gateway_message_search(e.payload) @@ plainto_tsquery('gateway_search', ?))",
+            [q.replace("\x00", " ")],
+        )
+    words = _WORD.findall(q)
+    if not words:
+        return "1 = 0", []
+    # Each word a quoted string: FTS5's query syntax (AND, NEAR, *, column filters) is not
+    # the user's to write, and a word in quotes is only a word.
+    match = " ".join('"' + word.replace('"', '""') + '"' for word in words)
+    return (
+        "c.id IN (SELECT conversation_id FROM message_text WHERE message_text MATCH ?)",
+        [match],
+    )
+
+
+def _metadata(dialect: Dialect, key: str, value: str) -> tuple[str, list[Any]]:
+    """The conversation's metadata holds `key` with the string `value`."""
+    if dialect == "postgresql":
+        document = "CAST(REPLACE(c.metadata, '\\u0000', '\\ufffd') AS jsonb)"
+        return f"{document} -> CAST(? AS TEXT) = to_jsonb(CAST(? AS TEXT))", [key, value]
+    if '"' in key or "\\" in key:  # not a key a JSON path can quote
+        return (
+            "EXISTS (SELECT 1 FROM json_each(c.metadata) m WHERE m.key = ?"
+            " AND m.type = 'text' AND m.atom = ?)",
+            [key, value],
+        )
+    path = f'$."{key}"'
+    return (
+        "(json_type(c.metadata, ?) = 'text' AND json_extract(c.metadata, ?) = ?)",
+        [path, path, value],
+    )
+
+
+def _lookup(stored: str, value: str) -> tuple[str, list[Any]]:
+    """The conversation with the id `stored`, or of the turn, response or request with the id
+    `value`: index lookups each, their few rows then found by primary key."""
+    return (
+        "c.id IN (SELECT CAST(? AS TEXT) UNION ALL SELECT t.conversation_id FROM turns t"
+        " WHERE t.id = ? UNION ALL SELECT t.conversation_id FROM turns t WHERE t.request_id = ?"
+        " UNION ALL SELECT r.conversation_id FROM responses r WHERE r.id = ?)",
+        [stored, value, value, value],
+    )
 
 
 _LAST_TURN = (
     "(SELECT t.{col} FROM turns t WHERE t.conversation_id = c.id"
     " ORDER BY t.started_at DESC, t.id DESC LIMIT 1)"
 )
-# A turn's attempts: their usage records' ids are `<turn_id>:<attempt>`, so the range is a
-# primary-key range scan per turn (turns are found by their conversation index), and `turn_id =
-# t.id` keeps exactly the turn's records whatever the collation orders `:` among. No scan of the
-# usage table, on either backend.
-_TURN_ATTEMPTS = (
-    "turns t {join} usage u ON u.id >= t.id || ':' AND u.id <= t.id || ':99999'"
-    " AND u.turn_id = t.id"
-)
 _FIRST_USER = (
     "(SELECT e.payload FROM events e WHERE e.conversation_id = {cid}"
     " AND e.type = 'user/message' ORDER BY e.seq LIMIT 1)"
 )
+_TOTALS = (
+    "c.attempts, c.failed_attempts, c.cost_usd, c.unpriced_attempts, c.prompt_tokens,"
+    " c.completion_tokens, c.completion_delivered, c.ttft_ms, c.duration_ms"
+)
 
 
-def _sql(dialect: Dialect, query: ListQuery) -> tuple[str, list[Any]]:
+def _sql(
+    dialect: Dialect, query: ListQuery, cursor: tuple[Any, str] | None
+) -> tuple[str, list[Any]]:
     where = ["c.deleted_at IS NULL"]
     args: list[Any] = []
     if query.team_id is not None:
@@ -112,38 +247,37 @@ def _sql(dialect: Dialect, query: ListQuery) -> tuple[str, list[Any]]:
     if query.until is not None:
         where.append("c.created_at < ?")
         args.append(query.until)
-    if query.id is not None:
+    if query.id is not None and query.lookup is not None:
+        found, found_args = _lookup(query.id, query.lookup)
+        where.append(found)
+        args += found_args
+    elif query.id is not None:
         where.append("c.id = ?")
         args.append(query.id)
     if query.parent_id is not None:
         where.append("c.parent_id = ?")
         args.append(query.parent_id)
     if query.q:
-        pattern = _like(query.q)
-        content = _json_text(dialect, "e.payload", "content")
-        # The first user message of the conversation itself, or (a branch) of its parent.
-        # Or exactly a turn's id or a response's id: the conversation it belongs to (primary-key
-        # lookups, made once).
-        where.append(
-            "(LOWER(c.id) LIKE ? ESCAPE '\\' OR EXISTS (SELECT 1 FROM events e"
-            " WHERE e.conversation_id IN (c.id, c.parent_id) AND e.type = 'user/message'"
-            " AND e.seq = (SELECT MIN(f.seq) FROM events f WHERE f.conversation_id ="
-            " e.conversation_id AND f.type = 'user/message')"
-            f" AND LOWER({content}) LIKE ? ESCAPE '\\')"
-            " OR c.id IN (SELECT t.conversation_id FROM turns t WHERE t.id = ?)"
-            " OR c.id IN (SELECT r.conversation_id FROM responses r WHERE r.id = ?))"
-        )
-        args += [pattern, pattern, query.q.strip(), query.q.strip()]
+        found, found_args = _search(dialect, query.q)
+        where.append(found)
+        args += found_args
+    if query.user is not None:
+        where.append('c.id IN (SELECT t.conversation_id FROM turns t WHERE t."user" = ?)')
+        args.append(query.user)
+    for key, value in query.metadata:
+        found, found_args = _metadata(dialect, key, value)
+        where.append(found)
+        args += found_args
+    for name, bound in query.ranges:
+        column, comparison = RANGES[name]
+        where.append(f"{column} {comparison} ?")
+        args.append(bound)
     if query.stopped:
         where.append(
             "EXISTS (SELECT 1 FROM turns t WHERE t.conversation_id = c.id AND t.status = 'aborted')"
         )
     if query.failed:
-        attempts = _TURN_ATTEMPTS.format(join="JOIN")
-        where.append(
-            f"EXISTS (SELECT 1 FROM {attempts} WHERE t.conversation_id = c.id"
-            " AND u.status = 'error')"
-        )
+        where.append("c.failed_attempts > 0")
     status = _LAST_TURN.format(col="status")
     ended = _LAST_TURN.format(col="ended_at")
     if query.status == "active":
@@ -154,54 +288,56 @@ def _sql(dialect: Dialect, query: ListQuery) -> tuple[str, list[Any]]:
     elif query.status is not None:
         where.append(f"{status} = ?")
         args.append(STATUSES[query.status])
-    if query.after is not None:
-        # Newest first, ties broken by id: the page after the row with this id. Only a row
-        # of the team listed counts (another team's id as a cursor gives an empty page, and
-        # never its creation time).
-        cursor = "SELECT a.created_at FROM conversations a WHERE a.id = ?"
-        cursor_args: list[Any] = [query.after]
-        if query.team_id is not None:
-            cursor += " AND a.team_id = ?"
-            cursor_args.append(query.team_id)
-        where.append(f"(c.created_at < ({cursor}) OR (c.created_at = ({cursor}) AND c.id < ?))")
-        args += [*cursor_args, *cursor_args, query.after]
+    key, nullable = SORTS[query.sort]
+    direction, beyond = ("DESC", "<") if query.order == "desc" else ("ASC", ">")
+    if cursor is not None:
+        # The rows after the cursor's in this order: NULL keys last, ties broken by id.
+        value, last = cursor
+        if value is None:
+            where.append(f"({key} IS NULL AND c.id {beyond} ?)")
+            args.append(last)
+        else:
+            later_nulls = f" OR {key} IS NULL" if nullable else ""
+            where.append(f"({key} {beyond} ? OR ({key} = ? AND c.id {beyond} ?){later_nulls})")
+            args += [value, value, last]
+    nulls_last = f"({key} IS NULL), " if nullable else ""
+    stopped = (
+        "EXISTS (SELECT 1 FROM turns t WHERE t.conversation_id = c.id AND t.status = 'aborted')"
+        if query.with_usage
+        else "NULL"
+    )
     sql = (
         "SELECT c.id, c.created_at, c.team_id, c.key_id, c.parent_id, c.parent_seq,"
         " (SELECT COUNT(*) FROM turns t WHERE t.conversation_id = c.id),"
         f" {status}, {ended}, {_LAST_TURN.format(col='request')},"
-        " (SELECT MAX(COALESCE(t.ended_at, t.started_at)) FROM turns t"
-        " WHERE t.conversation_id = c.id),"
-        f" {_FIRST_USER.format(cid='c.id')}"
+        " COALESCE(c.updated_at, c.created_at),"
+        f" {_FIRST_USER.format(cid='c.id')}, {key}, {_TOTALS}, {stopped}"
         f" FROM conversations c WHERE {' AND '.join(where)}"
-        " ORDER BY c.created_at DESC, c.id DESC LIMIT ?"
+        f" ORDER BY {nulls_last}{key} {direction}, c.id {direction} LIMIT ?"
     )
     args.append(max(1, min(MAX_LIMIT, query.limit)) + 1)
     return sql, args
 
 
-# Each listed conversation's own turns, with their attempts' usage records.
-_USAGE_OF_PAGE = (
-    "SELECT t.conversation_id, COUNT(u.id),"
-    " SUM(CASE WHEN u.status = 'error' THEN 1 ELSE 0 END),"
-    " SUM(u.cost_usd), SUM(CASE WHEN u.id IS NOT NULL AND u.cost_usd IS NULL THEN 1 ELSE 0 END),"
-    " SUM(u.prompt_tokens), SUM(u.completion_tokens), SUM(u.completion_delivered),"
-    " AVG(u.ttft_ms), SUM(u.duration_ms),"
-    " MAX(CASE WHEN t.status = 'aborted' THEN 1 ELSE 0 END)"
-    f" FROM {_TURN_ATTEMPTS.format(join='LEFT JOIN')}"
-    " WHERE t.conversation_id IN ({marks}) GROUP BY t.conversation_id"
-)
-_NO_USAGE = {
-    "attempts": 0,
-    "failed_attempts": 0,
-    "cost_usd": None,
-    "unpriced_attempts": 0,
-    "prompt_tokens": 0,
-    "completion_tokens": 0,
-    "completion_delivered": 0,
-    "ttft_ms": None,
-    "duration_ms": None,
-    "stopped_turn": False,
-}
+async def _cursor_of(db: Db, query: ListQuery) -> tuple[Any, str] | None:
+    """The key and id the page starts after; None when it starts at the top. A conversation
+    id as `after` is looked up (only a row of the team listed counts: another team's id as a
+    cursor gives an empty page, and never its key)."""
+    after = query.after
+    if after is None:
+        return None
+    if isinstance(after, Cursor):
+        return after.value, after.id
+    sql = f"SELECT {SORTS[query.sort][0]}, c.id FROM conversations c WHERE c.id = ?"
+    args: list[Any] = [after]
+    if query.team_id is not None:
+        sql += " AND c.team_id = ?"
+        args.append(query.team_id)
+    row = await db.fetchrow(sql, *args)
+    return (row[0], row[1]) if row is not None else _MISSING
+
+
+_MISSING: tuple[Any, str] = (None, "")  # `after` names no row listed: the page is empty
 
 
 def _usage_row(row: Any) -> dict[str, Any]:
@@ -242,17 +378,22 @@ def _model_of(request: str | None) -> str | None:
 async def list_conversations(store: Store, query: ListQuery) -> Page:
     if query.status is not None and query.status not in (*STATUSES, "active"):
         raise ValueError(f"unknown status {query.status!r}")
+    if isinstance(query.after, Cursor) and (query.after.sort, query.after.order) != (
+        query.sort,
+        query.order,
+    ):
+        raise BadCursor(
+            f"'after' continues sort={query.after.sort}&order={query.after.order}:"
+            " ask with that sort and order, or start again without 'after'."
+        )
     limit = max(1, min(MAX_LIMIT, query.limit))
 
-    async def op(db: Db) -> tuple[list[Any], dict[str, str | None], dict[str, dict[str, Any]]]:
-        sql, args = _sql(db.dialect, query)
+    async def op(db: Db) -> tuple[list[Any], dict[str, str | None]]:
+        cursor = await _cursor_of(db, query)
+        if cursor is _MISSING:
+            return [], {}
+        sql, args = _sql(db.dialect, query, cursor)
         rows = await db.fetch(sql, *args)
-        usage: dict[str, dict[str, Any]] = {}
-        if query.with_usage and rows[:limit]:
-            page_ids = [row[0] for row in rows[:limit]]
-            marks = ", ".join("?" for _ in page_ids)
-            for totals in await db.fetch(_USAGE_OF_PAGE.format(marks=marks), *page_ids):
-                usage[totals[0]] = _usage_row(totals[1:])
         # A branch without its own user message shows its nearest ancestor's first one.
         previews: dict[str, str | None] = {}
         ancestors: dict[str, tuple[str | None, str | None]] = {}  # id -> (parent, first user)
@@ -272,25 +413,13 @@ async def list_conversations(store: Store, query: ListQuery) -> Page:
                     previews[row[0]] = first_user
                     break
                 parent, hops = grandparent, hops + 1
-        return rows, previews, usage
+        return rows, previews
 
-    rows, inherited, usage = await store.run(op)
+    rows, inherited = await store.run(op)
     data = []
     for row in rows[:limit]:
-        (
-            id_,
-            created,
-            team,
-            key,
-            parent,
-            parent_seq,
-            turns,
-            status,
-            ended,
-            request,
-            last,
-            first_user,
-        ) = row
+        id_, created, team, key, parent, parent_seq, turns, status, ended, request = row[:10]
+        last, first_user = row[10:12]
         open_turn = turns and ended is None
         data.append(
             {
@@ -302,15 +431,21 @@ async def list_conversations(store: Store, query: ListQuery) -> Page:
                 "model": _model_of(request),
                 "status": "active" if open_turn else _FROM_TURN_STATUS.get(status, status),
                 "turns": int(turns),
-                "last_activity": last if last is not None else created,
+                "last_activity": last,
                 "preview": _text_of(first_user if first_user is not None else inherited.get(id_)),
                 "parent_id": parent,
                 "parent_seq": parent_seq,
             }
         )
         if query.with_usage:
-            data[-1]["usage"] = usage.get(id_, _NO_USAGE)
-    return Page(data, has_more=len(rows) > limit)
+            data[-1]["usage"] = _usage_row(row[13:])
+    cursor = None
+    if data:
+        value = rows[len(data) - 1][12]
+        if value is not None:
+            value = int(value) if query.sort in _INTEGER_SORTS else float(value)
+        cursor = Cursor(query.sort, query.order, value, data[-1]["id"]).encode()
+    return Page(data, has_more=len(rows) > limit, cursor=cursor)
 
 
 async def attempt_usage(store: Store, conversation_ids: list[str]) -> list[dict[str, Any]]:

@@ -12,7 +12,12 @@ from aiohttp import web
 from gateway.context import GATEWAY
 from gateway.conversations.listing import (
     MAX_LIMIT,
+    ORDERS,
+    RANGES,
+    SORTS,
     STATUSES,
+    BadCursor,
+    Cursor,
     ListQuery,
     attempt_usage,
     list_conversations,
@@ -29,6 +34,40 @@ def _time(request: web.Request, name: str) -> float | None:
         raise InvalidRequest(
             f"'{name}' takes Unix seconds or an ISO 8601 date or time.", param=name
         ) from None
+
+
+def _ranges(request: web.Request) -> tuple[tuple[str, float], ...]:
+    bounds = []
+    for name in RANGES:
+        value = request.query.get(name)
+        if value is None or value == "":
+            continue
+        try:
+            bound = float(value)
+        except ValueError:
+            bound = -1.0
+        if not 0 <= bound < float("inf"):  # NaN and infinities too
+            raise InvalidRequest(f"'{name}' must be a number, 0 or more.", param=name)
+        bounds.append((name, bound))
+    return tuple(bounds)
+
+
+def _metadata(request: web.Request) -> tuple[tuple[str, str], ...]:
+    pairs = []
+    for name, value in request.query.items():
+        if name.startswith("metadata."):
+            key = name[len("metadata.") :]
+            if not key:
+                raise InvalidRequest("'metadata.' needs a key: metadata.<key>=<value>.", param=name)
+            pairs.append((key, value))
+    return tuple(pairs)
+
+
+def _choice(request: web.Request, name: str, choices: tuple[str, ...], default: str) -> str:
+    value = request.query.get(name) or default
+    if value not in choices:
+        raise InvalidRequest(f"'{name}' must be one of {', '.join(choices)}.", param=name)
+    return value
 
 
 async def list_(request: web.Request) -> web.Response:
@@ -60,25 +99,40 @@ async def list_(request: web.Request) -> web.Response:
         except NotFound:
             return value  # another team's: the team filter leaves nothing of it
 
-    page = await list_conversations(
-        request.app[GATEWAY].store,
-        ListQuery(
-            team_id=team,
-            key_id=query.get("key_id") or None,
-            model=query.get("model") or None,
-            status=status,
-            since=_time(request, "since"),
-            until=_time(request, "until"),
-            q=(query.get("q") or "").strip() or None,
-            parent_id=await named("parent_id"),
-            id=await named("id"),
-            limit=limit,
-            after=await named("after"),
-            with_usage=query.get("include") == "usage",
-            stopped=query.get("stopped") in ("true", "1"),
-            failed=query.get("failed") in ("true", "1"),
-        ),
+    lookup = query.get("id") or None
+    given = query.get("after") or None
+    try:
+        cursor = Cursor.decode(given) if given is not None else None
+    except BadCursor as exc:
+        raise InvalidRequest(str(exc), param="after") from None
+    # A cursor from an earlier page, or the id of the row to start after.
+    after: str | Cursor | None = cursor if cursor is not None else await named("after")
+    list_query = ListQuery(
+        team_id=team,
+        key_id=query.get("key_id") or None,
+        model=query.get("model") or None,
+        status=status,
+        since=_time(request, "since"),
+        until=_time(request, "until"),
+        q=(query.get("q") or "").strip() or None,
+        parent_id=await named("parent_id"),
+        id=await named("id"),
+        lookup=lookup,
+        user=query.get("user") or None,
+        metadata=_metadata(request),
+        ranges=_ranges(request),
+        sort=_choice(request, "sort", tuple(SORTS), "created"),
+        order=_choice(request, "order", ORDERS, "desc"),
+        limit=limit,
+        after=after,
+        with_usage=query.get("include") == "usage",
+        stopped=query.get("stopped") in ("true", "1"),
+        failed=query.get("failed") in ("true", "1"),
     )
+    try:
+        page = await list_conversations(request.app[GATEWAY].store, list_query)
+    except BadCursor as exc:
+        raise InvalidRequest(str(exc), param="after") from None
     return web.json_response(
         {
             "object": "list",
@@ -86,6 +140,7 @@ async def list_(request: web.Request) -> web.Response:
             "first_id": page.data[0]["id"] if page.data else None,
             "last_id": page.last_id,
             "has_more": page.has_more,
+            "cursor": page.cursor,
         }
     )
 

@@ -80,8 +80,8 @@ async def test_each_row_carries_its_attempts_tokens_cost_and_timings(gw: Gateway
             "c1-t2", "c1", 1, "interrupted", None, delivered=2, ttft=400.0, duration=500.0
         ).row(),
     )
-    # c2: one turn, no attempt recorded; c3: no turn at all. A record of another turn whose
-    # id starts like c1's must not count (`c1-t1x`).
+    # c2: one turn, and a record whose turn id starts like c1's (`c1-t1x`): it counts for its
+    # own conversation only. c3: no turn at all.
     store.start_turn(TurnStart("c2-t1", "c2", T0 + 2, {"model": "m"}))
     store.write("usage", attempt("c1-t1x", "c2", 1, "completed", 1.0).row())
     await store.flush()
@@ -99,8 +99,8 @@ async def test_each_row_carries_its_attempts_tokens_cost_and_timings(gw: Gateway
         "duration_ms": 900.0,
         "stopped_turn": True,
     }
-    assert rows["c2"]["usage"]["attempts"] == 0 and rows["c2"]["usage"]["cost_usd"] is None
-    assert rows["c3"]["usage"]["attempts"] == 0
+    assert (rows["c2"]["usage"]["attempts"], rows["c2"]["usage"]["cost_usd"]) == (1, 1.0)
+    assert rows["c3"]["usage"]["attempts"] == 0 and rows["c3"]["usage"]["cost_usd"] is None
     assert "usage" not in (await listed(gw, ""))["c1"]  # only when asked for
 
     # Filters: a turn stopped at any turn (not only the last), a failed attempt (recovered too).
@@ -115,14 +115,14 @@ async def test_each_row_carries_its_attempts_tokens_cost_and_timings(gw: Gateway
     assert list(await listed(gw, "?failed=true&stopped=true&include=usage")) == ["c1"]
 
 
-async def test_search_finds_a_conversation_by_a_turn_or_response_id(gw: GatewayUnderTest) -> None:
+async def test_id_finds_a_conversation_by_a_turn_or_response_id(gw: GatewayUnderTest) -> None:
     store = gw.gateway.store
     for cid in ("c1", "c2"):
         store.create_conversation(Conversation(cid, T0 + int(cid[1])))
         store.start_turn(TurnStart(f"turn_{cid}", cid, T0, {"model": "m"}))
     await store.flush()
-    assert list(await listed(gw, "?q=turn_c2")) == ["c2"]
-    assert list(await listed(gw, "?q=turn_c")) == []  # exact, not a prefix
+    assert list(await listed(gw, "?id=turn_c2")) == ["c2"]
+    assert list(await listed(gw, "?id=turn_c")) == []  # exact, not a prefix
     async with aiohttp.ClientSession() as session:
         async with session.post(
             gw.url + "/v1/responses",
@@ -131,5 +131,5 @@ async def test_search_finds_a_conversation_by_a_turn_or_response_id(gw: GatewayU
         ) as response:
             assert response.status == 200, await response.text()
             made = await response.json()
-    [found] = (await listed(gw, f"?q={made['id']}")).values()
+    [found] = (await listed(gw, f"?id={made['id']}")).values()
     assert found["id"] not in ("c1", "c2")
