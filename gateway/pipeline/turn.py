@@ -37,6 +37,7 @@ from gateway.metering.tokens import count_embedding_input, tally_messages, vendo
 from gateway.pipeline.relay import Relay
 from gateway.providers.params import check_plan
 from gateway.routing.router import Deployment
+from gateway.scrub import scrub
 from gateway.tracing import TRACING, TurnTrace
 
 # The completion a request without max_tokens is assumed to take, for budget reservations.
@@ -155,6 +156,7 @@ async def _run_turn(
                 m for m in body["messages"] if m.get("role") in ("system", "developer")
             ],
             "params": {k: v for k, v in body.items() if k != "messages"},
+            "headers": recorded_headers(request, gateway.conversations.session_headers),
         },
     )
     relay = Relay(
@@ -183,6 +185,42 @@ def turn_user(principal: Principal, body: dict[str, Any]) -> str | None:
     """Who the turn is for: the key's own user, else the request's `user`."""
     user = body.get("user")
     return principal.user or (user if isinstance(user, str) else None)
+
+
+# The request headers kept with each turn, for the UI's request panel: the client and its SDK,
+# the API version and betas it asked for, how it named its conversation, its trace. An
+# allow-list, so that no credential header is ever stored, whatever a client sends.
+RECORDED_HEADERS = (
+    "user-agent",
+    "x-stainless-lang",
+    "x-stainless-package-version",
+    "x-stainless-runtime",
+    "x-stainless-runtime-version",
+    "x-stainless-retry-count",
+    "anthropic-version",
+    "anthropic-beta",
+    "openai-beta",
+    "x-conversation-id",
+    "traceparent",
+)
+_CREDENTIAL_NAMES = ("auth", "cookie", "key", "token", "secret", "password", "credential")
+_HEADER_CHARS = 512  # each value's recorded length at most
+
+
+def recorded_headers(request: web.Request, session_headers: tuple[str, ...]) -> dict[str, str]:
+    """The allowed headers the request carries, by lower-case name, with the configured
+    session headers (`conversations.session_headers`) unless their name is credential-shaped;
+    values are scrubbed of anything key-shaped and capped in length."""
+    names: tuple[str, ...] = RECORDED_HEADERS
+    if session_headers:
+        extra = (h.lower() for h in session_headers)
+        names = (*names, *(h for h in extra if not any(c in h for c in _CREDENTIAL_NAMES)))
+    found = {}
+    for name in names:
+        values = request.headers.getall(name, ())
+        if values:
+            found[name] = scrub(", ".join(values))[:_HEADER_CHARS]
+    return found
 
 
 def _without_conversation_id(body: dict[str, Any]) -> dict[str, Any]:
