@@ -1,10 +1,11 @@
 // The gateway's admin UI: the conversation list, a request log (an ES module of the page; no
-// build step).
+// build step). Its filters, search and sort live in the URL, under the API's own names, so a
+// link, the breadcrumb back from a conversation and the browser's history all keep them.
 
 import { append, clear, h } from './dom.js';
 import { adminKeyName, api, enc, isAdmin, query, session } from './api.js';
 import { ZONE, fmtAgo, fmtInt, fmtMs, fmtTime, fmtUsd, plural, utcDay } from './format.js';
-import { applySoon, go, href } from './router.js';
+import { applySoon, go, href, keepFocus } from './router.js';
 import { badge, field, idCell, loading, pageHeader, panel, select, statusBadge, table } from './widgets.js';
 
 const PAGE_STACK = new Map(); // filters -> the cursors of the pages before this one
@@ -14,19 +15,68 @@ export function listLink() {
   return listHash || href('/conversations');
 }
 
+const FILTERS = ['q', 'team_id', 'key_id', 'model', 'status', 'user', 'since', 'until', 'stopped', 'failed',
+  'min_cost', 'max_cost', 'min_duration_ms', 'max_duration_ms', 'min_ttft_ms', 'max_ttft_ms', 'sort', 'order', 'limit'];
+const RANGES = [
+  ['min_cost', 'Cost from (USD)'], ['max_cost', 'Cost to (USD)'],
+  ['min_duration_ms', 'Duration from (ms)'], ['max_duration_ms', 'Duration to (ms)'],
+  ['min_ttft_ms', 'TTFT from (ms)'], ['max_ttft_ms', 'TTFT to (ms)'],
+];
+// The order the API lists in when the URL names none.
+const DEFAULT_SORT = 'created';
+
+// A generated id (`conv_`, `turn_`, `resp_`, `chatcmpl-`… and hex) or a request id (hex, or a
+// client's UUID) is looked up exactly; anything else is searched for in the messages' text.
+const ID_SHAPE = /^(?:[a-z]+[_-])?(?:[0-9a-f]{16,}|[0-9a-f]{8}-[0-9a-f]{4}-[0-9a-f]{4}-[0-9a-f]{4}-[0-9a-f]{12})$/i;
+
+export function idShaped(value) {
+  return ID_SHAPE.test(value);
+}
+
+function filtersOf(params) {
+  const filters = Object.fromEntries(FILTERS.map((name) => [name, params.get(name) || '']));
+  filters.limit = filters.limit || '20';
+  for (const [name, value] of params) if (name.startsWith('metadata.') && name.length > 9) filters[name] = value;
+  return filters;
+}
+
+function urlParams(filters) {
+  // As the URL keeps them: the default page size left out.
+  return { ...filters, limit: filters.limit === '20' ? '' : filters.limit };
+}
+
+function metadataText(filters) {
+  return Object.entries(filters).filter(([name]) => name.startsWith('metadata.')).map(([name, value]) => `${name.slice(9)}=${value}`).join(', ');
+}
+
+function fromForm(form) {
+  // The form's values as URL filters; `key=value, …` in the metadata box become `metadata.key`.
+  const data = Object.fromEntries(new FormData(form).entries());
+  const pairs = data.metadata || '';
+  delete data.metadata;
+  for (const pair of pairs.split(',')) {
+    const cut = pair.indexOf('=');
+    if (cut > 0) data[`metadata.${pair.slice(0, cut).trim()}`] = pair.slice(cut + 1).trim();
+  }
+  return data;
+}
+
+function apiQuery(filters, after) {
+  const { q, since, until, ...rest } = filters;
+  const search = q.trim();
+  const lastDay = utcDay(until);
+  return query({
+    ...rest,
+    ...(idShaped(search) ? { id: search } : { q: search }),
+    since: utcDay(since),
+    until: lastDay === null ? null : lastDay + 86400, // the whole day
+    after,
+    include: 'usage',
+  });
+}
+
 export async function conversationsPage(root, params) {
-  const filters = {
-    q: params.get('q') || '',
-    team_id: params.get('team_id') || '',
-    key_id: params.get('key_id') || '',
-    model: params.get('model') || '',
-    status: params.get('status') || '',
-    since: params.get('since') || '',
-    until: params.get('until') || '',
-    stopped: params.get('stopped') || '',
-    failed: params.get('failed') || '',
-    limit: params.get('limit') || '20',
-  };
+  const filters = filtersOf(params);
   const after = params.get('after') || '';
   const signature = JSON.stringify(filters);
   listHash = location.hash || null;
@@ -43,11 +93,12 @@ export async function conversationsPage(root, params) {
     isAdmin() ? api('/v1/gateway/keys').then((r) => r.data).catch(() => []) : [],
   ]);
   const controls = [
-    field('Search', h('input', { type: 'search', name: 'q', value: filters.q, placeholder: 'First message, or a conversation, turn or response id', 'data-testid': 'filter-q' })),
+    field('Search', h('input', { type: 'search', name: 'q', value: filters.q, placeholder: 'Message text, or a conversation, turn, response or request id', 'data-testid': 'filter-q' })),
     isAdmin() ? field('Team', select('team_id', [['', 'All teams'], ...teams.map((t) => [t.id, `${t.name} (${t.id})`])], filters.team_id)) : null,
     isAdmin() ? field('Key', select('key_id', [['', 'All keys'], ...keys.map((k) => [k.id, `${k.name || k.key_prefix + '…'} · ${k.team_id}`])], filters.key_id)) : null,
     field('Model', select('model', [['', 'All models'], ...models.map((m) => [m, m])], filters.model)),
     field('Status', select('status', [['', 'Any status'], ['completed', 'Completed'], ['interrupted', 'Interrupted'], ['error', 'Error'], ['active', 'In progress']], filters.status, { 'data-testid': 'filter-status' })),
+    field('User', h('input', { name: 'user', value: filters.user, placeholder: 'end user', 'data-testid': 'filter-user' })),
     field('From (UTC)', h('input', { type: 'date', name: 'since', value: filters.since })),
     field('To (UTC)', h('input', { type: 'date', name: 'until', value: filters.until })),
     field('Per page', select('limit', [['20', '20'], ['50', '50'], ['100', '100']], filters.limit)),
@@ -55,34 +106,30 @@ export async function conversationsPage(root, params) {
       h('label', { class: 'check' }, h('input', { type: 'checkbox', name: 'stopped', value: 'true', checked: filters.stopped === 'true', 'data-testid': 'filter-stopped' }), 'a stopped turn'),
       h('label', { class: 'check' }, h('input', { type: 'checkbox', name: 'failed', value: 'true', checked: filters.failed === 'true', 'data-testid': 'filter-failed' }), 'a failed attempt')),
   ];
-  append(form, h('div', { class: 'filter-grid' }, controls),
+  const metadata = metadataText(filters);
+  const more = h('details', { class: 'more-filters', open: Boolean(metadata || RANGES.some(([name]) => filters[name])), 'data-testid': 'more-filters' },
+    h('summary', {}, 'Cost, duration, time to first token, metadata'),
+    h('div', { class: 'filter-grid' },
+      RANGES.map(([name, label]) => field(label, h('input', { type: 'number', min: 0, step: 'any', name, value: filters[name], 'data-testid': `filter-${name}` }))),
+      field('Metadata', h('input', {
+        name: 'metadata', value: metadata, placeholder: 'key=value, key=value', 'data-testid': 'filter-metadata',
+        pattern: '\\s*[^=,\\s][^=,]*=[^,]*(,\\s*[^=,\\s][^=,]*=[^,]*)*\\s*', title: 'key=value pairs, separated by commas',
+      }), 'each pair must match')));
+  append(form, h('div', { class: 'filter-grid' }, controls), more,
+    h('input', { type: 'hidden', name: 'sort', value: filters.sort }),
+    h('input', { type: 'hidden', name: 'order', value: filters.order }),
     h('div', { class: 'filter-actions' },
       h('button', { class: 'btn btn-primary', type: 'submit' }, 'Apply'),
       h('a', { class: 'btn btn-ghost', href: href('/conversations') }, 'Reset')));
   form.addEventListener('submit', (event) => {
     event.preventDefault();
-    const data = Object.fromEntries(new FormData(form).entries());
-    go('/conversations', { ...data, limit: data.limit === '20' ? '' : data.limit });
+    go('/conversations', urlParams(fromForm(form)));
   });
   form.addEventListener('change', (event) => {
     if (event.target.tagName === 'SELECT' || event.target.type === 'checkbox') applySoon(() => form.requestSubmit(), event.target);
   });
 
-  const until = utcDay(filters.until);
-  const page = await api('/v1/conversations' + query({
-    q: filters.q,
-    team_id: filters.team_id,
-    key_id: filters.key_id,
-    model: filters.model,
-    status: filters.status,
-    stopped: filters.stopped,
-    failed: filters.failed,
-    since: utcDay(filters.since),
-    until: until === null ? null : until + 86400, // the whole day
-    limit: filters.limit,
-    after,
-    include: 'usage',
-  }));
+  const page = await api('/v1/conversations' + apiQuery(filters, after));
   const stack = PAGE_STACK.get(signature) || [];
   const index = after ? stack.indexOf(after) : -1;
   const previous = after ? (index > 0 ? stack[index - 1] : '') : null;
@@ -90,6 +137,16 @@ export async function conversationsPage(root, params) {
   const teamName = new Map(teams.map((t) => [t.id, t.name]));
   const keyName = new Map(keys.map((k) => [k.id, k.name || `${k.key_prefix}…`]));
   const link = (c) => href(`/conversations/${enc(c.id)}`);
+  const sorting = {
+    by: filters.sort || DEFAULT_SORT,
+    order: filters.order || 'desc',
+    onSort: (key, control) => {
+      // The same column again turns its order round; another starts from its largest.
+      const order = key === sorting.by && sorting.order === 'desc' ? 'asc' : 'desc';
+      keepFocus(control);
+      go('/conversations', urlParams({ ...filters, sort: key, order }));
+    },
+  };
   const list = table([
     { label: 'Conversation', cell: (c) => h('div', { class: 'conv-cell' },
       h('a', { href: link(c), class: 'conv-preview', text: c.preview || '(no user message)' }),
@@ -98,37 +155,36 @@ export async function conversationsPage(root, params) {
       c.usage?.stopped_turn && c.status !== 'interrupted' ? badge('had a stopped turn', 'warn', { 'data-testid': 'had-stopped' }) : null,
       c.usage?.failed_attempts ? badge(`${plural(c.usage.failed_attempts, 'failed attempt')}`, 'bad', { 'data-testid': 'had-failed' }) : null) },
     { label: 'Model', cell: (c) => c.model || '—' },
-    { label: 'Cost', num: true, sort: (c) => c.usage?.cost_usd, cell: (c) => h('span', { 'data-col': 'cost', title: c.usage?.unpriced_attempts ? `${plural(c.usage.unpriced_attempts, 'attempt')} without a price, not counted` : null, text: fmtUsd(c.usage?.cost_usd) + (c.usage?.unpriced_attempts ? ' +' : '') }) },
-    { label: 'Tokens in / out / delivered', num: true, sort: (c) => c.usage && c.usage.prompt_tokens + c.usage.completion_tokens, cell: (c) => h('span', { 'data-col': 'tokens', text: c.usage ? `${fmtInt(c.usage.prompt_tokens)} / ${fmtInt(c.usage.completion_tokens)} / ${fmtInt(c.usage.completion_delivered)}` : '—' }) },
-    { label: 'TTFT', num: true, sort: (c) => c.usage?.ttft_ms, cell: (c) => h('span', { 'data-col': 'ttft', title: 'average time to first token over its attempts', text: fmtMs(c.usage?.ttft_ms) }) },
-    { label: 'Duration', num: true, sort: (c) => c.usage?.duration_ms, cell: (c) => h('span', { 'data-col': 'duration', title: 'the time its attempts took, summed', text: fmtMs(c.usage?.duration_ms) }) },
-    { label: 'Attempts', num: true, sort: (c) => c.usage?.attempts, cell: (c) => h('span', { 'data-col': 'attempts', text: c.usage ? String(c.usage.attempts) : '—' }) },
+    { label: 'Cost', num: true, sortKey: 'cost', cell: (c) => h('span', { 'data-col': 'cost', title: c.usage?.unpriced_attempts ? `${plural(c.usage.unpriced_attempts, 'attempt')} without a price, not counted` : null, text: fmtUsd(c.usage?.cost_usd) + (c.usage?.unpriced_attempts ? ' +' : '') }) },
+    { label: 'Tokens in / out / delivered', num: true, sortKey: 'tokens', cell: (c) => h('span', { 'data-col': 'tokens', text: c.usage ? `${fmtInt(c.usage.prompt_tokens)} / ${fmtInt(c.usage.completion_tokens)} / ${fmtInt(c.usage.completion_delivered)}` : '—' }) },
+    { label: 'TTFT', num: true, sortKey: 'ttft', cell: (c) => h('span', { 'data-col': 'ttft', title: 'average time to first token over its attempts', text: fmtMs(c.usage?.ttft_ms) }) },
+    { label: 'Duration', num: true, sortKey: 'duration', cell: (c) => h('span', { 'data-col': 'duration', title: 'the time its attempts took, summed', text: fmtMs(c.usage?.duration_ms) }) },
+    { label: 'Attempts', num: true, sortKey: 'attempts', cell: (c) => h('span', { 'data-col': 'attempts', text: c.usage ? String(c.usage.attempts) : '—' }) },
     { label: 'Team', cell: (c) => (c.team_id ? h('span', { title: c.team_id, text: teamName.get(c.team_id) || c.team_id }) : h('span', { class: 'muted', text: 'none' })) },
     { label: 'Key', cell: (c) => (c.key_id ? (keyName.has(c.key_id) ? h('span', { title: c.key_id, text: keyName.get(c.key_id) }) : idCell(c.key_id)) : h('span', { class: 'muted', text: adminKeyName() })) },
-    { label: 'Turns', num: true, sort: (c) => c.turns, cell: (c) => String(c.turns) },
-    { label: `Created (${ZONE})`, sort: (c) => c.created_at, cell: (c) => h('span', { title: fmtTime(c.created_at), text: fmtTime(c.created_at, false) }) },
-    { label: 'Last activity', cell: (c) => h('span', { title: fmtTime(c.last_activity), text: fmtAgo(c.last_activity) }) },
-  ], rows, 'No conversation matches these filters.');
+    { label: 'Turns', num: true, cell: (c) => String(c.turns) },
+    { label: `Created (${ZONE})`, sortKey: 'created', cell: (c) => h('span', { title: fmtTime(c.created_at), text: fmtTime(c.created_at, false) }) },
+    { label: 'Last activity', sortKey: 'updated', cell: (c) => h('span', { title: fmtTime(c.last_activity), text: fmtAgo(c.last_activity) }) },
+  ], rows, 'No conversation matches these filters.', sorting);
   list.addEventListener?.('click', (event) => {
     const row = event.target.closest('tr[data-conversation-id]');
-    if (row && !event.target.closest('a')) go(`/conversations/${enc(row.dataset.conversationId)}`);
+    if (row && !event.target.closest('a, button')) go(`/conversations/${enc(row.dataset.conversationId)}`);
   });
+  const search = filters.q.trim();
   const pager = h('div', { class: 'pager' },
-    h('span', { class: 'muted', text: `${page.data.length} shown${page.has_more ? ', more older' : ''}` }),
+    h('span', { class: 'muted', 'data-testid': 'list-summary', text: `${page.data.length} shown${page.has_more ? ', more on the next page' : ''}${search ? (idShaped(search) ? ' · looked up by id' : ' · found in the messages\' text') : ''}` }),
     h('div', { class: 'pager-buttons' },
-      h('button', { class: 'btn btn-small', type: 'button', disabled: previous === null, onclick: () => go('/conversations', { ...filtersParams(filters), after: previous }) }, '← Newer'),
+      h('button', { class: 'btn btn-small', type: 'button', disabled: previous === null, onclick: () => go('/conversations', { ...urlParams(filters), after: previous }) }, '← Previous'),
       h('button', {
         class: 'btn btn-small', type: 'button', disabled: !page.has_more, 'data-testid': 'next-page',
         onclick: () => {
+          // The API's cursor goes on in the page's sort; a bare id, in the default order.
+          const cursor = page.cursor ?? page.last_id;
           const next = stack.slice(0, index + 1);
-          next.push(page.last_id);
+          next.push(cursor);
           PAGE_STACK.set(signature, next);
-          go('/conversations', { ...filtersParams(filters), after: page.last_id });
+          go('/conversations', { ...urlParams(filters), after: cursor });
         },
-      }, 'Older →')));
+      }, 'Next →')));
   clear(results).append(panel(null, list, pager));
-}
-
-function filtersParams(filters) {
-  return { ...filters, limit: filters.limit === '20' ? '' : filters.limit };
 }

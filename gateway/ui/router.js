@@ -67,6 +67,11 @@ function restoreFocus() {
   if (target) target.focus();
 }
 
+export function keepFocus(name) {
+  // The control named `name` has the focus again once the page is drawn anew.
+  focusAfterRender = name;
+}
+
 // Auto-applied selects wait for the keyboard to settle: arrowing through a select's options
 // applies the one it stops on, once, and keeps the focus there.
 export function applySoon(apply, control) {

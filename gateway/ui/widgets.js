@@ -80,11 +80,21 @@ export function idCell(id, link) {
   return link ? h('a', { href: link, class: 'id-link' }, text) : text;
 }
 
-export function table(columns, rows, empty = 'Nothing here yet.') {
+export function table(columns, rows, empty = 'Nothing here yet.', sorting = null) {
   if (!rows.length) return h('div', { class: 'empty' }, empty);
   const trs = rows.map((row) => h('tr', row.attrs || {}, columns.map((c) => h('td', { class: c.num ? 'num' : null }, c.cell(row)))));
   const tbody = h('tbody', {}, trs);
-  const heads = columns.map((c) => h('th', { class: c.num ? 'num' : null, scope: 'col' }, c.sort ? null : c.label));
+  const heads = columns.map((c) => h('th', { class: c.num ? 'num' : null, scope: 'col' }, c.sort || c.sortKey ? null : c.label));
+  // A column with `sortKey` is sorted by whoever made the rows (`sorting`: { by, order, onSort }):
+  // its header button asks for that order, and says which one the rows are in.
+  columns.forEach((c, i) => {
+    if (!c.sortKey) return;
+    if (sorting.by === c.sortKey) heads[i].setAttribute('aria-sort', sorting.order === 'asc' ? 'ascending' : 'descending');
+    heads[i].append(h('button', {
+      class: 'sort-button', type: 'button', name: `sort-${c.sortKey}`, 'data-sort': c.label,
+      onclick: () => sorting.onSort(c.sortKey, `sort-${c.sortKey}`),
+    }, c.label));
+  });
   // A column with `sort` (row -> number or string) sorts the rows shown, by a header button.
   columns.forEach((c, i) => {
     if (!c.sort) return;

@@ -24,7 +24,6 @@ from tests.conftest import GatewayUnderTest
 from tests.fakes import DONE, USAGE, FakeUpstream, chunk, frames, status
 from tests.ui.harness import (
     AXE,
-    FOLLOW_UP,
     MASTER,
     QUESTION,
     REVIEW_DIR,
@@ -591,72 +590,6 @@ async def test_usage_counts_names_presets_and_utc_days(
     await expect(used.locator("[data-col=last-used]")).to_have_text("this hour")
     await expect(used.locator("[data-col=spend]")).to_have_text(re.compile(r"^\$0\.0*[1-9]"))
     await shots.take("20b-keys-last-used")
-    await page.context.close()
-
-
-async def test_the_list_as_a_request_log(
-    scene: tuple[GatewayUnderTest, FakeUpstream, FakeUpstream], browser: Any, tmp_path: Path
-) -> None:
-    """Each row: cost, tokens, time to first token, duration, attempts; a conversation stopped
-    at an earlier turn and one with a failed attempt are marked; the columns sort."""
-    gw, a, _b = scene
-    conversation_id, delivered = await interrupted_conversation(gw, a)
-    history = [
-        {"role": "user", "content": QUESTION},
-        {"role": "assistant", "content": TEXT},
-        {"role": "user", "content": FOLLOW_UP},
-        {"role": "assistant", "content": delivered},
-        {"role": "user", "content": "Go on."},
-    ]
-    third = await gw.client(MASTER).chat.completions.create(
-        model="m",
-        messages=history,  # type: ignore[arg-type]
-        stream=True,
-        extra_headers={"X-Conversation-Id": conversation_id},
-    )
-    async for _ in third:
-        pass
-    await gw.wait_turn_end(conversation_id, count=3)
-    _, headers = await stream_all(gw, MASTER, "A plain question")
-    plain = headers["X-Conversation-Id"]
-    await gw.wait_turn_end(plain)
-
-    page = await signed_in(browser, gw)
-    shots = Shots(page, tmp_path)
-    row = page.locator(f'tr[data-conversation-id="{conversation_id}"]')
-    await expect(row.locator("[data-status]")).to_have_text("completed")  # its last turn
-    await expect(row.get_by_test_id("had-stopped")).to_be_visible()
-    await expect(row.get_by_test_id("had-failed")).to_have_text("1 failed attempt")
-    await expect(row.locator("[data-col=attempts]")).to_have_text("4")
-    await expect(row.locator("[data-col=cost]")).to_contain_text("$")
-    await expect(row.locator("[data-col=ttft]")).to_contain_text("ms")
-    await expect(row.locator("[data-col=duration]")).not_to_have_text("—")
-    other = page.locator(f'tr[data-conversation-id="{plain}"]')
-    await expect(other.locator("[data-col=attempts]")).to_have_text("1")
-    await expect(other.get_by_test_id("had-failed")).to_have_count(0)
-    rows = page.locator("tr[data-conversation-id]")
-    await expect(rows.first).to_have_attribute("data-conversation-id", plain)  # newest first
-    await page.locator("button[data-sort=Attempts]").click()
-    await expect(rows.first).to_have_attribute("data-conversation-id", conversation_id)
-    await expect(page.locator("th[aria-sort=descending]")).to_have_text(re.compile("Attempts"))
-    await page.locator("button[data-sort=Attempts]").click()
-    await expect(rows.first).to_have_attribute("data-conversation-id", plain)
-    await shots.take("21-request-log")
-
-    # Stopped at an earlier turn: found by its own filter; the way back keeps the filters.
-    await page.get_by_test_id("filter-stopped").check()
-    await expect(page).to_have_url(re.compile(r"stopped=true"))
-    await expect(rows).to_have_count(1)
-    await expect(page.get_by_test_id("filter-stopped")).to_be_focused()
-    await page.get_by_test_id("filter-failed").check()
-    await expect(page).to_have_url(re.compile(r"failed=true"))
-    await expect(rows).to_have_count(1)
-    await row.locator("a.conv-preview").click()
-    await expect(page.get_by_test_id("chat")).to_be_visible()
-    await page.get_by_test_id("crumb-list").click()
-    await expect(page).to_have_url(re.compile(r"stopped=true.*failed=true|failed=true.*stopped"))
-    await expect(rows).to_have_count(1)
-    await expect(page.get_by_test_id("filter-stopped")).to_be_checked()
     await page.context.close()
 
 
