@@ -497,14 +497,18 @@ def _main(argv: list[str] | None) -> int:
     )
     _admin_commands(sub)
     args = parser.parse_args(argv)
-    logging.basicConfig(
-        level=logging.INFO, format="%(asctime)s %(levelname)s %(name)s: %(message)s"
-    )
+    from gateway import logs
+
+    # Records wait until the config says how to write them (`logging`, docs/operations.md,
+    # "Logs"): its own warnings come out in its format too. Other commands log as text.
+    logs.hold()
     try:
         loaded = _load(args.config)
     except ConfigError as exc:
+        logs.configure(None)
         print(f"config error:\n{exc}", file=sys.stderr)
         return 2
+    logs.configure(loaded.config.logging if args.command == "serve" else None)
     if args.command in ("keys", "teams"):
         return asyncio.run(_admin(args, loaded))
     if args.command == "usage":

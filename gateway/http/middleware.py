@@ -1,9 +1,16 @@
-"""Request ids, and the one place errors become HTTP responses (without secrets: gateway.scrub)."""
+"""Request ids, the access log, and the one place errors become HTTP responses (without secrets:
+gateway.scrub).
+
+Every request gets an id (the client's `X-Request-Id` when it is a safe one, else a new one):
+answered in `X-Request-Id`, and set for the log (gateway.logs) so that every record made while
+serving the request carries it. When the request is done, one access record: for a stream when
+its response has finished, or when its client left (or the server stopped) before it did."""
 
 from __future__ import annotations
 
 import logging
 import re
+import time
 from collections.abc import Callable
 from typing import Any
 
@@ -11,17 +18,25 @@ import orjson
 from aiohttp import web
 from aiohttp.typedefs import Handler
 
-from gateway import metrics, scrub
-from gateway.context import GATEWAY
+from gateway import logs, metrics, scrub
+from gateway.context import GATEWAY, Gateway
 from gateway.dialects.anthropic_messages import error_body as anthropic_error_body
 from gateway.errors import GatewayError, InvalidRequest, NotFound, PayloadTooLarge, openai_body
+from gateway.http.auth import PRINCIPAL
 from gateway.ids import random_hex
+from gateway.metering.auth import presented_key
 from gateway.storage.db import StoreUnavailable
 
 log = logging.getLogger(__name__)
 
 REQUEST_ID = web.RequestKey("request_id", str)
+# The response whose status line and headers went out (set when it is prepared): what a client
+# that left mid-stream was sent.
+_SENT = web.RequestKey("sent_response", web.StreamResponse)
 _SAFE_ID = re.compile(r"^[A-Za-z0-9._:-]{1,128}$")
+# A virtual key's first characters, as the store keeps them to recognise it
+# (gateway.metering.admin): the access log names a key by them, never by more.
+KEY_PREFIX_LENGTH = 7
 _STORE_RETRY_AFTER = "5"  # seconds: about how long the spool's replay takes to notice the store
 
 
@@ -81,6 +96,7 @@ def _from_http_exception(exc: web.HTTPException) -> GatewayError:
 
 @web.middleware
 async def errors_and_ids(request: web.Request, handler: Handler) -> web.StreamResponse:
+    started = time.monotonic()
     # The app's secrets are taken out of every error, record and log line from its first
     # request on (`gateway serve` has them learned before it starts; this covers an app served
     # any other way). Nothing to do after the first time.
@@ -88,40 +104,104 @@ async def errors_and_ids(request: web.Request, handler: Handler) -> web.StreamRe
     if gateway is not None:
         scrub.learn(gateway.config)
     incoming = request.headers.get("X-Request-Id", "")
-    request[REQUEST_ID] = incoming if _SAFE_ID.match(incoming) else random_hex(16)
+    request_id = incoming if _SAFE_ID.match(incoming) else random_hex(16)
+    request[REQUEST_ID] = request_id
+    notes = logs.begin_request(request_id)
     route = (
         request.match_info.route.resource.canonical
         if request.match_info.route.resource
         else "unmatched"
     )
     metrics.IN_FLIGHT.inc()
+    error_code: str | None = None
     try:
         response = await handler(request)
     except GatewayError as error:
         tell = gateway is None or gateway.config.server.tell_clients_not_to_retry
         response = error_response(error, request.path, tell_not_to_retry=tell)
+        error_code = error.code
     except web.HTTPException as exc:
         if exc.status < 400:
+            _access(request, gateway, notes, started, exc, None)  # a redirect
             raise
-        response = error_response(_from_http_exception(exc), request.path)
+        gateway_error = _from_http_exception(exc)
+        response = error_response(gateway_error, request.path)
+        error_code = gateway_error.code
     except StoreUnavailable as exc:
         # What needed the store and could not do without it: worth retrying shortly (writes
         # alone never get here, they wait in the spool).
         log.warning("store unavailable on %s %s: %s", request.method, request.path, exc)
-        response = error_response(store_unavailable(), request.path)
+        unavailable = store_unavailable()
+        response = error_response(unavailable, request.path)
+        error_code = unavailable.code
     except Exception:
         log.exception("unhandled error on %s %s", request.method, request.path)
-        response = error_response(
-            GatewayError("The gateway failed to handle the request."), request.path
-        )
+        failed = GatewayError("The gateway failed to handle the request.")
+        response = error_response(failed, request.path)
+        error_code = failed.code
+    except BaseException:
+        # Cancelled: the client left (or the server stopped) before the response was done.
+        _access(request, gateway, notes, started, request.get(_SENT), None, interrupted=True)
+        raise
     finally:
         metrics.IN_FLIGHT.dec()
     metrics.REQUESTS.labels(route, str(response.status)).inc()
+    _access(request, gateway, notes, started, response, error_code)
     return response
+
+
+def _access(
+    request: web.Request,
+    gateway: Gateway | None,
+    notes: dict[str, Any],
+    started: float,
+    response: web.StreamResponse | None,
+    error_code: str | None,
+    *,
+    interrupted: bool = False,
+) -> None:
+    """The request's access record (gateway.logs), when `logging.access_log` is on."""
+    if gateway is not None and not gateway.config.logging.access_log:
+        return
+    level = logs.access_level(request.path)
+    if not logs.ACCESS.isEnabledFor(level):
+        return
+    if not interrupted:
+        # A write found the client gone and the handler answered all the same.
+        transport = request.transport
+        interrupted = transport is None or transport.is_closing()
+    headers = response.headers if response is not None else {}
+    principal = request.get(PRINCIPAL)
+    key_prefix = team_id = None
+    if principal is not None and principal.kind == "key":
+        team_id = principal.team_id
+        presented = presented_key(request.headers)
+        key_prefix = presented[:KEY_PREFIX_LENGTH] if presented else None
+    logs.log_access(
+        level,
+        {
+            "method": request.method,
+            "path": request.path,
+            # What the client was sent; 499 when it left before anything was.
+            "status": response.status if response is not None else 499,
+            "duration_ms": round((time.monotonic() - started) * 1000.0, 1),
+            "alias": notes.get("alias"),
+            "deployment": headers.get("X-Gateway-Deployment") or notes.get("deployment"),
+            "key_prefix": key_prefix,
+            "team_id": team_id,
+            "prompt_tokens": notes.get("prompt_tokens"),
+            "completion_tokens": notes.get("completion_tokens"),
+            "conversation_id": headers.get("X-Conversation-Id") or notes.get("conversation_id"),
+            "turn_id": headers.get("X-Gateway-Turn-Id") or notes.get("turn_id"),
+            "interrupted": interrupted,
+            "error": error_code,
+        },
+    )
 
 
 async def add_request_id(request: web.Request, response: web.StreamResponse) -> None:
     """on_response_prepare: every response, streamed or not, carries X-Request-Id."""
+    request[_SENT] = response
     request_id = request.get(REQUEST_ID)
     if request_id:
         response.headers["X-Request-Id"] = request_id

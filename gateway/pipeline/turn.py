@@ -18,6 +18,7 @@ from typing import Any
 
 from aiohttp import web
 
+from gateway import logs
 from gateway.context import GATEWAY, Gateway
 from gateway.conversations.events import new_id
 from gateway.conversations.recorder import TurnRecorder
@@ -172,7 +173,10 @@ async def _run_turn(
         dropped=dropped,
         trace=trace,
     )
-    return await relay.serve(turn.cancel_key or turn.request_id, principal.team_id)
+    try:
+        return await relay.serve(turn.cancel_key or turn.request_id, principal.team_id)
+    finally:
+        logs.annotate_turn(recorder)  # the access log's alias, deployment and tokens
 
 
 def shape_of(request: web.Request) -> Shape:

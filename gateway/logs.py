@@ -1,0 +1,316 @@
+"""The process's log: its format and level (`logging` in the config), the request id on every
+record made while serving a request, and the access log (docs/operations.md, "Logs").
+
+- **Where**: stderr, one record per line. `text` is a readable line (a traceback follows on its
+  own lines, as Python prints it); `json` is one JSON object per line, the traceback inside it
+  as one string (`exception`).
+- **Request id**: `begin_request` sets it in a `ContextVar` where the request's id is assigned
+  (gateway.http.middleware); tasks created while serving inherit it, and a filter on the
+  handler stamps it onto every record (`request_id`).
+- **Access log**: one record per request on the `gateway.access` logger (the middleware writes
+  it, `access_log`); what only the pipeline knows (the alias, the tokens) it leaves with
+  `annotate`, in a dict that lives as long as the request.
+- **Secrets**: every record is scrubbed when it is made (gateway.scrub, a record factory): its
+  message and its traceback, whatever the format. The formatters scrub a traceback again (one
+  formatted here, not by the factory), and the access fields a client chose (the path) are
+  scrubbed when the record is made.
+
+`hold` (before the config is read) keeps records in memory; `configure` then writes them, and
+everything after, the config's way: the config's own warnings come out in its format too.
+"""
+
+from __future__ import annotations
+
+import logging
+import sys
+import time
+from contextvars import ContextVar
+from typing import TYPE_CHECKING, Any, Protocol
+
+import orjson
+
+from gateway.scrub import scrub
+
+if TYPE_CHECKING:
+    from collections.abc import Sequence
+
+    from gateway.config import LoggingConfig
+
+ACCESS = logging.getLogger("gateway.access")
+
+TEXT_FORMAT = "%(asctime)s %(levelname)s %(name)s: %(message)s"
+TEXT_FORMAT_WITH_ID = "%(asctime)s %(levelname)s %(name)s [%(request_id)s]: %(message)s"
+
+# The request being served, for every record made while serving it (and in tasks it starts).
+_REQUEST_ID: ContextVar[str | None] = ContextVar("gateway_request_id", default=None)
+# What the pipeline tells the access log about the request (`annotate`).
+_NOTES: ContextVar[dict[str, Any] | None] = ContextVar("gateway_request_notes", default=None)
+
+
+# -- the request scope ---------------------------------------------------------------------------
+
+
+def begin_request(request_id: str) -> dict[str, Any]:
+    """The request being served from here on in this task (and the tasks it creates): its id,
+    and its notes for the access log, returned."""
+    _REQUEST_ID.set(request_id)
+    notes: dict[str, Any] = {}
+    _NOTES.set(notes)
+    return notes
+
+
+def annotate(**fields: Any) -> None:
+    """Tell the access log of the request being served (nothing outside a request)."""
+    notes = _NOTES.get()
+    if notes is not None:
+        notes.update(fields)
+
+
+class _Attempt(Protocol):
+    @property
+    def route(self) -> dict[str, Any]: ...
+
+    @property
+    def usage(self) -> dict[str, Any] | None: ...
+
+
+class _Turn(Protocol):
+    @property
+    def alias(self) -> str | None: ...
+
+    @property
+    def conversation_id(self) -> str: ...
+
+    @property
+    def turn_id(self) -> str: ...
+
+    @property
+    def ended(self) -> bool: ...
+
+    @property
+    def attempts(self) -> Sequence[_Attempt]: ...
+
+
+def annotate_turn(turn: _Turn) -> None:
+    """A completion's turn (gateway.conversations.recorder.TurnRecorder) for the access log:
+    its alias, ids and last deployment, and once it has ended the tokens its providers
+    reported."""
+    notes = _NOTES.get()
+    if notes is None:
+        return
+    notes["alias"] = turn.alias
+    notes["conversation_id"] = turn.conversation_id
+    notes["turn_id"] = turn.turn_id
+    if turn.attempts:
+        notes["deployment"] = turn.attempts[-1].route.get("deployment")
+    if not turn.ended:  # its end comes later (a drain after a disconnect): no count yet
+        return
+    prompt = completion = None
+    for attempt in turn.attempts:
+        usage = attempt.usage
+        if not usage:
+            continue
+        if isinstance(p := usage.get("prompt_tokens"), int):
+            prompt = (prompt or 0) + p
+        if isinstance(c := usage.get("completion_tokens"), int):
+            completion = (completion or 0) + c
+    notes["prompt_tokens"] = prompt
+    notes["completion_tokens"] = completion
+
+
+# -- the access log ------------------------------------------------------------------------------
+
+# Every access record has these fields, null where unknown (`interrupted` is a bool).
+ACCESS_FIELDS = (
+    "method",
+    "path",
+    "status",
+    "duration_ms",
+    "alias",
+    "deployment",
+    "key_prefix",
+    "team_id",
+    "prompt_tokens",
+    "completion_tokens",
+    "conversation_id",
+    "turn_id",
+    "interrupted",
+    "error",
+)
+
+
+def access_level(path: str) -> int:
+    """Probes and scrapes at DEBUG, so that they do not flood the log; the rest at INFO."""
+    if path == "/metrics" or path.startswith("/health/"):
+        return logging.DEBUG
+    return logging.INFO
+
+
+def log_access(level: int, fields: dict[str, Any]) -> None:
+    """One access record: `fields` are ACCESS_FIELDS (the caller checks the level first)."""
+    fields["path"] = path = scrub(fields["path"])
+    ACCESS.log(
+        level,
+        "%s %s %s",
+        fields["method"],
+        path,
+        fields["status"],
+        extra={"access": fields},
+    )
+
+
+# -- formats ---------------------------------------------------------------------------------
+
+
+class RequestIdFilter(logging.Filter):
+    """Stamps the id of the request being served (or None) onto each record."""
+
+    def filter(self, record: logging.LogRecord) -> bool:
+        if getattr(record, "request_id", None) is None:
+            record.request_id = _REQUEST_ID.get()
+        return True
+
+
+_IN_MESSAGE = frozenset({"method", "path", "status"})  # an access record's message says these
+
+
+def _text_value(value: Any) -> str:
+    text = str(value)
+    return f'"{text}"' if not text or " " in text else text
+
+
+class _ScrubbedTraceback(logging.Formatter):
+    def formatException(self, ei: Any) -> str:
+        return scrub(super().formatException(ei))
+
+
+class TextFormatter(logging.Formatter):
+    """`time LEVEL logger: message`, with `[request id]` after the logger while serving one,
+    and an access record's fields after its message as `name=value`; a traceback follows on
+    its own lines."""
+
+    def __init__(self) -> None:
+        super().__init__(TEXT_FORMAT)
+        self.plain = _ScrubbedTraceback(TEXT_FORMAT)
+        self.with_id = _ScrubbedTraceback(TEXT_FORMAT_WITH_ID)
+
+    def format(self, record: logging.LogRecord) -> str:
+        chosen = self.with_id if getattr(record, "request_id", None) else self.plain
+        line = chosen.format(record)
+        access = getattr(record, "access", None)
+        if not access:
+            return line
+        head, newline, rest = line.partition("\n")
+        tail = " ".join(
+            f"{name}={_text_value(value)}"
+            for name, value in access.items()
+            if value is not None and value is not False and name not in _IN_MESSAGE
+        )
+        return f"{head} {tail}{newline}{rest}"
+
+
+class JsonFormatter(logging.Formatter):
+    """One JSON object per record: time (ISO 8601, UTC), level, logger, message, request_id
+    when serving one, an access record's fields, and `exception`: the whole traceback."""
+
+    def format(self, record: logging.LogRecord) -> str:
+        seconds = time.strftime("%Y-%m-%dT%H:%M:%S", time.gmtime(record.created))
+        out: dict[str, Any] = {
+            "time": f"{seconds}.{int(record.msecs):03d}Z",
+            "level": record.levelname,
+            "logger": record.name,
+            "message": record.getMessage(),
+        }
+        request_id = getattr(record, "request_id", None)
+        if request_id:
+            out["request_id"] = request_id
+        access = getattr(record, "access", None)
+        if access:
+            out.update(access)
+        if record.exc_info and record.exc_info[1] is not None and not record.exc_text:
+            record.exc_text = self.formatException(record.exc_info)
+        if record.exc_text:
+            out["exception"] = scrub(record.exc_text)
+        if record.stack_info:
+            out["stack"] = scrub(self.formatStack(record.stack_info))
+        try:
+            return orjson.dumps(out, default=str).decode()
+        except (orjson.JSONEncodeError, TypeError):  # text with lone surrogates (bad UTF-8)
+            import json
+
+            return json.dumps(out, default=str)
+
+
+def formatter(config: LoggingConfig | None) -> logging.Formatter:
+    return JsonFormatter() if config is not None and config.format == "json" else TextFormatter()
+
+
+# -- set up ----------------------------------------------------------------------------------
+
+
+class _Held(logging.Handler):
+    """Records kept until the config says how to write them (`configure`); written as text at
+    exit if it never does (the process failed before)."""
+
+    def __init__(self) -> None:
+        super().__init__()
+        self.records: list[logging.LogRecord] = []
+
+    def emit(self, record: logging.LogRecord) -> None:
+        self.records.append(record)
+
+    def close(self) -> None:
+        records, self.records = self.records, []
+        if records:
+            fallback = _stderr_handler(None)
+            for record in records:
+                fallback.handle(record)
+        super().close()
+
+
+_handler: logging.Handler | None = None  # the root handler this module installed
+
+
+def _stderr_handler(config: LoggingConfig | None) -> logging.Handler:
+    handler = logging.StreamHandler(sys.stderr)
+    handler.setFormatter(formatter(config))
+    handler.addFilter(RequestIdFilter())
+    return handler
+
+
+def hold() -> None:
+    """Before the config is read: keep records (INFO and up) until `configure`. Nothing when
+    logging is set up already (by whoever runs this process: a test, an embedding program)."""
+    global _handler
+    root = logging.getLogger()
+    if root.handlers:
+        return
+    _handler = _Held()
+    root.addHandler(_handler)
+    root.setLevel(logging.INFO)
+
+
+def configure(config: LoggingConfig | None) -> None:
+    """Write records to stderr in the config's format from its level (None: text, INFO); the
+    records `hold` kept are written first. Nothing when logging was set up by someone else."""
+    global _handler
+    root = logging.getLogger()
+    if _handler is None:
+        if root.handlers:
+            return
+    else:
+        root.removeHandler(_handler)
+    held = _handler.records if isinstance(_handler, _Held) else []
+    level = logging.getLevelName(config.level) if config is not None else logging.INFO
+    handler = _stderr_handler(config)
+    handler.setLevel(level)  # a logger set lower than the root still writes nothing below it
+    root.addHandler(handler)
+    root.setLevel(level)
+    previous, _handler = _handler, handler
+    for record in held:
+        if record.levelno >= level:
+            handler.handle(record)
+    if previous is not None:
+        if isinstance(previous, _Held):
+            previous.records = []
+        previous.close()
