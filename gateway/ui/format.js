@@ -95,3 +95,13 @@ export function periodStart(period, now) {
   if (period === 'month') return Date.UTC(d.getUTCFullYear(), d.getUTCMonth(), 1) / 1000;
   return 0;
 }
+
+export function limitsText(limits) {
+  if (!limits) return '—';
+  const parts = [];
+  if (limits.rpm) parts.push(`${limits.rpm} rpm`);
+  if (limits.tpm) parts.push(`${fmtCompact(limits.tpm)} tpm`);
+  if (limits.max_concurrent) parts.push(`${limits.max_concurrent} concurrent`);
+  if (limits.budget) parts.push(`${fmtUsd(limits.budget.usd)}/${limits.budget.period} ${limits.budget.mode}`);
+  return parts.join(' · ') || '—';
+}

@@ -3,18 +3,8 @@
 
 import { clear, h } from './dom.js';
 import { api, enc, query } from './api.js';
-import { ZONE, fmtAgo, fmtCompact, fmtTime, fmtUsd, periodStart } from './format.js';
+import { ZONE, fmtAgo, fmtTime, fmtUsd, limitsText, periodStart } from './format.js';
 import { badge, errorBox, field, idCell, loading, notice, pageHeader, panel, select, statusBadge, table } from './widgets.js';
-
-function limitsText(limits) {
-  if (!limits) return '—';
-  const parts = [];
-  if (limits.rpm) parts.push(`${limits.rpm} rpm`);
-  if (limits.tpm) parts.push(`${fmtCompact(limits.tpm)} tpm`);
-  if (limits.max_concurrent) parts.push(`${limits.max_concurrent} concurrent`);
-  if (limits.budget) parts.push(`${fmtUsd(limits.budget.usd)}/${limits.budget.period} ${limits.budget.mode}`);
-  return parts.join(' · ') || '—';
-}
 
 function limitsFields(limits) {
   const l = limits || {};

@@ -3,7 +3,7 @@
 
 import { clear, h } from './dom.js';
 import { api, errorOf, isAdmin, query, request, session } from './api.js';
-import { budgetsPanel } from './budgets.js';
+import { budgetsPanel, ownBudgetPanel } from './budgets.js';
 import { meter, stackedBars } from './charts.js';
 import { fmtCompact, fmtInt, fmtPct, fmtUsd, pad, plural, shortId, utcDay } from './format.js';
 import { applySoon, go } from './router.js';
@@ -182,6 +182,7 @@ export async function usagePage(root, params) {
     ], ranked.map((g) => ({ ...g, attrs: { 'data-group': g.group } })), 'No usage in this range.'),
     h('p', { class: 'field-hint', text: 'Requests are turns, counted once in the group of their last attempt: errors are requests that failed, interrupted those cut short by their client. Attempts count every upstream call (a retry or fallback is one more); failed attempts include those a fallback then recovered. Delivered is the share of generated tokens that reached the client.' }))));
   if (isAdmin()) body.append(await budgetsPanel(teams, team));
+  else if (session.me.kind === 'key') body.append(await ownBudgetPanel(session.me));
 }
 
 async function downloadCsv(button, params) {
