@@ -1,6 +1,7 @@
 """The docs' mechanical claims, checked against the code that makes them true: what a store
 outage answers, which states `/health/ready` reports, which limits Redis shares between
-replicas, and which Redis calls the error metric counts. Each claim is read out of the docs and
+replicas (and the supervisor between the workers of `serve --workers N`), and which Redis calls
+the error metric counts. Each claim is read out of the docs and
 compared with what the code does (driven where it can be, parsed from it where the values are
 literals), so a doc and the code cannot drift apart on these without a failure.
 
@@ -25,6 +26,7 @@ from gateway.http import system
 from gateway.metering import redis_limits
 from gateway.metering.limits import Limiter, LimitExceeded, Limits
 from gateway.metering.redis_limits import RedisLimiter
+from gateway.metering.shared_limits import LimitServer, SharedLimiter
 from gateway.routing import cooldowns
 from tests.conftest import GatewayUnderTest, MakeGateway
 from tests.postgres_server import PostgresServer, throwaway_postgres
@@ -211,17 +213,26 @@ async def shared_between(first: Limiter, second: Limiter, field: str) -> bool:
     return False
 
 
-async def test_the_limits_documented_as_shared_in_redis_are_the_ones_redis_shares(
-    redis_url: str, redis_prefix: str
+async def test_the_limits_documented_as_shared_are_the_ones_shared(
+    redis_url: str, redis_prefix: str, tmp_path: Path
 ) -> None:
     fields = set(Limits.model_fields)
     assert fields == set(TIGHT), "a new limit needs a TIGHT value here"
     replicas = [RedisLimiter(redis_url, _no_spend, prefix=redis_prefix) for _ in range(2)]
     try:
-        shared = {f for f in fields if await shared_between(*replicas, f)}
+        in_redis = {f for f in fields if await shared_between(*replicas, f)}
     finally:
         for limiter in replicas:
             await limiter.close()
+    supervisor = LimitServer(str(tmp_path / "limits.sock"))
+    await supervisor.start()
+    workers = [SharedLimiter(supervisor.path, _no_spend) for _ in range(2)]
+    try:
+        by_workers = {f for f in fields if await shared_between(*workers, f)}
+    finally:
+        for worker in workers:
+            await worker.close()
+        await supervisor.close()
     # The probe can tell: two in-process limiters share nothing, one refuses its own second.
     alone = Limiter(_no_spend)
     assert not any(
@@ -230,9 +241,17 @@ async def test_the_limits_documented_as_shared_in_redis_are_the_ones_redis_share
     assert all([await shared_between(alone, alone, f) for f in fields])
 
     limits = section(read("docs/operations.md"), "## Rate limits and budgets")
+    # The limits the section describes, one bullet each ("- `rpm`, `tpm`: ...").
+    bullets = re.findall(r"(?m)^- `(\w+)`(?:, `(\w+)`)?:", limits)
+    documented = {name for names in bullets for name in names if name}
+    assert documented == fields
+    # "Without `limits.redis_url` these counters live ... for `serve --workers N` in its
+    # supervisor, shared by the workers": every one of them.
+    assert by_workers == documented
     claim = bullet(limits, "Without `limits.redis_url`")
+    assert "for `serve --workers N` in its supervisor, shared by the workers" in claim
     kept = claim.split("With it,", 1)[1].split("are kept in Redis", 1)[0]
-    assert set(re.findall(r"`(\w+)`", kept)) == shared
+    assert set(re.findall(r"`(\w+)`", kept)) == in_redis
 
 
 # --- the Redis error metric ---------------------------------------------------------------------
