@@ -301,22 +301,25 @@ def _sql(
             where.append(f"({key} {beyond} ? OR ({key} = ? AND c.id {beyond} ?){later_nulls})")
             args += [value, value, last]
     nulls_last = f"({key} IS NULL), " if nullable else ""
-    stopped = (
-        "EXISTS (SELECT 1 FROM turns t WHERE t.conversation_id = c.id AND t.status = 'aborted')"
-        if query.with_usage
-        else "NULL"
-    )
+    # Only the key: the rest of a row is read for the page's rows alone (`_ROWS`), never for
+    # every row a sort or a search orders.
     sql = (
-        "SELECT c.id, c.created_at, c.team_id, c.key_id, c.parent_id, c.parent_seq,"
-        " (SELECT COUNT(*) FROM turns t WHERE t.conversation_id = c.id),"
-        f" {status}, {ended}, {_LAST_TURN.format(col='request')},"
-        " COALESCE(c.updated_at, c.created_at),"
-        f" {_FIRST_USER.format(cid='c.id')}, {key}, {_TOTALS}, {stopped}"
-        f" FROM conversations c WHERE {' AND '.join(where)}"
+        f"SELECT c.id, {key} FROM conversations c WHERE {' AND '.join(where)}"
         f" ORDER BY {nulls_last}{key} {direction}, c.id {direction} LIMIT ?"
     )
     args.append(max(1, min(MAX_LIMIT, query.limit)) + 1)
     return sql, args
+
+
+_ROWS = (
+    "SELECT c.id, c.created_at, c.team_id, c.key_id, c.parent_id, c.parent_seq,"
+    " (SELECT COUNT(*) FROM turns t WHERE t.conversation_id = c.id),"
+    f" {_LAST_TURN.format(col='status')}, {_LAST_TURN.format(col='ended_at')},"
+    f" {_LAST_TURN.format(col='request')}, COALESCE(c.updated_at, c.created_at),"
+    f" {_FIRST_USER.format(cid='c.id')}, {_TOTALS},"
+    " EXISTS (SELECT 1 FROM turns t WHERE t.conversation_id = c.id AND t.status = 'aborted')"
+    " FROM conversations c WHERE c.id IN ({marks})"
+)
 
 
 async def _cursor_of(db: Db, query: ListQuery) -> tuple[Any, str] | None:
@@ -388,16 +391,22 @@ async def list_conversations(store: Store, query: ListQuery) -> Page:
         )
     limit = max(1, min(MAX_LIMIT, query.limit))
 
-    async def op(db: Db) -> tuple[list[Any], dict[str, str | None]]:
+    async def op(db: Db) -> tuple[list[Any], dict[str, str | None], bool]:
         cursor = await _cursor_of(db, query)
         if cursor is _MISSING:
-            return [], {}
+            return [], {}, False
         sql, args = _sql(db.dialect, query, cursor)
-        rows = await db.fetch(sql, *args)
+        keys = await db.fetch(sql, *args)
+        ids = [row[0] for row in keys[:limit]]
+        by_id: dict[str, tuple[Any, ...]] = {}
+        if ids:
+            marks = ", ".join("?" for _ in ids)
+            by_id = {row[0]: row for row in await db.fetch(_ROWS.format(marks=marks), *ids)}
+        rows = [by_id[id_] + (key,) for id_, key in keys[:limit] if id_ in by_id]
         # A branch without its own user message shows its nearest ancestor's first one.
         previews: dict[str, str | None] = {}
         ancestors: dict[str, tuple[str | None, str | None]] = {}  # id -> (parent, first user)
-        for row in rows[:limit]:
+        for row in rows:
             parent, hops = row[4], 0
             while row[11] is None and parent is not None and hops < _PARENT_HOPS:
                 if parent not in ancestors:
@@ -413,11 +422,11 @@ async def list_conversations(store: Store, query: ListQuery) -> Page:
                     previews[row[0]] = first_user
                     break
                 parent, hops = grandparent, hops + 1
-        return rows, previews
+        return rows, previews, len(keys) > limit
 
-    rows, inherited = await store.run(op)
+    rows, inherited, more = await store.run(op)
     data = []
-    for row in rows[:limit]:
+    for row in rows:
         id_, created, team, key, parent, parent_seq, turns, status, ended, request = row[:10]
         last, first_user = row[10:12]
         open_turn = turns and ended is None
@@ -438,14 +447,14 @@ async def list_conversations(store: Store, query: ListQuery) -> Page:
             }
         )
         if query.with_usage:
-            data[-1]["usage"] = _usage_row(row[13:])
+            data[-1]["usage"] = _usage_row(row[12:22])
     cursor = None
     if data:
-        value = rows[len(data) - 1][12]
+        value = rows[-1][22]
         if value is not None:
             value = int(value) if query.sort in _INTEGER_SORTS else float(value)
         cursor = Cursor(query.sort, query.order, value, data[-1]["id"]).encode()
-    return Page(data, has_more=len(rows) > limit, cursor=cursor)
+    return Page(data, has_more=more, cursor=cursor)
 
 
 async def attempt_usage(store: Store, conversation_ids: list[str]) -> list[dict[str, Any]]:
