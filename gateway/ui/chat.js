@@ -3,11 +3,11 @@
 
 import { append, h } from './dom.js';
 import { api, enc, isAdmin } from './api.js';
-import { composer } from './composer.js';
+import { composer, redraw } from './composer.js';
 import { ZONE, fmtInt, fmtTime, plural, shortId, textOf } from './format.js';
 import { folded, prettyJson, richText } from './markdown.js';
 import { go, href } from './router.js';
-import { badge, errorBox, icon, turnBadge } from './widgets.js';
+import { badge, errorBox, icon, notice, turnBadge } from './widgets.js';
 
 function contentBlocks(blocks, { interrupted }) {
   const out = [];
@@ -175,6 +175,7 @@ function chatTurn(conversationId, turn, index, inherited, branches, toolCalls, t
       },
     }, icon('branch', 14, 'inline-icon'), 'Branch here'));
   }
+  if (!turn.end && !inherited && isAdmin()) actions.append(cancelButton(conversationId, turn.id, actions));
   append(box,
     h('header', { class: 'turn-head' },
       h('span', { class: 'turn-number', text: `Turn ${index + 1}` }),
@@ -185,6 +186,33 @@ function chatTurn(conversationId, turn, index, inherited, branches, toolCalls, t
       actions),
     messages);
   return box;
+}
+
+function cancelButton(conversationId, turnId, actions) {
+  // Stops the request as its client's own cancel would: the turn ends interrupted, with what
+  // the client had received, and the page drawn again shows it so.
+  return h('button', {
+    class: 'btn btn-small btn-danger', type: 'button', 'data-testid': 'cancel-turn', title: 'Stop this request upstream and end its turn',
+    onclick: async (event) => {
+      const button = event.currentTarget;
+      button.disabled = true;
+      button.textContent = 'Cancelling…';
+      try {
+        await api(`/v1/conversations/${enc(conversationId)}/turns/${enc(turnId)}/cancel`, { method: 'POST' });
+        await redraw();
+      } catch (error) {
+        if (error.status === 409) {
+          await redraw(); // it ended meanwhile, or is ending: shown as it is now
+          return;
+        }
+        button.disabled = false;
+        button.textContent = 'Cancel';
+        actions.append(error.status === 404
+          ? notice('This request is not running in this gateway process: another replica may be serving it, and only that one can stop it.', 'warn')
+          : errorBox(error));
+      }
+    },
+  }, 'Cancel');
 }
 
 function syntheticResults(toolCalls) {

@@ -3,8 +3,16 @@
 
 import { append, clear, h } from './dom.js';
 import { ApiError, api, enc, errorOf, request } from './api.js';
-import { go } from './router.js';
+import { go, refreshInPlace } from './router.js';
 import { errorBox, field, select } from './widgets.js';
+
+export async function redraw() {
+  // The page drawn again in place (a live refresh, a cancel): a half-typed message stays.
+  const draft = document.querySelector('[data-testid=composer-input]')?.value;
+  await refreshInPlace();
+  const input = document.querySelector('[data-testid=composer-input]');
+  if (input && draft) input.value = draft;
+}
 
 export function composer(conversationId, turns, lastAlias) {
   const box = h('section', { class: 'panel composer', 'data-testid': 'composer' });

@@ -4,9 +4,10 @@
 import { clear, h } from './dom.js';
 import { adminKeyName, api, enc, isAdmin, query } from './api.js';
 import { chatView } from './chat.js';
+import { redraw } from './composer.js';
 import { ZONE, fmtTime, shortId } from './format.js';
 import { listLink } from './list.js';
-import { href, onLeave, refreshInPlace } from './router.js';
+import { href, onLeave } from './router.js';
 import { trajectoryView } from './trajectory.js';
 import { idCell, loading, metaItem, panel, statusBadge } from './widgets.js';
 
@@ -79,11 +80,7 @@ function liveRefresh(root, id, seen) {
       const fresh = await api(`/v1/conversations/${enc(id)}/events`);
       if (stopped) return;
       if (fresh.data.length !== seen) {
-        // Drawn again in place: a half-typed message stays.
-        const draft = document.querySelector('[data-testid=composer-input]')?.value;
-        await refreshInPlace();
-        const input = document.querySelector('[data-testid=composer-input]');
-        if (input && draft) input.value = draft;
+        await redraw();
         return;
       }
     } catch {
