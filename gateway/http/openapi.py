@@ -12,6 +12,7 @@ from typing import Any
 from aiohttp import web
 
 from gateway.context import GATEWAY
+from gateway.conversations.listing import SORTS
 from gateway.http.openapi_schemas import Schema, components, ref
 
 JSON = "application/json"
@@ -93,6 +94,17 @@ def path_param(name: str = "id", description: str = "") -> dict[str, Any]:
         "schema": {"type": "string", "minLength": 1},
         "description": description,
     }
+
+
+# The conversation list's range filters (gateway.conversations.listing.RANGES).
+_LIST_RANGES = (
+    ("min_cost", "Total cost in USD, at least"),
+    ("max_cost", "Total cost in USD, at most"),
+    ("min_duration_ms", "The attempts' durations summed, at least"),
+    ("max_duration_ms", "The attempts' durations summed, at most"),
+    ("min_ttft_ms", "The attempts' average time to first token, at least"),
+    ("max_ttft_ms", "The attempts' average time to first token, at most"),
+)
 
 
 def query(name: str, schema: Schema, description: str = "") -> dict[str, Any]:
@@ -228,7 +240,7 @@ def paths() -> dict[str, dict[str, Operation]]:
                 required_body=False,
             ),
             "get": op(
-                "List conversations, newest first",
+                "List conversations (a request log): filtered, searched, sorted",
                 _ok(listing),
                 (*_AUTH, 400),
                 params=[
@@ -238,13 +250,47 @@ def paths() -> dict[str, dict[str, Operation]]:
                     query("status", {"enum": ["completed", "interrupted", "error", "active"]}),
                     query("since", _TIME),
                     query("until", _TIME),
-                    query("q", {"type": "string"}),
+                    query(
+                        "q",
+                        {"type": "string"},
+                        "Words, all in one message's text (user, assistant, tool result);"
+                        " English stemming",
+                    ),
                     query("parent_id", {"type": "string"}),
-                    query("id", {"type": "string"}),
+                    query(
+                        "id",
+                        {"type": "string"},
+                        "A conversation's id, or one of its turns', responses' or requests'"
+                        " (X-Request-Id)",
+                    ),
+                    query("user", {"type": "string"}, "A turn for this user"),
+                    *(
+                        query(name, {"type": "number", "minimum": 0}, description)
+                        for name, description in _LIST_RANGES
+                    ),
+                    query("stopped", {"enum": ["true", "1"]}, "A turn ended interrupted"),
+                    query("failed", {"enum": ["true", "1"]}, "An attempt failed"),
+                    query("include", {"enum": ["usage"]}, "Each row's totals, as `usage`"),
+                    query(
+                        "sort",
+                        {"enum": list(SORTS)},
+                        "Default `created`; NULL totals last in either order",
+                    ),
+                    query("order", {"enum": ["desc", "asc"]}, "Default `desc`"),
                     query("limit", {"type": "integer", "minimum": 1, "maximum": 100}),
-                    query("after", {"type": "string"}),
+                    query(
+                        "after",
+                        {"type": "string"},
+                        "The previous page's `cursor` (same sort and order, else 400), or a"
+                        " conversation id to start after",
+                    ),
                 ],
-            ),
+            )
+            | {
+                # A parameter name OpenAPI has no way to spell: `metadata.` and any key.
+                "description": "`metadata.<key>=<value>` (repeatable) keeps conversations whose"
+                " metadata holds that key with that string value."
+            },
         },
         "/v1/conversations/{id}": {
             "get": op("A conversation", _ok(conv), (*_AUTH, 404), params=_ID),
