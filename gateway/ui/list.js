@@ -114,7 +114,7 @@ export async function conversationsPage(root, params) {
       field('Metadata', h('input', {
         name: 'metadata', value: metadata, placeholder: 'key=value, key=value', 'data-testid': 'filter-metadata',
         pattern: '\\s*[^=,\\s][^=,]*=[^,]*(,\\s*[^=,\\s][^=,]*=[^,]*)*\\s*', title: 'key=value pairs, separated by commas',
-      }), 'each pair must match')));
+      }))));
   append(form, h('div', { class: 'filter-grid' }, controls), more,
     h('input', { type: 'hidden', name: 'sort', value: filters.sort }),
     h('input', { type: 'hidden', name: 'order', value: filters.order }),
