@@ -14,6 +14,7 @@ import pytest
 
 from gateway.conversations.events import Conversation, NewEvent, TurnStart
 from gateway.storage import schema
+from gateway.storage.payload import DeferredPayload
 from gateway.storage.postgres import numbered
 from gateway.storage.store import Store
 from gateway.storage.writes import USAGE_COLUMNS
@@ -552,3 +553,24 @@ async def test_the_migration_indexes_what_was_stored_before(
     gw.gateway.store.append(NewEvent("old2", "old2-t", "user/message", {"content": "Dates"}))
     await gw.flush()
     assert await ids(gw, "?q=dates") == ["old2"]
+
+
+async def test_a_scrubbed_secret_is_no_longer_found(gw: GatewayUnderTest) -> None:
+    store = gw.gateway.store
+    seed(store, "c1", T0, first="my token is tok3nvalue99 please keep it")
+    # An answer whose payload the store encodes as it writes it (on SQLite, into a table of
+    # long payloads before its event).
+    answer = DeferredPayload({"content": [{"type": "text", "text": "noted tok3nvalue99 safely"}]})
+    seed(store, "c2", T0 + 1, first="hello")
+    store.append(NewEvent("c2", "c2-t0", "assistant/message", answer))
+    await store.flush()
+    assert await ids(gw, "?q=tok3nvalue99") == ["c2", "c1"]
+    assert await ids(gw, "?q=safely") == ["c2"]
+
+    async def scrub(db: Any) -> None:
+        await schema.scrub_configured(db, ["tok3nvalue99"])
+
+    await store.transact(scrub)
+    assert await ids(gw, "?q=tok3nvalue99") == []  # the index follows the rewritten text
+    assert await ids(gw, "?q=please%20keep") == ["c1"]
+    assert await ids(gw, "?q=noted%20safely") == ["c2"]
