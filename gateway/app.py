@@ -15,6 +15,7 @@ from gateway.context import GATEWAY, Gateway
 from gateway.conversations.recovery import recover_open_turns
 from gateway.conversations.service import Conversations
 from gateway.http.auth import authenticate
+from gateway.http.conversations import CANCEL_BUS
 from gateway.http.middleware import add_request_id, errors_and_ids
 from gateway.http.routes import add_routes
 from gateway.http.slow_clients import request_limits
@@ -77,6 +78,11 @@ def create_app(config: GatewayConfig, *, instance: str | None = None) -> web.App
         client_max_size=int(config.server.max_body_mb * 1024 * 1024),
     )
     app[GATEWAY] = gateway
+    if config.limits.redis_url is not None:
+        from gateway.pipeline.cancel_bus import CancelBus
+
+        # A cancel that lands on another replica reaches the one running the turn.
+        app[CANCEL_BUS] = CancelBus(config.limits.redis_url, config.limits.redis_prefix, gateway)
     if (tracing := start_tracing(config.tracing)) is not None:  # tracing.otlp_endpoint is set
         app[TRACING] = tracing
     app.cleanup_ctx.append(_resources)
@@ -118,6 +124,7 @@ async def _resources(app: web.Application) -> AsyncIterator[None]:
         healths = [d.health for d in gateway.router.deployments()]
         cooldowns = CooldownSync(redis_url, gateway.config.limits.redis_prefix, healths)
         cooldowns.start()
+        app[CANCEL_BUS].start()
     # The tokenizer for estimates is slow to load: in the background from the start, not
     # on the first cancel, and without holding up the first request (cold start).
     warming = asyncio.create_task(asyncio.to_thread(tokens.warm), name="tokenizer-warm")
@@ -131,6 +138,7 @@ async def _resources(app: web.Application) -> AsyncIterator[None]:
     await gateway.store.close()
     if cooldowns is not None:
         await cooldowns.close()
+        await app[CANCEL_BUS].close()
     await gateway.limiter.close()  # the limits' settles still under way
     if (tracing := app.get(TRACING)) is not None:
         await tracing.close()  # every turn has ended: their spans are exported now

@@ -26,7 +26,7 @@ ERRORS: tuple[type[BaseException], ...] = (RedisError, OSError, TimeoutError)
 REDIS_ERRORS = Counter(
     "gateway_redis_errors_total",
     "Redis calls that failed, by operation (admit, settle, refresh, probe, cooldown_publish,"
-    " cooldown_clear, cooldown_poll).",
+    " cooldown_clear, cooldown_poll, cancel_publish, cancel_listen).",
     ["operation"],
     registry=metrics.REGISTRY,
 )

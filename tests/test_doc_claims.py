@@ -27,6 +27,7 @@ from gateway.metering import redis_limits
 from gateway.metering.limits import Limiter, LimitExceeded, Limits
 from gateway.metering.redis_limits import RedisLimiter
 from gateway.metering.shared_limits import LimitServer, SharedLimiter
+from gateway.pipeline import cancel_bus
 from gateway.routing import cooldowns
 from tests.conftest import GatewayUnderTest, MakeGateway
 from tests.postgres_server import PostgresServer, throwaway_postgres
@@ -262,7 +263,7 @@ def redis_operations() -> set[str]:
     `REDIS_ERRORS.labels(...)` or to the helpers that call it."""
     helpers = {"labels", "_lost", "_failed", "_spawn"}
     found: set[str] = set()
-    for module in (redis_limits, cooldowns):
+    for module in (redis_limits, cooldowns, cancel_bus):
         for node in ast.walk(ast.parse(inspect.getsource(module))):
             if (
                 isinstance(node, ast.Call)

@@ -16,6 +16,7 @@ import aiohttp
 import openai
 import pytest
 from prometheus_client.parser import text_string_to_metric_families
+from redis.asyncio import Redis
 
 from tests.conftest import MakeUpstream
 from tests.fakes import USAGE, FakeUpstream, completion
@@ -261,6 +262,53 @@ async def test_what_one_replica_recorded_of_a_cancelled_stream_the_other_reads(
     assert message["content"][0]["text"] == received
     history = await b.call("GET", f"/v1/conversations/{conversation}/messages", key=key)
     assert history["data"][-1] == {"role": "assistant", "content": received}
+
+
+async def test_a_cancel_landing_on_the_other_replica_stops_the_turn(
+    replicas: StartReplicas, make_upstream: MakeUpstream, redis_url: str, tmp_path: Path
+) -> None:
+    """The admin UI's Stop button lands on either replica: the one that does not run the turn
+    passes the cancel on through Redis, and answers once the turn has ended."""
+    upstream = await make_upstream()
+    upstream.stall_after(["Hello ", "there "])
+    a, b = await replicas(upstream)
+    key = await team_key(a)
+    prefix = json.loads((tmp_path / "replica1.yaml").read_text())["limits"]["redis_prefix"]
+    listeners = Redis.from_url(redis_url)
+    try:  # both replicas listen for cancels
+        async with asyncio.timeout(20):
+            while (await listeners.pubsub_numsub(f"{prefix}cancel"))[0][1] < 2:
+                await asyncio.sleep(0.05)
+    finally:
+        await listeners.aclose()
+    stream = await a.client(key).chat.completions.with_raw_response.create(
+        model="fake", messages=HELLO, stream=True
+    )
+    conversation = stream.headers["X-Conversation-Id"]
+    turn = stream.headers["X-Gateway-Turn-Id"]
+    received = ""
+    chunks = stream.parse()
+    async for chunk in chunks:
+        if chunk.choices and chunk.choices[0].delta.content:
+            received += chunk.choices[0].delta.content
+        if received == "Hello there ":
+            break
+    path = f"/v1/conversations/{conversation}/turns/{turn}/cancel"
+    cancelled = await b.call("POST", path, key=key)
+    assert cancelled["status"] == "interrupted"
+    async for _ in chunks:  # the client's stream ends
+        pass
+    events = (await b.call("GET", f"/v1/conversations/{conversation}/events", key=key))["data"]
+    message = next(e for e in events if e["type"] == "assistant/message")["payload"]
+    assert message["interrupted"] is True
+    assert message["content"][0]["text"] == received
+    # Ended: a second cancel, on either replica, says so.
+    for replica in (a, b):
+        async with (
+            aiohttp.ClientSession() as session,
+            session.post(replica.url + path, headers={"Authorization": f"Bearer {key}"}) as r,
+        ):
+            assert r.status == 409, await r.text()
 
 
 async def outcomes(calls: list[tuple[Replica, str]]) -> list[int]:
