@@ -215,7 +215,13 @@ def paths() -> dict[str, dict[str, Operation]]:
             )
         },
         "/v1/models": {"get": op("The configured model aliases", _ok(listing), _AUTH)},
-        "/v1/me": {"get": op("What the presented key acts as", _ok(obj), _AUTH)},
+        "/v1/me": {
+            "get": op(
+                "What the presented key acts as, and a virtual key's own limits and spend",
+                _ok(ref("Principal")),
+                _AUTH,
+            )
+        },
         "/v1/usage": {
             "get": op(
                 "Usage and cost, grouped",

@@ -14,6 +14,7 @@ from typing import Any
 from pydantic import BaseModel
 
 from gateway.metering.admin import KeyChanges, KeyRotation, NewKey, NewTeam, TeamChanges
+from gateway.metering.limits import Limits
 
 Schema = dict[str, Any]
 
@@ -39,6 +40,54 @@ def _pydantic(*models: type[BaseModel]) -> dict[str, Schema]:
         out.update(schema.pop("$defs", {}))
         out[model.__name__] = schema
     return out
+
+
+# -- who a key is -------------------------------------------------------------------------------
+
+def _own_limits() -> Schema:
+    """A key's or team's limits (Limits, as set), with what its budget has spent."""
+    limits = Limits.model_json_schema(ref_template="#/components/schemas/{model}")
+    return {
+        "type": "object",
+        "description": "A key's or team's limits (as set, `null` where none is), with what its"
+        " budget has spent this period (`null` without a budget, or while the store is away).",
+        "required": [*limits["properties"], "spent_usd", "period_start"],
+        "properties": {
+            **limits["properties"],
+            "spent_usd": {"type": ["number", "null"]},
+            "period_start": {"type": ["number", "null"], "description": "Unix seconds."},
+        },
+    }
+
+
+OWN_LIMITS = _own_limits()
+
+PRINCIPAL: Schema = {
+    "type": "object",
+    "required": ["object", "kind", "is_admin", "team_id", "key_id", "open", "budget"],
+    "properties": {
+        "object": {"const": "principal"},
+        "kind": {"enum": ["admin", "key", "open"]},
+        "is_admin": {"type": "boolean"},
+        "team_id": NULLABLE_STRING,
+        "key_id": NULLABLE_STRING,
+        "user": NULLABLE_STRING,
+        "models": {"type": ["array", "null"], "items": STRING},
+        "open": {"type": "boolean", "description": "No master key is configured."},
+        "budget": {
+            "description": "A virtual key's own limits and its team's; `null` for the master"
+            " key and an open gateway.",
+            "oneOf": [
+                {"type": "null"},
+                {
+                    "type": "object",
+                    "required": ["key", "team"],
+                    "properties": {"key": ref("OwnLimits"), "team": ref("OwnLimits")},
+                },
+            ],
+        },
+    },
+}
 
 
 # -- errors --------------------------------------------------------------------------------------
@@ -471,5 +520,7 @@ def components() -> dict[str, Schema]:
         "ChatCompletionCancellation": CHAT_CANCELLATION,
         "TurnCancellation": TURN_CANCELLATION,
         "List": LIST,
-        **_pydantic(NewTeam, TeamChanges, NewKey, KeyChanges, KeyRotation),
+        "Principal": PRINCIPAL,
+        "OwnLimits": OWN_LIMITS,
+        **_pydantic(NewTeam, TeamChanges, NewKey, KeyChanges, KeyRotation, Limits),
     }

@@ -130,3 +130,32 @@ async def test_a_streamed_example_has_the_documented_content_type(locked: Gatewa
             assert response.status == 200
             assert response.content_type in documented
             assert (await response.read()).endswith(b"data: [DONE]\n\n")
+
+
+async def test_get_me_answers_as_its_schema_says_for_the_admin_and_a_budgeted_key(
+    locked: GatewayUnderTest,
+) -> None:
+    doc = document(["demo"])
+    get = doc["paths"]["/v1/me"]["get"]["responses"]["200"]["content"]["application/json"]
+    validator = schema_validator(doc, get["schema"])
+    async with aiohttp.ClientSession(headers=AUTH) as session:
+        team = {"name": "Budgeted", "id": "budgeted", "limits": {"rpm": 5}}
+        async with session.post(locked.url + "/v1/gateway/teams", json=team) as response:
+            assert response.status == 201, await response.text()
+        key = {"team_id": "budgeted", "limits": {"budget": {"usd": 2.5, "period": "day"}}}
+        async with session.post(locked.url + "/v1/gateway/keys", json=key) as response:
+            secret = (await response.json())["key"]
+        async with session.get(locked.url + "/v1/me") as response:
+            admin = await response.json()
+        async with session.get(
+            locked.url + "/v1/me", headers={"Authorization": f"Bearer {secret}"}
+        ) as response:
+            own = await response.json()
+    validator.validate(admin)
+    validator.validate(own)
+    assert admin["budget"] is None
+    assert own["budget"]["key"]["budget"]["usd"] == 2.5 and own["budget"]["key"]["spent_usd"] == 0
+    assert own["budget"]["team"]["rpm"] == 5
+    # The schema could fail: a field the gateway does not send is refused.
+    bad = {**own, "budget": {**own["budget"], "key": {**own["budget"]["key"], "rpm": "five"}}}
+    assert not validator.is_valid(bad)
