@@ -208,7 +208,7 @@ function cancelButton(conversationId, turnId, actions) {
         button.disabled = false;
         button.textContent = 'Cancel';
         actions.append(error.status === 404
-          ? notice('This request is not running in this gateway process: another replica may be serving it, and only that one can stop it.', 'warn')
+          ? notice('No gateway process this one can reach is running this request: it may have ended just now, or run on a replica that shares no Redis with this one.', 'warn')
           : errorBox(error));
       }
     },
