@@ -1,8 +1,9 @@
 // The gateway's admin UI, the page's entry: ES modules by view, hash routing, no build step,
 // nothing loaded from anywhere but the gateway itself (the Content-Security-Policy allows
 // nothing else). api.js holds the key and the calls; router.js the routes; one module per view
-// (signin, list, conversation with trajectory and composer, usage, keys, deployments) built from
-// widgets.js, dom.js, format.js and markdown.js. This module draws the frame around the views.
+// (signin, list, conversation with its chat, trajectory and composer, usage with its budgets and
+// charts, keys, deployments) built from widgets.js, dom.js, format.js and markdown.js. This
+// module draws the frame around the views.
 
 import { clear, h } from './dom.js';
 import { ApiError, isAdmin, restore, session, whenRefused } from './api.js';
