@@ -440,8 +440,10 @@ async def _sqlite_request_log_rows(db: Db) -> None:
 
 
 # In PostgreSQL, an expression index over each message event's text, through a function that
-# gives NULL rather than fail (an event whose text cannot be read is only not found). Its text
-# search configuration is English stemming without stop words, as SQLite's porter tokenizer.
+# gives NULL rather than fail (an event whose text cannot be read is only not found). That
+# takes a subtransaction, which a parallel query cannot start: the function is parallel unsafe
+# (PostgreSQL's default), and a query using it runs in one process. Its text search
+# configuration is English stemming without stop words, as SQLite's porter tokenizer.
 _POSTGRES_SEARCH = (
     "CREATE TEXT SEARCH DICTIONARY gateway_english_stem (TEMPLATE = snowball, Language = english)",
     "CREATE TEXT SEARCH CONFIGURATION gateway_search (COPY = english)",
@@ -450,7 +452,7 @@ _POSTGRES_SEARCH = (
 )
 _POSTGRES_MESSAGE_SEARCH = """
 CREATE FUNCTION gateway_message_search(payload text) RETURNS tsvector
-LANGUAGE plpgsql IMMUTABLE PARALLEL SAFE AS $$
+LANGUAGE plpgsql IMMUTABLE AS $$
 DECLARE
     content jsonb;
     body text;

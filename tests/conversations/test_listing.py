@@ -574,3 +574,22 @@ async def test_a_scrubbed_secret_is_no_longer_found(gw: GatewayUnderTest) -> Non
     assert await ids(gw, "?q=tok3nvalue99") == []  # the index follows the rewritten text
     assert await ids(gw, "?q=please%20keep") == ["c1"]
     assert await ids(gw, "?q=noted%20safely") == ["c2"]
+
+
+async def test_search_runs_under_a_parallel_postgresql_plan(
+    make_gateway: MakeGateway, pg_url: str
+) -> None:
+    """A big table gets parallel plans; the search function must be allowed in one."""
+    gw = await make_gateway(auth={"master_key": MASTER}, store={"url": pg_url})
+    seed(gw.gateway.store, "c1", T0, first="Parallel apples")
+    await gw.flush()
+    conn = await asyncpg.connect(pg_url)
+    try:
+        await conn.execute("SET force_parallel_mode = on")
+        found = await conn.fetch(
+            "SELECT conversation_id FROM events WHERE gateway_message_search(payload)"
+            " @@ plainto_tsquery('gateway_search', 'apples')"
+        )
+    finally:
+        await conn.close()
+    assert [r[0] for r in found] == ["c1"]
