@@ -33,6 +33,12 @@ class InFlight(Protocol):
         """Stop it; False when it is already finishing."""
         ...
 
+    def shut_down(self, now: bool = False) -> None:
+        """The gateway is stopping and its grace is over: end the answer with the client's
+        shutdown event, its turn recorded with reason `shutdown`; `now`: cancel it wherever
+        it waits (on a client that stopped reading), recording the same way."""
+        ...
+
 
 class InFlightTable(MutableMapping[tuple[str | None, str], InFlight]):
     """In-flight turns by (team, request or response id), and by turn id.
@@ -96,6 +102,8 @@ class Gateway:
     cancels: InFlightTable = field(default_factory=InFlightTable)
     # Non-streaming answers complete here, recorded a loop iteration's worth at a time.
     turn_ends: TurnEnds = field(default_factory=TurnEnds)
+    # Every turn being relayed, for the shutdown deadline to end (gateway.cli, `_serve`).
+    running: set[InFlight] = field(default_factory=set)
 
     def in_flight(self, key: str, principal: Principal) -> InFlight | None:
         """The in-flight turn a cancel names: the principal's team's; the admin's, any team's."""

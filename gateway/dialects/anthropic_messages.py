@@ -665,6 +665,11 @@ class MessagesStreamRenderer:
             return b""
         return self._end(self._finish or "end_turn", cancelled=True)
 
+    def shutdown(self, message: str) -> bytes:
+        """An `error` event of type `shutdown`, as `error()` writes one; nothing follows it."""
+        self._ended = True
+        return _sse({"type": "error", "error": {"type": "shutdown", "message": message}})
+
     # -- internals ---------------------------------------------------------------------------
 
     def _message_start(self) -> bytes:

@@ -30,6 +30,11 @@ class StreamRenderer(Protocol):
         """The frames that end a stream stopped by an explicit cancel."""
         ...
 
+    def shutdown(self, message: str) -> bytes:
+        """The frame that ends a stream the gateway cuts as it stops: the dialect's error
+        event, of type `shutdown`."""
+        ...
+
 
 class Dialect(Protocol):
     name: str  # as recorded and in metrics, e.g. "openai.chat"

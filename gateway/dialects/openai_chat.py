@@ -193,6 +193,12 @@ class ChatChunkRenderer:
     def cancelled(self) -> bytes:
         return self.render([Finish(CANCELLED_FINISH)]) + self.done()
 
+    @staticmethod
+    def shutdown(message: str) -> bytes:
+        """The in-stream error event `error()` writes, of type and code `shutdown`."""
+        error = {"message": message, "type": "shutdown", "code": "shutdown", "param": None}
+        return b"data: " + orjson.dumps({"error": error}) + b"\n\n"
+
 
 def chat_usage(usage: dict[str, Any]) -> dict[str, Any]:
     """The gateway's usage as a chat completion reports it: OpenAI's fields (cache reads in

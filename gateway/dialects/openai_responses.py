@@ -794,16 +794,13 @@ class ResponsesStreamRenderer:
 
     def error(self, error: GatewayError) -> bytes:
         """`response.failed` with the error; open items are reported `incomplete`, not closed."""
-        if self._ended:
-            return b""
-        out = self._start()
-        for item in self._output:
-            if item.status == "in_progress":
-                item.status = "incomplete"
-        response = self.snapshot("failed", error=response_error(error))
-        out.append(self._sse("response.failed", {"response": response}))
-        self._ended = True
-        return b"".join(out)
+        return self._failed(response_error(error))
+
+    def shutdown(self, message: str) -> bytes:
+        """`response.failed`, as `error()` writes it, with an error of code `shutdown`."""
+        return self._failed(
+            {"code": "shutdown", "message": message, "type": "shutdown", "param": None}
+        )
 
     def cancelled(self) -> bytes:
         """Close open items as `incomplete`; `response.incomplete` with status `cancelled`."""
@@ -850,6 +847,18 @@ class ResponsesStreamRenderer:
         return out
 
     # -- internals ---------------------------------------------------------------------------
+
+    def _failed(self, error: dict[str, Any]) -> bytes:
+        if self._ended:
+            return b""
+        out = self._start()
+        for item in self._output:
+            if item.status == "in_progress":
+                item.status = "incomplete"
+        response = self.snapshot("failed", error=error)
+        out.append(self._sse("response.failed", {"response": response}))
+        self._ended = True
+        return b"".join(out)
 
     def _sse(self, kind: str, fields: dict[str, Any]) -> bytes:
         obj = {"type": kind, **fields, "sequence_number": self._sequence}

@@ -35,6 +35,7 @@ from gateway.dialects.base import Dialect
 from gateway.errors import (
     Conflict,
     GatewayError,
+    ServiceUnavailable,
     UpstreamError,
     UpstreamIncompleteStream,
     UpstreamProtocolError,
@@ -71,6 +72,11 @@ from gateway.tracing import TurnTrace
 from gateway.upstream.seam import credentials
 
 log = logging.getLogger("gateway.pipeline")  # one logger for the whole data path
+
+SHUTDOWN_MESSAGE = "The gateway is shutting down; the answer was cut here."
+# A stream cut at shutdown: how long its client may take to acknowledge what it was sent,
+# before the turn records what it has (the process must exit soon after).
+SHUTDOWN_ACK_S = 0.25
 
 
 def _is_content(event: StreamEvent) -> bool:
@@ -118,6 +124,7 @@ class Relay:
         task = asyncio.current_task(self.loop)
         assert task is not None, "the relay runs in its request's task"
         self.task = task  # what an attempt's deadline cancels
+        self.stopping = False  # cut at the shutdown deadline (shut_down)
         self.watchdog = watchdog(self.loop)
         # continue_on_failure: earlier attempts whose frames reached the client, and how many.
         self.segments: list[Segment] = []
@@ -140,6 +147,8 @@ class Relay:
         cancels = self.gateway.cancels
         key = (team_id, cancel_key)
         registered = cancels.setdefault(key, self) is self
+        running = self.gateway.running
+        running.add(self)
         try:
             return await self.run()
         except ClientCancelled:
@@ -164,6 +173,7 @@ class Relay:
             self.crashed()
             raise
         finally:
+            running.discard(self)
             if registered:
                 cancels.pop(key, None)
             self.close()
@@ -174,6 +184,8 @@ class Relay:
         plan = RetryPlan(self.alias, self.plan)
         continuing = self.alias.config.continue_on_failure and self.stream
         while (deployment := await plan.next()) is not None:
+            if self.stopping:  # cut between two attempts
+                raise ClientCancelled()
             try:
                 return await self._attempt(deployment)
             except UpstreamError as error:
@@ -566,6 +578,22 @@ class Relay:
             log.exception("the chat pipeline failed unexpectedly")
             self.turn.failed(GatewayError("internal error in the gateway"))
 
+    def shut_down(self, now: bool = False) -> None:
+        """The gateway is stopping and its grace is over: the client's stream ends after its
+        last delta with its dialect's shutdown event, and the turn records what the client
+        has, reason `shutdown` (`stopped`). `now`: the relay did not end (a write waits on a
+        client that stopped reading): its task is cancelled, and `client_gone` records it."""
+        if now:
+            self.task.cancel()
+            return
+        if self.turn.ended or self.client.cancel_requested:
+            return
+        # The path of an explicit cancel (`cancel`), ending in `stopped` instead.
+        self.stopping = True
+        self.client.cancel_requested = True
+        if self.clock is not None:
+            self.clock.timer.expire()
+
     def cancel(self) -> bool:
         """Stop this request from another connection; False when it has already ended."""
         if self.turn.ended or self.client.cancel_requested:
@@ -579,6 +607,8 @@ class Relay:
 
     async def cancelled(self) -> web.StreamResponse:
         """End the client's stream cleanly after its last delta and record what it received."""
+        if self.stopping:
+            return await self.stopped()
         if self.upstream is not None:
             self.upstream.close()
             self.upstream = None
@@ -591,12 +621,43 @@ class Relay:
             raise error
         deployment = self.deployment
         assert deployment is not None
+        if self.client.response is None:
+            await self.client.start(self._headers(deployment))
+        return await self._end_stream(self.renderer.cancelled(), "client_cancel")
+
+    async def stopped(self) -> web.StreamResponse:
+        """Cut at the shutdown deadline (`shut_down`): the stream ends with the dialect's
+        shutdown event, which carries no content, so the turn keeps exactly the frames the
+        client has. Before any answer began: a 503 the client may retry elsewhere."""
+        if self.upstream is not None:
+            self.upstream.close()
+            self.upstream = None
+        if self.client.response is None:
+            self.turn.interrupted(self.attempt, 0, "acked", "shutdown")
+            error = ServiceUnavailable(SHUTDOWN_MESSAGE, code="shutdown")
+            error.headers.update(self.headers)
+            raise error
+        final = self.renderer.shutdown(SHUTDOWN_MESSAGE)
+        return await self._end_stream(final, "shutdown", SHUTDOWN_ACK_S)
+
+    async def _end_stream(
+        self, final: bytes, reason: str, wait_s: float = 2.0
+    ) -> web.StreamResponse:
+        """Write the stream's last frames and end it; record what the client has once it has
+        acknowledged them (or `wait_s` passed). Cancelled meanwhile, or the client gone: what
+        it has by then."""
         response = self.client.response
-        if response is None:
-            response = await self.client.start(self._headers(deployment))
-        delivered, level = await self.client.end_cancelled(self.renderer.cancelled())
+        assert response is not None
+        try:
+            delivered, level = await self.client.end_cancelled(final, wait_s)
+        except ConnectionError:
+            self.client_gone(reason)
+            return response
+        except asyncio.CancelledError:
+            self.client_gone(reason)
+            raise
         attempt, current, prior = self._split_delivery(delivered)
-        self.turn.interrupted(attempt, current, level, "client_cancel", prior)
+        self.turn.interrupted(attempt, current, level, reason, prior)
         return response
 
     def close(self) -> None:
