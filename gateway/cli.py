@@ -13,10 +13,17 @@ from typing import TYPE_CHECKING, Any
 
 # aiohttp, asyncio, pydantic and the rest load inside main(), once the collector is off (below).
 if TYPE_CHECKING:
+    from collections.abc import Callable
+
     from gateway.config import LoadedConfig
 
 log = logging.getLogger("gateway")
 _YOUNG_COLLECTION_AT = 10_000  # objects; see settle_collector()
+# After the shutdown grace: how long streams have to end with their shutdown event before
+# those still writing are cancelled, and what aiohttp gives any other request still running.
+_SHUTDOWN_CUT_S = 0.4
+_LAST_CUT_S = 0.05
+_SHUTDOWN_POLL_S = 0.02
 
 
 def settle_collector() -> None:
@@ -47,6 +54,7 @@ async def _serve(loaded: LoadedConfig, host: str, port: int, reuse_port: bool = 
 
     from gateway.app import create_app
     from gateway.context import GATEWAY
+    from gateway.http.aiohttp_internals import awaiting_request
     from gateway.http.slow_clients import guarded_runner
     from gateway.metering import tokens
     from gateway.storage.backends import instance_id
@@ -63,12 +71,14 @@ async def _serve(loaded: LoadedConfig, host: str, port: int, reuse_port: bool = 
     # handler_cancellation: a client that leaves cancels its handler at once, wherever it waits,
     # so the upstream is closed and the delivered prefix recorded within milliseconds.
     # guarded_runner: a request head must arrive within server.header_timeout_s (slowloris).
+    # shutdown_timeout: by the time the runner is cleaned up, requests have had their grace
+    # (below); aiohttp gives what still runs this long, twice, then cancels it.
     runner = guarded_runner(
         app,
         config.server,
         handler_cancellation=True,
         access_log=None,
-        shutdown_timeout=config.server.shutdown_grace_s,
+        shutdown_timeout=_LAST_CUT_S,
     )
     # Before anything is served: a SIGTERM from then on always drains gracefully.
     stop = asyncio.Event()
@@ -94,10 +104,54 @@ async def _serve(loaded: LoadedConfig, host: str, port: int, reuse_port: bool = 
             " caller is admin. Fine on a laptop; set GATEWAY_MASTER_KEY anywhere else."
         )
     await stop.wait()
+    # Out within server.shutdown_grace_s and a second: requests run until the deadline, the
+    # streams still open then end with their dialect's shutdown event, every turn is
+    # recorded and the store flushed.
+    deadline = loop.time() + config.server.shutdown_grace_s
     log.info("shutting down")
-    tokens.skip_warm()
-    app[GATEWAY].state["shutting_down"] = True
-    await runner.cleanup()
+    gateway = app[GATEWAY]
+    if not gateway.running:
+        tokens.skip_warm()
+    # Else the tokenizer loads during the grace, if it has not yet: recording the streams cut
+    # at the deadline estimates their tokens, and would load it then, past the deadline.
+    gateway.state["shutting_down"] = True
+
+    async def settled(done: Callable[[], bool], until: float) -> None:
+        # Looked at, not awaited: aiohttp signals no connection's end.
+        while not done() and (left := until - loop.time()) > 0:  # noqa: ASYNC110
+            await asyncio.sleep(min(left, _SHUTDOWN_POLL_S))
+
+    # No new connection; an idle one is closed now (a request it would carry goes to another
+    # replica), a busy one once the request it carries is answered.
+    for listening in list(runner.sites):
+        await listening.stop()
+    server = runner.server
+    assert server is not None, "set up above"
+    busy = []
+    for connection in server.connections:
+        if awaiting_request(connection):
+            connection.force_close()
+        else:
+            busy.append(connection)
+    server.pre_shutdown()
+
+    def idle() -> bool:
+        # A connection made a moment before, its first wait not begun, counted as busy: it
+        # begins that wait now and counts as done.
+        still = set(server.connections)
+        requests = any(c in still and not awaiting_request(c) for c in busy)
+        return not requests and not gateway.background
+
+    await settled(idle, deadline)
+    for turn in list(gateway.running):
+        turn.shut_down()
+    for task in gateway.background:  # an upstream drained for its usage: recorded as is
+        task.cancel()
+    await settled(lambda: not gateway.running, deadline + _SHUTDOWN_CUT_S)
+    for turn in list(gateway.running):  # a write waiting on a client that stopped reading
+        turn.shut_down(now=True)
+    await settled(lambda: not gateway.running, deadline + _SHUTDOWN_CUT_S + _LAST_CUT_S)
+    await runner.cleanup()  # idle connections closed; then the store flushed and closed
 
 
 def _print_table(table: list[tuple[str, ...]], numbers: range) -> None:

@@ -2,8 +2,10 @@
 
 Each worker is a plain `gateway serve` with `GATEWAY_WORKER=i`, which binds with SO_REUSEPORT;
 the kernel spreads new connections across them. The supervisor forwards SIGTERM/SIGINT (each
-worker drains its own streams) and restarts a worker that dies on its own; that worker's
-restart keeps its instance id, so it closes the turns its previous life left open.
+worker drains its own streams and is out within `server.shutdown_grace_s` and a second; one
+still running past that is killed, so the supervisor keeps the same bound) and restarts a
+worker that dies on its own; that worker's restart keeps its instance id, so it closes the
+turns its previous life left open (as it does a killed one's).
 
 Without `limits.redis_url` the supervisor also runs the one limiter every worker admits through
 (gateway.metering.shared_limits), on a Unix socket in a private temporary directory named to
@@ -22,10 +24,16 @@ import subprocess
 import sys
 import tempfile
 import time
+from pathlib import Path
 
 log = logging.getLogger("gateway.workers")
 
 _RESTART_BACKOFF_S = (0.5, 1, 2, 5)
+_POLL_S = 0.1  # how often the workers are looked at
+_STOPPING_POLL_S = 0.01  # ... once they are stopping: the supervisor exits right after them
+# A stopping worker is out within its grace and a second; one still running after its grace
+# and this long is killed, so that the supervisor is out within that second too.
+_OVERRUN_S = 0.9
 
 
 def supervise(
@@ -34,7 +42,11 @@ def supervise(
     if port == 0:
         print("error: --workers needs a fixed port (server.port or --port)", file=sys.stderr)
         return 2
+    from gateway.config import load_config
+
+    grace_s = load_config(Path(config) if config else None).config.server.shutdown_grace_s
     stopping = False
+    kill_at = 0.0  # once stopping: when a worker still running is killed
     extra_env = {}
     if share_limits:
         from gateway.metering.shared_limits import SOCKET_ENV, serve_in_thread
@@ -54,7 +66,9 @@ def supervise(
         return subprocess.Popen(command, env=env)
 
     def stop(signum: int, _frame: object) -> None:
-        nonlocal stopping
+        nonlocal stopping, kill_at
+        if not stopping:
+            kill_at = time.monotonic() + grace_s + _OVERRUN_S
         stopping = True
         for worker in workers.values():
             if worker.poll() is None:
@@ -75,6 +89,9 @@ def supervise(
         for index, worker in list(workers.items()):
             code = worker.poll()
             if code is None:
+                if stopping and time.monotonic() >= kill_at:
+                    log.error("worker %d still running past its shutdown grace: killed", index)
+                    worker.kill()
                 continue
             if stopping:
                 del workers[index]
@@ -84,6 +101,9 @@ def supervise(
             log.error("worker %d exited with %s; restarting in %.1fs", index, code, delay)
             restarts[index] += 1
             time.sleep(delay)
+            if stopping:  # the signal came during the wait: no new worker
+                del workers[index]
+                continue
             workers[index] = spawn(index)
-        time.sleep(0.1)
+        time.sleep(_STOPPING_POLL_S if stopping else _POLL_S)
     return worst
