@@ -7,7 +7,7 @@ still open is active.
 
 What the list sorts and filters by is kept on each conversation's row (gateway.storage.writes):
 its attempts' totals and its last activity, so a sort is a scan of one table. `q` is full-text
-search over message text: an FTS5 table on SQLite, a `tsvector` expression index on PostgreSQL
+search over message text: an FTS5 table on SQLite, a stored `tsvector` column on PostgreSQL
 (gateway.storage.schema, version 9 and 6). A page continues from a cursor (`after`) that
 names its sort, the key of the last row and its id: keyset pagination, stable under ties.
 """
@@ -25,7 +25,6 @@ import orjson
 
 from gateway.metering.reports import parse_time
 from gateway.storage.db import Db, Dialect
-from gateway.storage.schema import SEARCHED_TYPES
 from gateway.storage.store import Store
 
 STATUSES = {
@@ -152,20 +151,44 @@ def _json_text(dialect: Dialect, column: str, field: str) -> str:
     return f"json_extract({column}, '$.{field}')"
 
 
-_SEARCHED = "(" + ", ".join(f"'{kind}'" for kind in SEARCHED_TYPES) + ")"
 # SQLite's tokenizer (unicode61) keeps letters and digits and splits on everything else.
 _WORD = re.compile(r"[^\W_]+")
 
 
-def _search(dialect: Dialect, q: str) -> tuple[str, list[Any]]:
+_POSTGRES_MATCHES = (
+    "FROM events e WHERE e.search IS NOT NULL AND e.search @@ plainto_tsquery('gateway_search', ?)"
+)
+# A search matching at most this many messages is answered from their conversations' ids;
+# one matching more, by walking conversations in the list's order until a page is full.
+_FEW_MATCHES = 2000
+
+
+async def _few_matches(db: Db, q: str) -> list[str] | None:
+    """On PostgreSQL, the conversations whose messages match `q`, when they are few (found
+    through the index); None when they are many. The planner's guess for a word it has no
+    statistics on is often far off, and a rare word it takes for a common one has it walk
+    every conversation for a page it never fills: the count is taken rather than guessed."""
+    if db.dialect != "postgresql":
+        return None
+    rows = await db.fetch(
+        f"SELECT e.conversation_id {_POSTGRES_MATCHES} LIMIT {_FEW_MATCHES + 1}", _tsquery_text(q)
+    )
+    if len(rows) > _FEW_MATCHES:
+        return None
+    return list({row[0]: None for row in rows})
+
+
+def _tsquery_text(q: str) -> str:
+    return q.replace("\x00", " ")
+
+
+def _search(dialect: Dialect, q: str, few: list[str] | None) -> tuple[str, list[Any]]:
     """A message of the conversation's own holds every word of `q` (stemmed: English)."""
     if dialect == "postgresql":
+        if few is not None:
+            return "c.id = ANY(?)", [few]
         # Its own parser splits the words, as it did the indexed text (a host name stays one).
-        return (
-            f"c.id IN (SELECT e.conversation_id FROM events e WHERE e.type IN {_SEARCHED}"
-            " AND gateway_message_search(e.payload) @@ plainto_tsquery('gateway_search', ?))",
-            [q.replace("\x00", " ")],
-        )
+        return f"c.id IN (SELECT e.conversation_id {_POSTGRES_MATCHES})", [_tsquery_text(q)]
     words = _WORD.findall(q)
     if not words:
         return "1 = 0", []
@@ -222,7 +245,10 @@ _TOTALS = (
 
 
 def _sql(
-    dialect: Dialect, query: ListQuery, cursor: tuple[Any, str] | None
+    dialect: Dialect,
+    query: ListQuery,
+    cursor: tuple[Any, str] | None,
+    few: list[str] | None = None,
 ) -> tuple[str, list[Any]]:
     where = ["c.deleted_at IS NULL"]
     args: list[Any] = []
@@ -258,7 +284,7 @@ def _sql(
         where.append("c.parent_id = ?")
         args.append(query.parent_id)
     if query.q:
-        found, found_args = _search(dialect, query.q)
+        found, found_args = _search(dialect, query.q, few)
         where.append(found)
         args += found_args
     if query.user is not None:
@@ -395,7 +421,8 @@ async def list_conversations(store: Store, query: ListQuery) -> Page:
         cursor = await _cursor_of(db, query)
         if cursor is _MISSING:
             return [], {}, False
-        sql, args = _sql(db.dialect, query, cursor)
+        few = await _few_matches(db, query.q) if query.q else None
+        sql, args = _sql(db.dialect, query, cursor, few)
         keys = await db.fetch(sql, *args)
         ids = [row[0] for row in keys[:limit]]
         by_id: dict[str, tuple[Any, ...]] = {}

@@ -439,11 +439,14 @@ async def _sqlite_request_log_rows(db: Db) -> None:
     await db.execute(_sqlite_index_messages("e", f"FROM events e WHERE e.type IN {_SEARCHED_IN}"))
 
 
-# In PostgreSQL, an expression index over each message event's text, through a function that
-# gives NULL rather than fail (an event whose text cannot be read is only not found). That
-# takes a subtransaction, which a parallel query cannot start: the function is parallel unsafe
-# (PostgreSQL's default), and a query using it runs in one process. Its text search
-# configuration is English stemming without stop words, as SQLite's porter tokenizer.
+# In PostgreSQL, each message event's text as a stored `tsvector` column (`search`, made by
+# PostgreSQL on every insert and update: a scrub of secrets remakes it), under a GIN index. Stored,
+# not an index expression: a query checks rows the index does not settle (a lossy bitmap, a
+# walk of the newest conversations) against the column, never by parsing payloads again. The
+# function gives NULL rather than fail (an event whose text cannot be read is only not found);
+# that takes a subtransaction, which a parallel query cannot start, so it is parallel unsafe
+# (PostgreSQL's default). Its text search configuration is English stemming without stop
+# words, as SQLite's porter tokenizer.
 _POSTGRES_SEARCH = (
     "CREATE TEXT SEARCH DICTIONARY gateway_english_stem (TEMPLATE = snowball, Language = english)",
     "CREATE TEXT SEARCH CONFIGURATION gateway_search (COPY = english)",
@@ -451,12 +454,15 @@ _POSTGRES_SEARCH = (
     " hword_asciipart, word, hword, hword_part WITH gateway_english_stem",
 )
 _POSTGRES_MESSAGE_SEARCH = """
-CREATE FUNCTION gateway_message_search(payload text) RETURNS tsvector
+CREATE FUNCTION gateway_message_search(kind text, payload text) RETURNS tsvector
 LANGUAGE plpgsql IMMUTABLE AS $$
 DECLARE
     content jsonb;
     body text;
 BEGIN
+    IF kind NOT IN {kinds} THEN
+        RETURN NULL;
+    END IF;
     content := CAST(replace(payload, '\\u0000', '\\ufffd') AS jsonb) -> 'content';
     IF jsonb_typeof(content) = 'string' THEN
         body := content #>> '{}';
@@ -476,16 +482,19 @@ $$"""
 
 async def _postgres_request_log_rows(db: Db) -> None:
     """The search function (its configuration named with its schema, so that a restore, which
-    runs without a search path, finds it), its index over every message stored, each turn's
-    request id and user, and each conversation's totals."""
+    runs without a search path, finds it), its column made for every event stored and its
+    index, each turn's request id and user, and each conversation's totals."""
     where = await db.fetchval("SELECT current_schema()")
     config = f'"{where}".gateway_search' if where else "gateway_search"
+    function = _POSTGRES_MESSAGE_SEARCH.replace("{config}", config)
+    function = function.replace("{chars}", str(SEARCHED_CHARS)).replace("{kinds}", _SEARCHED_IN)
+    await db.execute(function)
     await db.execute(
-        _POSTGRES_MESSAGE_SEARCH.replace("{config}", config).replace("{chars}", str(SEARCHED_CHARS))
+        "ALTER TABLE events ADD COLUMN search tsvector"
+        " GENERATED ALWAYS AS (gateway_message_search(type, payload)) STORED"
     )
     await db.execute(
-        "CREATE INDEX events_search ON events USING gin (gateway_message_search(payload))"
-        f" WHERE type IN {_SEARCHED_IN}"
+        "CREATE INDEX events_search ON events USING gin (search) WHERE search IS NOT NULL"
     )
     request = "CAST(replace(request, '\\u0000', '\\ufffd') AS jsonb)"
     await db.execute(
