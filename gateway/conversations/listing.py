@@ -202,20 +202,28 @@ def _search(dialect: Dialect, q: str, few: list[str] | None) -> tuple[str, list[
 
 
 def _metadata(dialect: Dialect, key: str, value: str) -> tuple[str, list[Any]]:
-    """The conversation's metadata holds `key` with the string `value`."""
+    """The conversation's metadata holds `key` with the string `value`. Metadata is stored as
+    orjson writes it, so the value's JSON is in its text: looked for first, before the JSON is
+    parsed, for the rows that have it."""
+    written = orjson.dumps(value).decode()
     if dialect == "postgresql":
         document = "CAST(REPLACE(c.metadata, '\\u0000', '\\ufffd') AS jsonb)"
-        return f"{document} -> CAST(? AS TEXT) = to_jsonb(CAST(? AS TEXT))", [key, value]
+        return (
+            f"(strpos(c.metadata, ?) > 0 AND {document} -> CAST(? AS TEXT)"
+            " = to_jsonb(CAST(? AS TEXT)))",
+            [written, key, value],
+        )
     if '"' in key or "\\" in key:  # not a key a JSON path can quote
         return (
-            "EXISTS (SELECT 1 FROM json_each(c.metadata) m WHERE m.key = ?"
-            " AND m.type = 'text' AND m.atom = ?)",
-            [key, value],
+            "(instr(c.metadata, ?) > 0 AND EXISTS (SELECT 1 FROM json_each(c.metadata) m"
+            " WHERE m.key = ? AND m.type = 'text' AND m.atom = ?))",
+            [written, key, value],
         )
     path = f'$."{key}"'
     return (
-        "(json_type(c.metadata, ?) = 'text' AND json_extract(c.metadata, ?) = ?)",
-        [path, path, value],
+        "(instr(c.metadata, ?) > 0 AND json_type(c.metadata, ?) = 'text'"
+        " AND json_extract(c.metadata, ?) = ?)",
+        [written, path, path, value],
     )
 
 
