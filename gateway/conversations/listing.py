@@ -334,6 +334,11 @@ def _sql(
             later_nulls = f" OR {key} IS NULL" if nullable else ""
             where.append(f"({key} {beyond} ? OR ({key} = ? AND c.id {beyond} ?){later_nulls})")
             args += [value, value, last]
+            if not nullable:
+                # The same bound alone, which an index on the key can seek to (the OR above
+                # it cannot): a page deep in the list starts there, not at the top.
+                where.append(f"{key} {beyond}= ?")
+                args.append(value)
     nulls_last = f"({key} IS NULL), " if nullable else ""
     # Only the key: the rest of a row is read for the page's rows alone (`_ROWS`), never for
     # every row a sort or a search orders.
