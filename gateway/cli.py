@@ -21,7 +21,7 @@ log = logging.getLogger("gateway")
 _YOUNG_COLLECTION_AT = 10_000  # objects; see settle_collector()
 # After the shutdown grace: how long streams have to end with their shutdown event before
 # those still writing are cancelled, and what aiohttp gives any other request still running.
-_SHUTDOWN_CUT_S = 0.4
+_SHUTDOWN_CUT_S = 0.3
 _LAST_CUT_S = 0.05
 _SHUTDOWN_POLL_S = 0.02
 

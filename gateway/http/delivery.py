@@ -16,6 +16,7 @@ connections work.
 from __future__ import annotations
 
 import bisect
+import contextlib
 import fcntl
 import os
 import socket
@@ -32,6 +33,7 @@ from gateway.stream.narrow import Items, widened
 DeliveryLevel = Literal["acked", "sent"]
 
 _TCP_INFO_LEN = 136
+_LINGER_RESET = struct.pack("ii", 1, 0)  # SO_LINGER on, 0 s: close with a reset
 _BYTES_ACKED = struct.Struct("=Q")  # tcpi_bytes_acked at offset 120
 _BYTES_ACKED_OFFSET = 120
 
@@ -235,6 +237,17 @@ class DeliveryTracker:
             if acked is not None:
                 return self.frames_ending_by(acked - self._base)
         return self.frames_ending_by(self._handed)
+
+    def reset(self) -> None:
+        """Close the connection with a reset, so that what the kernel still queues for the
+        client never reaches it: the client keeps what it acknowledged, which is what
+        `delivered_frames` counts (the duplicate socket answers it until `close`, and its
+        closing sends the reset)."""
+        if self._sock is not None:
+            with contextlib.suppress(OSError):
+                self._sock.setsockopt(socket.SOL_SOCKET, socket.SO_LINGER, _LINGER_RESET)
+        if self._transport is not None:
+            self._transport.abort()
 
     def close(self) -> None:
         if self._shared is not None:

@@ -76,7 +76,7 @@ log = logging.getLogger("gateway.pipeline")  # one logger for the whole data pat
 SHUTDOWN_MESSAGE = "The gateway is shutting down; the answer was cut here."
 # A stream cut at shutdown: how long its client may take to acknowledge what it was sent,
 # before the turn records what it has (the process must exit soon after).
-SHUTDOWN_ACK_S = 0.25
+SHUTDOWN_ACK_S = 0.2
 
 
 def _is_content(event: StreamEvent) -> bool:
@@ -582,16 +582,21 @@ class Relay:
         """The gateway is stopping and its grace is over: the client's stream ends after its
         last delta with its dialect's shutdown event, and the turn records what the client
         has, reason `shutdown` (`stopped`). `now`: the relay did not end (a write waits on a
-        client that stopped reading): its task is cancelled, and `client_gone` records it."""
+        client that stopped reading): its connection is reset, so that nothing still queued
+        for it arrives later, and its task cancelled; `client_gone` records what it has."""
         if now:
+            if self.client.tracker is not None:
+                self.client.tracker.reset()
             self.task.cancel()
             return
         if self.turn.ended or self.client.cancel_requested:
             return
-        # The path of an explicit cancel (`cancel`), ending in `stopped` instead.
+        # The path of an explicit cancel (`cancel`), ending in `stopped` instead. Only a wait
+        # on the upstream is interrupted: a write to the client is left to end (the flag is
+        # looked at after it), since a write cancelled mid-drain fails the response's next.
         self.stopping = True
         self.client.cancel_requested = True
-        if self.clock is not None:
+        if self.clock is not None and self.clock.timer.when is not None:
             self.clock.timer.expire()
 
     def cancel(self) -> bool:
@@ -638,14 +643,15 @@ class Relay:
             error.headers.update(self.headers)
             raise error
         final = self.renderer.shutdown(SHUTDOWN_MESSAGE)
-        return await self._end_stream(final, "shutdown", SHUTDOWN_ACK_S)
+        return await self._end_stream(final, "shutdown", SHUTDOWN_ACK_S, reset=True)
 
     async def _end_stream(
-        self, final: bytes, reason: str, wait_s: float = 2.0
+        self, final: bytes, reason: str, wait_s: float = 2.0, reset: bool = False
     ) -> web.StreamResponse:
         """Write the stream's last frames and end it; record what the client has once it has
         acknowledged them (or `wait_s` passed). Cancelled meanwhile, or the client gone: what
-        it has by then."""
+        it has by then. `reset`: a client still short of some frames then has its connection
+        reset, so that they never reach it after the turn recorded it without them."""
         response = self.client.response
         assert response is not None
         try:
@@ -656,6 +662,9 @@ class Relay:
         except asyncio.CancelledError:
             self.client_gone(reason)
             raise
+        tracker = self.client.tracker
+        if reset and tracker is not None and delivered < tracker.frames_written:
+            tracker.reset()
         attempt, current, prior = self._split_delivery(delivered)
         self.turn.interrupted(attempt, current, level, reason, prior)
         return response

@@ -9,6 +9,7 @@ import asyncio
 import json
 import os
 import signal
+import socket
 import sys
 import time
 from dataclasses import dataclass, field
@@ -27,6 +28,7 @@ BOUND_S = GRACE_S + 1.0
 SLOW = "slow"  # the question of a stream that would outlast the grace
 QUICK = "quick"  # ... of one that finishes inside it, once the test lets it
 HANG = "hang"  # ... of a non-streaming request whose upstream never answers
+FLOOD = "flood"  # ... of a stream sent faster than its client reads it
 
 
 def write_config(tmp_path: Path, upstream: FakeUpstream) -> Path:
@@ -54,6 +56,10 @@ def script(upstream: FakeUpstream, finish: asyncio.Event, hung: asyncio.Event) -
             hung.set()
             await upstream.stall()
         response = await upstream.start_sse(request)
+        if question == FLOOD:  # megabytes more than the socket buffers between hold
+            for i in range(8000):
+                await upstream.write(response, chunk(f"{i:04d}" + "x" * 996))
+            await upstream.stall()
         if question == QUICK:
             await upstream.write(response, chunk("first "))
             await finish.wait()
@@ -294,3 +300,81 @@ async def test_workers_exit_within_the_grace_and_a_second(
     assert GRACE_S <= exited < BOUND_S, b"".join(logged).decode()
     for stream in streams:  # cut by whichever worker served it, at its deadline
         assert is_shutdown_event("chat", stream.events[-1]), stream.body[-400:]
+
+
+def dechunked(raw: bytes) -> bytes:
+    """The body of a raw HTTP/1.1 response with chunked transfer encoding, however cut."""
+    body = raw.partition(b"\r\n\r\n")[2]
+    out = b""
+    while body:
+        size_line, found, rest = body.partition(b"\r\n")
+        if not found or not (size := int(size_line, 16)):
+            break
+        out += rest[:size]
+        body = rest[size + 2 :]
+    return out
+
+
+async def test_a_client_that_stopped_reading_keeps_what_it_acknowledged(
+    tmp_path: Path, upstream: FakeUpstream
+) -> None:
+    """Its stream cannot take the shutdown event: at the deadline its connection is reset,
+    so what was queued for it never arrives, and the turn holds exactly what it did get."""
+    upstream.push(script(upstream, asyncio.Event(), asyncio.Event()))
+    config = write_config(tmp_path, upstream)
+    port = free_port()
+    process = await start(config, port)
+    reader = asyncio.create_task(drain(process.stderr, []))
+    loop = asyncio.get_running_loop()
+    client = socket.socket()
+    client.setsockopt(socket.SOL_SOCKET, socket.SO_RCVBUF, 4096)  # full after a few frames
+    client.setblocking(False)
+    raw = b""
+    try:
+        await loop.sock_connect(client, ("127.0.0.1", port))
+        body = json.dumps(request_for("chat", FLOOD)[1]).encode()
+        head = (
+            f"POST /v1/chat/completions HTTP/1.1\r\nHost: 127.0.0.1\r\n"
+            f"Content-Type: application/json\r\nContent-Length: {len(body)}\r\n\r\n"
+        )
+        await loop.sock_sendall(client, head.encode() + body)
+        while b'"0000x' not in raw:  # the first piece; then the client stops reading
+            raw += await loop.sock_recv(client, 65536)
+        code, exited = await stop_and_time(process)
+        reset = False
+        try:  # what its kernel has, then the reset
+            while piece := await loop.sock_recv(client, 65536):
+                raw += piece
+        except ConnectionResetError:
+            reset = True
+    finally:
+        client.close()
+        if process.returncode is None:
+            process.kill()
+            await process.wait()
+        await reader
+    print(f"\nSIGTERM to exit, a client not reading, grace {GRACE_S:g} s: {exited:.2f} s")
+    assert code == 0 and exited < BOUND_S
+    assert reset, "the connection ends with a reset, not after what was still queued"
+    conversation = raw.partition(b"X-Conversation-Id: ")[2].partition(b"\r\n")[0].decode()
+    whole_frames = dechunked(raw).rpartition(b"\n\n")[0] + b"\n\n"
+    received = text_received("chat", sse_events(whole_frames))
+    assert received.startswith("0000x") and "0001x" in received  # a few pieces
+
+    process = await start(config, port)
+    reader = asyncio.create_task(drain(process.stderr, []))
+    try:
+        async with aiohttp.ClientSession() as session:
+            url = f"http://127.0.0.1:{port}/v1/conversations/{conversation}/events"
+            async with session.get(url) as response:
+                recorded = (await response.json())["data"]
+    finally:
+        code, _ = await stop_and_time(process)
+        await reader
+    assert [e["type"] for e in recorded] == ["user/message", "assistant/message", "turn/end"], [
+        (e["type"], str(e["payload"])[:300]) for e in recorded
+    ]
+    message, end = recorded[1]["payload"], recorded[2]["payload"]
+    assert (end["status"], end["reason"]) == ("aborted", "shutdown")
+    assert message["interrupted"] is True and message["delivery"] == "acked"
+    assert message["content"] == [{"type": "text", "text": received}]
