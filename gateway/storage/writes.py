@@ -171,33 +171,57 @@ _EVENT = {
 _END_TURN = "UPDATE turns SET ended_at = ?, status = ?, fingerprint = ? WHERE id = ?"
 _NOT_ENDED = (None, None, None)
 _FINGERPRINT = "UPDATE turns SET fingerprint = ? WHERE id = ?"
-# A conversation's totals over its attempts' usage records and its last activity, which the list
-# sorts and filters by (gateway.conversations.listing): made again from its rows whenever a
-# batch starts or ends one of its turns or writes a usage record. Made again rather than added
-# to: a drained stream's usage replaces an estimate, and a replayed write lands twice.
-_TOTALS = (
+# A conversation's totals over its attempts' usage records, which the list sorts and filters by
+# (gateway.conversations.listing): made again from its rows whenever a batch writes one of its
+# usage records. Made again rather than added to: a drained stream's usage replaces an
+# estimate, and a replayed write lands twice.
+_USAGE_TOTALS = (
     "UPDATE conversations SET (attempts, failed_attempts, cost_usd, unpriced_attempts,"
     " prompt_tokens, completion_tokens, completion_delivered, ttft_ms, duration_ms) ="
     " (SELECT COUNT(*), COALESCE(SUM(CASE WHEN u.status = 'error' THEN 1 ELSE 0 END), 0),"
     " SUM(u.cost_usd), COALESCE(SUM(CASE WHEN u.cost_usd IS NULL THEN 1 ELSE 0 END), 0),"
     " COALESCE(SUM(u.prompt_tokens), 0), COALESCE(SUM(u.completion_tokens), 0),"
     " COALESCE(SUM(u.completion_delivered), 0), AVG(u.ttft_ms), SUM(u.duration_ms)"
-    " FROM usage u WHERE u.conversation_id = ?),"
-    " updated_at = COALESCE((SELECT MAX(COALESCE(t.ended_at, t.started_at)) FROM turns t"
-    " WHERE t.conversation_id = ?), created_at)"
-    " WHERE id = ?"
+    " FROM usage u WHERE u.conversation_id = ?) WHERE id = ?"
+)
+# Its last activity, the latest start or end of its turns: raised as each lands (a replayed
+# one raises it to what it is already).
+_ACTIVITY = (
+    "UPDATE conversations SET updated_at = ?"
+    " WHERE id = ? AND (updated_at IS NULL OR updated_at < ?)"
 )
 
 
-def _totals_of(writes: list[Write]) -> list[tuple[str, str, str]]:
-    """The conversations whose totals a batch changes, in one order (two PostgreSQL replicas
+def _usage_totals_of(writes: list[Write]) -> list[tuple[str, str]]:
+    """The conversations whose usage a batch writes, in one order (two PostgreSQL replicas
     updating the same rows lock them in the same order)."""
-    touched = {
-        w.row["conversation_id"]
-        for w in writes
-        if w.kind in ("turn", "usage") or (w.kind == "event" and w.row["type"] == "turn/end")
-    }
-    return [(cid, cid, cid) for cid in sorted(touched)]
+    touched = sorted({w.row["conversation_id"] for w in writes if w.kind == "usage"})
+    return [(cid, cid) for cid in touched]
+
+
+def _activity_of(writes: list[Write]) -> list[tuple[float, str, float]]:
+    """The latest turn start or end a batch writes, per conversation."""
+    latest: dict[str, float] = {}
+    for w in writes:
+        if w.kind == "turn":
+            at = w.row["started_at"]
+        elif w.kind == "event" and w.row["type"] == "turn/end":
+            at = w.row["created_at"]
+        else:
+            continue
+        cid = w.row["conversation_id"]
+        if cid not in latest or at > latest[cid]:
+            latest[cid] = at
+    return [(at, cid, at) for cid, at in sorted(latest.items())]
+
+
+async def _keep_totals(db: Db, writes: list[Write]) -> None:
+    totals = _usage_totals_of(writes)
+    if totals:
+        await db.executemany(_USAGE_TOTALS, totals)
+    activity = _activity_of(writes)
+    if activity:
+        await db.executemany(_ACTIVITY, activity)
 
 
 _ORDER: tuple[Kind, ...] = ("conversation", "turn", "event", "usage", "response")
@@ -238,9 +262,7 @@ async def apply_batch(db: Db, writes: list[Write]) -> None:
             refingerprinted = [_fingerprint_args(w.row) for w in group if _refingerprints(w.row)]
             if refingerprinted:
                 await db.executemany(_FINGERPRINT, refingerprinted)
-    totals = _totals_of(writes)
-    if totals:
-        await db.executemany(_TOTALS, totals)
+    await _keep_totals(db, writes)
 
 
 def _values(kind: Kind, group: list[Write]) -> list[tuple[Any, ...]]:
@@ -289,5 +311,4 @@ async def apply(db: Db, write: Write) -> None:
         if write.kind == "turn":
             values += _NOT_ENDED  # a turn alone: its end comes with its turn/end
         await db.execute(_SQL[write.kind], *values)
-    for totals in _totals_of([write]):
-        await db.execute(_TOTALS, *totals)
+    await _keep_totals(db, [write])
