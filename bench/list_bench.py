@@ -6,9 +6,10 @@ and a turn end, English-like text of a Zipf-distributed vocabulary; an attempt's
 turn, one turn in 20 with a failed attempt before it; 40 teams, 1,000 users, metadata on a
 third) into a fresh SQLite file and a throwaway PostgreSQL (started as the tests start theirs,
 or `--url`). The schema is the real one, made by the store's migrations; rows go in through
-bulk SQL (`executemany`, `COPY`), the search index filling as they land (SQLite's triggers,
-PostgreSQL's generated column), then each conversation's totals are made as the migration
-makes them. PostgreSQL is ANALYZEd, as autovacuum would; SQLite is not, as a gateway never does.
+bulk SQL (`executemany`, `COPY`), the search index filled as the store fills it (SQLite's
+statement of each batch, PostgreSQL's generated column), then each conversation's totals are
+made as the migration makes them. PostgreSQL is ANALYZEd, as autovacuum would; SQLite is
+not, as a gateway never does.
 
 Then times each list query through `list_conversations` (the SQL and the rows made into the
 answer, without HTTP), `--runs` times each after one warm-up: the default first page (20 rows,
@@ -38,7 +39,7 @@ import orjson
 from gateway.config import StoreConfig
 from gateway.conversations.listing import Cursor, ListQuery, list_conversations
 from gateway.storage.backends import make_store
-from gateway.storage.schema import _TOTALS_OF
+from gateway.storage.schema import _TOTALS_OF, SEARCHED_TYPES, sqlite_index_new_messages
 from gateway.storage.store import Store
 
 T0 = 1_780_000_000.0
@@ -214,6 +215,10 @@ async def fill_sqlite(path: Path, made: Seed) -> None:
     db.executemany(_insert("conversations", CONVERSATION_COLUMNS), made.conversations)
     db.executemany(_insert("turns", TURN_COLUMNS), made.turns)
     db.executemany(_insert("events", EVENT_COLUMNS), made.events)
+    uids = [event[6] for event in made.events if event[3] in SEARCHED_TYPES]
+    for start in range(0, len(uids), 500):  # as the store's batches index what they insert
+        some = uids[start : start + 500]
+        db.execute(sqlite_index_new_messages(len(some)), some)
     db.executemany(_insert("usage", USAGE_COLUMNS), made.usage)
     db.execute(_TOTALS_OF)
     db.execute("COMMIT")

@@ -407,16 +407,15 @@ def _request_log(real: str, integer: str) -> tuple[str, ...]:
     )
 
 
-# Message text in an FTS5 table, its rowid the event's, kept in step by triggers: every way an
-# event is written or rewritten (a batch, a replay, a scrub of secrets) reindexes it.
+# Message text in an FTS5 table, its rowid the event's. Each batch of writes indexes the
+# messages it inserts (`sqlite_index_new_messages`); triggers reindex an event rewritten (a scrub
+# of secrets), its payload in the row or aside.
 _SQLITE_SEARCH = (
     "CREATE INDEX events_by_payload ON events (payload_id) WHERE payload_id IS NOT NULL",
     # Without each row's column sizes (`columnsize=0`): they serve ranking, which the list
     # does not do, and would cost a row of their own per message.
     "CREATE VIRTUAL TABLE message_text USING fts5(text, conversation_id UNINDEXED,"
     " tokenize = 'porter unicode61 remove_diacritics 2', columnsize = 0)",
-    f"CREATE TRIGGER message_text_insert AFTER INSERT ON events WHEN new.type IN {_SEARCHED_IN}"
-    f" BEGIN {_sqlite_index_messages('new')}; END",
     "CREATE TRIGGER message_text_update AFTER UPDATE OF payload, payload_id ON events"
     f" WHEN new.type IN {_SEARCHED_IN} BEGIN DELETE FROM message_text WHERE rowid = old.rowid;"
     f" {_sqlite_index_messages('new')}; END",
@@ -428,6 +427,19 @@ _SQLITE_SEARCH = (
     )
     + "; END",
 )
+
+
+def sqlite_index_new_messages(uids: int) -> str:
+    """Index the text of the message events with these `uids` (as many `?`), those not
+    indexed yet (a replayed write's). A statement of each batch (gateway.storage.writes),
+    not a trigger: FTS5 writes what it holds as a segment of its own at each statement
+    savepoint, and a trigger's INSERT opens one for every event inserted."""
+    marks = ", ".join("?" for _ in range(uids))
+    return _sqlite_index_messages(
+        "e",
+        f"FROM events e WHERE e.uid IN ({marks}) AND e.type IN {_SEARCHED_IN}"
+        " AND NOT EXISTS (SELECT 1 FROM message_text m WHERE m.rowid = e.rowid)",
+    )
 
 
 async def _sqlite_request_log_rows(db: Db) -> None:

@@ -16,6 +16,7 @@ import orjson
 
 from gateway.storage.db import Db
 from gateway.storage.payload import as_bytes, as_text
+from gateway.storage.schema import SEARCHED_TYPES, sqlite_index_new_messages
 
 Kind = Literal["conversation", "turn", "event", "usage", "response"]
 
@@ -256,6 +257,8 @@ async def apply_batch(db: Db, writes: list[Write]) -> None:
         else:
             rows = [_event_args(w.row, db.dialect) for w in group]
             await db.executemany(_EVENT[db.dialect], rows)
+            if db.dialect == "sqlite":
+                await _index_messages(db, [w.row["uid"] for w in group if _searched(w.row)])
             if ends:
                 # Unconditional (unlike `apply`): setting the same end twice changes nothing.
                 await db.executemany(_END_TURN, list(ends.values()))
@@ -298,10 +301,27 @@ def _end_args(row: dict[str, Any]) -> tuple[Any, ...]:
     return (row["created_at"], row.get("status"), row.get("fingerprint"), row["turn_id"])
 
 
+def _searched(row: dict[str, Any]) -> bool:
+    return row["type"] in SEARCHED_TYPES
+
+
+async def _index_messages(db: Db, uids: list[str]) -> None:
+    """SQLite: the text of these message events into the search index (gateway.storage.schema;
+    PostgreSQL makes its own, a generated column)."""
+    for start in range(0, len(uids), _INDEXED_AT_ONCE):
+        some = uids[start : start + _INDEXED_AT_ONCE]
+        await db.execute(sqlite_index_new_messages(len(some)), *some)
+
+
+_INDEXED_AT_ONCE = 500  # uids a statement, well under any build's limit of parameters
+
+
 async def apply(db: Db, write: Write) -> None:
     row = write.row
     if write.kind == "event":
         inserted = await db.execute(_EVENT[db.dialect], *_event_args(row, db.dialect))
+        if inserted and db.dialect == "sqlite" and _searched(row):
+            await _index_messages(db, [row["uid"]])
         if inserted and row["type"] == "turn/end":
             await db.execute(_END_TURN, *_end_args(row))
         elif inserted and _refingerprints(row):
