@@ -59,7 +59,7 @@ def text_of(body: bytes) -> str:
     out = ""
     for frame in body.split(b"\n\n"):
         if frame.startswith(b"data: {"):
-            choices = json.loads(frame[6:])["choices"]
+            choices = json.loads(frame[6:]).get("choices")
             if choices:
                 out += choices[0]["delta"].get("content") or ""
     return out

@@ -162,6 +162,9 @@ TABLE: list[Probe] = [
     Probe("POST", "/v1/conversations/{id}/turns/{turn_id}/truncate", OWNED, owner=409,
           path=lambda i: f"/v1/conversations/{i.chat}/turns/{i.turn}/truncate",
           body=lambda i: {"content_chars": 0}),
+    # The owner's turn has ended: a cancel of it is a 409, another team's a 404.
+    Probe("POST", "/v1/conversations/{id}/turns/{turn_id}/cancel", OWNED, owner=409,
+          path=lambda i: f"/v1/conversations/{i.chat}/turns/{i.turn}/cancel"),
     Probe("GET", "/v1/conversations/{id}/usage", OWNED,
           path=lambda i: f"/v1/conversations/{i.chat}/usage"),
     Probe("GET", "/v1/conversations/{id}/usage", OWNED,
