@@ -5,6 +5,7 @@ from __future__ import annotations
 import asyncio
 from typing import TYPE_CHECKING, Any
 
+import orjson
 from aiohttp import web
 
 from gateway.context import GATEWAY
@@ -29,7 +30,36 @@ async def events(request: web.Request) -> web.Response:
     path = await event_log(
         request.app[GATEWAY].conversations, request.match_info["id"], request[PRINCIPAL]
     )
-    return web.json_response({"object": "list", "data": [e.to_api() for e in path]})
+    # What each turn asked for (its recorded request: endpoint, parameters, tools, system
+    # prompt, request id, the headers that matter), for the admin UI's request panel.
+    requests = await _turn_requests(
+        request.app[GATEWAY].store, list(dict.fromkeys(e.turn_id for e in path if e.turn_id))
+    )
+    return web.json_response(
+        {
+            "object": "list",
+            "data": [e.to_api() for e in path],
+            "turns": [{"id": turn_id, "request": body} for turn_id, body in requests],
+        }
+    )
+
+
+async def _turn_requests(store: Store, turn_ids: list[str]) -> list[tuple[str, Any]]:
+    """(turn id, its recorded request) for each of `turn_ids` the store holds, in their order."""
+
+    async def read(db: Db) -> dict[str, Any]:
+        found: dict[str, Any] = {}
+        for first in range(0, len(turn_ids), 500):
+            ids = turn_ids[first : first + 500]
+            marks = ", ".join("?" * len(ids))
+            rows = await db.fetch(f"SELECT id, request FROM turns WHERE id IN ({marks})", *ids)
+            found.update((r[0], orjson.loads(r[1])) for r in rows)
+        return found
+
+    if not turn_ids:
+        return []
+    found = await store.run(read)
+    return [(t, found[t]) for t in turn_ids if t in found]
 
 
 async def messages(request: web.Request) -> web.Response:

@@ -5,6 +5,7 @@ from __future__ import annotations
 import re
 from typing import Any
 
+import aiohttp
 import anthropic
 import orjson
 import pytest
@@ -85,3 +86,39 @@ async def test_a_session_header_named_like_a_credential_is_not_recorded(
     await gw.flush()
     assert "x-session-token" not in _recorded(gw)["headers"]
     assert "chat-8" not in gw.query("SELECT request FROM turns")[0][0]
+
+
+async def test_the_event_log_carries_each_turns_recorded_request(gw: GatewayUnderTest) -> None:
+    """What the admin UI's request panel shows: the request each listed turn recorded."""
+    client = gw.client(api_key=MASTER)
+    first = await client.chat.completions.with_raw_response.create(
+        model="demo",
+        messages=[{"role": "system", "content": "Be brief."}, *HELLO],
+        temperature=0.5,
+    )
+    conversation = first.headers["X-Conversation-Id"]
+    answer = first.parse().choices[0].message.content
+    second = await client.chat.completions.with_raw_response.create(
+        model="demo",
+        messages=[
+            *HELLO,
+            {"role": "assistant", "content": answer},
+            {"role": "user", "content": "More"},
+        ],
+        extra_headers={"X-Conversation-Id": conversation},
+    )
+    await gw.flush()
+    headers = {"Authorization": f"Bearer {MASTER}"}
+    url = f"{gw.url}/v1/conversations/{conversation}/events"
+    async with aiohttp.ClientSession(headers=headers) as session, session.get(url) as response:
+        assert response.status == 200, await response.text()
+        body = await response.json()
+    turns = body["turns"]
+    assert [t["id"] for t in turns] == [
+        first.headers["X-Gateway-Turn-Id"],
+        second.headers["X-Gateway-Turn-Id"],
+    ]
+    assert turns[0]["request"]["instructions"] == [{"role": "system", "content": "Be brief."}]
+    assert turns[0]["request"]["params"]["temperature"] == 0.5
+    assert turns[0]["request"]["request_id"] == first.headers["X-Request-Id"]
+    assert MASTER not in orjson.dumps(turns).decode()
