@@ -6,6 +6,7 @@ import { api, enc, isAdmin } from './api.js';
 import { composer, redraw } from './composer.js';
 import { ZONE, fmtInt, fmtTime, plural, shortId, textOf } from './format.js';
 import { folded, prettyJson, richText } from './markdown.js';
+import { requestPanel } from './request.js';
 import { go, href } from './router.js';
 import { badge, errorBox, icon, notice, turnBadge } from './widgets.js';
 
@@ -64,7 +65,7 @@ function textLength(blocks) {
   return (blocks || []).filter((b) => b.type === 'text').reduce((n, b) => n + [...(b.text || '')].length, 0);
 }
 
-export function chatView(root, conversationId, turns, branches, lastAlias) {
+export function chatView(root, conversationId, turns, branches, lastAlias, requests) {
   const list = h('div', { class: 'chat', 'data-testid': 'chat' });
   const truncates = truncatesOf(turns);
   let inheritedShown = false;
@@ -79,7 +80,7 @@ export function chatView(root, conversationId, turns, branches, lastAlias) {
       inheritedShown = false;
       list.append(h('div', { class: 'divider', text: 'This branch' }));
     }
-    list.append(chatTurn(conversationId, turn, index, inherited, branches, toolCalls, truncates));
+    list.append(chatTurn(conversationId, turn, index, inherited, branches, toolCalls, truncates, requests.get(turn.id)));
   });
   // Tool calls still without a result at the end: model history closes them too.
   if (toolCalls.size && list.lastElementChild) append(list.lastElementChild, syntheticResults(toolCalls));
@@ -88,7 +89,7 @@ export function chatView(root, conversationId, turns, branches, lastAlias) {
   if (isAdmin()) root.append(composer(conversationId, turns, lastAlias));
 }
 
-function chatTurn(conversationId, turn, index, inherited, branches, toolCalls, truncates) {
+function chatTurn(conversationId, turn, index, inherited, branches, toolCalls, truncates, request) {
   const box = h('article', { class: inherited ? 'turn inherited' : 'turn', 'data-turn-id': turn.id });
   const end = turn.end && turn.end.payload;
   const messages = [];
@@ -184,7 +185,8 @@ function chatTurn(conversationId, turn, index, inherited, branches, toolCalls, t
       branchesHere.length ? h('span', { class: 'branch-note' }, icon('branch', 14, 'inline-icon'), `${branchesHere.length} branch${branchesHere.length > 1 ? 'es' : ''} from here: `,
         branchesHere.map((b) => h('a', { href: href(`/conversations/${enc(b.id)}`) }, h('code', { text: shortId(b.id) })))) : null,
       actions),
-    messages);
+    messages,
+    request ? requestPanel(turn, request) : null);
   return box;
 }
 

@@ -7,6 +7,7 @@ import { chatView } from './chat.js';
 import { redraw } from './composer.js';
 import { ZONE, fmtTime, shortId } from './format.js';
 import { listLink } from './list.js';
+import { requestsOf } from './request.js';
 import { href, onLeave } from './router.js';
 import { trajectoryView } from './trajectory.js';
 import { idCell, loading, metaItem, panel, statusBadge } from './widgets.js';
@@ -30,11 +31,12 @@ function groupTurns(events) {
 export async function conversationPage(root, id, params) {
   const view = params.get('view') === 'trajectory' ? 'trajectory' : 'chat';
   root.append(loading());
-  const [events, info, branches, usage] = await Promise.all([
+  const [events, info, branches, usage, retrieved] = await Promise.all([
     api(`/v1/conversations/${enc(id)}/events`),
     api(`/v1/conversations${query({ id, limit: 1 })}`),
     api(`/v1/conversations${query({ parent_id: id, limit: 100 })}`),
     api(`/v1/conversations/${enc(id)}/usage`),
+    api(`/v1/conversations/${enc(id)}`),
   ]);
   clear(root);
   const conversation = info.data[0] || { id };
@@ -63,7 +65,7 @@ export async function conversationPage(root, id, params) {
   const body = h('div', { class: 'conv-body' });
   const side = h('aside', { class: 'conv-side' }, branchesPanel(conversation, branches.data));
   root.append(h('div', { class: 'conv-layout' }, body, side));
-  if (view === 'chat') chatView(body, id, turns, branches.data, lastAlias);
+  if (view === 'chat') chatView(body, id, turns, branches.data, lastAlias, requestsOf(events, retrieved));
   else trajectoryView(body, id, turns, usageById);
   if (turns.some((t) => t.conversation_id === id && !t.end)) liveRefresh(root, id, events.data.length);
 }
