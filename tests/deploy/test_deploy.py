@@ -872,7 +872,8 @@ def test_without_autoscaling_the_replica_count_rules_and_one_replica_gets_no_pdb
 def test_chart_refuses_a_grace_period_shorter_than_the_drain() -> None:
     errors = helm().HelmError
     with pytest.raises(errors, match="terminationGracePeriodSeconds"):
-        render({"terminationGracePeriodSeconds": 15})  # 5 s preStop + 10 s drain
+        render({"terminationGracePeriodSeconds": 15})  # 5 s preStop + 10 s drain + 1 s exit
+    assert by_kind(render({"terminationGracePeriodSeconds": 16}))["Deployment"]
     fractional = {"config": {"server": {"shutdown_grace_s": 2.5}}}
     ok = by_kind(render({**fractional, "terminationGracePeriodSeconds": 9}))
     assert ok["Deployment"]["spec"]["template"]["spec"]["terminationGracePeriodSeconds"] == 9
