@@ -9,6 +9,7 @@ Policy allows only the gateway's own scripts and styles: no inline script, nothi
 from __future__ import annotations
 
 import hashlib
+import time
 from dataclasses import dataclass
 from pathlib import Path
 
@@ -17,6 +18,8 @@ from aiohttp import web
 from gateway.context import GATEWAY
 from gateway.errors import NotFound
 from gateway.http.auth import PRINCIPAL
+from gateway.metering.limits import Limits, period_start
+from gateway.storage.db import StoreUnavailable
 
 ASSETS = Path(__file__).resolve().parent.parent / "ui"
 
@@ -105,11 +108,6 @@ async def me(request: web.Request) -> web.Response:
     probing an admin endpoint (and logging a 403). A virtual key also sees its own limits and
     its team's, each with what its budget has spent this period: the figure the limiter starts
     from, read from the usage records (`UsageStore.spent`)."""
-    import time
-
-    from gateway.metering.limits import Limits, period_start
-    from gateway.storage.db import StoreUnavailable
-
     principal = request[PRINCIPAL]
     gateway = request.app[GATEWAY]
     now = time.time()

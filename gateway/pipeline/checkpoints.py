@@ -2,7 +2,7 @@
 times a second, so that a turn whose process dies is closed with its delivered prefix
 (gateway.conversations.recovery; docs/operations.md, "Stopping and crashing").
 
-One task per process takes them: each tick it asks every relay in flight for a checkpoint
+One task per process takes them: each tick it asks every relay running for a checkpoint
 (only those whose client got frames since the last one answer) and writes them all, and drops
 those of turns that ended, in one transaction. Nothing is written per chunk, and nothing when
 no stream moved. A checkpoint the store cannot take is skipped: the next one supersedes it.
@@ -56,7 +56,7 @@ class Checkpoints:
         taken: list[Relay] = []
         live: set[str] = set()
         now = time.time()
-        for entry in list(self.gateway.cancels.values()):
+        for entry in list(self.gateway.running):
             if not isinstance(entry, Relay) or entry.turn.ended:
                 continue
             turn = entry.turn

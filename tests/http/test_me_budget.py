@@ -8,21 +8,8 @@ import aiohttp
 import pytest
 
 from tests.conftest import GatewayUnderTest, MakeGateway
+from tests.http.test_limits import HELLO, MASTER, PRICED_DEMO
 
-MASTER = "master-key-for-tests-0123456789"
-HELLO = [{"role": "user", "content": "Hello"}]
-# demo: about 200 completion tokens an answer; priced so that one answer costs ~1e-3 USD.
-PRICED_DEMO = {
-    "name": "demo",
-    "deployments": [
-        {
-            "provider": "demo",
-            "chunk_delay_ms": 0,
-            "input_cost_per_mtok": 1.0,
-            "output_cost_per_mtok": 5.0,
-        }
-    ],
-}
 A_TEAM = {"rpm": 100, "budget": {"usd": 5.0, "period": "month", "mode": "hard"}}
 A_KEY = {"tpm": 100_000, "budget": {"usd": 1.0, "period": "day", "mode": "soft"}}
 B_TEAM = {"budget": {"usd": 2.0, "period": "total", "mode": "hard"}}
