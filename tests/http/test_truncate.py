@@ -11,6 +11,7 @@ import asyncio
 from typing import Any
 
 import aiohttp
+import orjson
 import pytest
 
 from tests.conftest import GatewayUnderTest, MakeGateway
@@ -55,16 +56,20 @@ async def _interrupted(
 ) -> tuple[str, str]:
     """A turn whose client read every part and then left: (conversation id, turn id)."""
     upstream.push(frames(*(chunk(p) for p in PARTS), then="stall"))
-    response = await gw.client(api_key).chat.completions.with_raw_response.create(
-        model="fake", messages=[QUESTION], stream=True
-    )
-    stream = response.parse()
-    seen = ""
-    async for part in stream:
-        seen += part.choices[0].delta.content or ""
-        if seen == TEXT:
-            break
-    await stream.close()
+    body = {"model": "fake", "messages": [QUESTION], "stream": True}
+    headers = {"Authorization": f"Bearer {api_key}"}
+    # Raw SSE, not the SDK's stream: leaving an SDK stream mid-way leaves its reader to be
+    # finalised by the garbage collector, at whatever moment a later test runs.
+    async with (
+        aiohttp.ClientSession(headers=headers) as session,
+        session.post(gw.url + "/v1/chat/completions", json=body) as response,
+    ):
+        seen = ""
+        async for line in response.content:
+            if line.startswith(b"data: {"):
+                seen += orjson.loads(line[6:])["choices"][0]["delta"].get("content") or ""
+            if seen == TEXT:
+                break
     conversation_id = response.headers["X-Conversation-Id"]
     await gw.wait_turn_end(conversation_id)
     return conversation_id, response.headers["X-Gateway-Turn-Id"]
