@@ -233,8 +233,9 @@ def _lookup(stored: str, value: str) -> tuple[str, list[Any]]:
     return (
         "c.id IN (SELECT CAST(? AS TEXT) UNION ALL SELECT t.conversation_id FROM turns t"
         " WHERE t.id = ? UNION ALL SELECT t.conversation_id FROM turns t WHERE t.request_id = ?"
+        " UNION ALL SELECT t.conversation_id FROM turns t WHERE t.response_id = ?"
         " UNION ALL SELECT r.conversation_id FROM responses r WHERE r.id = ?)",
-        [stored, value, value, value],
+        [stored, value, value, value, value],
     )
 
 

@@ -268,6 +268,9 @@ class TurnRecorder:
         self.threaded = False
         # The request asked the model to reason (its reasoning may be hidden from the stream).
         self.reasoning = False
+        # The id of the answer the client was sent (its first frame's), kept with the turn's end
+        # so that it finds the turn.
+        self.response_id: str | None = None
         self._answer: list[dict[str, Any]] | None = None  # the recorded answer's blocks
         self.attempts: list[Attempt] = []
         self.ended = False
@@ -507,6 +510,8 @@ class TurnRecorder:
             "duration_ms": round((time.monotonic() - self._started) * 1000.0, 1),
             "usage": _sum_usage(usages),  # what providers reported
         }
+        if self.response_id is not None:
+            payload["response_id"] = self.response_id
         if self.meter is not None:
             # What is billed: the provider's count, or an estimate where it never came.
             metered = payload["metered"] = self.meter.turn(self)

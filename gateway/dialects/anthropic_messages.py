@@ -626,6 +626,7 @@ class MessagesStreamRenderer:
 
     def __init__(self, model: str) -> None:
         self._model = model
+        self.response_id = _message_id()
         self._blocks: dict[int, _Block] = {}  # gateway block index -> block
         self._next_position = 0
         self._started = False  # message_start sent
@@ -677,7 +678,7 @@ class MessagesStreamRenderer:
             return b""
         self._started = True
         message: dict[str, Any] = {
-            "id": _message_id(),
+            "id": self.response_id,
             "type": "message",
             "role": "assistant",
             "model": self._model,
@@ -795,7 +796,10 @@ def _position(block: _Block) -> int:
 
 
 def message_body(
-    model: str, assembler: BlockAssembler, usage: dict[str, Any] | None = None
+    model: str,
+    assembler: BlockAssembler,
+    usage: dict[str, Any] | None = None,
+    response_id: str | None = None,
 ) -> bytes:
     """A non-streaming Anthropic Message built from assembled blocks.
 
@@ -832,7 +836,7 @@ def message_body(
         usage = assembler.usage
     return orjson.dumps(
         {
-            "id": _message_id(),
+            "id": response_id or _message_id(),
             "type": "message",
             "role": "assistant",
             "model": model,
@@ -861,8 +865,8 @@ class AnthropicMessages:
     def renderer(self, body: dict[str, Any]) -> MessagesStreamRenderer:
         return MessagesStreamRenderer(str(body.get("model")))
 
-    def body(self, model: str, assembler: BlockAssembler) -> bytes:
-        return message_body(model, assembler)
+    def body(self, model: str, assembler: BlockAssembler, response_id: str) -> bytes:
+        return message_body(model, assembler, response_id=response_id)
 
     def error_body(self, error: GatewayError) -> dict[str, Any]:
         return error_body(error)

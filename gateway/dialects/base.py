@@ -12,6 +12,9 @@ from gateway.stream.events import StreamEvent
 class StreamRenderer(Protocol):
     """Stream events in the client's SSE format; one object per response."""
 
+    # The id the client's answer has when the gateway renders it (a stream, or a whole body).
+    response_id: str
+
     def render(self, events: list[StreamEvent]) -> bytes: ...
 
     def track(self, events: list[StreamEvent]) -> None:
@@ -42,8 +45,8 @@ class Dialect(Protocol):
 
     def renderer(self, body: dict[str, Any]) -> StreamRenderer: ...
 
-    def body(self, model: str, assembler: BlockAssembler) -> bytes:
-        """A whole (non-streaming) answer."""
+    def body(self, model: str, assembler: BlockAssembler, response_id: str) -> bytes:
+        """A whole (non-streaming) answer, with the id `response_id`."""
         ...
 
     def error_body(self, error: GatewayError) -> dict[str, Any]: ...

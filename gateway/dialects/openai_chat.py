@@ -103,8 +103,9 @@ class ChatChunkRenderer:
     """
 
     def __init__(self, model: str, *, include_usage: bool) -> None:
+        self.response_id = completion_id()
         self._base = {
-            "id": f"chatcmpl-{random_hex(12)}",
+            "id": self.response_id,
             "object": "chat.completion.chunk",
             "created": int(time.time()),
             "model": model,
@@ -213,14 +214,18 @@ def chat_usage(usage: dict[str, Any]) -> dict[str, Any]:
     return out
 
 
-def completion_body(model: str, assembler: BlockAssembler) -> bytes:
+def completion_id() -> str:
+    return f"chatcmpl-{random_hex(12)}"
+
+
+def completion_body(model: str, assembler: BlockAssembler, response_id: str | None = None) -> bytes:
     """A non-streaming chat completion built from assembled blocks."""
     blocks = [b.to_content() for b in assembler.blocks()]
     message = assistant_message(blocks)
     usage = chat_usage(assembler.usage or {})
     return orjson.dumps(
         {
-            "id": f"chatcmpl-{random_hex(12)}",
+            "id": response_id or completion_id(),
             "object": "chat.completion",
             "created": int(time.time()),
             "model": model,
@@ -250,8 +255,8 @@ class OpenAIChat:
             include_usage=isinstance(options, dict) and bool(options.get("include_usage")),
         )
 
-    def body(self, model: str, assembler: BlockAssembler) -> bytes:
-        return completion_body(model, assembler)
+    def body(self, model: str, assembler: BlockAssembler, response_id: str) -> bytes:
+        return completion_body(model, assembler, response_id)
 
     def error_body(self, error: GatewayError) -> dict[str, Any]:
         return error.to_openai()

@@ -755,7 +755,7 @@ class ResponsesStreamRenderer:
 
     def __init__(self, response: dict[str, Any]) -> None:
         self._response = response
-        self._seed = str(response.get("id"))
+        self._seed = self.response_id = str(response.get("id"))
         self._items: dict[int, _Item] = {}  # gateway block index -> item
         self._output: list[_Item] = []  # items sent, in output order
         self._sequence = 0
@@ -1020,8 +1020,9 @@ class Responses:
     def renderer(self, body: dict[str, Any]) -> ResponsesStreamRenderer:
         return ResponsesStreamRenderer(self.response)
 
-    def body(self, model: str, assembler: BlockAssembler) -> bytes:
-        """The Response JSON; `model` is ignored: the Response names the model asked for."""
+    def body(self, model: str, assembler: BlockAssembler, response_id: str) -> bytes:
+        """The Response JSON; `model` and `response_id` are ignored: the Response names the
+        model asked for, and has its id (the renderer's `response_id` too)."""
         return response_body(self.response, assembler)
 
     def error_body(self, error: GatewayError) -> dict[str, Any]:

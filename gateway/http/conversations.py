@@ -31,35 +31,36 @@ async def events(request: web.Request) -> web.Response:
         request.app[GATEWAY].conversations, request.match_info["id"], request[PRINCIPAL]
     )
     # What each turn asked for (its recorded request: endpoint, parameters, tools, system
-    # prompt, request id, the headers that matter), for the admin UI's request panel.
-    requests = await _turn_requests(
+    # prompt, request id, the headers that matter) and the id of the answer it was sent, for
+    # the admin UI's request panel.
+    turns = await _turns(
         request.app[GATEWAY].store, list(dict.fromkeys(e.turn_id for e in path if e.turn_id))
     )
-    return web.json_response(
-        {
-            "object": "list",
-            "data": [e.to_api() for e in path],
-            "turns": [{"id": turn_id, "request": body} for turn_id, body in requests],
-        }
-    )
+    return web.json_response({"object": "list", "data": [e.to_api() for e in path], "turns": turns})
 
 
-async def _turn_requests(store: Store, turn_ids: list[str]) -> list[tuple[str, Any]]:
-    """(turn id, its recorded request) for each of `turn_ids` the store holds, in their order."""
+async def _turns(store: Store, turn_ids: list[str]) -> list[dict[str, Any]]:
+    """Each of `turn_ids` the store holds, in their order: its id, recorded request and
+    response id."""
 
-    async def read(db: Db) -> dict[str, Any]:
-        found: dict[str, Any] = {}
+    async def read(db: Db) -> dict[str, dict[str, Any]]:
+        found: dict[str, dict[str, Any]] = {}
         for first in range(0, len(turn_ids), 500):
             ids = turn_ids[first : first + 500]
             marks = ", ".join("?" * len(ids))
-            rows = await db.fetch(f"SELECT id, request FROM turns WHERE id IN ({marks})", *ids)
-            found.update((r[0], orjson.loads(r[1])) for r in rows)
+            rows = await db.fetch(
+                f"SELECT id, request, response_id FROM turns WHERE id IN ({marks})", *ids
+            )
+            found.update(
+                (r[0], {"id": r[0], "request": orjson.loads(r[1]), "response_id": r[2]})
+                for r in rows
+            )
         return found
 
     if not turn_ids:
         return []
     found = await store.run(read)
-    return [(t, found[t]) for t in turn_ids if t in found]
+    return [found[t] for t in turn_ids if t in found]
 
 
 async def messages(request: web.Request) -> web.Response:

@@ -318,7 +318,12 @@ class Relay:
         if not any(isinstance(e, Finish) for e in events):
             raise UpstreamIncompleteStream("the upstream answer has no finish_reason")
         if deployment.provider.wire != self.dialect.wire:
-            raw = self.dialect.body(str(self.body.get("model")), BlockAssembler.of(events))
+            self.turn.response_id = self.renderer.response_id
+            raw = self.dialect.body(
+                str(self.body.get("model")), BlockAssembler.of(events), self.turn.response_id
+            )
+        elif isinstance(answer_id := obj.get("id"), str):
+            self.turn.response_id = answer_id
         # Recorded with the other answers of this loop iteration (pipeline/turn_ends.py), and
         # durable before the client has its answer.
         await self.gateway.turn_ends.completed(self.turn, attempt)
@@ -497,6 +502,13 @@ class Relay:
         if self.clock is not None:
             self.clock.pause()  # a slow client is not an idle upstream
         if self.client.response is None:
+            # The answer's id as the client sees it, from its first frame on.
+            parser = self.parser
+            self.turn.response_id = (
+                parser.response_id
+                if self.passthrough and parser is not None
+                else self.renderer.response_id
+            )
             await self.client.start(self._headers(deployment))
         await self.client.write(chunks, sizes, last)
 

@@ -656,6 +656,7 @@ class AnthropicStreamParser:
         self._tool_ids: list[str] = []  # its tool calls' ids
         self.done = False  # saw `message_stop`
         self.finished = False  # saw a stop_reason
+        self.response_id: str | None = None  # the `message_start`'s message id
 
     def feed(self, frame: SSEFrame) -> tuple[list[StreamEvent], FrameKind]:
         data = frame.data
@@ -681,6 +682,8 @@ class AnthropicStreamParser:
         kind = obj.get("type")
         if kind == "message_start":
             message = obj.get("message")
+            if isinstance(message, dict) and isinstance(message.get("id"), str):
+                self.response_id = message["id"]
             usage = message.get("usage") if isinstance(message, dict) else None
             if isinstance(usage, dict):
                 self._usage = dict(usage)

@@ -74,6 +74,7 @@ class ChatStreamParser:
         self._open: dict[str | int, int] = {}  # channel key -> block index; int keys = tool index
         self.done = False  # saw `data: [DONE]`
         self.finished = False  # saw a finish_reason
+        self.response_id: str | None = None  # the first chunk's `id`
 
     def feed(self, frame: SSEFrame) -> tuple[list[StreamEvent], FrameKind]:
         data = frame.data
@@ -92,6 +93,8 @@ class ChatStreamParser:
             raise UpstreamProtocolError(f"invalid JSON in a stream chunk: {data[:200]!r}") from None
         if not isinstance(obj, dict):
             raise UpstreamProtocolError(f"a stream chunk is not a JSON object: {data[:200]!r}")
+        if self.response_id is None and type(answer_id := obj.get("id")) is str:
+            self.response_id = answer_id
         if frame.event == "error" or obj.get("error"):
             error = obj.get("error", obj)
             upstream = error if isinstance(error, dict) else {"message": str(error)}

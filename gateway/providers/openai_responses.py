@@ -116,6 +116,7 @@ class ResponsesStreamParser:
         self._saw_tool_call = False
         self.done = False  # saw the terminal event (completed / incomplete)
         self.finished = False  # saw a finish (same events: Responses has no [DONE])
+        self.response_id: str | None = None  # not needed: never relayed unchanged
 
     def feed(self, frame: SSEFrame) -> tuple[list[StreamEvent], FrameKind]:
         data = frame.data

@@ -16,6 +16,9 @@ ANTHROPIC = "anthropic"
 class StreamParser(Protocol):
     done: bool  # the wire format's own end marker was seen
     finished: bool  # the answer's finish (reason) was seen
+    # The id the upstream gave its answer, once a frame said it: what a client sees when the
+    # stream's bytes are relayed unchanged.
+    response_id: str | None
 
     def feed(self, frame: SSEFrame) -> tuple[list[StreamEvent], str]: ...
 

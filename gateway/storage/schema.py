@@ -517,6 +517,14 @@ async def _postgres_request_log_rows(db: Db) -> None:
     await db.execute(_TOTALS_OF)
 
 
+# The id of the answer a turn's client was sent (a chat completion's, a message's, a response's),
+# set at its end: the list looks turns up by it.
+_RESPONSE_IDS = (
+    "ALTER TABLE turns ADD COLUMN response_id TEXT",
+    "CREATE INDEX turns_by_response_id ON turns (response_id) WHERE response_id IS NOT NULL",
+)
+
+
 MIGRATIONS: dict[Dialect, tuple[Migration, ...]] = {
     "sqlite": (
         Migration(1, "conversations, turns, events, teams, keys, usage, responses", _SQLITE_V1),
@@ -533,6 +541,7 @@ MIGRATIONS: dict[Dialect, tuple[Migration, ...]] = {
             _request_log("REAL", "INTEGER") + _SQLITE_SEARCH,
             _sqlite_request_log_rows,
         ),
+        Migration(10, "the response id of each turn", _RESPONSE_IDS),
     ),
     "postgresql": (
         Migration(1, "the whole schema", _POSTGRES_V1),
@@ -546,6 +555,7 @@ MIGRATIONS: dict[Dialect, tuple[Migration, ...]] = {
             _request_log("DOUBLE PRECISION", "BIGINT") + _POSTGRES_SEARCH,
             _postgres_request_log_rows,
         ),
+        Migration(7, "the response id of each turn", _RESPONSE_IDS),
     ),
 }
 

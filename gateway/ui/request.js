@@ -17,12 +17,15 @@ const ENDPOINTS = {
 
 export function requestsOf(...answers) {
   // Each turn's recorded request by turn id, from the `turns` an API answer carries: a list of
-  // turns (`{id, request}`) or an object keyed by turn id.
+  // turns (`{id, request, response_id}`) or an object keyed by turn id. The id of the answer
+  // the client was sent goes with the request.
   const found = new Map();
   for (const answer of answers) {
     const turns = answer?.turns;
     if (Array.isArray(turns)) {
-      for (const turn of turns) if (turn?.request) found.set(turn.id, turn.request);
+      for (const turn of turns) {
+        if (turn?.request) found.set(turn.id, turn.response_id ? { ...turn.request, response_id: turn.response_id } : turn.request);
+      }
     } else if (turns && typeof turns === 'object') {
       for (const [id, turn] of Object.entries(turns)) if (turn) found.set(id, turn.request ?? turn);
     }

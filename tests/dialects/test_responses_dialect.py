@@ -631,7 +631,7 @@ def test_dialect() -> None:
 
 
 async def test_non_streaming_body_parses_in_the_sdk() -> None:
-    body = Responses(initial()).body("ignored", BlockAssembler.of(REASONING_TOOL))
+    body = Responses(initial()).body("ignored", BlockAssembler.of(REASONING_TOOL), "ignored")
     sdk = client(body, "application/json")
     response = await sdk.responses.create(model="gpt", input="Hi")
     assert response.id == "resp_test1"
@@ -647,7 +647,7 @@ async def test_non_streaming_body_parses_in_the_sdk() -> None:
 async def test_non_streaming_length_is_incomplete() -> None:
     assembler = BlockAssembler.of([BlockDelta(0, "Cut"), Finish("length")])
     response = await client(
-        Responses(initial()).body("m", assembler), "application/json"
+        Responses(initial()).body("m", assembler, "ignored"), "application/json"
     ).responses.create(model="gpt", input="Hi")
     assert response.status == "incomplete"
     assert response.incomplete_details is not None

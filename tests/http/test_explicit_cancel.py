@@ -45,6 +45,7 @@ async def test_cancel_ends_the_stream_after_the_last_delivered_delta(
         "duration_ms": 0,
         "usage": None,
         "metered": None,
+        "response_id": "chatcmpl-fake",  # the id of the chunks the client had
     }
     # Finished now: cancelling again finds nothing in progress.
     status, body = await gw.post("/v1/chat/completions/req-stop-1/cancel", {})

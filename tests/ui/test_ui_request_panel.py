@@ -1,5 +1,5 @@
 """The request a turn was made with, folded under it in the admin UI, in a real Chromium: the
-endpoint and dialect, request id, deployment, system prompt, parameters and tools offered."""
+endpoint and dialect, request and response ids, deployment, system prompt, parameters and tools offered."""
 
 from __future__ import annotations
 
@@ -46,8 +46,7 @@ async def test_each_turn_shows_its_request(
         user="alice",
         stream=True,
     )
-    async for _ in raw.parse():
-        pass
+    answer_ids = {chunk.id async for chunk in raw.parse()}
     conversation_id, request_id = raw.headers["X-Conversation-Id"], raw.headers["X-Request-Id"]
     await gw.wait_turn_end(conversation_id)
 
@@ -61,6 +60,8 @@ async def test_each_turn_shows_its_request(
     await expect(panel.locator("summary")).to_contain_text("POST /v1/chat/completions")
     await panel.locator("summary").click()
     await expect(panel.get_by_test_id("request-id")).to_have_text(request_id)
+    [answer_id] = answer_ids  # the chat completion's id, as the SDK saw it
+    await expect(panel.get_by_test_id("response-id")).to_have_text(answer_id)
     await expect(panel.get_by_test_id("request-dialect")).to_have_text("openai.chat")
     await expect(panel.get_by_test_id("request-deployment")).to_have_text("a → b")  # a fell back
     await expect(panel.get_by_test_id("request-system")).to_contain_text(SYSTEM)
