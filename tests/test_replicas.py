@@ -264,6 +264,34 @@ async def test_what_one_replica_recorded_of_a_cancelled_stream_the_other_reads(
     assert history["data"][-1] == {"role": "assistant", "content": received}
 
 
+async def listening(redis: Redis, prefix: str, replicas: int) -> None:
+    """Until `replicas` replicas listen for cancels."""
+    async with asyncio.timeout(20):
+        while (await redis.pubsub_numsub(f"{prefix}cancel"))[0][1] < replicas:
+            await asyncio.sleep(0.05)
+
+
+async def stalled_stream(replica: Replica, key: str) -> tuple[str, str, str, Any]:
+    """A stream on `replica` whose upstream stalled after "Hello there ": its conversation and
+    turn ids, the text received, and the rest of the stream."""
+    stream = await replica.client(key).chat.completions.with_raw_response.create(
+        model="fake", messages=HELLO, stream=True
+    )
+    received = ""
+    chunks = stream.parse()
+    async for chunk in chunks:
+        if chunk.choices and chunk.choices[0].delta.content:
+            received += chunk.choices[0].delta.content
+        if received == "Hello there ":
+            break
+    return (
+        stream.headers["X-Conversation-Id"],
+        stream.headers["X-Gateway-Turn-Id"],
+        received,
+        chunks,
+    )
+
+
 async def test_a_cancel_landing_on_the_other_replica_stops_the_turn(
     replicas: StartReplicas, make_upstream: MakeUpstream, redis_url: str, tmp_path: Path
 ) -> None:
@@ -274,25 +302,12 @@ async def test_a_cancel_landing_on_the_other_replica_stops_the_turn(
     a, b = await replicas(upstream)
     key = await team_key(a)
     prefix = json.loads((tmp_path / "replica1.yaml").read_text())["limits"]["redis_prefix"]
-    listeners = Redis.from_url(redis_url)
-    try:  # both replicas listen for cancels
-        async with asyncio.timeout(20):
-            while (await listeners.pubsub_numsub(f"{prefix}cancel"))[0][1] < 2:
-                await asyncio.sleep(0.05)
+    redis = Redis.from_url(redis_url)
+    try:
+        await listening(redis, prefix, 2)
     finally:
-        await listeners.aclose()
-    stream = await a.client(key).chat.completions.with_raw_response.create(
-        model="fake", messages=HELLO, stream=True
-    )
-    conversation = stream.headers["X-Conversation-Id"]
-    turn = stream.headers["X-Gateway-Turn-Id"]
-    received = ""
-    chunks = stream.parse()
-    async for chunk in chunks:
-        if chunk.choices and chunk.choices[0].delta.content:
-            received += chunk.choices[0].delta.content
-        if received == "Hello there ":
-            break
+        await redis.aclose()
+    conversation, turn, received, chunks = await stalled_stream(a, key)
     path = f"/v1/conversations/{conversation}/turns/{turn}/cancel"
     cancelled = await b.call("POST", path, key=key)
     assert cancelled["status"] == "interrupted"
@@ -309,6 +324,44 @@ async def test_a_cancel_landing_on_the_other_replica_stops_the_turn(
             session.post(replica.url + path, headers={"Authorization": f"Bearer {key}"}) as r,
         ):
             assert r.status == 409, await r.text()
+
+
+async def test_a_cancel_sent_while_the_runner_was_not_listening_still_stops_the_turn(
+    replicas: StartReplicas, make_upstream: MakeUpstream, redis_url: str, tmp_path: Path
+) -> None:
+    """Pub/sub drops a message no one is subscribed to hear: the cancel also waits in Redis,
+    and the replica running the turn finds it when it listens again."""
+    upstream = await make_upstream()
+    upstream.stall_after(["Hello ", "there "])
+    a, b = await replicas(upstream)
+    key = await team_key(a)
+    prefix = json.loads((tmp_path / "replica1.yaml").read_text())["limits"]["redis_prefix"]
+    redis = Redis.from_url(redis_url)
+    try:
+        await listening(redis, prefix, 2)
+        conversation, turn, received, chunks = await stalled_stream(a, key)
+        # No replica can listen: subscribing is refused, and the listeners are cut off.
+        await redis.acl_setuser("default", enabled=True, commands=["-subscribe"])
+        try:
+            await redis.client_kill_filter(_type="pubsub")
+            assert (await redis.pubsub_numsub(f"{prefix}cancel"))[0][1] == 0
+            path = f"/v1/conversations/{conversation}/turns/{turn}/cancel"
+            cancel = asyncio.create_task(b.call("POST", path, key=key))
+            async with asyncio.timeout(10):  # published (to no one) and left waiting
+                while not await redis.exists(f"{prefix}cancel:{turn}"):
+                    await asyncio.sleep(0.02)
+        finally:
+            await redis.acl_setuser("default", enabled=True, commands=["+subscribe"])
+        cancelled = await cancel
+    finally:
+        await redis.aclose()
+    assert cancelled["status"] == "interrupted"
+    await a.logged("sent while this replica was not listening")
+    async for _ in chunks:
+        pass
+    events = (await b.call("GET", f"/v1/conversations/{conversation}/events", key=key))["data"]
+    message = next(e for e in events if e["type"] == "assistant/message")["payload"]
+    assert message["interrupted"] is True and message["content"][0]["text"] == received
 
 
 async def outcomes(calls: list[tuple[Replica, str]]) -> list[int]:
