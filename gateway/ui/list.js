@@ -25,12 +25,15 @@ const RANGES = [
 // The order the API lists in when the URL names none.
 const DEFAULT_SORT = 'created';
 
-// A generated id (`conv_`, `turn_`, `resp_`, `chatcmpl-`… and hex) or a request id (hex, or a
-// client's UUID) is looked up exactly; anything else is searched for in the messages' text.
+// A generated id (`conv_`, `turn_`, `resp_`, `chatcmpl-`… and hex), a request id (hex, or a
+// client's UUID) or the id a provider gave its answer (OpenAI's `chatcmpl-` and Anthropic's
+// `msg_` in letters and digits, OpenRouter's `gen-`) is looked up exactly; anything else is
+// searched for in the messages' text.
 const ID_SHAPE = /^(?:[a-z]+[_-])?(?:[0-9a-f]{16,}|[0-9a-f]{8}-[0-9a-f]{4}-[0-9a-f]{4}-[0-9a-f]{4}-[0-9a-f]{12})$/i;
+const ANSWER_ID_SHAPE = /^(?:chatcmpl-|msg_|resp_|gen-)[A-Za-z0-9-]{12,}$/;
 
 export function idShaped(value) {
-  return ID_SHAPE.test(value);
+  return ID_SHAPE.test(value) || ANSWER_ID_SHAPE.test(value);
 }
 
 function filtersOf(params) {

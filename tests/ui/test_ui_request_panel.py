@@ -4,6 +4,7 @@ endpoint and dialect, request and response ids, deployment, system prompt, param
 from __future__ import annotations
 
 import json
+import re
 from pathlib import Path
 from typing import Any
 
@@ -77,4 +78,15 @@ async def test_each_turn_shows_its_request(
     await expect(headers).to_contain_text("AsyncOpenAI/Python")
     await expect(headers).not_to_contain_text(MASTER)
     await checked(page, shots, f"45-request-panel-{width}")
+
+    # The upstream's answer id (OpenAI's, letters and digits) finds the conversation in the list.
+    assert answer_id.startswith("chatcmpl-") and not re.fullmatch(r"chatcmpl-[0-9a-f]+", answer_id)
+    await page.goto(f"{gw.url}/ui/#/conversations")
+    box = page.locator("[data-page=conversations]").get_by_test_id("filter-q")
+    await box.fill(answer_id)
+    await box.press("Enter")
+    await expect(page.get_by_test_id("list-summary")).to_contain_text("looked up by id")
+    rows = page.locator("tr[data-conversation-id]")
+    await expect(rows).to_have_count(1)
+    await expect(rows).to_have_attribute("data-conversation-id", conversation_id)
     await page.context.close()
