@@ -15,8 +15,8 @@ Then times each list query through `list_conversations` (the SQL and the rows ma
 answer, without HTTP), `--runs` times each after one warm-up: the default first page (20 rows,
 `include=usage`), a page deep in the list (a cursor half-way), each sort's first page, a cost
 page deep by cursor, `q` (a common word, a rare one, two words), `id` (a conversation's, a
-request's), `user`, a metadata filter, a cost range, and a team key's first page. Prints p50
-and p95 in milliseconds, and the rows each found.
+request's, an answer's), `user`, a metadata filter, a cost range, and a team key's first page.
+Prints p50 and p95 in milliseconds, and the rows each found.
 """
 
 from __future__ import annotations
@@ -109,13 +109,14 @@ class Seed:
     # What the queries look for: a conversation's id, a request id, a user, the middle row.
     some_conversation: str = ""
     some_request: str = ""
+    some_answer: str = ""
     middle: tuple[float, str] = (0.0, "")
 
 
 CONVERSATION_COLUMNS = ("id", "created_at", "team_id", "key_id", "metadata")
 TURN_COLUMNS = (
     "id", "conversation_id", "started_at", "ended_at", "status", "request", "team_id",
-    "key_id", "request_id", "user",
+    "key_id", "request_id", "user", "response_id",
 )  # fmt: skip
 EVENT_COLUMNS = ("conversation_id", "seq", "turn_id", "type", "created_at", "payload", "uid")
 USAGE_COLUMNS = (
@@ -150,8 +151,9 @@ def seed(count: int) -> Seed:
         for t in range(rng.choice((1, 1, 2, 2, 3))):
             turn = f"turn_{int(at * 1000):012x}{rng.getrandbits(40):010x}"
             request_id = f"{rng.getrandbits(64):016x}"
+            answer_id = f"chatcmpl-{rng.getrandbits(96):024x}"
             if n == count // 3 and t == 0:
-                made.some_request = request_id
+                made.some_request, made.some_answer = request_id, answer_id
             request = {
                 "endpoint": "openai_chat", "request_id": request_id, "model": "gpt-4o-mini",
                 "stream": True, "user": user, "instructions": [], "params": {"temperature": 0.7},
@@ -162,7 +164,7 @@ def seed(count: int) -> Seed:
             ended = at + duration / 1000
             made.turns.append(
                 (turn, cid, at, ended, status, orjson.dumps(request).decode(), team, key,
-                 request_id, user)
+                 request_id, user, answer_id)
             )  # fmt: skip
             question = {"content": _text(rng, 8, 40)}
             answer = {
@@ -254,6 +256,7 @@ def queries(made: Seed) -> Iterator[tuple[str, ListQuery]]:
     yield "q=invoice refund", ListQuery(q="invoice refund", with_usage=True)
     yield "id=<conversation>", ListQuery(id=made.some_conversation, lookup=made.some_conversation)
     yield "id=<request id>", ListQuery(id=made.some_request, lookup=made.some_request)
+    yield "id=<response id>", ListQuery(id=made.some_answer, lookup=made.some_answer)
     yield "user=user1", ListQuery(user="user1", with_usage=True)
     yield "user=user900 (rare)", ListQuery(user="user900", with_usage=True)
     yield "metadata.app=slack", ListQuery(metadata=(("app", "slack"),), with_usage=True)
