@@ -12,7 +12,7 @@ from aiohttp import web
 from gateway import metrics
 from gateway.config import GatewayConfig
 from gateway.context import GATEWAY, Gateway
-from gateway.conversations.recovery import recover_open_turns
+from gateway.conversations.recovery import PeerWatch, recover_open_turns
 from gateway.conversations.service import Conversations
 from gateway.http.auth import authenticate
 from gateway.http.conversations import CANCEL_BUS
@@ -148,18 +148,25 @@ async def _keep_alive(gateway: Gateway, started: float) -> None:
     """Heartbeat, and close the open turns of replicas that died and did not come back.
 
     A replica is taken for dead two heartbeats after its last, and the sweep runs at every
-    beat: its turns are closed within `store.recovery_s` of its death."""
+    beat: its turns are closed within `store.recovery_s` of its death. Two beats this replica
+    made: after an outage of the store, the others get that long to beat again (PeerWatch)."""
     beat_s = gateway.config.store.recovery_s / 3
+    watch = PeerWatch(beat_s)
     while True:
         await asyncio.sleep(beat_s)
         try:
             await gateway.store.heartbeat(started)
+            if not watch.beat(time.time()):
+                continue
             recovered = await recover_open_turns(
-                gateway.store, gateway.meter, at_start=False, stale_s=2 * beat_s
+                gateway.store, gateway.meter, at_start=False, stale_s=watch.stale_s
             )
+            watch.reached(time.time())
             if recovered:
                 log.warning("closed %d turns of a stopped replica (crash_recovered)", recovered)
         except StoreUnavailable as exc:
+            watch.missed()
             log.warning("store heartbeat failed: %s", exc)
         except Exception:
+            watch.missed()
             log.exception("store heartbeat failed")

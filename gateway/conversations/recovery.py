@@ -28,12 +28,44 @@ if TYPE_CHECKING:
     from gateway.metering.usage import Meter
 
 
+class PeerWatch:
+    """Whether this replica has watched the store long enough to take a silent peer for dead.
+
+    A peer is dead when it missed two heartbeats while this replica's own beats reached the
+    store. After an outage of the store every replica's last beat is old, the living ones' as
+    much as the dead ones': so after this replica's own beats were interrupted, a peer gets
+    those two beats' time again, counted from this replica's first beat back, before its turns
+    are taken from it."""
+
+    def __init__(self, beat_s: float) -> None:
+        self.beat_s = beat_s
+        self.stale_s = 2 * beat_s
+        self._since: float | None = None  # the first beat of the current unbroken run
+        self._last: float | None = None  # the last time the store was known reachable
+
+    def beat(self, now: float) -> bool:
+        """A beat reached the store at `now`; True when peers silent for `stale_s` are dead."""
+        if self._since is None or self._last is None or now - self._last > 1.5 * self.beat_s:
+            self._since = now  # a beat was missed (or late): the watch starts again
+        self._last = now
+        return now - self._since >= self.stale_s
+
+    def reached(self, now: float) -> None:
+        """The store answered at `now` (a sweep's claims): not a gap in the watch."""
+        self._last = now
+
+    def missed(self) -> None:
+        self._last = None
+
+
 async def recover_open_turns(
-    store: Store, meter: Meter | None, *, at_start: bool, stale_s: float = 60.0
+    store: Store, meter: Meter | None, *, at_start: bool, stale_s: float | None = None
 ) -> int:
-    """Close the open turns of this process's previous life (`at_start`), or of replicas
-    whose heartbeat stopped more than `stale_s` ago; how many were closed."""
-    orphans = await store.claim_orphaned_turns(own=at_start, stale_before=time.time() - stale_s)
+    """Close the open turns of this process's previous life (`at_start`), and, given
+    `stale_s`, those of replicas whose heartbeat stopped more than `stale_s` ago; how many
+    were closed."""
+    stale_before = time.time() - stale_s if stale_s is not None else float("-inf")
+    orphans = await store.claim_orphaned_turns(own=at_start, stale_before=stale_before)
     for turn_id, conversation_id, body in orphans:
         end: dict[str, Any] = {
             "status": "aborted",

@@ -16,8 +16,8 @@ from typing import Any
 
 import aiohttp
 
-from tests.fakes import FakeUpstream
-from tests.postgres_server import PostgresServer
+from tests.fakes import DONE, FakeUpstream, chunk, paused
+from tests.postgres_server import PostgresServer, throwaway_postgres
 from tests.test_cli import free_port
 from tests.test_process import start
 
@@ -267,3 +267,92 @@ async def postgres_checkpointed(postgres: PostgresServer, url: str, text: str) -
                 await asyncio.sleep(0.02)
     finally:
         await connection.close()
+
+
+async def test_a_replica_silent_through_a_store_outage_keeps_its_stream(
+    tmp_path: Path, upstream: FakeUpstream
+) -> None:
+    """When PostgreSQL comes back, every replica's last heartbeat is old, the living ones' too:
+    the first replica back gives the others two beats of its own before it takes their turns.
+    A replica held still through the outage (SIGSTOP) and resumed at the first beat back keeps
+    its stream, which ends as it would have, once."""
+    recovery_s = 9.0  # a beat every 3 s; a peer is dead after 6 s of watching
+    beat_s = recovery_s / 3
+    upstream.push(
+        paused([chunk("one "), chunk("two ")], [chunk("three"), chunk(finish="stop"), DONE])
+    )
+    with throwaway_postgres("gw-pg-outage-") as postgres:
+        store = {"url": postgres.create_database(), "recovery_s": recovery_s}
+        ports = [free_port(), free_port()]
+        runner, watcher = [
+            await serve(
+                write_config(
+                    tmp_path / f"r{n}.yaml",
+                    {**store, "spool_path": str(tmp_path / f"spool{n}")},
+                    upstream.deployment(),
+                ),
+                port,
+            )
+            for n, port in enumerate(ports)
+        ]
+        reader = Reader()
+        try:
+            async with aiohttp.ClientSession() as session:
+                task = asyncio.create_task(reader.read(session, f"http://127.0.0.1:{ports[0]}"))
+                await reader.until("one two ")
+                await postgres_checkpointed(postgres, store["url"], "one two ")
+                await beaten_since(store["url"], 0, replicas=2, turns=1)  # the turn is stored
+                runner.send_signal(signal.SIGSTOP)
+                await asyncio.to_thread(postgres.stop)
+                # An outage longer than a peer may be silent: every last beat is stale after it.
+                await asyncio.sleep(2 * beat_s + 1)
+                await asyncio.to_thread(postgres.start)
+                back = time.time()
+                await beaten_since(store["url"], back, replicas=1)  # the watcher's first beat
+                runner.send_signal(signal.SIGCONT)
+                await beaten_since(store["url"], back, replicas=2)
+                upstream.release.set()
+                await task
+                events_url = f"http://127.0.0.1:{ports[1]}/v1/conversations/{reader.conversation}"
+                async with asyncio.timeout(30):
+                    while True:
+                        async with session.get(events_url + "/events") as response:
+                            events = (await response.json()).get("data", [])
+                        if any(e["type"] == "turn/end" for e in events):
+                            break
+                        await asyncio.sleep(0.1)
+        finally:
+            for process in (runner, watcher):
+                if process.returncode is None:
+                    process.send_signal(signal.SIGCONT)
+                    process.send_signal(signal.SIGTERM)
+                    await process.wait()
+    assert reader.text == "one two three"
+    assert [e["type"] for e in events] == ["user/message", "assistant/message", "turn/end"]
+    assert text_of(events[1]["payload"]) == "one two three"
+    assert not events[1]["payload"]["interrupted"]
+    assert events[2]["payload"]["status"] == "completed"
+
+
+async def beaten_since(url: str, since: float, replicas: int, turns: int = 0) -> None:
+    """Until `replicas` replicas have heartbeat at or after `since` (and the store holds
+    `turns` turns)."""
+    import asyncpg
+
+    async with asyncio.timeout(30):
+        while True:
+            try:
+                connection = await asyncpg.connect(url)
+            except (OSError, asyncpg.PostgresError):
+                await asyncio.sleep(0.05)
+                continue
+            try:
+                count = await connection.fetchval(
+                    "SELECT COUNT(*) FROM instances WHERE heartbeat_at >= $1", since
+                )
+                stored = await connection.fetchval("SELECT COUNT(*) FROM turns")
+            finally:
+                await connection.close()
+            if count >= replicas and stored >= turns:
+                return
+            await asyncio.sleep(0.05)
