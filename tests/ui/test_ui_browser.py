@@ -3,9 +3,10 @@
 The gateway runs in-process on loopback with two fake upstreams: `a` fails or stalls on cue,
 `b` answers. The browser logs in with the master key, reads a conversation with a fallback and
 an interrupted turn in both views, makes a branch and continues it from the page, creates and
-revokes a key, and sees usage charts with data; then a team key gets its read-only view. Every
-page is screenshotted (under the test's tmp dir and build/ui-screenshots/) and must log no
-console error.
+revokes a key, and sees usage charts with data; then a team key gets its read-only view. Each
+test runs at desktop (1440 x 900) and phone (390 x 844) width, and every page is screenshotted
+(under the test's tmp dir and build/ui-screenshots/), must log no console error, pass the
+axe-core check and, at phone width, be no wider than the screen.
 """
 
 from __future__ import annotations
@@ -28,9 +29,11 @@ from tests.ui.harness import (
     QUESTION,
     REVIEW_DIR,
     TEXT,
+    VIEWPORTS,
     Page,
     Shots,
     call,
+    checked,
     expect,
     generated_id,
     interrupted_conversation,
@@ -45,8 +48,28 @@ BRANCH_ANSWER = ["Branching ", "works ", "from the page."]
 pytestmark = pytest.mark.timeout(90)
 
 
+async def opened(browser: Any, width: int) -> Any:
+    """A page not signed in yet, at `width`; its CSP bypassed for the accessibility check."""
+    context = await browser.new_context(viewport=VIEWPORTS[width], bypass_csp=True)
+    page = await context.new_page()
+    page.set_default_timeout(10_000)
+    return page
+
+
+def provoked(shots: Shots, status: int) -> None:
+    """Chromium logs every refused fetch as a console error: the one this test asked for is
+    expected (and must be there); any other error still fails the screenshot."""
+    logged = f"console: Failed to load resource: the server responded with a status of {status} "
+    assert any(e.startswith(logged) for e in shots.errors), shots.errors
+    shots.errors = [e for e in shots.errors if not e.startswith(logged)]
+
+
+@pytest.mark.parametrize("width", [1440, 390])
 async def test_the_admin_ui_end_to_end(
-    scene: tuple[GatewayUnderTest, FakeUpstream, FakeUpstream], browser: Any, tmp_path: Path
+    scene: tuple[GatewayUnderTest, FakeUpstream, FakeUpstream],
+    browser: Any,
+    tmp_path: Path,
+    width: int,
 ) -> None:
     gw, a, _b = scene
     conversation_id, delivered = await interrupted_conversation(gw, a)
@@ -68,9 +91,7 @@ async def test_the_admin_ui_end_to_end(
 
     shots_dir = tmp_path / "ui-screenshots"
     shots_dir.mkdir()
-    context = await browser.new_context(viewport={"width": 1440, "height": 960})
-    page = await context.new_page()
-    page.set_default_timeout(10_000)
+    page = await opened(browser, width)
     shots = Shots(page, shots_dir)
     try:
         await walk_through(
@@ -78,11 +99,11 @@ async def test_the_admin_ui_end_to_end(
         )
     except BaseException:
         # What the page showed when it went wrong, for the report.
-        await page.screenshot(path=str(shots_dir / "failure.png"), full_page=True)
+        await page.screenshot(path=str(shots_dir / f"failure-{width}.png"), full_page=True)
         print("console errors:", shots.errors)
         raise
     finally:
-        await context.close()
+        await page.context.close()
         REVIEW_DIR.mkdir(parents=True, exist_ok=True)
         for shot in shots_dir.iterdir():
             shutil.copy(shot, REVIEW_DIR / shot.name)
@@ -98,11 +119,12 @@ async def walk_through(
     team_secret: str,
     team_conversation: str,
 ) -> None:
+    width = page.viewport_size["width"]
 
     # -- log in
     await page.goto(gw.url + "/ui")
     await expect(page.get_by_test_id("login-key")).to_be_visible()
-    await shots.take("01-login")
+    await checked(page, shots, f"01-login-{width}")
     await page.get_by_test_id("login-key").fill(MASTER)
     await page.get_by_test_id("login-submit").click()
 
@@ -112,7 +134,7 @@ async def walk_through(
     row = page.locator(f'tr[data-conversation-id="{conversation_id}"]')
     await expect(row.locator("[data-status]")).to_have_text("interrupted")
     await expect(row).to_contain_text(QUESTION)
-    await shots.take("02-conversations")
+    await checked(page, shots, f"02-conversations-{width}")
     await page.get_by_test_id("filter-q").fill("team question")
     await page.get_by_test_id("filter-q").press("Enter")
     await expect(rows).to_have_count(1)
@@ -127,7 +149,7 @@ async def walk_through(
     interrupted = page.locator(".msg-assistant.interrupted [data-testid=assistant-text]")
     assert await interrupted.text_content() == delivered
     await expect(page.get_by_test_id("assistant-text").first).to_have_text(TEXT)
-    await shots.take("03-chat")
+    await checked(page, shots, f"03-chat-{width}")
 
     # -- trajectory: the failed attempt on `a`, then the fallback's success on `b`
     await page.get_by_test_id("tab-trajectory").click()
@@ -142,7 +164,7 @@ async def walk_through(
     await cut.get_by_test_id("replay-button").click()
     await expect(cut.locator("[data-testid=replay][data-done=true]")).to_have_count(1)
     assert await cut.get_by_test_id("replay-text").text_content() == delivered
-    await shots.take("04-trajectory")
+    await checked(page, shots, f"04-trajectory-{width}")
 
     # -- branch at the first (finished) turn, then continue the branch from the composer
     await page.get_by_test_id("tab-chat").click()
@@ -171,7 +193,7 @@ async def walk_through(
         "Does branching work?",
         "".join(BRANCH_ANSWER),
     ]
-    await shots.take("05-branch")
+    await checked(page, shots, f"05-branch-{width}")
     await page.goto(f"{gw.url}/ui/#/conversations/{conversation_id}")
     await expect(page.locator(f'[data-branch-id="{branch_id}"]')).to_be_visible()
 
@@ -184,7 +206,7 @@ async def walk_through(
     assert (await call(gw, "GET", "/v1/models", key=secret))[0] == 200
     made = page.locator("tr[data-key-id]", has_text="ui-made")
     await expect(made.get_by_test_id("key-state")).to_have_text("active")
-    await shots.take("06-keys-created")
+    await checked(page, shots, f"06-keys-created-{width}")
     await made.get_by_test_id("revoke").click()
     await made.get_by_test_id("revoke-confirm").click()
     await expect(page.get_by_test_id("new-secret")).to_have_count(0)  # never shown again
@@ -204,7 +226,7 @@ async def walk_through(
         "rpm": 120,
         "budget": {"usd": 0.06, "period": "month", "mode": "soft"},
     }
-    await shots.take("07-keys-revoked")
+    await checked(page, shots, f"07-keys-revoked-{width}")
 
     # -- usage: charts drawn from real data
     await page.locator(".nav-link", has_text="Usage").click()
@@ -216,7 +238,7 @@ async def walk_through(
         heights = await bars.evaluate_all("rs => rs.map(r => r.getBBox().height)")
         assert all(height > 0 for height in heights)
     await expect(page.get_by_test_id("budget")).to_contain_text("of $0.06")
-    await shots.take("08-usage")
+    await checked(page, shots, f"08-usage-{width}")
     async with page.expect_download() as download_info:
         await page.get_by_test_id("usage-csv").click()
     download = await download_info.value
@@ -226,13 +248,13 @@ async def walk_through(
     for name in ("a", "b"):
         bar = page.locator(f'svg.chart[data-chart="tokens"] rect.bar[data-group="{name}"]')
         await expect(bar).to_be_visible()
-    await shots.take("08-usage-by-deployment")
+    await checked(page, shots, f"08-usage-by-deployment-{width}")
 
     # -- deployments
     await page.locator(".nav-link", has_text="Deployments").click()
     await expect(page.locator('tr[data-deployment="a"]')).to_contain_text("1 failed")
     await expect(page.locator('tr[data-deployment="b"] [data-status]')).to_have_text("healthy")
-    await shots.take("09-deployments")
+    await checked(page, shots, f"09-deployments-{width}")
 
     # -- a team key: its own team's conversations only, no admin sections
     await page.get_by_test_id("sign-out").click()
@@ -242,12 +264,12 @@ async def walk_through(
     await expect(page.locator("tr[data-conversation-id]")).to_have_count(1)
     await expect(page.locator(".nav-link", has_text="Keys")).to_have_count(0)
     await expect(page.locator(".sidebar")).to_contain_text("read-only")
-    await shots.take("10-team-view")
+    await checked(page, shots, f"10-team-view-{width}")
     await page.locator(f'tr[data-conversation-id="{team_conversation}"] a.conv-preview').click()
     await expect(page.get_by_test_id("assistant-text")).to_have_text(TEXT)
     await expect(page.get_by_test_id("composer")).to_have_count(0)
     await expect(page.get_by_test_id("branch-here")).to_have_count(0)
-    await shots.take("11-team-conversation")
+    await checked(page, shots, f"11-team-conversation-{width}")
 
 
 async def gw_messages(gw: GatewayUnderTest, conversation_id: str) -> list[dict[str, Any]]:
@@ -256,21 +278,32 @@ async def gw_messages(gw: GatewayUnderTest, conversation_id: str) -> list[dict[s
     return body["data"]  # type: ignore[no-any-return]
 
 
+@pytest.mark.parametrize("width", [1440, 390])
 async def test_a_wrong_key_is_refused_on_the_login_page(
-    scene: tuple[GatewayUnderTest, FakeUpstream, FakeUpstream], browser: Any
+    scene: tuple[GatewayUnderTest, FakeUpstream, FakeUpstream],
+    browser: Any,
+    tmp_path: Path,
+    width: int,
 ) -> None:
     gw, _a, _b = scene
-    page = await browser.new_page()
+    page = await opened(browser, width)
+    shots = Shots(page, tmp_path)
     await page.goto(gw.url + "/ui/")
     await page.get_by_test_id("login-key").fill("sk-not-the-master-key")
     await page.get_by_test_id("login-submit").click()
     await expect(page.locator(".login-error")).to_contain_text("refused")
     await expect(page.get_by_test_id("login-key")).to_be_visible()
-    await page.close()
+    provoked(shots, 401)
+    await checked(page, shots, f"01b-login-refused-{width}")
+    await page.context.close()
 
 
+@pytest.mark.parametrize("width", [1440, 390])
 async def test_chat_shows_reasoning_tools_and_failures(
-    scene: tuple[GatewayUnderTest, FakeUpstream, FakeUpstream], browser: Any, tmp_path: Path
+    scene: tuple[GatewayUnderTest, FakeUpstream, FakeUpstream],
+    browser: Any,
+    tmp_path: Path,
+    width: int,
 ) -> None:
     """Reasoning collapsed, tool calls and results (a synthetic one marked), an error turn."""
     gw, _a, _b = scene
@@ -319,14 +352,10 @@ async def test_chat_shows_reasoning_tools_and_failures(
     add("t2", "turn/end", {"status": "error", "reason": "provider_error"})
     await store.flush()
 
-    page = await browser.new_page(viewport={"width": 1440, "height": 960})
-    shots = Shots(page, tmp_path)
-    await page.goto(gw.url + "/ui/")
-    await page.get_by_test_id("login-key").fill(MASTER)
-    await page.get_by_test_id("login-submit").click()
     # Signed in once the list shows: the login's own redirect to it would otherwise land after
     # the navigation below and take its place.
-    await expect(page.get_by_test_id("filter-q")).to_be_visible()
+    page = await signed_in(browser, gw, viewport=VIEWPORTS[width], bypass_csp=True)
+    shots = Shots(page, tmp_path)
     await page.goto(f"{gw.url}/ui/#/conversations/{cid}")
     reasoning = page.locator("details.reasoning")
     await expect(reasoning).to_have_count(1)
@@ -339,23 +368,23 @@ async def test_chat_shows_reasoning_tools_and_failures(
     await expect(synthetic).to_have_count(1)
     await expect(synthetic).to_contain_text("call_rome")
     await expect(page.locator(".msg-error")).to_contain_text("503 upstream_error: overloaded")
-    await shots.take("12-tools-and-errors")
-    REVIEW_DIR.mkdir(parents=True, exist_ok=True)
-    shutil.copy(tmp_path / "12-tools-and-errors.png", REVIEW_DIR)
-    await page.close()
+    await checked(page, shots, f"12-tools-and-errors-{width}")
+    await page.context.close()
 
 
 # -- issue 35: the defects found driving the UI day to day, and what it now shows ---------------
 
 
+@pytest.mark.parametrize("width", [1440, 390])
 async def test_deep_link_skip_link_keyboard_filters_and_limits_dialog(
-    scene: tuple[GatewayUnderTest, FakeUpstream, FakeUpstream], browser: Any, tmp_path: Path
+    scene: tuple[GatewayUnderTest, FakeUpstream, FakeUpstream],
+    browser: Any,
+    tmp_path: Path,
+    width: int,
 ) -> None:
     gw, _a, _b = scene
     await make_team(gw)
-    context = await browser.new_context(viewport={"width": 1440, "height": 900})
-    page = await context.new_page()
-    page.set_default_timeout(10_000)
+    page = await opened(browser, width)
     shots = Shots(page, tmp_path)
 
     # Sign-in keeps the page that was opened.
@@ -383,7 +412,7 @@ async def test_deep_link_skip_link_keyboard_filters_and_limits_dialog(
     await expect(page.get_by_test_id("filter-status")).to_be_focused()
     await expect(page.get_by_test_id("filter-status")).to_have_value("interrupted")
     assert "status=completed" not in page.url
-    await shots.take("13-keyboard-filters")
+    await checked(page, shots, f"13-keyboard-filters-{width}")
 
     # The Limits editor is not clipped by the table it opens from.
     await page.locator(".nav-link", has_text="Keys").click()
@@ -398,14 +427,18 @@ async def test_deep_link_skip_link_keyboard_filters_and_limits_dialog(
         })"""
     )
     assert visible, "part of the Limits editor is hidden"
-    await shots.take("14-limits-dialog")
+    await checked(page, shots, f"14-limits-dialog-{width}")
     await page.keyboard.press("Escape")
     await expect(dialog).to_have_count(0)
-    await context.close()
+    await page.context.close()
 
 
+@pytest.mark.parametrize("width", [1440, 390])
 async def test_errors_stop_the_spinner_and_say_what_failed(
-    scene: tuple[GatewayUnderTest, FakeUpstream, FakeUpstream], browser: Any, tmp_path: Path
+    scene: tuple[GatewayUnderTest, FakeUpstream, FakeUpstream],
+    browser: Any,
+    tmp_path: Path,
+    width: int,
 ) -> None:
     gw, _a, _b = scene
     store = gw.gateway.store
@@ -414,22 +447,29 @@ async def test_errors_stop_the_spinner_and_say_what_failed(
     await make_team(gw)
     _, key = await call(gw, "POST", "/v1/gateway/keys", {"team_id": "search", "name": "bot"})
 
-    page = await signed_in(browser, gw)
-    for route, shown in (
-        ("#/conversations/conv_no_such_one", "404"),
-        ("#/conversations?status=bogus", "400"),
+    page = await signed_in(browser, gw, viewport=VIEWPORTS[width], bypass_csp=True)
+    shots = Shots(page, tmp_path)
+    for route, shown, name in (
+        ("#/conversations/conv_no_such_one", "404", "24-error-not-found"),
+        ("#/conversations?status=bogus", "400", "24b-error-bad-filter"),
     ):
         await page.goto(f"{gw.url}/ui/{route}")
         await expect(page.get_by_test_id("api-error")).to_contain_text(shown)
         await expect(page.locator(".loading")).to_have_count(0)
-    team_page = await signed_in(browser, gw, key["key"])
+        provoked(shots, int(shown))
+        await checked(page, shots, f"{name}-{width}")
+    team_page = await signed_in(browser, gw, key["key"], viewport=VIEWPORTS[width], bypass_csp=True)
+    team_shots = Shots(team_page, tmp_path)
     await team_page.goto(f"{gw.url}/ui/#/conversations/conv_admin_only")
     await expect(team_page.get_by_test_id("api-error")).to_be_visible()
     await expect(team_page.locator(".loading")).to_have_count(0)
+    provoked(team_shots, 404)  # another team's conversation: not found, as if it were not there
+    await checked(team_page, team_shots, f"24c-error-not-the-teams-{width}")
     await team_page.context.close()
     await page.context.close()
 
 
+# One width per page, not parametrized: it compares the desktop list with the phone's itself.
 async def test_short_ids_and_phone_width(
     scene: tuple[GatewayUnderTest, FakeUpstream, FakeUpstream], browser: Any, tmp_path: Path
 ) -> None:
@@ -445,29 +485,33 @@ async def test_short_ids_and_phone_width(
         store.append(NewEvent(cid, f"turn_{n}", "turn/end", {"status": "completed"}))
     await store.flush()
 
-    page = await signed_in(browser, gw)
+    page = await signed_in(browser, gw, viewport=VIEWPORTS[1440], bypass_csp=True)
+    desk_shots = Shots(page, tmp_path)
     shown = [
         await page.locator(f'tr[data-conversation-id="{cid}"] code.id').first.text_content()
         for cid in ids
     ]
     assert shown[0] != shown[1], f"two ids look alike: {shown}"
     assert shown == ["conv_…aaaa1111", "conv_…bbbb2222"]
+    await checked(page, desk_shots, "15-long-titles-1440")
 
-    phone = await signed_in(browser, gw, viewport={"width": 390, "height": 844})
+    phone = await signed_in(browser, gw, viewport=VIEWPORTS[390], bypass_csp=True)
     shots = Shots(phone, tmp_path)
     await expect(phone.locator("tr[data-conversation-id]")).to_have_count(2)
-    await no_horizontal_overflow(phone)
-    await shots.take("15-phone-list")
+    await checked(phone, shots, "15-long-titles-390")  # no horizontal overflow, among others
     await phone.goto(f"{gw.url}/ui/#/conversations/{ids[0]}")
     await expect(phone.locator("h1.conv-title")).to_contain_text("quarterly")
-    await no_horizontal_overflow(phone)
-    await shots.take("16-phone-conversation")
+    await checked(phone, shots, "16-long-title-conversation-390")
     await phone.context.close()
     await page.context.close()
 
 
+@pytest.mark.parametrize("width", [1440, 390])
 async def test_chat_shows_delivered_failures_truncates_and_finished_inherited_turns(
-    scene: tuple[GatewayUnderTest, FakeUpstream, FakeUpstream], browser: Any, tmp_path: Path
+    scene: tuple[GatewayUnderTest, FakeUpstream, FakeUpstream],
+    browser: Any,
+    tmp_path: Path,
+    width: int,
 ) -> None:
     gw, _a, _b = scene
     store = gw.gateway.store
@@ -516,7 +560,7 @@ async def test_chat_shows_delivered_failures_truncates_and_finished_inherited_tu
     )
     assert code == 201, branch
 
-    page = await signed_in(browser, gw)
+    page = await signed_in(browser, gw, viewport=VIEWPORTS[width], bypass_csp=True)
     shots = Shots(page, tmp_path)
     await page.goto(f"{gw.url}/ui/#/conversations/{cid}")
     failed = page.get_by_test_id("delivered-attempt")
@@ -527,7 +571,7 @@ async def test_chat_shows_delivered_failures_truncates_and_finished_inherited_tu
     await expect(truncated.get_by_test_id("assistant-text")).to_have_text("one two")
     await expect(truncated.get_by_test_id("truncated-marker")).to_contain_text("7 characters")
     await expect(page.get_by_label("Message")).to_have_count(1)  # the composer's label
-    await shots.take("17-delivered-and-truncated")
+    await checked(page, shots, f"17-delivered-and-truncated-{width}")
 
     await page.goto(f"{gw.url}/ui/#/conversations/{branch['id']}")
     await expect(page.locator(".turn.inherited")).to_have_count(1)
@@ -536,12 +580,16 @@ async def test_chat_shows_delivered_failures_truncates_and_finished_inherited_tu
     await page.get_by_test_id("tab-trajectory").click()
     await expect(page.get_by_test_id("trajectory")).to_be_visible()
     await expect(page.locator(".badge", has_text="in progress")).to_have_count(0)
-    await shots.take("18-branch-inside-a-turn")
+    await checked(page, shots, f"18-branch-inside-a-turn-{width}")
     await page.context.close()
 
 
+@pytest.mark.parametrize("width", [1440, 390])
 async def test_usage_counts_names_presets_and_utc_days(
-    scene: tuple[GatewayUnderTest, FakeUpstream, FakeUpstream], browser: Any, tmp_path: Path
+    scene: tuple[GatewayUnderTest, FakeUpstream, FakeUpstream],
+    browser: Any,
+    tmp_path: Path,
+    width: int,
 ) -> None:
     gw, a, _b = scene
     await make_team(gw)
@@ -551,7 +599,9 @@ async def test_usage_counts_names_presets_and_utc_days(
     await gw.wait_turn_end(headers["X-Conversation-Id"])
 
     # West of UTC, a UTC day starts on the browser's previous day.
-    page = await signed_in(browser, gw, timezone_id="America/Los_Angeles")
+    page = await signed_in(
+        browser, gw, viewport=VIEWPORTS[width], bypass_csp=True, timezone_id="America/Los_Angeles"
+    )
     shots = Shots(page, tmp_path)
     await page.goto(f"{gw.url}/ui/#/usage?range=7d")
     requests = page.get_by_test_id("stat-requests")
@@ -570,7 +620,7 @@ async def test_usage_counts_names_presets_and_utc_days(
         re.compile("America/Los_Angeles")
     )
     await page.goto(f"{gw.url}/ui/#/usage?range=7d")
-    await shots.take("19-usage-counts")
+    await checked(page, shots, f"19-usage-counts-{width}")
 
     await page.get_by_test_id("usage-group-by").select_option("key")
     await expect(page.locator(".legend").first).to_contain_text("bot")
@@ -582,19 +632,23 @@ async def test_usage_counts_names_presets_and_utc_days(
     await page.locator("select[name=range]").select_option("last-month")
     await expect(page).to_have_url(re.compile(r"range=last-month"))
     await expect(page.get_by_test_id("usage-totals")).to_contain_text("Last month (UTC)")
-    await shots.take("20-usage-last-month")
+    await checked(page, shots, f"20-usage-last-month-{width}")
 
     # Each key's last use and spend this month.
     await page.locator(".nav-link", has_text="Keys").click()
     used = page.locator(f'tr[data-key-id="{key["id"]}"]')
     await expect(used.locator("[data-col=last-used]")).to_have_text("this hour")
     await expect(used.locator("[data-col=spend]")).to_have_text(re.compile(r"^\$0\.0*[1-9]"))
-    await shots.take("20b-keys-last-used")
+    await checked(page, shots, f"20b-keys-last-used-{width}")
     await page.context.close()
 
 
+@pytest.mark.parametrize("width", [1440, 390])
 async def test_a_turn_in_progress_is_followed_live(
-    scene: tuple[GatewayUnderTest, FakeUpstream, FakeUpstream], browser: Any, tmp_path: Path
+    scene: tuple[GatewayUnderTest, FakeUpstream, FakeUpstream],
+    browser: Any,
+    tmp_path: Path,
+    width: int,
 ) -> None:
     gw, _a, _b = scene
     store = gw.gateway.store
@@ -604,7 +658,7 @@ async def test_a_turn_in_progress_is_followed_live(
     store.append(NewEvent(cid, "t1", "user/message", {"content": "Are you there?"}))
     await store.flush()
 
-    page = await signed_in(browser, gw)
+    page = await signed_in(browser, gw, viewport=VIEWPORTS[width], bypass_csp=True)
     shots = Shots(page, tmp_path)
     await page.goto(f"{gw.url}/ui/#/conversations/{cid}")
     await expect(page.get_by_test_id("live")).to_be_visible()
@@ -619,35 +673,49 @@ async def test_a_turn_in_progress_is_followed_live(
     await expect(page.locator(".turn [data-status=completed]")).to_have_count(1)
     await expect(page.get_by_test_id("live")).to_have_count(0)  # nothing left to follow
     await expect(page.get_by_test_id("composer-input")).to_have_value("half-typed")
-    await shots.take("22-live")
+    await checked(page, shots, f"22-live-{width}")
     await page.context.close()
 
 
+@pytest.mark.parametrize("width", [1440, 390])
 async def test_remember_on_this_device_until_sign_out(
-    scene: tuple[GatewayUnderTest, FakeUpstream, FakeUpstream], browser: Any
+    scene: tuple[GatewayUnderTest, FakeUpstream, FakeUpstream],
+    browser: Any,
+    tmp_path: Path,
+    width: int,
 ) -> None:
     gw, _a, _b = scene
-    context = await browser.new_context(viewport={"width": 1440, "height": 900})
+    context = await browser.new_context(viewport=VIEWPORTS[width], bypass_csp=True)
     first = await context.new_page()
+    first_shots = Shots(first, tmp_path)
     await first.goto(gw.url + "/ui/")
     await first.get_by_test_id("login-key").fill(MASTER)
     await first.get_by_test_id("login-remember").check()
     await first.get_by_test_id("login-submit").click()
     await expect(first.get_by_test_id("filter-q")).to_be_visible()
+    await checked(first, first_shots, f"25-remembered-{width}")
     # Another tab (its own sessionStorage) on a deep link: signed in already, on that page.
     second = await context.new_page()
+    second_shots = Shots(second, tmp_path)
     await second.goto(gw.url + "/ui/#/usage")
     await expect(second.locator("[data-page=usage]")).to_be_visible()
+    await checked(second, second_shots, f"25b-remembered-deep-link-{width}")
     await second.get_by_test_id("sign-out").click()
     await expect(second.get_by_test_id("login-key")).to_be_visible()
     third = await context.new_page()
+    third_shots = Shots(third, tmp_path)
     await third.goto(gw.url + "/ui/")
     await expect(third.get_by_test_id("login-key")).to_be_visible()  # forgotten
+    await checked(third, third_shots, f"25c-forgotten-{width}")
     await context.close()
 
 
+@pytest.mark.parametrize("width", [1440, 390])
 async def test_answers_render_as_markdown_and_json_is_pretty(
-    scene: tuple[GatewayUnderTest, FakeUpstream, FakeUpstream], browser: Any, tmp_path: Path
+    scene: tuple[GatewayUnderTest, FakeUpstream, FakeUpstream],
+    browser: Any,
+    tmp_path: Path,
+    width: int,
 ) -> None:
     gw, _a, _b = scene
     store = gw.gateway.store
@@ -673,7 +741,7 @@ async def test_answers_render_as_markdown_and_json_is_pretty(
     store.append(NewEvent(cid, "t2", "turn/end", {"status": "completed", "reason": None}))
     await store.flush()
 
-    page = await signed_in(browser, gw)
+    page = await signed_in(browser, gw, viewport=VIEWPORTS[width], bypass_csp=True)
     shots = Shots(page, tmp_path)
     await page.goto(f"{gw.url}/ui/#/conversations/{cid}")
     rendered = page.get_by_test_id("assistant-text")
@@ -691,10 +759,11 @@ async def test_answers_render_as_markdown_and_json_is_pretty(
     await expect(tool).to_have_class(re.compile("folded"))
     await page.get_by_test_id("unfold").click()
     await expect(tool).not_to_have_class(re.compile("folded"))
-    await shots.take("23-markdown")
+    await checked(page, shots, f"23-markdown-{width}")
     await page.context.close()
 
 
+# Already at both widths; it gathers every view's findings before failing, so keeps its own loop.
 @pytest.mark.skipif(not AXE.exists(), reason="cd tests/ui && npm ci (axe-core)")
 @pytest.mark.parametrize("width", [1440, 390])
 async def test_every_view_passes_the_accessibility_check(
@@ -740,8 +809,12 @@ async def test_every_view_passes_the_accessibility_check(
     assert not failing, "\n".join(failing)
 
 
+@pytest.mark.parametrize("width", [1440, 390])
 async def test_usage_groups_keep_their_colour_from_range_to_range(
-    scene: tuple[GatewayUnderTest, FakeUpstream, FakeUpstream], browser: Any, tmp_path: Path
+    scene: tuple[GatewayUnderTest, FakeUpstream, FakeUpstream],
+    browser: Any,
+    tmp_path: Path,
+    width: int,
 ) -> None:
     """Coloured by name, not by rank: `a` spends most over 30 days, `b` over the last day."""
     gw, _a, _b = scene
@@ -775,7 +848,8 @@ async def test_usage_groups_keep_their_colour_from_range_to_range(
         gw.gateway.store.write("usage", record.row())
     await gw.gateway.store.flush()
 
-    page = await signed_in(browser, gw)
+    page = await signed_in(browser, gw, viewport=VIEWPORTS[width], bypass_csp=True)
+    shots = Shots(page, tmp_path)
     colours: dict[str, dict[str, str]] = {}
     for range_ in ("24h", "30d"):
         await page.goto(f"{gw.url}/ui/#/usage?group_by=deployment&range={range_}")
@@ -787,6 +861,7 @@ async def test_usage_groups_keep_their_colour_from_range_to_range(
             colours[range_][name] = await item.locator(".swatch").evaluate(
                 "s => s.style.background"
             )
+        await checked(page, shots, f"26-usage-colours-{range_}-{width}")
     first = page.locator("tr[data-group]").first  # the rates table, by spend: `a` over 30 days
     await expect(first).to_have_attribute("data-group", "a")
     assert colours["24h"] == colours["30d"]

@@ -48,7 +48,10 @@ async def listing_call(page: Any, action: Any) -> dict[str, list[str]]:
     return parse_qs(urlsplit((await made.value).url).query)
 
 
-async def test_the_list_as_a_request_log(scene: Scene, browser: Any, tmp_path: Path) -> None:
+@pytest.mark.parametrize("width", [1440, 390])
+async def test_the_list_as_a_request_log(
+    scene: Scene, browser: Any, tmp_path: Path, width: int
+) -> None:
     """Each row: cost, tokens, time to first token, duration, attempts; a conversation stopped
     at an earlier turn and one with a failed attempt are marked; the columns sort."""
     gw, a, _b = scene
@@ -73,7 +76,7 @@ async def test_the_list_as_a_request_log(scene: Scene, browser: Any, tmp_path: P
     plain = headers["X-Conversation-Id"]
     await gw.wait_turn_end(plain)
 
-    page = await signed_in(browser, gw)
+    page = await signed_in(browser, gw, viewport=VIEWPORTS[width], bypass_csp=True)
     shots = Shots(page, tmp_path)
     row = page.locator(f'tr[data-conversation-id="{conversation_id}"]')
     await expect(row.locator("[data-status]")).to_have_text("completed")  # its last turn
@@ -97,7 +100,7 @@ async def test_the_list_as_a_request_log(scene: Scene, browser: Any, tmp_path: P
     await expect(page).to_have_url(re.compile(r"sort=attempts&order=asc"))
     await expect(page.locator("th[aria-sort=ascending]")).to_have_text(re.compile("Attempts"))
     await expect(rows.first).to_have_attribute("data-conversation-id", plain)
-    await shots.take("21-request-log")
+    await checked(page, shots, f"21-request-log-{width}")
 
     # Stopped at an earlier turn: found by its own filter; the way back keeps the filters.
     await page.get_by_test_id("filter-stopped").check()
@@ -114,6 +117,7 @@ async def test_the_list_as_a_request_log(scene: Scene, browser: Any, tmp_path: P
     await expect(page).to_have_url(re.compile(r"sort=attempts"))  # and the sort
     await expect(rows).to_have_count(1)
     await expect(page.get_by_test_id("filter-stopped")).to_be_checked()
+    await checked(page, shots, f"21b-request-log-filtered-{width}")
     await page.context.close()
 
 
