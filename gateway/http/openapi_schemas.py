@@ -44,6 +44,7 @@ def _pydantic(*models: type[BaseModel]) -> dict[str, Schema]:
 
 # -- who a key is -------------------------------------------------------------------------------
 
+
 def _own_limits() -> Schema:
     """A key's or team's limits (Limits, as set), with what its budget has spent."""
     limits = Limits.model_json_schema(ref_template="#/components/schemas/{model}")
@@ -71,6 +72,14 @@ PRINCIPAL: Schema = {
         "is_admin": {"type": "boolean"},
         "team_id": NULLABLE_STRING,
         "key_id": NULLABLE_STRING,
+        "team_name": {
+            "type": ["string", "null"],
+            "description": "A virtual key's team's name; `null` for the master key.",
+        },
+        "key_name": {
+            "type": ["string", "null"],
+            "description": "A virtual key's name, when it was given one.",
+        },
         "user": NULLABLE_STRING,
         "models": {"type": ["array", "null"], "items": STRING},
         "open": {"type": "boolean", "description": "No master key is configured."},

@@ -124,11 +124,21 @@ async def me(request: web.Request) -> web.Response:
         return shown
 
     budget = None
+    names: dict[str, str | None] = {"team_name": None, "key_name": None}
     if principal.kind == "key" and principal.key_id and principal.team_id:
         budget = {
             "key": await scope("key", principal.key_id, principal.key_limits),
             "team": await scope("team", principal.team_id, principal.team_limits),
         }
+        try:  # what the page calls them; ids when the store is away
+            team = await gateway.keys.team(principal.team_id)
+            key = await gateway.keys.key(principal.key_id)
+            names = {
+                "team_name": team.name if team else None,
+                "key_name": key.name if key else None,
+            }
+        except StoreUnavailable:
+            pass
     return web.json_response(
         {
             "object": "principal",
@@ -136,6 +146,7 @@ async def me(request: web.Request) -> web.Response:
             "is_admin": principal.is_admin,
             "team_id": principal.team_id,
             "key_id": principal.key_id,
+            **names,
             "user": principal.user,
             "models": sorted(principal.models) if principal.models is not None else None,
             "open": gateway.auth.open,

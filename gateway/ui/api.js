@@ -86,6 +86,11 @@ export function isAdmin() {
   return Boolean(session.me && session.me.is_admin);
 }
 
+export function ownTeamName() {
+  // A team key's team, by its name (`GET /v1/me`), or its id when the gateway could not say.
+  return session.me?.team_name || session.me?.team_id;
+}
+
 export function adminKeyName() {
   // Turns made with the master key (or on an open gateway) carry no key id.
   return session.me && session.me.open ? 'none (open)' : 'master key';

@@ -6,7 +6,7 @@
 // module draws the frame around the views.
 
 import { clear, h } from './dom.js';
-import { ApiError, isAdmin, restore, session, whenRefused } from './api.js';
+import { ApiError, isAdmin, ownTeamName, restore, session, whenRefused } from './api.js';
 import { conversationPage } from './conversation.js';
 import { deploymentsPage } from './deployments.js';
 import { keysPage } from './keys.js';
@@ -55,7 +55,7 @@ function shell(section, content) {
   const me = session.me;
   const who = me.kind === 'key'
     ? h('div', { class: 'who' }, h('span', { class: 'badge badge-team', text: 'Team key · read-only' }),
-      h('div', { class: 'who-detail', text: `team ${me.team_id}` }))
+      h('div', { class: 'who-detail', title: me.team_id, text: `team ${ownTeamName()}` }))
     : h('div', { class: 'who' }, h('span', { class: 'badge badge-admin', text: me.kind === 'open' ? 'Open gateway · admin' : 'Master key · admin' }));
   const nav = h('nav', { class: 'nav', 'aria-label': 'Sections' },
     PAGES.filter((p) => !p.admin || isAdmin()).map((p) =>

@@ -48,8 +48,8 @@ export async function ownBudgetPanel(me) {
   // the gateway's limiter counts it (`GET /v1/me`, read afresh: the spend moves).
   const { budget } = await api('/v1/me');
   const scopes = [
-    { kind: 'key', id: me.key_id, label: 'This key', limits: budget?.key },
-    { kind: 'team', id: me.team_id, label: `Team ${me.team_id}`, limits: budget?.team },
+    { kind: 'key', id: me.key_id, label: me.key_name ? `This key (${me.key_name})` : 'This key', limits: budget?.key },
+    { kind: 'team', id: me.team_id, label: `Team ${me.team_name || me.team_id}`, limits: budget?.team },
   ];
   const items = scopes.map((scope) => {
     const limits = scope.limits || {};

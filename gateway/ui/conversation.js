@@ -2,7 +2,7 @@
 // live while a turn is in progress (an ES module of the page; no build step).
 
 import { clear, h } from './dom.js';
-import { adminKeyName, api, enc, isAdmin, query } from './api.js';
+import { adminKeyName, api, enc, isAdmin, ownTeamName, query, session } from './api.js';
 import { chatView } from './chat.js';
 import { redraw } from './composer.js';
 import { ZONE, fmtTime, shortId } from './format.js';
@@ -31,12 +31,13 @@ function groupTurns(events) {
 export async function conversationPage(root, id, params) {
   const view = params.get('view') === 'trajectory' ? 'trajectory' : 'chat';
   root.append(loading());
-  const [events, info, branches, usage, retrieved] = await Promise.all([
+  const [events, info, branches, usage, retrieved, names] = await Promise.all([
     api(`/v1/conversations/${enc(id)}/events`),
     api(`/v1/conversations${query({ id, limit: 1 })}`),
     api(`/v1/conversations${query({ parent_id: id, limit: 100 })}`),
     api(`/v1/conversations/${enc(id)}/usage`),
     api(`/v1/conversations/${enc(id)}`),
+    namesOf(),
   ]);
   clear(root);
   const conversation = info.data[0] || { id };
@@ -50,8 +51,8 @@ export async function conversationPage(root, id, params) {
   const meta = h('dl', { class: 'meta' },
     metaItem('Status', statusBadge(conversation.status)),
     metaItem('Model', conversation.model || lastAlias || '—'),
-    metaItem('Team', conversation.team_id || '—'),
-    metaItem('Key', conversation.key_id ? idCell(conversation.key_id) : adminKeyName()),
+    metaItem('Team', conversation.team_id ? named(conversation.team_id, names.teams) || conversation.team_id : '—'),
+    metaItem('Key', conversation.key_id ? named(conversation.key_id, names.keys) || idCell(conversation.key_id) : adminKeyName()),
     metaItem(`Created (${ZONE})`, fmtTime(conversation.created_at)),
     metaItem('Turns', String(turns.length)),
     conversation.parent_id ? metaItem('Branch of', h('span', {}, idCell(conversation.parent_id, href(`/conversations/${enc(conversation.parent_id)}`)), ` at seq ${conversation.parent_seq}`)) : null);
@@ -68,6 +69,29 @@ export async function conversationPage(root, id, params) {
   if (view === 'chat') chatView(body, id, turns, branches.data, lastAlias, requestsOf(events, retrieved));
   else trajectoryView(body, id, turns, usageById);
   if (turns.some((t) => t.conversation_id === id && !t.end)) liveRefresh(root, id, events.data.length);
+}
+
+async function namesOf() {
+  // Teams and keys by id, to show them by name: all of them for the master key; a team key
+  // knows its own team's and its own name (`GET /v1/me`).
+  if (!isAdmin()) {
+    const me = session.me;
+    return { teams: new Map([[me.team_id, ownTeamName()]]), keys: new Map(me.key_name ? [[me.key_id, me.key_name]] : []) };
+  }
+  const [teams, keys] = await Promise.all([
+    api('/v1/gateway/teams').then((r) => r.data).catch(() => []),
+    api('/v1/gateway/keys').then((r) => r.data).catch(() => []),
+  ]);
+  return {
+    teams: new Map(teams.map((t) => [t.id, t.name])),
+    keys: new Map(keys.map((k) => [k.id, k.name || `${k.key_prefix}…`])),
+  };
+}
+
+function named(id, names) {
+  // Its name, the id a hover away; null when its name is not known.
+  const name = names.get(id);
+  return name ? h('span', { title: id, text: name }) : null;
 }
 
 function liveRefresh(root, id, seen) {

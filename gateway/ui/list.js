@@ -3,7 +3,7 @@
 // link, the breadcrumb back from a conversation and the browser's history all keep them.
 
 import { append, clear, h } from './dom.js';
-import { adminKeyName, api, enc, isAdmin, query, session } from './api.js';
+import { adminKeyName, api, enc, isAdmin, ownTeamName, query } from './api.js';
 import { ZONE, fmtAgo, fmtInt, fmtMs, fmtTime, fmtUsd, plural, utcDay } from './format.js';
 import { applySoon, go, href, keepFocus } from './router.js';
 import { badge, field, idCell, loading, pageHeader, panel, select, statusBadge, table } from './widgets.js';
@@ -85,7 +85,7 @@ export async function conversationsPage(root, params) {
   listHash = location.hash || null;
   root.append(pageHeader('Conversations', isAdmin()
     ? 'Every recorded conversation, newest first. Open one to read it as the user saw it, or its attempts as the gateway made them.'
-    : `The conversations of team ${session.me.team_id}, newest first (read-only).`));
+    : `The conversations of team ${ownTeamName()}, newest first (read-only).`));
   const form = h('form', { class: 'filters', 'data-testid': 'conversation-filters' });
   const results = h('div', {}, loading());
   root.append(panel(null, form), results);

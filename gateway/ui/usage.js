@@ -2,7 +2,7 @@
 // page; no build step).
 
 import { clear, h } from './dom.js';
-import { api, errorOf, isAdmin, query, request, session } from './api.js';
+import { api, errorOf, isAdmin, ownTeamName, query, request, session } from './api.js';
 import { budgetsPanel, ownBudgetPanel } from './budgets.js';
 import { meter, stackedBars } from './charts.js';
 import { fmtCompact, fmtInt, fmtPct, fmtUsd, pad, plural, shortId, utcDay } from './format.js';
@@ -45,7 +45,7 @@ export async function usagePage(root, params) {
   const usageQuery = { group_by: groupBy, granularity, from, to, team_id: team };
   root.append(pageHeader('Usage', isAdmin()
     ? 'Spend and tokens over time, from every attempt\'s usage record (GET /v1/usage).'
-    : `Team ${session.me.team_id}'s spend and tokens (read-only).`));
+    : `Team ${ownTeamName()}'s spend and tokens (read-only).`));
   const [teams, keys] = isAdmin()
     ? await Promise.all([api('/v1/gateway/teams').then((r) => r.data), api('/v1/gateway/keys').then((r) => r.data)])
     : [[], []];

@@ -53,10 +53,10 @@ async def test_a_team_key_sees_its_own_budget_and_its_teams(
     budgets = page.get_by_test_id("own-budgets")
     own = budgets.locator("[data-testid=budget][data-kind=key]")
     team = budgets.locator("[data-testid=budget][data-kind=team]")
-    await expect(own).to_contain_text("This key")
+    await expect(own).to_contain_text("This key (bot)")
     await expect(own).to_contain_text(f"of $0.02 · {100 * spent / 0.02:.1f}%")
     await expect(own).to_contain_text("per day (UTC) · soft")
-    await expect(team).to_contain_text("Team search")
+    await expect(team).to_contain_text("Team Search")  # by its name
     await expect(team).to_contain_text(f"of $0.05 · {100 * spent / 0.05:.1f}%")
     await expect(team).to_contain_text("120 rpm")
     await expect(own.locator(".budget-fill")).to_have_class("budget-fill budget-warn")  # past 80%

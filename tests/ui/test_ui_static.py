@@ -3,6 +3,7 @@ made public, and every asset the page references present."""
 
 from __future__ import annotations
 
+import json
 import re
 
 import aiohttp
@@ -112,4 +113,24 @@ async def test_me_says_who_a_key_acts_as(gw: GatewayUnderTest) -> None:
     bearer = {"Authorization": f"Bearer {MASTER}"}
     status, _, body = await fetch(gw, "/v1/me", bearer)
     assert status == 200
-    assert b'"kind": "admin"' in body and b'"is_admin": true' in body
+    me = json.loads(body)
+    assert (me["kind"], me["is_admin"], me["team_name"], me["key_name"]) == (
+        "admin",
+        True,
+        None,
+        None,
+    )
+    # A virtual key: its team and itself, by id and by name.
+    async with aiohttp.ClientSession(headers=bearer) as session:
+        async with session.post(
+            gw.url + "/v1/gateway/teams", json={"id": "search", "name": "Search"}
+        ) as response:
+            assert response.status == 201
+        async with session.post(
+            gw.url + "/v1/gateway/keys", json={"team_id": "search", "name": "bot"}
+        ) as response:
+            key = await response.json()
+    status, _, body = await fetch(gw, "/v1/me", {"Authorization": f"Bearer {key['key']}"})
+    me = json.loads(body)
+    assert (me["kind"], me["team_id"], me["team_name"]) == ("key", "search", "Search")
+    assert (me["key_id"], me["key_name"]) == (key["id"], "bot")
