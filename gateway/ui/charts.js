@@ -14,9 +14,26 @@ function niceStep(value) {
   return 10 * power;
 }
 
-export function stackedBars({ periods, groups, data, colour, format, tick, name }) {
-  const width = 720;
-  const height = 260;
+// A chart is drawn at the width it is shown at, one unit a CSS pixel, and drawn again when that
+// width changes: scaled from a fixed width, its labels were 5 px high on a phone. Its box has a
+// fixed height (app.css), so drawing it again never resizes what the observer watches.
+const CHART_HEIGHT = 240;
+
+export function stackedBars(options) {
+  let drawn = 720;
+  const box = h('div', { class: 'chart-box' }, drawBars(options, drawn));
+  new ResizeObserver(([entry]) => {
+    const width = Math.round(entry.contentRect.width);
+    if (width > 0 && width !== drawn) {
+      drawn = width;
+      box.replaceChildren(drawBars(options, Math.max(width, 200)));
+    }
+  }).observe(box);
+  return box;
+}
+
+function drawBars({ periods, groups, data, colour, format, tick, name }, width) {
+  const height = CHART_HEIGHT;
   const m = { top: 14, right: 12, bottom: 28, left: 64 };
   const plotW = width - m.left - m.right;
   const plotH = height - m.top - m.bottom;
@@ -34,7 +51,7 @@ export function stackedBars({ periods, groups, data, colour, format, tick, name 
       s('line', { x1: m.left, x2: width - m.right, y1: y(v), y2: y(v), class: 'grid-line' }),
       s('text', { x: m.left - 8, y: y(v) + 4, 'text-anchor': 'end', class: 'axis-label' }, format(v)));
   }
-  const every = Math.max(1, Math.ceil(periods.length / 8));
+  const every = Math.max(1, Math.ceil(periods.length / Math.max(2, Math.floor(plotW / 72))));
   periods.forEach((t, i) => {
     const x = m.left + slot * i + (slot - barW) / 2;
     let base = 0;

@@ -39,6 +39,7 @@ from tests.ui.harness import (
     interrupted_conversation,
     make_team,
     no_horizontal_overflow,
+    playwright_api,
     serious_violations,
     signed_in,
     stream_all,
@@ -237,6 +238,7 @@ async def walk_through(
         assert values and all(v > 0 for v in values)
         heights = await bars.evaluate_all("rs => rs.map(r => r.getBBox().height)")
         assert all(height > 0 for height in heights)
+        await legible_axes(page, chart)
     await expect(page.get_by_test_id("budget")).to_contain_text("of $0.06")
     await checked(page, shots, f"08-usage-{width}")
     async with page.expect_download() as download_info:
@@ -270,6 +272,27 @@ async def walk_through(
     await expect(page.get_by_test_id("composer")).to_have_count(0)
     await expect(page.get_by_test_id("branch-here")).to_have_count(0)
     await checked(page, shots, f"11-team-conversation-{width}")
+
+
+LABEL_SIZES = """chart => [
+    ...document.querySelectorAll(`svg.chart[data-chart="${chart}"] text.axis-label`)
+].map(t => parseFloat(getComputedStyle(t).fontSize) * t.getScreenCTM().a)"""
+
+
+async def legible_axes(page: Page, chart: str) -> None:
+    """No axis label of the chart drawn smaller than 9 px on screen, at either width (drawn to a
+    fixed width and scaled down, they were 5 px on a phone). Waits for the chart to be drawn at
+    its shown width, which it is once laid out."""
+    try:
+        await page.wait_for_function(
+            f"chart => {{ const sizes = ({LABEL_SIZES})(chart); "
+            "return sizes.length > 0 && Math.min(...sizes) >= 9 }",
+            arg=chart,
+            timeout=5_000,
+        )
+    except playwright_api.TimeoutError:
+        sizes = await page.evaluate(LABEL_SIZES, chart)
+        raise AssertionError(f"{chart} axis labels drawn at {sorted(set(sizes))} px") from None
 
 
 async def gw_messages(gw: GatewayUnderTest, conversation_id: str) -> list[dict[str, Any]]:
@@ -620,6 +643,7 @@ async def test_usage_counts_names_presets_and_utc_days(
         re.compile("America/Los_Angeles")
     )
     await page.goto(f"{gw.url}/ui/#/usage?range=7d")
+    await expect(page.locator('tr[data-group="m"]').get_by_test_id("rate-errors")).to_be_visible()
     await checked(page, shots, f"19-usage-counts-{width}")
 
     await page.get_by_test_id("usage-group-by").select_option("key")
