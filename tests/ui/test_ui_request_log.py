@@ -78,6 +78,10 @@ async def test_the_list_as_a_request_log(
 
     page = await signed_in(browser, gw, viewport=VIEWPORTS[width], bypass_csp=True)
     shots = Shots(page, tmp_path)
+    # The search box two filters wide: a phone's whole row, where one column clipped its hint.
+    search = await page.get_by_test_id("filter-q").bounding_box()
+    status = await page.get_by_test_id("filter-status").bounding_box()
+    assert search and status and search["width"] > 2 * status["width"], (search, status)
     row = page.locator(f'tr[data-conversation-id="{conversation_id}"]')
     await expect(row.locator("[data-status]")).to_have_text("completed")  # its last turn
     await expect(row.get_by_test_id("had-stopped")).to_be_visible()
