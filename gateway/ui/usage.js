@@ -164,7 +164,8 @@ export async function usagePage(root, params) {
     panel(`Tokens by ${groupBy} (${granularity === 'hour' ? 'hours' : 'days'} in UTC)`, rows.length ? tokenChart : h('div', { class: 'empty', text: 'No usage in this range.' }), legend)));
 
   const maxCost = Math.max(...ranked.map((g) => g.cost), 0);
-  body.append(h('div', { class: 'grid-2' },
+  // One above the other: the rates table has seven columns, too many for half the page.
+  body.append(h('div', {},
     panel('Top spenders', table([
       { label: groupBy[0].toUpperCase() + groupBy.slice(1), cell: (g) => h('span', { class: 'legend-item' }, h('span', { class: 'swatch', style: { background: colour(g.group) } }), nameOf(g.group)) },
       { label: 'Spend', num: true, cell: (g) => fmtUsd(g.cost) },
@@ -172,7 +173,7 @@ export async function usagePage(root, params) {
       { label: 'Tokens', num: true, cell: (g) => fmtInt(g.tokens) },
     ], ranked.slice(0, 10), 'No usage in this range.')),
     panel('Interrupted and error rates', table([
-      { label: groupBy[0].toUpperCase() + groupBy.slice(1), cell: (g) => nameOf(g.group) },
+      { label: groupBy[0].toUpperCase() + groupBy.slice(1), cell: (g) => h('span', { class: 'clip', title: nameOf(g.group), text: nameOf(g.group) }) },
       { label: 'Requests', num: true, cell: (g) => fmtInt(g.requests) },
       { label: 'Interrupted', num: true, cell: (g) => `${fmtInt(g.interrupted)} (${fmtPct(g.interrupted, g.requests)})` },
       { label: 'Errors', num: true, cell: (g) => h('span', { class: g.errors ? 'text-bad' : null, 'data-testid': 'rate-errors', text: `${fmtInt(g.errors)} (${fmtPct(g.errors, g.requests)})` }) },

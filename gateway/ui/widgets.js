@@ -84,16 +84,28 @@ export function table(columns, rows, empty = 'Nothing here yet.', sorting = null
   if (!rows.length) return h('div', { class: 'empty' }, empty);
   const trs = rows.map((row) => h('tr', row.attrs || {}, columns.map((c) => h('td', { class: c.num ? 'num' : null }, c.cell(row)))));
   const tbody = h('tbody', {}, trs);
-  const heads = columns.map((c) => h('th', { class: c.num ? 'num' : null, scope: 'col' }, c.sort || c.sortKey ? null : c.label));
+  // A header shows `heading` when it has one (its `label` names it to the sort buttons), and
+  // `sub` on a second line: a second sort button when the column has `subSortKey` (two figures
+  // in one cell, one above the other).
+  const heads = columns.map((c) => h('th', { class: c.num ? 'num' : null, scope: 'col' }, c.sort || c.sortKey ? null : c.heading || c.label));
   // A column with `sortKey` is sorted by whoever made the rows (`sorting`: { by, order, onSort }):
   // its header button asks for that order, and says which one the rows are in.
+  const sortButton = (key, label, text) => h('button', {
+    class: 'sort-button', type: 'button', name: `sort-${key}`, 'data-sort': label,
+    onclick: () => sorting.onSort(key, `sort-${key}`),
+  }, text);
   columns.forEach((c, i) => {
     if (!c.sortKey) return;
-    if (sorting.by === c.sortKey) heads[i].setAttribute('aria-sort', sorting.order === 'asc' ? 'ascending' : 'descending');
-    heads[i].append(h('button', {
-      class: 'sort-button', type: 'button', name: `sort-${c.sortKey}`, 'data-sort': c.label,
-      onclick: () => sorting.onSort(c.sortKey, `sort-${c.sortKey}`),
-    }, c.label));
+    const active = [c.sortKey, c.subSortKey].includes(sorting.by);
+    if (active) heads[i].setAttribute('aria-sort', sorting.order === 'asc' ? 'ascending' : 'descending');
+    heads[i].append(sortButton(c.sortKey, c.label, c.heading || c.label));
+    if (c.subSortKey) {
+      const button = sortButton(c.subSortKey, c.sub, c.sub);
+      // The header says the order; its arrow goes on the button that set it.
+      if (sorting.by === c.subSortKey) heads[i].firstChild.dataset.inactive = 'true';
+      else button.dataset.inactive = 'true';
+      heads[i].append(h('span', { class: 'th-sub' }, button));
+    }
   });
   // A column with `sort` (row -> number or string) sorts the rows shown, by a header button.
   columns.forEach((c, i) => {
@@ -113,8 +125,12 @@ export function table(columns, rows, empty = 'Nothing here yet.', sorting = null
         });
         tbody.append(...keyed.map(([, tr]) => tr));
       },
-    }, c.label);
+    }, c.heading || c.label);
     heads[i].append(button);
+  });
+  columns.forEach((c, i) => {
+    // After a space: the header's text reads as its label does.
+    if (c.sub && !c.subSortKey) heads[i].append(h('span', { class: 'th-sub', text: ` ${c.sub}` }));
   });
   // It may scroll sideways (a phone): reachable from the keyboard.
   return h('div', { class: 'table-wrap', tabindex: '0', role: 'region', 'aria-label': 'Table, scrolls sideways when narrow' },
