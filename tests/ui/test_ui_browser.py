@@ -207,6 +207,9 @@ async def walk_through(
     assert (await call(gw, "GET", "/v1/models", key=secret))[0] == 200
     made = page.locator("tr[data-key-id]", has_text="ui-made")
     await expect(made.get_by_test_id("key-state")).to_have_text("active")
+    # Each key's prefix and id whole on one line, at either width (the table scrolls sideways).
+    lines = await page.locator("tr[data-key-id] code").evaluate_all(LINES)
+    assert lines and set(lines) == {1}, f"ids broken over {lines} lines"
     await checked(page, shots, f"06-keys-created-{width}")
     await made.get_by_test_id("revoke").click()
     await made.get_by_test_id("revoke-confirm").click()
@@ -274,6 +277,14 @@ async def walk_through(
     await checked(page, shots, f"11-team-conversation-{width}")
 
 
+# The lines each element's text takes: its line boxes' tops, a new line where one is more than
+# 4 px below the last (a glyph from a fallback font, such as the ellipsis, sits a pixel apart).
+LINES = """els => els.map(el => {
+    const range = document.createRange();
+    range.selectNodeContents(el);
+    const tops = [...range.getClientRects()].map(r => r.top).sort((a, b) => a - b);
+    return tops.filter((top, i) => i === 0 || top - tops[i - 1] > 4).length;
+})"""
 LABEL_SIZES = """chart => [
     ...document.querySelectorAll(`svg.chart[data-chart="${chart}"] text.axis-label`)
 ].map(t => parseFloat(getComputedStyle(t).fontSize) * t.getScreenCTM().a)"""
