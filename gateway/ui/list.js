@@ -151,7 +151,7 @@ export async function conversationsPage(root, params) {
     },
   };
   const list = table([
-    { label: 'Conversation', cell: (c) => h('div', { class: 'conv-cell' },
+    { label: 'Conversation', grow: true, cell: (c) => h('div', { class: 'conv-cell' },
       h('a', { href: link(c), class: 'conv-preview', text: c.preview || '(no user message)' }),
       h('div', { class: 'conv-sub' }, idCell(c.id), h('span', { class: 'muted', 'data-testid': 'turns', text: ` · ${plural(c.turns, 'turn')}` }),
         c.parent_id ? h('span', { class: 'muted' }, ' · branch of ', idCell(c.parent_id, href(`/conversations/${enc(c.parent_id)}`))) : null)) },

@@ -82,7 +82,7 @@ export function idCell(id, link) {
 
 export function table(columns, rows, empty = 'Nothing here yet.', sorting = null) {
   if (!rows.length) return h('div', { class: 'empty' }, empty);
-  const trs = rows.map((row) => h('tr', row.attrs || {}, columns.map((c) => h('td', { class: c.num ? 'num' : null }, c.cell(row)))));
+  const trs = rows.map((row) => h('tr', row.attrs || {}, columns.map((c) => h('td', { class: c.num ? 'num' : c.grow ? 'grow' : null }, c.cell(row)))));
   const tbody = h('tbody', {}, trs);
   // A header shows `heading` when it has one (its `label` names it to the sort buttons), and
   // `sub` on a second line: a second sort button when the column has `subSortKey` (two figures

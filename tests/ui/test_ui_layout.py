@@ -15,6 +15,7 @@ from tests.ui.harness import MASTER, VIEWPORTS, Shots, checked, deployment, expe
 
 pytestmark = pytest.mark.timeout(90)
 ALIAS = "gpt-4o-mini-2024-07-18"
+LONG = "Please summarise the quarterly infrastructure report for the platform team"
 # The lines each one-line element takes: its text's line boxes, by their distinct tops.
 LINES = """() => {
     const lines = (el) => {
@@ -48,7 +49,7 @@ async def test_tables_fit_their_panels_and_names_stay_on_one_line(
     for n in range(3):  # each falls back from a to b: a failed attempt in every row
         a.push(status(503, {"error": {"message": "overloaded", "type": "server_error"}}))
         stream = await gw.client(MASTER).chat.completions.create(
-            model=ALIAS, messages=[{"role": "user", "content": f"Question {n}"}], stream=True
+            model=ALIAS, messages=[{"role": "user", "content": f"{LONG} {n}"}], stream=True
         )
         async for _ in stream:
             pass
@@ -62,5 +63,8 @@ async def test_tables_fit_their_panels_and_names_stay_on_one_line(
         await expect(name).to_be_visible()
         await expect(name).to_have_attribute("title", ALIAS)  # whole, a hover away
         assert await page.evaluate(LINES) == {"scrolling": 0, "wrapped": []}, view
+        if view == "conversations":  # the preview takes the room the other columns leave
+            preview = page.locator(".conv-preview").first
+            assert (await preview.bounding_box())["width"] > 100
         await checked(page, shots, f"51-layout-{view}-1440")
     await page.context.close()
