@@ -121,10 +121,11 @@ export async function keysPage(root) {
   ], teams.map((t) => ({ ...t, attrs: { 'data-team-id': t.id } })), 'No teams yet.')));
 
   // -- keys
+  const teamName = new Map(teams.map((t) => [t.id, t.name]));
   const state = (k) => (k.revoked_at ? 'revoked' : k.expires_at && k.expires_at <= now ? 'expired' : 'active');
   body.append(panel('Keys', table([
     { label: 'Key', cell: (k) => h('div', {}, h('strong', { text: k.name || '(unnamed)' }), h('div', { class: 'muted' }, h('code', { text: `${k.key_prefix}…` }), ' ', idCell(k.id))) },
-    { label: 'Team', cell: (k) => k.team_id },
+    { label: 'Team', cell: (k) => h('span', { title: k.team_id, 'data-testid': 'key-team', text: teamName.get(k.team_id) || k.team_id }) },
     { label: 'State', cell: (k) => h('span', { 'data-testid': 'key-state' }, state(k) === 'active' ? badge('active', 'ok') : statusBadge(state(k))) },
     { label: 'Models', cell: (k) => (k.models ? k.models.join(', ') : 'all') },
     { label: 'Limits', cell: (k) => limitsText(k.limits) },

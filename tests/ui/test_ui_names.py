@@ -1,6 +1,6 @@
-"""Teams and keys by their names on a conversation's page and in the team key's own views, in a
-real Chromium: the master key sees every team's and key's name, a team key its own team's and
-its own; the ids stay a hover away."""
+"""Teams and keys by their names on a conversation's page, in the keys table and in the team
+key's own views, in a real Chromium: the master key sees every team's and key's name, a team
+key its own team's and its own; the ids stay a hover away."""
 
 from __future__ import annotations
 
@@ -58,6 +58,9 @@ async def test_a_conversation_names_its_team_and_key(
     await checked(admin, shots, f"49-names-admin-{width}")
     await admin.goto(f"{gw.url}/ui/#/conversations/{unnamed}")  # a key without a name
     await expect(meta(admin, "Key")).to_have_text(f"{other['key_prefix']}…")
+    await admin.locator(".nav-link", has_text="Keys").click()  # each key's team, by name
+    await expect(admin.get_by_test_id("key-team")).to_have_text(["Search", "Search"])
+    await expect(admin.get_by_test_id("key-team").first).to_have_attribute("title", "search")
     await admin.context.close()
 
     team = await signed_in(browser, gw, key["key"], viewport=VIEWPORTS[width], bypass_csp=True)
