@@ -1,5 +1,6 @@
 """The request a turn was made with, folded under it in the admin UI, in a real Chromium: the
-endpoint and dialect, request and response ids, deployment, system prompt, parameters and tools offered."""
+endpoint and dialect, request and response ids, deployment, system prompt, parameters and tools
+offered."""
 
 from __future__ import annotations
 
