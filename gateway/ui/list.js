@@ -96,7 +96,7 @@ export async function conversationsPage(root, params) {
     isAdmin() ? api('/v1/gateway/keys').then((r) => r.data).catch(() => []) : [],
   ]);
   const controls = [
-    field('Search', h('input', { type: 'search', name: 'q', value: filters.q, placeholder: 'Message text, or a conversation, turn, response or request id', 'data-testid': 'filter-q' })),
+    field('Search', h('input', { type: 'search', name: 'q', value: filters.q, placeholder: 'Message text or any id', title: 'Words in any message, or exactly a conversation, turn, response or request id', 'data-testid': 'filter-q' })),
     isAdmin() ? field('Team', select('team_id', [['', 'All teams'], ...teams.map((t) => [t.id, `${t.name} (${t.id})`])], filters.team_id)) : null,
     isAdmin() ? field('Key', select('key_id', [['', 'All keys'], ...keys.map((k) => [k.id, `${k.name || k.key_prefix + '…'} · ${k.team_id}`])], filters.key_id)) : null,
     field('Model', select('model', [['', 'All models'], ...models.map((m) => [m, m])], filters.model)),

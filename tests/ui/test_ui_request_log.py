@@ -82,6 +82,17 @@ async def test_the_list_as_a_request_log(
     search = await page.get_by_test_id("filter-q").bounding_box()
     status = await page.get_by_test_id("filter-status").bounding_box()
     assert search and status and search["width"] > 2 * status["width"], (search, status)
+    hint_fits = await page.get_by_test_id("filter-q").evaluate(
+        """box => {
+            const style = getComputedStyle(box);
+            const context = document.createElement('canvas').getContext('2d');
+            context.font = style.font;
+            const padding = parseFloat(style.paddingLeft) + parseFloat(style.paddingRight);
+            const room = box.clientWidth - padding;
+            return context.measureText(box.placeholder).width <= room;
+        }"""
+    )
+    assert hint_fits, "the search box's hint is cut"
     row = page.locator(f'tr[data-conversation-id="{conversation_id}"]')
     await expect(row.locator("[data-status]")).to_have_text("completed")  # its last turn
     await expect(row.get_by_test_id("had-stopped")).to_be_visible()
