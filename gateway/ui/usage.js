@@ -167,7 +167,7 @@ export async function usagePage(root, params) {
   // One above the other: the rates table has seven columns, too many for half the page.
   body.append(h('div', {},
     panel('Top spenders', table([
-      { label: groupBy[0].toUpperCase() + groupBy.slice(1), cell: (g) => h('span', { class: 'legend-item' }, h('span', { class: 'swatch', style: { background: colour(g.group) } }), nameOf(g.group)) },
+      { label: groupBy[0].toUpperCase() + groupBy.slice(1), cell: (g) => h('span', { class: 'legend-item' }, h('span', { class: 'swatch', style: { background: colour(g.group) } }), h('span', { class: 'clip', title: nameOf(g.group), text: nameOf(g.group) })) },
       { label: 'Spend', num: true, cell: (g) => fmtUsd(g.cost) },
       { label: 'Share', cell: (g) => meter(maxCost ? g.cost / maxCost : 0, colour(g.group)) },
       { label: 'Tokens', num: true, cell: (g) => fmtInt(g.tokens) },
