@@ -271,6 +271,26 @@ async def listening(redis: Redis, prefix: str, replicas: int) -> None:
             await asyncio.sleep(0.05)
 
 
+async def stalling_replicas(
+    replicas: StartReplicas, make_upstream: MakeUpstream, tmp_path: Path
+) -> tuple[Replica, Replica, str, str]:
+    """Two replicas whose upstream stalls after "Hello there ", a team key, the Redis prefix."""
+    upstream = await make_upstream()
+    upstream.stall_after(["Hello ", "there "])
+    a, b = await replicas(upstream)
+    key = await team_key(a)
+    prefix = json.loads((tmp_path / "replica1.yaml").read_text())["limits"]["redis_prefix"]
+    return a, b, key, prefix
+
+
+async def kept_interrupted(replica: Replica, key: str, conversation: str, received: str) -> None:
+    """The conversation's answer is recorded interrupted, holding exactly what was received."""
+    events = await replica.call("GET", f"/v1/conversations/{conversation}/events", key=key)
+    message = next(e for e in events["data"] if e["type"] == "assistant/message")["payload"]
+    assert message["interrupted"] is True
+    assert message["content"][0]["text"] == received
+
+
 async def stalled_stream(replica: Replica, key: str) -> tuple[str, str, str, Any]:
     """A stream on `replica` whose upstream stalled after "Hello there ": its conversation and
     turn ids, the text received, and the rest of the stream."""
@@ -297,11 +317,7 @@ async def test_a_cancel_landing_on_the_other_replica_stops_the_turn(
 ) -> None:
     """The admin UI's Stop button lands on either replica: the one that does not run the turn
     passes the cancel on through Redis, and answers once the turn has ended."""
-    upstream = await make_upstream()
-    upstream.stall_after(["Hello ", "there "])
-    a, b = await replicas(upstream)
-    key = await team_key(a)
-    prefix = json.loads((tmp_path / "replica1.yaml").read_text())["limits"]["redis_prefix"]
+    a, b, key, prefix = await stalling_replicas(replicas, make_upstream, tmp_path)
     redis = Redis.from_url(redis_url)
     try:
         await listening(redis, prefix, 2)
@@ -313,10 +329,7 @@ async def test_a_cancel_landing_on_the_other_replica_stops_the_turn(
     assert cancelled["status"] == "interrupted"
     async for _ in chunks:  # the client's stream ends
         pass
-    events = (await b.call("GET", f"/v1/conversations/{conversation}/events", key=key))["data"]
-    message = next(e for e in events if e["type"] == "assistant/message")["payload"]
-    assert message["interrupted"] is True
-    assert message["content"][0]["text"] == received
+    await kept_interrupted(b, key, conversation, received)
     # Ended: a second cancel, on either replica, says so.
     for replica in (a, b):
         async with (
@@ -331,11 +344,7 @@ async def test_a_cancel_sent_while_the_runner_was_not_listening_still_stops_the_
 ) -> None:
     """Pub/sub drops a message no one is subscribed to hear: the cancel also waits in Redis,
     and the replica running the turn finds it when it listens again."""
-    upstream = await make_upstream()
-    upstream.stall_after(["Hello ", "there "])
-    a, b = await replicas(upstream)
-    key = await team_key(a)
-    prefix = json.loads((tmp_path / "replica1.yaml").read_text())["limits"]["redis_prefix"]
+    a, b, key, prefix = await stalling_replicas(replicas, make_upstream, tmp_path)
     redis = Redis.from_url(redis_url)
     try:
         await listening(redis, prefix, 2)
@@ -359,9 +368,7 @@ async def test_a_cancel_sent_while_the_runner_was_not_listening_still_stops_the_
     await a.logged("sent while this replica was not listening")
     async for _ in chunks:
         pass
-    events = (await b.call("GET", f"/v1/conversations/{conversation}/events", key=key))["data"]
-    message = next(e for e in events if e["type"] == "assistant/message")["payload"]
-    assert message["interrupted"] is True and message["content"][0]["text"] == received
+    await kept_interrupted(b, key, conversation, received)
 
 
 async def outcomes(calls: list[tuple[Replica, str]]) -> list[int]:
