@@ -464,6 +464,7 @@ class TurnRecorder:
             "user": self.user,
             "alias": self.alias,
             "reasoning": self.reasoning,
+            "response_id": self.response_id,
         }
 
     # -- helpers -------------------------------------------------------------------------

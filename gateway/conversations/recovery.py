@@ -78,6 +78,8 @@ async def recover_open_turns(
             if (message := checkpoint["message"]) is not None:
                 store.append(NewEvent(conversation_id, turn_id, ASSISTANT_MESSAGE, message))
             end["attempts"] = len(checkpoint["attempts"])
+            if checkpoint.get("response_id") is not None:  # not in an older gateway's
+                end["response_id"] = checkpoint["response_id"]
             if meter is not None and checkpoint["attempts"]:
                 await _estimate_prompts(store, conversation_id, turn_id, checkpoint["attempts"])
                 end["metered"] = meter.recovered(turn_id, conversation_id, checkpoint)

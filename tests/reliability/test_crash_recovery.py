@@ -43,6 +43,7 @@ class Reader:
     def __init__(self) -> None:
         self.text = ""
         self.conversation = ""
+        self.answer_id = ""  # the chunks' id
         self.moved = asyncio.Event()  # more text came
 
     async def read(self, session: aiohttp.ClientSession, url: str) -> None:
@@ -52,7 +53,9 @@ class Reader:
                 async for line in response.content:
                     if not line.startswith(b"data: {"):
                         continue
-                    for choice in json.loads(line[6:])["choices"]:
+                    chunk = json.loads(line[6:])
+                    self.answer_id = chunk["id"]
+                    for choice in chunk["choices"]:
                         self.text += choice["delta"].get("content") or ""
                     self.moved.set()
         except aiohttp.ClientError:
@@ -127,6 +130,7 @@ async def test_a_restart_closes_each_killed_stream_with_its_delivered_text(
         assert message["interrupted"] is True
         assert text_of(message) == reader.text == "".join(parts)
         assert end["status"] == "aborted" and end["reason"] == "crash_recovered"
+        assert end["response_id"] == reader.answer_id  # it still finds the conversation
         metered = end["metered"]
         assert metered["completion_delivered"] > 0 and metered["prompt_tokens"] > 0
         assert metered["usage_source"] == "estimated_lower_bound"
