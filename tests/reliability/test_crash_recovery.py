@@ -229,6 +229,9 @@ async def test_a_peer_closes_a_dead_replicas_stream_within_the_recovery_bound(
             await reader.until("".join(parts))
             events_url = f"http://127.0.0.1:{ports[1]}/v1/conversations/{reader.conversation}"
             await postgres_checkpointed(postgres, store["url"], reader.text)
+            # Its start is stored too (written apart from the checkpoint, and a kill before
+            # that write leaves nothing to close).
+            await beaten_since(store["url"], 0, replicas=2, turns=1)
             doomed.send_signal(signal.SIGKILL)
             await doomed.wait()
             killed = time.monotonic()
