@@ -86,6 +86,14 @@ export function isAdmin() {
   return Boolean(session.me && session.me.is_admin);
 }
 
+export function names(teams, keys) {
+  // Teams and keys by id, as the pages show them: a key without a name by its prefix.
+  return {
+    teams: new Map(teams.map((t) => [t.id, t.name])),
+    keys: new Map(keys.map((k) => [k.id, k.name || `${k.key_prefix}…`])),
+  };
+}
+
 export function ownTeamName() {
   // A team key's team, by its name (`GET /v1/me`), or its id when the gateway could not say.
   return session.me?.team_name || session.me?.team_id;

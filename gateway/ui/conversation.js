@@ -2,7 +2,7 @@
 // live while a turn is in progress (an ES module of the page; no build step).
 
 import { clear, h } from './dom.js';
-import { adminKeyName, api, enc, isAdmin, ownTeamName, query, session } from './api.js';
+import { adminKeyName, api, enc, isAdmin, names, ownTeamName, query, session } from './api.js';
 import { chatView } from './chat.js';
 import { redraw } from './composer.js';
 import { ZONE, fmtTime, shortId } from './format.js';
@@ -31,7 +31,7 @@ function groupTurns(events) {
 export async function conversationPage(root, id, params) {
   const view = params.get('view') === 'trajectory' ? 'trajectory' : 'chat';
   root.append(loading());
-  const [events, info, branches, usage, retrieved, names] = await Promise.all([
+  const [events, info, branches, usage, retrieved, known] = await Promise.all([
     api(`/v1/conversations/${enc(id)}/events`),
     api(`/v1/conversations${query({ id, limit: 1 })}`),
     api(`/v1/conversations${query({ parent_id: id, limit: 100 })}`),
@@ -51,8 +51,8 @@ export async function conversationPage(root, id, params) {
   const meta = h('dl', { class: 'meta' },
     metaItem('Status', statusBadge(conversation.status)),
     metaItem('Model', conversation.model || lastAlias || '—'),
-    metaItem('Team', conversation.team_id ? named(conversation.team_id, names.teams) || conversation.team_id : '—'),
-    metaItem('Key', conversation.key_id ? named(conversation.key_id, names.keys) || idCell(conversation.key_id) : adminKeyName()),
+    metaItem('Team', conversation.team_id ? named(conversation.team_id, known.teams) || conversation.team_id : '—'),
+    metaItem('Key', conversation.key_id ? named(conversation.key_id, known.keys) || idCell(conversation.key_id) : adminKeyName()),
     metaItem(`Created (${ZONE})`, fmtTime(conversation.created_at)),
     metaItem('Turns', String(turns.length)),
     conversation.parent_id ? metaItem('Branch of', h('span', {}, idCell(conversation.parent_id, href(`/conversations/${enc(conversation.parent_id)}`)), ` at seq ${conversation.parent_seq}`)) : null);
@@ -82,15 +82,12 @@ async function namesOf() {
     api('/v1/gateway/teams').then((r) => r.data).catch(() => []),
     api('/v1/gateway/keys').then((r) => r.data).catch(() => []),
   ]);
-  return {
-    teams: new Map(teams.map((t) => [t.id, t.name])),
-    keys: new Map(keys.map((k) => [k.id, k.name || `${k.key_prefix}…`])),
-  };
+  return names(teams, keys);
 }
 
-function named(id, names) {
+function named(id, byId) {
   // Its name, the id a hover away; null when its name is not known.
-  const name = names.get(id);
+  const name = byId.get(id);
   return name ? h('span', { title: id, text: name }) : null;
 }
 

@@ -2,7 +2,7 @@
 // build step).
 
 import { clear, h } from './dom.js';
-import { api, enc, query } from './api.js';
+import { api, enc, names, query } from './api.js';
 import { ZONE, fmtAgo, fmtTime, fmtUsd, limitsText, periodStart } from './format.js';
 import { badge, errorBox, field, idCell, loading, notice, pageHeader, panel, select, statusBadge, table } from './widgets.js';
 
@@ -121,7 +121,7 @@ export async function keysPage(root) {
   ], teams.map((t) => ({ ...t, attrs: { 'data-team-id': t.id } })), 'No teams yet.')));
 
   // -- keys
-  const teamName = new Map(teams.map((t) => [t.id, t.name]));
+  const teamName = names(teams, []).teams;
   const state = (k) => (k.revoked_at ? 'revoked' : k.expires_at && k.expires_at <= now ? 'expired' : 'active');
   body.append(panel('Keys', table([
     { label: 'Key', cell: (k) => h('div', {}, h('strong', { text: k.name || '(unnamed)' }), h('div', { class: 'muted' }, h('code', { text: `${k.key_prefix}…` }), ' ', idCell(k.id))) },

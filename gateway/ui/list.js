@@ -3,7 +3,7 @@
 // link, the breadcrumb back from a conversation and the browser's history all keep them.
 
 import { append, clear, h } from './dom.js';
-import { adminKeyName, api, enc, isAdmin, ownTeamName, query } from './api.js';
+import { adminKeyName, api, enc, isAdmin, names, ownTeamName, query } from './api.js';
 import { ZONE, fmtAgo, fmtInt, fmtMs, fmtTime, fmtUsd, plural, utcDay } from './format.js';
 import { applySoon, go, href, keepFocus } from './router.js';
 import { badge, field, idCell, loading, pageHeader, panel, select, statusBadge, table } from './widgets.js';
@@ -137,8 +137,7 @@ export async function conversationsPage(root, params) {
   const index = after ? stack.indexOf(after) : -1;
   const previous = after ? (index > 0 ? stack[index - 1] : '') : null;
   const rows = page.data.map((c) => ({ ...c, attrs: { 'data-conversation-id': c.id, class: 'row-link' } }));
-  const teamName = new Map(teams.map((t) => [t.id, t.name]));
-  const keyName = new Map(keys.map((k) => [k.id, k.name || `${k.key_prefix}…`]));
+  const { teams: teamName, keys: keyName } = names(teams, keys);
   const link = (c) => href(`/conversations/${enc(c.id)}`);
   const sorting = {
     by: filters.sort || DEFAULT_SORT,

@@ -2,7 +2,7 @@
 // page; no build step).
 
 import { clear, h } from './dom.js';
-import { api, errorOf, isAdmin, ownTeamName, query, request, session } from './api.js';
+import { api, errorOf, isAdmin, names, ownTeamName, query, request, session } from './api.js';
 import { budgetsPanel, ownBudgetPanel } from './budgets.js';
 import { meter, stackedBars } from './charts.js';
 import { fmtCompact, fmtInt, fmtPct, fmtUsd, pad, plural, shortId, utcDay } from './format.js';
@@ -50,8 +50,7 @@ export async function usagePage(root, params) {
     ? await Promise.all([api('/v1/gateway/teams').then((r) => r.data), api('/v1/gateway/keys').then((r) => r.data)])
     : [[], []];
   // Names instead of raw ids where the master key can read them.
-  const teamNames = new Map(teams.map((t) => [t.id, t.name]));
-  const keyNames = new Map(keys.map((k) => [k.id, k.name || `${k.key_prefix}…`]));
+  const { teams: teamNames, keys: keyNames } = names(teams, keys);
   const nameOf = (g) => {
     if (g === '(none)' || g === 'other') return g;
     if (groupBy === 'team' && teamNames.has(g)) return `${teamNames.get(g)} (${g})`;
