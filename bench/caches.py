@@ -53,7 +53,7 @@ def evict() -> None:
 
 
 def measure(turns: int, cold: bool) -> dict[str, float]:
-    store, meter = Dropped(), Meter(lambda deployment: None, lambda record: None)
+    store, meter = Dropped(), Meter(lambda deployment, model: None, lambda record: None)
     answer = orjson.loads(COMPLETION_BODY)
     route = {"provider": "openai", "deployment": "bench/0-openai", "model": "fake-model"}
     messages: list[Any] = [{"role": "user", "content": "Say hello."}]

@@ -44,7 +44,7 @@ async def record(turns: int) -> None:
         config = StoreConfig(url=f"sqlite:///{tmp}/bench.db", spool_path=tmp)
         store = make_store(config, "bench")
         await store.start()
-        meter = Meter(lambda deployment: None, UsageStore(store).write)
+        meter = Meter(lambda deployment, model: None, UsageStore(store).write)
         answer = orjson.loads(COMPLETION_BODY)
         route = {"provider": "openai", "deployment": "bench/0-openai", "model": "fake-model"}
         messages = [{"role": "user", "content": "Say hello."}]

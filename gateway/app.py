@@ -100,8 +100,7 @@ async def _resources(app: web.Application) -> AsyncIterator[None]:
     gateway.upstreams = UpstreamPool()
     gateway.router = Router(gateway.config, gateway.upstreams)
     warn_unverified(gateway.router.deployments())  # once each, for `tls.verify: false`
-    prices = {d.name: d.price for d in gateway.router.deployments()}
-    gateway.meter = Meter(prices.get, gateway.usage.write)
+    gateway.meter = Meter(gateway.router.price_of, gateway.usage.write)
     if gateway.store.connected.is_set():
         await gateway.store.heartbeat(started)
         recovered = await recover_open_turns(gateway.store, gateway.meter, at_start=True)

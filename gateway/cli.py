@@ -384,12 +384,14 @@ async def _admin(args: argparse.Namespace, loaded: LoadedConfig) -> int:
     from gateway.metering.admin import Admin, NewKey, NewTeam, TeamChanges
     from gateway.metering.auth import Authenticator
     from gateway.metering.key_store import KeyStore
+    from gateway.routing.router import serves
 
     config = loaded.config
     store = _cli_store(loaded)
     await store.start()
     keys = KeyStore(store)
-    admin = Admin(keys, Authenticator(None, keys, 0), [m.name for m in config.models])
+    aliases = [m.name for m in config.models]
+    admin = Admin(keys, Authenticator(None, keys, 0), lambda model: serves(aliases, model))
     try:
         if args.command == "teams" and args.action == "create":
             team = await admin.create_team(NewTeam(name=args.name, id=args.id))

@@ -327,7 +327,13 @@ class CooldownConfig(_Model):
 
 
 class ModelConfig(_Model):
-    name: str = Field(min_length=1, description="The alias clients send as `model`.")
+    name: str = Field(
+        min_length=1,
+        description="The alias clients send as `model`. Ending in `*` (`openai/*`, `claude-*`,"
+        " `*`), a pattern: it serves every id that starts with what comes before the `*`"
+        " (an exact alias wins, then the longest pattern), and a `*` in a deployment's `model`"
+        " is replaced by what the alias's `*` matched.",
+    )
     deployments: list[DeploymentConfig] = Field(min_length=1)
     strategy: Literal["fallback", "weighted", "least_busy", "latency", "cost"] = Field(
         "fallback", description="How the first deployment to try is chosen."
@@ -355,6 +361,21 @@ class ModelConfig(_Model):
         description="Drop the request parameters a deployment cannot carry (listed in"
         " `X-Gateway-Dropped-Params`) instead of answering 400 `unsupported_parameter`.",
     )
+
+    @model_validator(mode="after")
+    def _patterns(self) -> ModelConfig:
+        if "*" in self.name[:-1]:
+            raise ValueError(f"alias {self.name!r}: a `*` may only end an alias name")
+        for deployment in self.deployments:
+            model = deployment.model or ""
+            if model.count("*") > 1:
+                raise ValueError(f"alias {self.name!r}: a deployment's model may hold one `*`")
+            if "*" in model and not self.name.endswith("*"):
+                raise ValueError(
+                    f"alias {self.name!r}: a deployment's model may hold `*` only under an"
+                    " alias whose name ends in `*` (a pattern)"
+                )
+        return self
 
 
 class AuthConfig(_Model):

@@ -11,7 +11,7 @@ from gateway.metering.admin import Admin, KeyChanges, KeyRotation, NewKey, NewTe
 
 def _admin(request: web.Request) -> Admin:
     gateway = request.app[GATEWAY]
-    return Admin(gateway.keys, gateway.auth, gateway.routes.aliases)
+    return Admin(gateway.keys, gateway.auth, gateway.routes.known)
 
 
 async def deployments(request: web.Request) -> web.Response:

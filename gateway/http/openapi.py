@@ -215,6 +215,14 @@ def paths() -> dict[str, dict[str, Operation]]:
             )
         },
         "/v1/models": {"get": op("The configured model aliases", _ok(listing), _AUTH)},
+        "/v1/models/{id}": {
+            "get": op(
+                "One model the key may use (an alias, or an id a pattern alias serves)",
+                _ok(ref("Model")),
+                (*_AUTH, 404),
+                params=[path_param("id", "A model id")],
+            )
+        },
         "/v1/me": {
             "get": op(
                 "What the presented key acts as, and a virtual key's own limits and spend",

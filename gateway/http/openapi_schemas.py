@@ -501,6 +501,17 @@ CHAT_CANCELLATION: Schema = {
     },
 }
 
+MODEL: Schema = {
+    "type": "object",
+    "required": ["id", "object", "created", "owned_by"],
+    "properties": {
+        "id": STRING,
+        "object": {"const": "model"},
+        "created": {"type": "integer"},
+        "owned_by": STRING,
+    },
+}
+
 LIST: Schema = {
     "type": "object",
     "required": ["object", "data"],
@@ -529,6 +540,7 @@ def components() -> dict[str, Schema]:
         "ChatCompletionCancellation": CHAT_CANCELLATION,
         "TurnCancellation": TURN_CANCELLATION,
         "List": LIST,
+        "Model": MODEL,
         "Principal": PRINCIPAL,
         "OwnLimits": OWN_LIMITS,
         **_pydantic(NewTeam, TeamChanges, NewKey, KeyChanges, KeyRotation, Limits),

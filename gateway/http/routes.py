@@ -61,6 +61,7 @@ def add_routes(app: web.Application) -> None:
     app.router.add_post("/v1/responses/{id}/cancel", responses.cancel)
     app.router.add_post("/v1/embeddings", embeddings.embeddings)
     app.router.add_get("/v1/models", system.models)
+    app.router.add_get("/v1/models/{id:.+}", system.model)
     app.router.add_get("/v1/me", ui.me)
     app.router.add_get("/v1/usage", usage.usage)
     app.router.add_post("/v1/conversations", conversations.create)

@@ -46,13 +46,23 @@ async def ready(request: web.Request) -> web.Response:
     return web.json_response({"status": "ok", "store": "spooling" if store.spooling else "ok"})
 
 
+def _model(model_id: str) -> dict[str, object]:
+    return {"id": model_id, "object": "model", "created": _STARTED, "owned_by": "gateway"}
+
+
 async def models(request: web.Request) -> web.Response:
+    """The aliases the key may use, pattern aliases (`openai/*`) by their own name."""
     principal = request[PRINCIPAL]
     aliases = [a for a in request.app[GATEWAY].routes.aliases if principal.may_use(a)]
-    data = [
-        {"id": a, "object": "model", "created": _STARTED, "owned_by": "gateway"} for a in aliases
-    ]
-    return web.json_response({"object": "list", "data": data})
+    return web.json_response({"object": "list", "data": [_model(a) for a in aliases]})
+
+
+async def model(request: web.Request) -> web.Response:
+    """GET /v1/models/{id}: the model, when an alias (or a pattern alias) serves it to this
+    key; else 404 `model_not_found`, as for a completion asking for it."""
+    model_id = request.match_info["id"]
+    request.app[GATEWAY].routes.alias(model_id, request[PRINCIPAL])
+    return web.json_response(_model(model_id))
 
 
 async def metrics(request: web.Request) -> web.Response:

@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import re
 import time
+from collections.abc import Callable
 from dataclasses import dataclass, replace
 from typing import Any
 
@@ -70,10 +71,10 @@ class RotatedKey:
 
 
 class Admin:
-    def __init__(self, keys: KeyStore, auth: Authenticator, aliases: list[str]) -> None:
+    def __init__(self, keys: KeyStore, auth: Authenticator, known: Callable[[str], bool]) -> None:
         self._keys = keys
         self._auth = auth
-        self._aliases = aliases
+        self._known = known  # whether a model id is served: an alias, or a pattern's
 
     async def create_team(self, request: NewTeam) -> Team:
         team_id = request.id or new_id("team")
@@ -187,6 +188,6 @@ class Admin:
         return RotatedKey(new, secret, old)
 
     def _check_models(self, models: list[str] | None) -> None:
-        unknown = [m for m in models or () if m not in self._aliases]
+        unknown = [m for m in models or () if not self._known(m)]
         if unknown:
             raise InvalidRequest(f"Unknown model aliases: {', '.join(unknown)}.", param="models")

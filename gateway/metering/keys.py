@@ -98,8 +98,11 @@ class Principal:
     def is_admin(self) -> bool:
         return self.kind != "key"
 
-    def may_use(self, alias: str) -> bool:
-        return self.models is None or alias in self.models
+    def may_use(self, model: str, alias: str | None = None) -> bool:
+        """Whether the key may ask for `model`, served by the configured `alias` (a pattern
+        alias's own name, `openai/*`, allows every id it serves)."""
+        models = self.models
+        return models is None or model in models or (alias is not None and alias in models)
 
     def sees(self, team_id: str | None) -> bool:
         return self.is_admin or (team_id is not None and team_id == self.team_id)

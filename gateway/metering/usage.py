@@ -171,10 +171,10 @@ def _totals(record: UsageRecord) -> dict[str, Any]:
 class Meter:
     def __init__(
         self,
-        price_of: Callable[[str], Price | None],
+        price_of: Callable[[str, str], Price | None],
         write: Callable[[UsageRecord], None],
     ) -> None:
-        self._price_of = price_of  # deployment name -> price
+        self._price_of = price_of  # (deployment name, upstream model) -> price
         self._write = write
         self._counters: dict[tuple[str, str, str], tuple[tuple[Any, ...], Any]] = {}
 
@@ -217,7 +217,7 @@ class Meter:
                 prompt, _, _, cached, write_5m, write_1h = provider_counts(usage)
             source = "estimated_lower_bound"
         deployment = str(route.get("deployment"))
-        price = self._price_of(deployment)
+        price = self._price_of(deployment, str(route.get("model")))
         cost = price.cost(prompt, completion, cached, write_5m, write_1h) if price else None
         return UsageRecord(
             id=f"{turn_id}:{attempt['number']}",
@@ -297,7 +297,7 @@ class Meter:
         else:
             delivered = 0
         deployment = str(attempt.route.get("deployment"))
-        price = self._price_of(deployment)
+        price = self._price_of(deployment, str(attempt.route.get("model")))
         cost = (
             price.cost(prompt, completion, cached, write_5m, write_1h)
             if price is not None

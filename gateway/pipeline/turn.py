@@ -150,7 +150,7 @@ async def _run_turn(
         request={
             "endpoint": turn.dialect.name,
             "request_id": turn.request_id,
-            "model": alias.name,
+            "model": alias.model,
             "stream": turn.stream,
             "user": user,  # whom it is for (the key's user, else the request's)
             "instructions": [

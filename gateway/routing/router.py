@@ -5,13 +5,22 @@ A deployment is one provider + upstream model + endpoint, with its live health
 weighted random, least busy, lowest time to first token, cheapest for this request), then the
 deployments of its `fallbacks` aliases follow in their own order. Deployments cooling down
 are left out unless nothing else is available.
+
+An alias whose name ends in `*` is a pattern (`openai/*`, `claude-*`, `*`): it serves every
+requested id that starts with its literal prefix, exact aliases first, then the longest pattern.
+A deployment of it whose `model` holds a `*` sends that `*` replaced by what the alias's `*`
+matched (`model: "*"` under `openai/*`: `openai/gpt-4.1` -> `gpt-4.1`), priced for that model.
+Each id so resolved is an alias of its own, made once and kept (the most recent few hundred),
+whose deployments share their pattern deployment's name and health.
 """
 
 from __future__ import annotations
 
 import logging
 import random
-from dataclasses import dataclass, field
+from collections import OrderedDict
+from collections.abc import Iterable
+from dataclasses import dataclass, field, replace
 from typing import Any
 
 from gateway.config import DeploymentConfig, GatewayConfig, ModelConfig, RetryConfig
@@ -64,10 +73,19 @@ class Deployment:
 class Alias:
     config: ModelConfig
     deployments: list[Deployment]
+    # The id the client asked for, when a pattern alias (`config.name` ends in `*`) serves it.
+    requested: str | None = None
 
     @property
     def name(self) -> str:
+        """The configured alias (a pattern's own name, `openai/*`): what metrics, limits and
+        usage rows group by; `model` is the id the client sent."""
         return self.config.name
+
+    @property
+    def model(self) -> str:
+        """The model id as the client sent it: the alias, or what a pattern matched."""
+        return self.requested or self.config.name
 
     @property
     def retry(self) -> RetryConfig:
@@ -91,6 +109,16 @@ def _provider(config: DeploymentConfig, model: str, pool: UpstreamPool) -> Provi
 
         return LiteLLMProvider(config, model)
     return OpenAICompatibleProvider(config, pool, model)
+
+
+def is_pattern(alias: str) -> bool:
+    return alias.endswith("*")
+
+
+def serves(aliases: Iterable[str], name: str) -> bool:
+    """Whether the configured `aliases` serve the model id `name`: one is it, or is a
+    pattern whose prefix it has."""
+    return any(a == name or (is_pattern(a) and name.startswith(a[:-1])) for a in aliases)
 
 
 def deployment_name(alias: str, index: int, config: DeploymentConfig) -> str:
@@ -144,6 +172,11 @@ def estimate_tokens(body: dict[str, Any]) -> tuple[int, int]:
     return max(1, prompt), int(completion) if isinstance(completion, int) else 512
 
 
+# How many ids served by pattern aliases are kept resolved (their providers made, prices looked
+# up); the least recently used goes first.
+RESOLVED_IDS = 512
+
+
 class Router:
     def __init__(
         self,
@@ -153,9 +186,12 @@ class Router:
     ) -> None:
         self._aliases: dict[str, Alias] = {}
         self._rng = rng or random.Random()
+        self._pool = pool
         names: set[str] = set()
         # Prices resolve once, here: the price file is read at start, as the config is.
-        file = load_price_file(config.prices) if config.prices is not None else None
+        file = self._price_file = (
+            load_price_file(config.prices) if config.prices is not None else None
+        )
         for model in config.models:
             deployments = []
             for i, dep in enumerate(model.deployments):
@@ -167,7 +203,7 @@ class Router:
                 health = DeploymentHealth(name, model.cooldown, dep.max_concurrency)
                 provider = _provider(dep, upstream_model, pool)
                 priced = price_deployment(dep, upstream_model, file)
-                if priced.price is None:
+                if priced.price is None and "*" not in upstream_model:
                     log.warning(
                         "deployment %s (model %s) has no price, so a hard budget refuses its"
                         " requests (price_unknown) and its usage is recorded without cost: %s",
@@ -188,21 +224,88 @@ class Router:
                     )
                 )
             self._aliases[model.name] = Alias(model, deployments)
+        # Pattern aliases, longest literal prefix first: the first that matches wins.
+        self._patterns = sorted(
+            (a for a in self._aliases.values() if is_pattern(a.name)),
+            key=lambda a: -len(a.name),
+        )
+        self._resolved: OrderedDict[tuple[str, str], Alias] = OrderedDict()
+        self._by_name = {d.name: d for a in self._aliases.values() for d in a.deployments}
+        self._model_prices: dict[tuple[str, str], Resolved] = {}
 
     @property
     def aliases(self) -> list[str]:
         return list(self._aliases)
 
     def alias(self, name: object, principal: Principal | None = None) -> Alias:
-        if (
-            not isinstance(name, str)
-            or name not in self._aliases
-            or (principal is not None and not principal.may_use(name))
+        found = self.find(name) if isinstance(name, str) else None
+        if found is None or (
+            principal is not None and not principal.may_use(found.model, found.name)
         ):
             raise ModelNotFound(
                 f"The model `{name}` does not exist or you do not have access to it.", param="model"
             )
-        return self._aliases[name]
+        return found
+
+    def known(self, name: str) -> bool:
+        """Whether `name` is an alias, or an id a pattern alias serves (keys' model lists)."""
+        return serves(self._aliases, name)
+
+    def find(self, name: str) -> Alias | None:
+        """The alias serving the model id `name`: an exact alias, else the longest pattern
+        whose prefix it has (resolved for that id); None when none does."""
+        exact = self._aliases.get(name)
+        if exact is not None and not is_pattern(name):
+            return exact
+        for pattern in self._patterns:
+            prefix = pattern.name[:-1]
+            if name.startswith(prefix):
+                return self._resolved_for(pattern, name, name[len(prefix) :])
+        return None
+
+    def _resolved_for(self, pattern: Alias, requested: str, matched: str) -> Alias:
+        """`pattern` serving `requested`, whose part its `*` stands for is `matched`: each
+        deployment sending the model that names, priced for it, sharing the pattern
+        deployment's name and health. Made once, kept among the most recently used."""
+        key = (pattern.name, requested)
+        resolved = self._resolved.get(key)
+        if resolved is not None:
+            self._resolved.move_to_end(key)
+            return resolved
+        deployments = []
+        for template in pattern.deployments:
+            model = template.upstream_model.replace("*", matched, 1)
+            if model == template.upstream_model:
+                deployments.append(template)
+                continue
+            deployments.append(
+                replace(
+                    template,
+                    upstream_model=model,
+                    provider=_provider(template.config, model, self._pool),
+                    priced=price_deployment(template.config, model, self._price_file),
+                )
+            )
+        resolved = self._resolved[key] = Alias(pattern.config, deployments, requested)
+        if len(self._resolved) > RESOLVED_IDS:
+            self._resolved.popitem(last=False)
+        return resolved
+
+    def price_of(self, deployment: str, model: str) -> Price | None:
+        """The price of `model` sent to the deployment named `deployment` (a pattern
+        deployment's price depends on the model it sent); None when unpriced or unknown."""
+        template = self._by_name.get(deployment)
+        if template is None:
+            return None
+        if model == template.upstream_model or "*" not in template.upstream_model:
+            return template.price
+        priced = self._model_prices.get((deployment, model))
+        if priced is None:
+            priced = price_deployment(template.config, model, self._price_file)
+            if len(self._model_prices) >= RESOLVED_IDS:
+                self._model_prices.pop(next(iter(self._model_prices)))
+            self._model_prices[deployment, model] = priced
+        return priced.price
 
     def deployments(self) -> list[Deployment]:
         return [d for a in self._aliases.values() for d in a.deployments]
@@ -212,7 +315,7 @@ class Router:
         ordered: list[Deployment] = []
         seen: set[str] = set()
         for name in [alias.name, *alias.config.fallbacks]:
-            group = self._aliases[name]
+            group = alias if name == alias.name else self._fallback(alias, name)
             for deployment in self._order(group, body):
                 if deployment.name not in seen:
                     seen.add(deployment.name)
@@ -222,6 +325,17 @@ class Router:
             return available
         # Everything is cooling down or full: try the one that recovers first rather than fail.
         return sorted(ordered, key=lambda d: d.health.cooling_until)
+
+    def _fallback(self, alias: Alias, name: str) -> Alias:
+        """A fallback alias of `alias`; a pattern one serves what `alias`'s `*` matched (the
+        whole requested id, behind an exact alias)."""
+        group = self._aliases[name]
+        if not is_pattern(name):
+            return group
+        model = alias.model
+        if is_pattern(alias.name):
+            model = model[len(alias.name) - 1 :]
+        return self._resolved_for(group, group.name[:-1] + model, model)
 
     def _order(self, alias: Alias, body: dict[str, Any]) -> list[Deployment]:
         deployments = list(alias.deployments)
