@@ -16,6 +16,7 @@ from gateway.conversations.recovery import PeerWatch, recover_open_turns
 from gateway.conversations.service import Conversations
 from gateway.http.auth import authenticate
 from gateway.http.conversations import CANCEL_BUS
+from gateway.http.cors import CORS, Cors
 from gateway.http.middleware import add_request_id, errors_and_ids
 from gateway.http.routes import add_routes
 from gateway.http.slow_clients import request_limits
@@ -35,7 +36,6 @@ from gateway.upstream.pool import UpstreamPool
 from gateway.upstream.tls import warn_unverified
 
 log = logging.getLogger(__name__)
-
 
 
 def _limiter(config: GatewayConfig, usage: UsageStore) -> Limiter:
@@ -72,12 +72,19 @@ def create_app(config: GatewayConfig, *, instance: str | None = None) -> web.App
     )
     metrics.STORE_QUEUE.set_function(store.queue_depth)
     metrics.STORE_SPOOL_BYTES.set_function(store.spooled_bytes)
+    # Before auth: bodies are timed (408), a declared size over the limit is refused (413).
+    middlewares = [errors_and_ids, request_limits(config.server.body_timeout_s), authenticate]
+    cors = Cors(config.server.cors_origins) if config.server.cors_origins else None
+    if cors is not None:  # preflights are answered before a key is asked for
+        middlewares.insert(1, cors.preflight)
     app = web.Application(
-        # Before auth: bodies are timed (408), a declared size over the limit is refused (413).
-        middlewares=[errors_and_ids, request_limits(config.server.body_timeout_s), authenticate],
+        middlewares=middlewares,
         client_max_size=int(config.server.max_body_mb * 1024 * 1024),
     )
     app[GATEWAY] = gateway
+    if cors is not None:
+        app[CORS] = cors
+        app.on_response_prepare.append(cors.on_prepare)
     if config.limits.redis_url is not None:
         from gateway.pipeline.cancel_bus import CancelBus
 

@@ -23,6 +23,7 @@ from gateway.upstream.tls import TrustError, check_bundle, environment_trust
 
 DEFAULT_CONFIG_PATH = Path("config/gateway.yaml")
 
+_ORIGIN = re.compile(r"[a-z][a-z0-9+.-]*://[^/\s?#]+")
 _ENV_REF = re.compile(r"\$\{([A-Za-z_][A-Za-z0-9_]*)(?::-([^}]*))?\}")
 
 
@@ -79,6 +80,25 @@ class ServerConfig(_Model):
         description="Open client connections at most; a connection beyond them gets 503 for its"
         " request (`/health/live` is still answered) and is closed.",
     )
+    cors_origins: list[str] | Literal["*"] | None = Field(
+        None,
+        description="Origins whose browser pages may call the API (`https://app.example.com`,"
+        " `http://localhost:5173`), or `*` for any: their preflights are answered without a"
+        " key and their answers carry `Access-Control-Allow-Origin`. Unset: no CORS headers.",
+    )
+
+    @field_validator("cors_origins")
+    @classmethod
+    def _exact_origins(cls, value: list[str] | str | None) -> list[str] | str | None:
+        if not isinstance(value, list):
+            return value
+        for origin in value:
+            if origin != "*" and not _ORIGIN.fullmatch(origin):
+                raise ValueError(
+                    f"{origin!r} is not an origin: write scheme://host[:port], with no path"
+                    " and no trailing slash (`http://localhost:5173`), or `*` for any"
+                )
+        return value
 
 
 class StoreConfig(_Model):

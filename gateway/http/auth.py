@@ -7,6 +7,7 @@ from aiohttp.typedefs import Handler
 
 from gateway.context import GATEWAY
 from gateway.errors import Forbidden
+from gateway.http.cors import CORS
 from gateway.metering.keys import Principal
 
 PRINCIPAL = web.RequestKey("principal", Principal)
@@ -15,8 +16,9 @@ PUBLIC = frozenset({"/health/live", "/health/ready", "/metrics", "/openapi.json"
 ADMIN_PREFIX = "/v1/gateway/"
 UI = "/ui"  # the admin UI's static files: public, its data calls carry the key
 # What a browser says of where a request comes from (`Sec-Fetch-Site`). The API answers no
-# other site (it sends no CORS headers), so such a request can only be a forged one: a form or a
-# no-cors fetch on another page, acting as the admin on a gateway that runs open.
+# other site unless `server.cors_origins` lists it, so another site's request can only be a
+# forged one: a form or a no-cors fetch on another page, acting as the admin on a gateway that
+# runs open. A listed origin's pages may call the API, never the operator endpoints.
 CROSS_SITE = frozenset({"cross-site", "same-site"})
 
 
@@ -24,7 +26,7 @@ CROSS_SITE = frozenset({"cross-site", "same-site"})
 async def authenticate(request: web.Request, handler: Handler) -> web.StreamResponse:
     if request.path in PUBLIC or request.path == UI or request.path.startswith(UI + "/"):
         return await handler(request)
-    if request.headers.get("Sec-Fetch-Site") in CROSS_SITE:
+    if request.headers.get("Sec-Fetch-Site") in CROSS_SITE and not _allowed_origin(request):
         raise Forbidden(
             "Requests from another site's page are not accepted.", code="cross_site_request"
         )
@@ -33,3 +35,14 @@ async def authenticate(request: web.Request, handler: Handler) -> web.StreamResp
         raise Forbidden("This endpoint needs the master key.")
     request[PRINCIPAL] = principal
     return await handler(request)
+
+
+def _allowed_origin(request: web.Request) -> bool:
+    """A page of an origin `server.cors_origins` lists, calling anything but the operator
+    endpoints."""
+    cors = request.app.get(CORS)
+    return (
+        cors is not None
+        and cors.allows(request.headers.get("Origin"))
+        and not request.path.startswith(ADMIN_PREFIX)
+    )

@@ -189,6 +189,7 @@ TABLE: list[Probe] = [
     # -- about the caller -----------------------------------------------------------------------
     Probe("GET", "/v1/me", SELF),
     Probe("GET", "/v1/models", SELF),
+    Probe("GET", "/v1/models/{id}", SELF, path="/v1/models/demo"),
     Probe("POST", "/v1/embeddings", CREATE, body=lambda i: {"model": "demo", "input": "beta"}),
     # -- the admin API --------------------------------------------------------------------------
     Probe("GET", "/v1/gateway/deployments", ADMIN),

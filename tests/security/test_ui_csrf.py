@@ -8,8 +8,9 @@
   enough: a form post or a no-cors fetch from another site's page would act. Browsers label
   such requests `Sec-Fetch-Site: cross-site` (or `same-site`), and the gateway refuses them
   (403 `cross_site_request`) before anything runs.
-- Cross-origin reads: the gateway sends no CORS headers at all, for a preflight or a request:
-  no `Access-Control-Allow-Origin` (let alone `*` with credentials), no reflected Origin.
+- Cross-origin reads: unless `server.cors_origins` lists an origin (tests/http/test_cors.py), the
+  gateway sends no CORS headers at all, for a preflight or a request: no
+  `Access-Control-Allow-Origin` (let alone `*` with credentials), no reflected Origin.
 """
 
 from __future__ import annotations
