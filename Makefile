@@ -4,6 +4,8 @@ VENV := .venv
 BIN := $(VENV)/bin
 CONFIG ?= config/gateway.yaml
 STAMP := $(VENV)/.installed
+RUN_STAMP := $(VENV)/.installed-run
+PORT ?=
 JS_STAMP := tests/js/node_modules/.installed
 UI_STAMP := tests/ui/node_modules/.installed
 
@@ -31,11 +33,18 @@ system:
 		DEBIAN_FRONTEND=noninteractive $$SUDO apt-get install -y -qq --no-install-recommends $$need; \
 	fi
 
+# What serving needs (make run), and that plus the development toolchain (make test).
+$(RUN_STAMP): pyproject.toml
+	test -x $(BIN)/python || $(PY) -m venv $(VENV)
+	$(BIN)/pip install --quiet --upgrade pip
+	$(BIN)/pip install --quiet -e .
+	touch $(RUN_STAMP)
+
 $(STAMP): pyproject.toml
 	test -x $(BIN)/python || $(PY) -m venv $(VENV)
 	$(BIN)/pip install --quiet --upgrade pip
 	$(BIN)/pip install --quiet -e '.[dev]'
-	touch $(STAMP)
+	touch $(STAMP) $(RUN_STAMP)
 
 # The JavaScript clients tests/js drives, and axe-core for tests/ui's accessibility check
 # (package.json pins them; the lockfiles are committed): installed from the npm registry once,
@@ -50,9 +59,10 @@ $(UI_STAMP): tests/ui/package.json tests/ui/package-lock.json | system
 	cd tests/ui && npm ci --no-audit --no-fund --loglevel=error
 	touch $(UI_STAMP)
 
-run: setup
+run: $(RUN_STAMP)
 	mkdir -p data
-	$(BIN)/gateway serve --config $(CONFIG)
+	@echo "make run: serving $(CONFIG); another port: PORT=8080 make run (or gateway serve --port 8080)"
+	$(BIN)/gateway serve --config $(CONFIG) $(if $(PORT),--port $(PORT))
 
 test: setup system js
 	$(BIN)/ruff check gateway tests bench

@@ -374,14 +374,19 @@ def guarded_runner(app: web.Application, server: ServerConfig, **kwargs: Any) ->
     guard = functools.partial(
         SlowClientGuard,
         header_timeout_s=server.header_timeout_s,
-        cap=ConnectionCap(connection_cap(server.max_connections)),
+        cap=ConnectionCap(
+            connection_cap(
+                server.max_connections, chosen="max_connections" in server.model_fields_set
+            )
+        ),
     )
     return connection_runner(app, guard, **kwargs)
 
 
-def connection_cap(configured: int) -> int:
+def connection_cap(configured: int, *, chosen: bool = True) -> int:
     """`server.max_connections`, or fewer: as many as the process's file limit holds, once
-    raised to its hard limit where it is lower than the cap needs."""
+    raised to its hard limit where it is lower than the cap needs. Lowering a cap the operator
+    `chosen` is a warning; lowering the default, a line of information."""
     needed = configured * FDS_PER_CONNECTION + RESERVED_FDS
     try:
         soft, hard = resource.getrlimit(resource.RLIMIT_NOFILE)
@@ -395,7 +400,8 @@ def connection_cap(configured: int) -> int:
     if soft == resource.RLIM_INFINITY or soft >= needed:
         return configured
     cap = max(1, (soft - RESERVED_FDS) // FDS_PER_CONNECTION)
-    log.warning(
+    log.log(
+        logging.WARNING if chosen else logging.INFO,
         "server.max_connections is %d, but the file limit (ulimit -n) of %d holds %d client"
         " connections: capped at %d (raise LimitNOFILE or ulimit -n for more)",
         configured,

@@ -604,11 +604,13 @@ async def migrate(db: Db) -> list[int]:
     version = await current_version(db)
     check_not_ahead(version, db.dialect)
     applied = []
+    # A new store is made in one go, said in one line; an existing one says each step before
+    # it runs (some rebuild a table, which takes a while: version 4 of SQLite's).
+    step = logging.DEBUG if version == 0 else logging.INFO
     for migration in MIGRATIONS[db.dialect]:
         if migration.version <= version:
             continue
-        # Some rebuild a table (version 4 of SQLite's), which takes a while: say so first.
-        log.info("store migrating to version %d (%s)", migration.version, migration.name)
+        log.log(step, "store migrating to version %d (%s)", migration.version, migration.name)
         for statement in migration.statements:
             await db.execute(statement)
         if migration.run is not None:
@@ -619,8 +621,11 @@ async def migrate(db: Db) -> list[int]:
             migration.name,
             time.time(),
         )
-        log.info("store migrated to version %d (%s)", migration.version, migration.name)
         applied.append(migration.version)
+    if applied and version == 0:
+        log.info("store created at schema version %d", applied[-1])
+    elif applied:
+        log.info("store migrated from schema version %d to %d", version, applied[-1])
     await scrub_configured(db, scrub.configured())
     return applied
 

@@ -100,3 +100,29 @@ async def test_a_new_store_has_events_as_a_rowid_table(tmp_path: Path) -> None:
         sql = db.execute("SELECT sql FROM sqlite_master WHERE name = 'events'").fetchone()[0]
         assert "WITHOUT ROWID" not in sql
         assert db.execute("SELECT COUNT(rowid) FROM events").fetchone() == (0,)
+
+
+async def test_a_new_store_says_so_in_one_line_and_an_upgrade_names_its_steps(
+    tmp_path: Path, caplog: pytest.LogCaptureFixture
+) -> None:
+    latest = schema.MIGRATIONS["sqlite"][-1].version
+    caplog.set_level("INFO", logger="gateway.storage.schema")
+    config = StoreConfig(url=f"sqlite:///{tmp_path}/new.db", spool_path=str(tmp_path / "s1"))
+    store = make_store(config, "test")
+    await store.start()
+    await store.close()
+    said = [r.getMessage() for r in caplog.records if r.name == "gateway.storage.schema"]
+    assert said == [f"store created at schema version {latest}"]
+
+    caplog.clear()
+    _sqlite_at(tmp_path / "old.db", latest - 2).close()
+    config = StoreConfig(url=f"sqlite:///{tmp_path}/old.db", spool_path=str(tmp_path / "s2"))
+    store = make_store(config, "test")
+    await store.start()
+    await store.close()
+    said = [r.getMessage() for r in caplog.records if r.name == "gateway.storage.schema"]
+    assert said[-1] == f"store migrated from schema version {latest - 2} to {latest}"
+    assert [m for m in said if m.startswith("store migrating to version")] == [
+        f"store migrating to version {m.version} ({m.name})"
+        for m in schema.MIGRATIONS["sqlite"][-2:]
+    ]
