@@ -43,11 +43,11 @@ from gateway.dialects.requests import (
 from gateway.errors import (
     GatewayError,
     InvalidRequest,
-    UnsupportedParameter,
     UpstreamStreamError,
 )
 from gateway.ids import random_hex
 from gateway.providers.anthropic_messages import ERROR_STATUS, STOP_REASONS
+from gateway.providers.params import ANTHROPIC_EXTRAS, ANTHROPIC_REQUEST, AnthropicBody
 from gateway.stream.assembler import BlockAssembler
 from gateway.stream.events import (
     REASONING,
@@ -94,7 +94,9 @@ class AnthropicTextBlock(BaseModel):
 class AnthropicMessage(BaseModel):
     model_config = ConfigDict(extra="allow", defer_build=True)
 
-    role: Literal["user", "assistant"]
+    # `system` inside `messages`: instructions at their place in the history (Claude Code
+    # sends its environment so).
+    role: Literal["user", "assistant", "system"]
     content: str | list[dict[str, Any]]
 
     @field_validator("content", mode="before")
@@ -183,8 +185,11 @@ def parse_request(
     `top_k` rides along for an Anthropic upstream (refused by name by the others,
     gateway.providers.params), `output_config.format` becomes `response_format` and
     `service_tier` goes in OpenAI's names. Any other top-level field (`container`,
-    `mcp_servers`, ...: Anthropic's server-side features) is a 400 naming it, never dropped
-    without a word. `cache_control` (on system, content and tool_result blocks, tool_use
+    `context_management`, `mcp_servers`, the rest of `output_config`, ...: Anthropic's own
+    features) is carried by name for Anthropic deployments and refused by name by the others
+    (`ANTHROPIC_EXTRAS`), never dropped without a word; the client's body itself rides along
+    too, for an Anthropic deployment to be sent as it came (`ANTHROPIC_REQUEST`).
+    `cache_control` (on system, content and tool_result blocks, tool_use
     blocks and tools), a tool result's `is_error`, and signed and redacted thinking ride in the
     OpenAI body as the extensions the Anthropic upstream adapter reads back (`cache_control` on
     parts, messages and tools; `is_error` on a tool message; an assistant message's
@@ -195,14 +200,22 @@ def parse_request(
     if shape is not None:
         check_shape(body, *shape)  # before the messages are validated one by one
     request = validated(AnthropicRequest, body)
-    for name in request.model_extra or ():
-        if name not in _CARRIED_EXTRAS:
-            raise UnsupportedParameter(
-                f"'{name}' is not supported by this gateway's Messages API: it has no form"
-                " any upstream would get, and is not dropped without a word.",
-                param=name,
-            )
-    return to_openai_body(request), request
+    out = to_openai_body(request)
+    extras = anthropic_extras(request.model_extra or {})
+    if extras:
+        out[ANTHROPIC_EXTRAS] = extras
+    out[ANTHROPIC_REQUEST] = AnthropicBody(body, out["messages"])
+    return out, request
+
+
+def anthropic_extras(extra: dict[str, Any]) -> dict[str, Any]:
+    """The request's top-level fields that only Anthropic's API has, by name: those outside
+    the model but the ones translated (`service_tier`, `output_config.format`)."""
+    out = {name: value for name, value in extra.items() if name not in _CARRIED_EXTRAS}
+    config = extra.get("output_config")
+    if isinstance(config, dict) and (rest := {k: v for k, v in config.items() if k != "format"}):
+        out["output_config"] = rest
+    return out
 
 
 # Top-level fields outside the model that are carried (in `to_openai_body`).
@@ -217,6 +230,8 @@ def to_openai_body(request: AnthropicRequest) -> dict[str, Any]:
     for i, message in enumerate(request.messages):
         if message.role == "user":
             messages += _user_messages(message.content, f"messages[{i}].content")
+        elif message.role == "system":
+            messages.append(_system_message(message.content, f"messages[{i}].content"))
         else:
             messages.append(_assistant_message(message.content, f"messages[{i}].content"))
 
@@ -313,6 +328,20 @@ def _system(system: str | list[AnthropicTextBlock] | None) -> str | list[dict[st
         ]
         return _content(parts) if parts else None
     return system or None
+
+
+def _system_message(content: str | list[dict[str, Any]], param: str) -> dict[str, Any]:
+    """A `system` message of the history: text blocks only, as the top-level `system`."""
+    if isinstance(content, str):
+        return {"role": "system", "content": content}
+    parts = []
+    for j, block in enumerate(content):
+        if block["type"] != "text":
+            raise _unsupported(block["type"], f"{param}[{j}]")
+        parts.append(
+            {"type": "text", "text": _text(block, f"{param}[{j}]"), **_cache_control(block)}
+        )
+    return {"role": "system", "content": _content(parts) if parts else ""}
 
 
 def _content(parts: list[dict[str, Any]]) -> str | list[dict[str, Any]]:

@@ -43,6 +43,7 @@ _STORE_RETRY_AFTER = "5"  # seconds: about how long the spool's replay takes to 
 # Routes whose clients speak another dialect get their errors in that dialect's shape.
 _ERROR_SHAPES: dict[str, Callable[[GatewayError], dict[str, Any]]] = {
     "/v1/messages": anthropic_error_body,
+    "/v1/messages/count_tokens": anthropic_error_body,
 }
 
 

@@ -173,6 +173,17 @@ def paths() -> dict[str, dict[str, Operation]]:
                 upstream=True,
             )
         },
+        "/v1/messages/count_tokens": {
+            "post": op(
+                "Input tokens of a Messages request: Anthropic's count on an Anthropic"
+                " deployment, else the gateway's estimate (X-Gateway-Token-Count)",
+                _ok(ref("TokenCount")),
+                (*_AUTH, *_BODY, 404),
+                body=ref("TokenCountRequest"),
+                error_shape="AnthropicError",
+                upstream=True,
+            )
+        },
         "/v1/responses": {
             "post": op(
                 "The OpenAI Responses API, for any provider",

@@ -221,7 +221,9 @@ ANTHROPIC_BLOCK: Schema = {"type": "object", "required": ["type"], "properties":
 
 MESSAGES_REQUEST: Schema = {
     "type": "object",
-    "description": "Anthropic's Messages API. Unknown top-level fields are ignored.",
+    "description": "Anthropic's Messages API. Other top-level fields of Anthropic's"
+    " (`context_management`, `container`, `mcp_servers`, ...) reach Anthropic deployments as"
+    " sent; any other deployment refuses each by name (400 `unsupported_parameter`).",
     "required": ["model", "messages", "max_tokens"],
     "properties": {
         "model": {"type": "string", "description": "A model alias from the gateway's config."},
@@ -232,7 +234,7 @@ MESSAGES_REQUEST: Schema = {
                 "type": "object",
                 "required": ["role", "content"],
                 "properties": {
-                    "role": {"enum": ["user", "assistant"]},
+                    "role": {"enum": ["user", "assistant", "system"]},
                     "content": {
                         "anyOf": [STRING, {"type": "array", "items": ANTHROPIC_BLOCK}],
                     },
@@ -512,6 +514,18 @@ MODEL: Schema = {
     },
 }
 
+TOKEN_COUNT_REQUEST: Schema = {
+    **{k: v for k, v in MESSAGES_REQUEST.items() if k not in ("required", "description")},
+    "description": "A Messages request to count (no `max_tokens` needed).",
+    "required": ["model", "messages"],
+}
+
+TOKEN_COUNT: Schema = {
+    "type": "object",
+    "required": ["input_tokens"],
+    "properties": {"input_tokens": {"type": "integer", "minimum": 0}},
+}
+
 LIST: Schema = {
     "type": "object",
     "required": ["object", "data"],
@@ -541,6 +555,8 @@ def components() -> dict[str, Schema]:
         "TurnCancellation": TURN_CANCELLATION,
         "List": LIST,
         "Model": MODEL,
+        "TokenCountRequest": TOKEN_COUNT_REQUEST,
+        "TokenCount": TOKEN_COUNT,
         "Principal": PRINCIPAL,
         "OwnLimits": OWN_LIMITS,
         **_pydantic(NewTeam, TeamChanges, NewKey, KeyChanges, KeyRotation, Limits),

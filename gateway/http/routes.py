@@ -54,6 +54,7 @@ def add_routes(app: web.Application) -> None:
     app.router.add_post("/v1/chat/completions", chat.chat_completions)
     app.router.add_post("/v1/chat/completions/{request_id}/cancel", chat.cancel)
     app.router.add_post("/v1/messages", messages.messages)
+    app.router.add_post("/v1/messages/count_tokens", messages.count_tokens)
     app.router.add_post("/v1/responses", responses.create)
     app.router.add_get("/v1/responses/{id}", responses.retrieve)
     app.router.add_delete("/v1/responses/{id}", responses.delete)

@@ -36,9 +36,9 @@ from gateway.metering.limits import Lease, Limiter, scopes_of
 from gateway.metering.prices import require_price
 from gateway.metering.tokens import count_embedding_input, tally_messages, vendor_of
 from gateway.pipeline.relay import Relay
-from gateway.providers.params import check_plan
+from gateway.providers.params import ANTHROPIC_EXTRAS, PRIVATE, check_plan
 from gateway.routing.router import Deployment
-from gateway.scrub import scrub
+from gateway.scrub import REDACTED, scrub
 from gateway.tracing import TRACING, TurnTrace
 
 # The completion a request without max_tokens is assumed to take, for budget reservations.
@@ -156,7 +156,7 @@ async def _run_turn(
             "instructions": [
                 m for m in body["messages"] if m.get("role") in ("system", "developer")
             ],
-            "params": {k: v for k, v in body.items() if k != "messages"},
+            "params": recorded_params(body),
             "headers": recorded_headers(request, gateway.conversations.session_headers),
         },
     )
@@ -177,6 +177,24 @@ async def _run_turn(
         return await relay.serve(turn.cancel_key or turn.request_id, principal.team_id)
     finally:
         logs.annotate_turn(recorder)  # the access log's alias, deployment and tokens
+
+
+def recorded_params(body: dict[str, Any]) -> dict[str, Any]:
+    """The request's parameters as the turn keeps them: not its messages (recorded as events),
+    not what the gateway carries beside them (a Messages client's body and headers), and no
+    MCP server's `authorization_token`."""
+    params = {k: v for k, v in body.items() if k != "messages" and k not in PRIVATE}
+    extras = params.get(ANTHROPIC_EXTRAS)
+    servers = extras.get("mcp_servers") if isinstance(extras, dict) else None
+    if isinstance(extras, dict) and isinstance(servers, list):
+        servers = [
+            {**s, "authorization_token": REDACTED}
+            if isinstance(s, dict) and "authorization_token" in s
+            else s
+            for s in servers
+        ]
+        params[ANTHROPIC_EXTRAS] = {**extras, "mcp_servers": servers}
+    return params
 
 
 def shape_of(request: web.Request) -> Shape:

@@ -22,7 +22,7 @@ from typing import Any, TypeGuard
 import orjson
 
 from gateway.errors import InvalidRequest, UpstreamProtocolError
-from gateway.providers.params import THINKING_BUDGETS, anthropic_fields
+from gateway.providers.params import ANTHROPIC_EXTRAS, THINKING_BUDGETS, anthropic_fields
 from gateway.stream.events import (
     REASONING,
     TEXT,
@@ -156,7 +156,26 @@ def to_anthropic_request(body: dict[str, Any], model: str, *, stream: bool) -> d
     # top_k, service_tier, safety_identifier; what cannot be carried was refused before
     # (gateway.providers.params).
     out.update(anthropic_fields(body))
+    # A Messages client's own fields (context_management, container, ...), as it sent them.
+    extras = body.get(ANTHROPIC_EXTRAS)
+    for name, value in extras.items() if isinstance(extras, dict) else ():
+        mapped = out.get(name)
+        out[name] = {**value, **mapped} if isinstance(mapped, dict) else value
     out["stream"] = stream
+    return out
+
+
+def as_sent(body: dict[str, Any], model: str, *, stream: bool) -> dict[str, Any]:
+    """A Messages client's own body (`ANTHROPIC_REQUEST`), for this deployment: its model, and
+    without the gateway's own `metadata.conversation_id`."""
+    out = {**body, "model": model, "stream": stream}
+    metadata = body.get("metadata")
+    if isinstance(metadata, dict) and "conversation_id" in metadata:
+        rest = {k: v for k, v in metadata.items() if k != "conversation_id"}
+        if rest:
+            out["metadata"] = rest
+        else:
+            del out["metadata"]
     return out
 
 

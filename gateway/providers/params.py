@@ -23,7 +23,7 @@ litellm adapter hands litellm. This module in words: docs/providers.md, "Request
 
 from __future__ import annotations
 
-from collections.abc import Callable, Iterable
+from collections.abc import Callable, Iterable, Mapping
 from dataclasses import dataclass, field
 from typing import Any, Protocol
 
@@ -83,8 +83,41 @@ CHAT_PARAMETERS = frozenset(
         # extensions
         "thinking",
         "top_k",
+        "anthropic_extras",
+        "anthropic_request",
+        "anthropic_headers",
     }
 )
+
+# What the /v1/messages dialect puts in a chat body beside the translation, for Anthropic
+# deployments (gateway.dialects.anthropic_messages):
+# - ANTHROPIC_EXTRAS: the request's own top-level fields that no other API has (`container`,
+#   `context_management`, `mcp_servers`, `output_config` beyond its `format`, ...), by name.
+#   An Anthropic deployment gets them as they are; any other refuses each by its own name (or,
+#   with `drop_params`, drops it).
+# - ANTHROPIC_REQUEST: the client's Messages body itself (`AnthropicBody`), which an Anthropic
+#   deployment is sent as it came (its model replaced), so that nothing of it is lost in
+#   translation (cache markers where the client put them, tool fields, block shapes), unless the
+#   gateway changed its history on the way (a repair, restored thinking, a continuation).
+# - ANTHROPIC_HEADERS: the client's `anthropic-version` and `anthropic-beta`, for the same.
+ANTHROPIC_EXTRAS = "anthropic_extras"
+ANTHROPIC_REQUEST = "anthropic_request"
+ANTHROPIC_HEADERS = "anthropic_headers"
+# Never recorded with the turn, never sent to another upstream.
+PRIVATE = (ANTHROPIC_REQUEST, ANTHROPIC_HEADERS)
+
+
+@dataclass(frozen=True, eq=False)
+class AnthropicBody:
+    """A Messages request as its client sent it, and the chat `messages` translated from it:
+    the body is still the request's while the chat body holds that very list."""
+
+    body: dict[str, Any]
+    messages: list[Any]
+
+    def current(self, chat: Mapping[str, Any]) -> dict[str, Any] | None:
+        """The client's body, if the chat body's history is still the one translated from it."""
+        return self.body if chat.get("messages") is self.messages else None
 
 
 def _empty(value: Any) -> bool:
@@ -114,6 +147,8 @@ _GATEWAY: dict[str, Rule] = {
     "stream_options": GATEWAY,  # usage is always asked for; the client sees what it asked
     "store": GATEWAY,  # the gateway records every turn
     "metadata": GATEWAY,  # recorded with the turn (its `conversation_id` is the gateway's)
+    ANTHROPIC_REQUEST: GATEWAY,  # the translation beside it is what the others get
+    ANTHROPIC_HEADERS: GATEWAY,
 }
 
 
@@ -157,6 +192,7 @@ ANTHROPIC: dict[str, Rule] = {
     "user": MAPPED,  # metadata.user_id
     "safety_identifier": MAPPED,  # metadata.user_id, when `user` gave none
     "service_tier": _anthropic_service_tier,
+    ANTHROPIC_EXTRAS: SENT,
 }
 
 RESPONSES: dict[str, Rule] = {
@@ -272,19 +308,31 @@ class Policy:
         return rule(value, body) if callable(rule) else rule
 
     def refused(self, body: dict[str, Any]) -> list[str]:
-        """The body's parameters this deployment cannot carry, in the body's order."""
-        out = []
+        """The body's parameters this deployment cannot carry, in the body's order (the
+        Messages API's own fields each by its name)."""
+        out: list[str] = []
         for name, value in body.items():
             if value is None or (name in NO_OP and NO_OP[name](value)):
                 continue
             if self.status(name, value, body) == REFUSED:
-                out.append(name)
+                if name == ANTHROPIC_EXTRAS and isinstance(value, dict):
+                    out += value
+                else:
+                    out.append(name)
         return out
 
 
 # The demo answers every request with its fixed text: it takes every parameter and uses none.
-DEMO = Policy("demo")
-OPENAI = Policy("openai_chat", mapped={"thinking": lambda v, b: _openai_thinking(b)})
+DEMO = Policy("demo", mapped={ANTHROPIC_REQUEST: GATEWAY, ANTHROPIC_HEADERS: GATEWAY})
+OPENAI = Policy(
+    "openai_chat",
+    mapped={
+        "thinking": lambda v, b: _openai_thinking(b),
+        ANTHROPIC_EXTRAS: REFUSED,
+        ANTHROPIC_REQUEST: GATEWAY,
+        ANTHROPIC_HEADERS: GATEWAY,
+    },
+)
 
 
 def _openai_thinking(body: dict[str, Any]) -> str:
@@ -322,8 +370,9 @@ def check_plan(
             continue
         name = refused[0]
         others = f" (nor {', '.join(repr(n) for n in refused[1:])})" if refused[1:] else ""
+        value = _short(_value(body, name))
         raise UnsupportedParameter(
-            f"Unsupported parameter: {name!r} (value {_short(body[name])}) cannot be sent to"
+            f"Unsupported parameter: {name!r} (value {value}) cannot be sent to"
             f" deployment {deployment.name!r} ({deployment.provider_name},"
             f" model {deployment.upstream_model!r}){others}. Remove it, or set"
             f" `drop_params: true` on model {alias!r} to have the gateway drop it.",
@@ -332,17 +381,33 @@ def check_plan(
     return dropped
 
 
+def _value(body: dict[str, Any], name: str) -> Any:
+    if name in body:
+        return body[name]
+    return (body.get(ANTHROPIC_EXTRAS) or {}).get(name)
+
+
 def _short(value: Any) -> str:
     text = repr(value)
     return text if len(text) <= 40 else text[:37] + "..."
 
 
 def without(body: dict[str, Any], names: Iterable[str]) -> dict[str, Any]:
-    """`body` less the named parameters (the same object when there are none)."""
+    """`body` less the named parameters (the same object when there are none); a Messages
+    API field is taken out of the extras, and the client's own body is left behind."""
     names = set(names)
     if not names:
         return body
-    return {k: v for k, v in body.items() if k not in names}
+    out = {k: v for k, v in body.items() if k not in names}
+    extras = body.get(ANTHROPIC_EXTRAS)
+    if isinstance(extras, dict) and names & extras.keys():
+        out.pop(ANTHROPIC_REQUEST, None)  # it holds them: the translation goes instead
+        kept = {k: v for k, v in extras.items() if k not in names}
+        if kept:
+            out[ANTHROPIC_EXTRAS] = kept
+        else:
+            out.pop(ANTHROPIC_EXTRAS, None)
+    return out
 
 
 def dropped_header(names: Iterable[str]) -> str:
@@ -378,7 +443,12 @@ def openai_form(body: dict[str, Any]) -> dict[str, Any]:
                 out[key] = [clean(part) for part in out[key]]
         return out
 
-    out = {**body, "messages": [clean(m) for m in body.get("messages") or ()]}
+    out = {
+        k: v
+        for k, v in body.items()
+        if k not in (ANTHROPIC_EXTRAS, ANTHROPIC_REQUEST, ANTHROPIC_HEADERS)
+    }
+    out["messages"] = [clean(m) for m in body.get("messages") or ()]
     if isinstance(body.get("tools"), list):
         out["tools"] = [clean(tool) for tool in body["tools"]]
     if out.get("reasoning_effort") is not None:

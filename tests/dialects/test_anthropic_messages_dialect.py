@@ -35,6 +35,7 @@ from gateway.errors import (
 )
 from gateway.providers.anthropic_messages import AnthropicStreamParser
 from gateway.providers.openai_chat import ChatStreamParser
+from gateway.providers.params import ANTHROPIC_EXTRAS, ANTHROPIC_REQUEST
 from gateway.stream.assembler import BlockAssembler
 from gateway.stream.events import (
     BlockDelta,
@@ -61,7 +62,9 @@ def request(**fields: Any) -> dict[str, Any]:
 
 
 def translate(**fields: Any) -> dict[str, Any]:
+    """The chat body a request becomes, less the client's own body carried beside it."""
     body, _ = parse_request(orjson.dumps(request(**fields)))
+    body.pop(ANTHROPIC_REQUEST)
     return body
 
 
@@ -140,7 +143,10 @@ THINKING_TEXT_TOOL: list[list[StreamEvent]] = [
 
 
 def test_a_minimal_request() -> None:
-    body, parsed = parse_request(orjson.dumps(request(stream=True, temperature=0.2, top_p=0.9)))
+    sent = request(stream=True, temperature=0.2, top_p=0.9)
+    body, parsed = parse_request(orjson.dumps(sent))
+    carried = body.pop(ANTHROPIC_REQUEST)
+    assert carried.current(body) == sent  # for an Anthropic deployment, as it came
     assert body == {
         "model": "claude",
         "messages": [{"role": "user", "content": "Hi"}],
@@ -379,7 +385,7 @@ def test_validation_errors_name_the_field() -> None:
     assert_invalid(request(max_tokens=0), "max_tokens")
     assert_invalid(request(max_tokens="100"), "max_tokens")
     assert_invalid(request(messages=[]), "messages")
-    assert_invalid(request(messages=[{"role": "system", "content": "x"}]), "messages[0].role")
+    assert_invalid(request(messages=[{"role": "tool", "content": "x"}]), "messages[0].role")
     assert_invalid(request(messages=[{"role": "user", "content": 5}]), "messages[0].content")
     assert_invalid(request(messages=[{"role": "user"}]), "messages[0].content")
     assert_invalid(request(system=[{"type": "image"}]), "system")
@@ -768,10 +774,38 @@ def test_message_body_edge_cases() -> None:
     assert (empty.usage.input_tokens, empty.usage.output_tokens) == (0, 0)
 
 
-def test_a_field_the_gateway_cannot_carry_is_refused_by_name() -> None:
-    for name, value in (("container", "c1"), ("mcp_servers", [{"url": "https://x"}])):
-        error = assert_invalid(request(**{name: value}), name)
-        assert error.code == "unsupported_parameter"
+def test_anthropics_own_fields_ride_along_by_name() -> None:
+    fields = {
+        "container": "c1",
+        "mcp_servers": [{"type": "url", "url": "https://x", "name": "x"}],
+        "context_management": {"edits": [{"type": "clear_thinking_20251015", "keep": "all"}]},
+        "output_config": {"effort": "medium"},
+    }
+    body = translate(**fields)
+    assert body[ANTHROPIC_EXTRAS] == fields
+    assert "response_format" not in body
+    # A format beside them is translated as ever; the rest of output_config rides along.
+    schema = {"type": "object", "properties": {}}
+    body = translate(
+        output_config={"effort": "high", "format": {"type": "json_schema", "schema": schema}}
+    )
+    assert body[ANTHROPIC_EXTRAS] == {"output_config": {"effort": "high"}}
+    assert body["response_format"]["json_schema"]["schema"] == schema
+
+
+def test_a_system_message_in_the_history_stays_at_its_place() -> None:
+    messages = [
+        {"role": "user", "content": "Hi"},
+        {"role": "system", "content": [{"type": "text", "text": "env: linux"}]},
+        {"role": "user", "content": "Go"},
+    ]
+    body = translate(messages=messages)
+    assert [m["role"] for m in body["messages"]] == ["user", "system", "user"]
+    assert body["messages"][1]["content"] == "env: linux"
+    assert_invalid(
+        request(messages=[{"role": "system", "content": [{"type": "image"}]}]),
+        "messages[0].content[0].type",
+    )
 
 
 def test_a_tool_results_is_error_rides_along_for_anthropic_and_stays_off_openai() -> None:

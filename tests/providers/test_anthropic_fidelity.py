@@ -104,6 +104,18 @@ class Refused(Exception):
     pass
 
 
+def blocks_only(body: dict[str, Any]) -> dict[str, Any]:
+    """A Messages body with each plain-string content as the text block Anthropic reads it as
+    (a client's body reaches Anthropic as the client wrote it)."""
+    messages = [
+        {**m, "content": [{"type": "text", "text": m["content"]}]}
+        if isinstance(m.get("content"), str)
+        else m
+        for m in body["messages"]
+    ]
+    return {**body, "messages": messages}
+
+
 class Claude(AnthropicServer):
     """A fake Anthropic that answers from the request.
 
@@ -124,6 +136,7 @@ class Claude(AnthropicServer):
 
     def default(self, request: web.Request, body: dict[str, Any]) -> Script:
         assert request.headers["x-api-key"] == API_KEY
+        body = blocks_only(body)
         try:
             self.check(body)
         except Refused as refused:

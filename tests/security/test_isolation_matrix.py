@@ -124,6 +124,8 @@ TABLE: list[Probe] = [
     Probe("POST", "/v1/messages", CREATE, headers=joining, body=lambda i: {
         "model": "demo", "max_tokens": 64,
         "messages": [{"role": "user", "content": "beta's own question"}]}),
+    Probe("POST", "/v1/messages/count_tokens", SELF, body=lambda i: {
+        "model": "demo", "messages": [{"role": "user", "content": "beta's own question"}]}),
     Probe("POST", "/v1/chat/completions/{request_id}/cancel", OWNED,
           path=lambda i: f"/v1/chat/completions/{i.inflight_request}/cancel", owner=None),
     # -- the Responses API --------------------------------------------------------------------

@@ -58,7 +58,8 @@ def test_every_error_status_has_the_error_shape_of_its_dialect() -> None:
             for status, response in op["responses"].items():
                 if status == "default" or int(status) >= 400:
                     schema = response["content"]["application/json"]["schema"]
-                    shape = "AnthropicError" if path == "/v1/messages" else "Error"
+                    anthropic = path.startswith("/v1/messages")
+                    shape = "AnthropicError" if anthropic else "Error"
                     assert schema == {"$ref": f"#/components/schemas/{shape}"}, (path, method)
 
 
