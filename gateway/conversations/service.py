@@ -6,7 +6,7 @@ import logging
 import re
 import time
 from collections.abc import Mapping, Sequence
-from dataclasses import dataclass
+from dataclasses import dataclass, replace
 from typing import Any
 
 from gateway.conversations.derive import derive_messages
@@ -347,6 +347,15 @@ class Conversations:
 
     async def get(self, conversation_id: str, principal: Principal) -> Conversation:
         return await self._visible(conversation_id, principal)
+
+    async def update(
+        self, conversation_id: str, principal: Principal, metadata: dict[str, str]
+    ) -> Conversation:
+        """Replace the conversation's metadata, as OpenAI's Conversations API does."""
+        conversation = await self.get(conversation_id, principal)
+        await self.store.flush()  # its creation committed first: the update must not precede it
+        await self.store.set_conversation_metadata(conversation.id, metadata or None)
+        return replace(conversation, metadata=metadata or None)
 
     async def delete(self, conversation_id: str, principal: Principal) -> None:
         conversation = await self.get(conversation_id, principal)

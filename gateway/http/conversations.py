@@ -207,11 +207,56 @@ async def create(request: web.Request) -> web.Response:
     # for a conversation item's seq id to resolve in).
     items = await resolve_items(request.app[GATEWAY], request[PRINCIPAL], None, body.get("items"))
     messages = items_to_messages(items or [])
-    metadata = body.get("metadata") or {}
-    if not isinstance(metadata, dict):
-        raise InvalidRequest("'metadata' must be an object.", param="metadata")
+    metadata = checked_metadata(body.get("metadata"))
     made = await request.app[GATEWAY].conversations.create(request[PRINCIPAL], messages, metadata)
     return web.json_response(_conversation(made))
+
+
+async def update(request: web.Request) -> web.Response:
+    """POST /v1/conversations/{id}: its metadata replaced (the SDKs' `conversations.update`)."""
+    body = parse_json_object(await request.read())
+    if "metadata" not in body:
+        raise InvalidRequest("Missing required parameter: 'metadata'.", param="metadata")
+    unknown = sorted(set(body) - {"metadata"})
+    if unknown:
+        raise InvalidRequest(f"Unknown parameter: '{unknown[0]}'.", param=unknown[0])
+    metadata = checked_metadata(body["metadata"])
+    updated = await request.app[GATEWAY].conversations.update(
+        request.match_info["id"], request[PRINCIPAL], metadata
+    )
+    return web.json_response(_conversation(updated))
+
+
+# OpenAI's limits on an object's metadata.
+METADATA_PAIRS = 16
+METADATA_KEY_CHARS = 64
+METADATA_VALUE_CHARS = 512
+
+
+def checked_metadata(value: Any) -> dict[str, str]:
+    """Metadata as OpenAI takes it: at most 16 string values, keys of 64 characters at most,
+    values of 512; `null` is none."""
+    if value is None:
+        return {}
+    if not isinstance(value, dict):
+        raise InvalidRequest("'metadata' must be an object.", param="metadata")
+    if len(value) > METADATA_PAIRS:
+        raise InvalidRequest(
+            f"'metadata' may hold at most {METADATA_PAIRS} keys.", param="metadata"
+        )
+    for key, item in value.items():
+        if len(key) > METADATA_KEY_CHARS or "\x00" in key:
+            raise InvalidRequest(
+                f"A metadata key is at most {METADATA_KEY_CHARS} characters, without NUL.",
+                param="metadata",
+            )
+        if not isinstance(item, str) or len(item) > METADATA_VALUE_CHARS or "\x00" in item:
+            raise InvalidRequest(
+                f"'metadata.{key}' must be a string of at most {METADATA_VALUE_CHARS}"
+                " characters, without NUL.",
+                param=f"metadata.{key}",
+            )
+    return value
 
 
 async def retrieve(request: web.Request) -> web.Response:

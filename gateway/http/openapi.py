@@ -319,6 +319,13 @@ def paths() -> dict[str, dict[str, Operation]]:
         },
         "/v1/conversations/{id}": {
             "get": op("A conversation", _ok(conv), (*_AUTH, 404), params=_ID),
+            "post": op(
+                "Replace a conversation's metadata (OpenAI Conversations API)",
+                _ok(conv),
+                (*_AUTH, *_BODY, 404),
+                body=ref("ConversationUpdate"),
+                params=_ID,
+            ),
             "delete": op("Hide a conversation", _ok(obj), (*_AUTH, 404), params=_ID),
         },
         "/v1/conversations/{id}/items": {

@@ -412,10 +412,25 @@ ITEM: Schema = {
     },
 }
 
+METADATA: Schema = {
+    "type": ["object", "null"],
+    "maxProperties": 16,
+    "propertyNames": {"maxLength": 64},
+    "additionalProperties": {"type": "string", "maxLength": 512},
+}
+
 NEW_CONVERSATION: Schema = {
     "type": "object",
-    "properties": {"items": {"type": "array", "items": ITEM}, "metadata": OBJECT},
+    "properties": {"items": {"type": "array", "items": ITEM}, "metadata": METADATA},
     "example": {"items": [{"type": "message", "role": "user", "content": "Hi"}]},
+}
+
+CONVERSATION_UPDATE: Schema = {
+    "type": "object",
+    "required": ["metadata"],
+    "additionalProperties": False,
+    "properties": {"metadata": METADATA},
+    "example": {"metadata": {"topic": "billing"}},
 }
 
 NEW_ITEMS: Schema = {
@@ -546,6 +561,7 @@ def components() -> dict[str, Schema]:
         "Response": RESPONSE,
         "EmbeddingsRequest": EMBEDDINGS_REQUEST,
         "NewConversation": NEW_CONVERSATION,
+        "ConversationUpdate": CONVERSATION_UPDATE,
         "NewItems": NEW_ITEMS,
         "NewBranch": NEW_BRANCH,
         "Truncate": TRUNCATE,

@@ -68,6 +68,7 @@ def add_routes(app: web.Application) -> None:
     app.router.add_post("/v1/conversations", conversations.create)
     app.router.add_get("/v1/conversations", conversations_list.list_)
     app.router.add_get("/v1/conversations/{id}", conversations.retrieve)
+    app.router.add_post("/v1/conversations/{id}", conversations.update)
     app.router.add_delete("/v1/conversations/{id}", conversations.delete)
     app.router.add_get("/v1/conversations/{id}/items", conversations.list_items)
     app.router.add_post("/v1/conversations/{id}/items", conversations.add_items)

@@ -702,6 +702,19 @@ class Store:
 
         return await self.run(read)
 
+    async def set_conversation_metadata(
+        self, conversation_id: str, metadata: dict[str, str] | None
+    ) -> None:
+        """Replace a conversation's metadata (None: it has none)."""
+        value = orjson.dumps(metadata).decode() if metadata else None
+
+        async def update(db: Db) -> None:
+            await db.execute(
+                "UPDATE conversations SET metadata = ? WHERE id = ?", value, conversation_id
+            )
+
+        await self.run(update)
+
     async def delete_conversation(self, conversation_id: str, when: float) -> None:
         """Hide a conversation (its events stay, for audit)."""
 

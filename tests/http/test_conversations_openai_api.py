@@ -79,3 +79,30 @@ async def test_bad_items_are_400(gw: GatewayUnderTest) -> None:
             items=[{"type": "message", "role": "robot", "content": "x"}]
         )  # type: ignore[list-item]
     assert caught.value.body["param"] == "items[0].role"  # type: ignore[index]
+
+
+async def test_update_replaces_a_conversations_metadata(gw: GatewayUnderTest) -> None:
+    api = gw.client()
+    answer = await api.chat.completions.with_raw_response.create(
+        model="demo", messages=[{"role": "user", "content": "Hi"}]
+    )
+    conversation_id = answer.headers["X-Conversation-Id"]
+    updated = await api.conversations.update(
+        conversation_id, metadata={"topic": "greetings", "ticket": "T-7"}
+    )
+    assert (updated.id, updated.metadata) == (
+        conversation_id,
+        {"topic": "greetings", "ticket": "T-7"},
+    )
+    assert (await api.conversations.retrieve(conversation_id)).metadata == updated.metadata
+    # The list filters by it at once.
+    status, listed = await gw.get("/v1/conversations?metadata.ticket=T-7")
+    assert status == 200 and [c["id"] for c in listed["data"]] == [conversation_id]
+    # Replaced whole, as OpenAI's API does; a bad value changes nothing.
+    await api.conversations.update(conversation_id, metadata={"topic": "other"})
+    for bad in ({"n": 5}, {f"k{i}": "v" for i in range(17)}, {"k" * 65: "v"}):
+        with pytest.raises(openai.BadRequestError):
+            await api.conversations.update(conversation_id, metadata=bad)  # type: ignore[arg-type]
+    assert (await api.conversations.retrieve(conversation_id)).metadata == {"topic": "other"}
+    with pytest.raises(openai.NotFoundError):
+        await api.conversations.update("conv_unknown", metadata={"a": "b"})

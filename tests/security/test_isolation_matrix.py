@@ -144,6 +144,8 @@ TABLE: list[Probe] = [
     Probe("POST", "/v1/conversations", CREATE, body=lambda i: {"items": [item("beta's item")]}),
     Probe("GET", "/v1/conversations/{id}", OWNED, path=lambda i: f"/v1/conversations/{i.items}"),
     Probe("GET", "/v1/conversations/{id}", OWNED, path=lambda i: f"/v1/conversations/{i.chat}"),
+    Probe("POST", "/v1/conversations/{id}", OWNED, path=lambda i: f"/v1/conversations/{i.chat}",
+          body=lambda i: {"metadata": {"topic": "isolation"}}),
     Probe("GET", "/v1/conversations/{id}/items", OWNED,
           path=lambda i: f"/v1/conversations/{i.items}/items"),
     Probe("POST", "/v1/conversations/{id}/items", OWNED,
