@@ -309,10 +309,12 @@ class FakeUpstream(FakeServer):
 
     def add_routes(self, router: web.UrlDispatcher) -> None:
         router.add_post("/v1/chat/completions", self.handle)
+        router.add_post("/v1/completions", self.handle)
         router.add_post("/v1/embeddings", self.handle)
         router.add_post("/v1/responses", self.handle)
         # Azure OpenAI's paths: the deployment is in the URL.
         router.add_post("/openai/deployments/{deployment}/chat/completions", self.handle)
+        router.add_post("/openai/deployments/{deployment}/completions", self.handle)
         router.add_post("/openai/deployments/{deployment}/embeddings", self.handle)
 
     def default(self, request: web.Request, body: dict[str, Any]) -> Script:

@@ -47,7 +47,7 @@ from gateway.errors import (
 )
 from gateway.ids import random_hex
 from gateway.providers.anthropic_messages import ERROR_STATUS, STOP_REASONS
-from gateway.providers.params import ANTHROPIC_EXTRAS, ANTHROPIC_REQUEST, AnthropicBody
+from gateway.providers.params import ANTHROPIC_EXTRAS, ANTHROPIC_REQUEST, ClientBody
 from gateway.stream.assembler import BlockAssembler
 from gateway.stream.events import (
     REASONING,
@@ -204,7 +204,7 @@ def parse_request(
     extras = anthropic_extras(request.model_extra or {})
     if extras:
         out[ANTHROPIC_EXTRAS] = extras
-    out[ANTHROPIC_REQUEST] = AnthropicBody(body, out["messages"])
+    out[ANTHROPIC_REQUEST] = ClientBody(body, out["messages"])
     return out, request
 
 

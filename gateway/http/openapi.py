@@ -162,6 +162,16 @@ def paths() -> dict[str, dict[str, Operation]]:
                 params=[path_param("request_id", "The stream's X-Request-Id")],
             )
         },
+        "/v1/completions": {
+            "post": op(
+                "OpenAI's legacy Completions API, for any provider; recorded as a turn",
+                _ok(ref("TextCompletion"), extra=_STREAM),
+                _COMPLETION,
+                body=ref("CompletionRequest"),
+                params=completion_params,
+                upstream=True,
+            )
+        },
         "/v1/messages": {
             "post": op(
                 "The Anthropic Messages API, for any provider",

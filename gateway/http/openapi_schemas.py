@@ -403,6 +403,33 @@ EMBEDDINGS_REQUEST: Schema = {
     "example": {"model": "demo", "input": "The food was delicious."},
 }
 
+COMPLETION_REQUEST: Schema = {
+    "type": "object",
+    "description": "OpenAI's legacy Completions API; one prompt a request. Other fields are"
+    " forwarded; `suffix`, `echo`, `best_of` and `logprobs` only to deployments that serve"
+    " `/completions` themselves.",
+    "required": ["model", "prompt"],
+    "properties": {
+        "model": {"type": "string", "description": "A model alias from the gateway's config."},
+        "prompt": {
+            "anyOf": [STRING, {"type": "array", "items": STRING, "minItems": 1, "maxItems": 1}]
+        },
+        "stream": {"type": ["boolean", "null"]},
+        "max_tokens": {"type": ["integer", "null"], "minimum": 1},
+    },
+    "example": {"model": "demo", "prompt": "Say this is a test", "max_tokens": 16},
+}
+
+TEXT_COMPLETION: Schema = {
+    "type": "object",
+    "required": ["id", "object", "choices"],
+    "properties": {
+        "id": STRING,
+        "object": {"const": "text_completion"},
+        "choices": {"type": "array"},
+    },
+}
+
 ITEM: Schema = {
     "type": "object",
     "description": "A conversation item: a message, function_call or function_call_output.",
@@ -560,6 +587,8 @@ def components() -> dict[str, Schema]:
         "ResponsesRequest": RESPONSES_REQUEST,
         "Response": RESPONSE,
         "EmbeddingsRequest": EMBEDDINGS_REQUEST,
+        "CompletionRequest": COMPLETION_REQUEST,
+        "TextCompletion": TEXT_COMPLETION,
         "NewConversation": NEW_CONVERSATION,
         "ConversationUpdate": CONVERSATION_UPDATE,
         "NewItems": NEW_ITEMS,

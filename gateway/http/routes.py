@@ -9,6 +9,7 @@ from aiohttp.typedefs import Handler
 
 from gateway.http import (
     chat,
+    completions,
     conversations,
     embeddings,
     messages,
@@ -53,6 +54,7 @@ admin, conversations_list, openapi, ui, usage = (_Later(m) for m in LAZY_MODULES
 def add_routes(app: web.Application) -> None:
     app.router.add_post("/v1/chat/completions", chat.chat_completions)
     app.router.add_post("/v1/chat/completions/{request_id}/cancel", chat.cancel)
+    app.router.add_post("/v1/completions", completions.completions)
     app.router.add_post("/v1/messages", messages.messages)
     app.router.add_post("/v1/messages/count_tokens", messages.count_tokens)
     app.router.add_post("/v1/responses", responses.create)

@@ -58,6 +58,9 @@ class TurnRequest:
     joined: Joined | None = None
     cancel_key: str | None = None  # what an explicit cancel names; the request id if None
     on_turn: Callable[[TurnRecorder], None] | None = None  # told of the turn before it begins
+    # Each deployment of the plan as this endpoint reaches it (/v1/completions: those that
+    # serve the legacy API themselves speak it).
+    plan_view: Callable[[Deployment], Deployment] | None = None
 
 
 async def run_turn(
@@ -92,6 +95,8 @@ async def _run_turn(
         raise InvalidRequest("'user' may not contain a NUL character.", param="user")
     alias = gateway.routes.alias(body.get("model"), principal)
     plan = gateway.routes.plan(alias, body)
+    if turn.plan_view is not None:
+        plan = [turn.plan_view(d) for d in plan]
     # A parameter some deployment of the plan cannot carry: a 400 naming the first such one
     # (nothing recorded), or with `drop_params` dropped for it.
     dropped = check_plan(body, plan, drop=alias.config.drop_params, alias=alias.config.name)

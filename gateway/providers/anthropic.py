@@ -13,7 +13,7 @@ from typing import Any
 
 from gateway.config import DeploymentConfig
 from gateway.providers.anthropic_messages import as_sent, openai_error_body, to_anthropic_request
-from gateway.providers.params import ANTHROPIC_HEADERS, ANTHROPIC_REQUEST, AnthropicBody
+from gateway.providers.params import ANTHROPIC_HEADERS, ANTHROPIC_REQUEST, ClientBody
 from gateway.upstream.pool import Endpoint
 from gateway.upstream.seam import Transport, UpstreamBody, post, read_all
 from gateway.upstream.tls import deployment_context
@@ -82,7 +82,7 @@ class AnthropicProvider:
     async def chat(self, body: dict[str, Any], *, stream: bool) -> UpstreamBody:
         # A Messages client's body goes as it came, unless the gateway changed its history.
         raw = body.get(ANTHROPIC_REQUEST)
-        client = raw.current(body) if isinstance(raw, AnthropicBody) else None
+        client = raw.current(body) if isinstance(raw, ClientBody) else None
         if client is not None:
             payload = as_sent(client, self._model, stream=stream)
         else:

@@ -18,7 +18,9 @@ class OpenAICompatibleProvider:
         assert config.api_base is not None
         self._pool = pool
         self._model = model
-        chat_url, embeddings_url = self._urls(config.api_base.rstrip("/"), config, model)
+        self._config = config
+        base = self._base = config.api_base.rstrip("/")
+        chat_url, embeddings_url = self._urls(base, config, model)
         headers = self._headers(config)
         # First-token, idle and total timeouts are the pipeline's; only connecting is timed here.
         connect_s = config.timeouts.connect_s
@@ -28,10 +30,43 @@ class OpenAICompatibleProvider:
         self._embeddings = Endpoint(
             embeddings_url, headers, connect_s, proxy=proxy, ssl_context=tls
         )
+        # Made when first used (/v1/completions): most deployments never are.
+        self._completions_endpoint: Endpoint | None = None
 
     def _urls(self, base: str, config: DeploymentConfig, model: str) -> tuple[str, str]:
         """The chat and embeddings URLs."""
         return base + "/chat/completions", base + "/embeddings"
+
+    def url(self, base: str, path: str) -> str:
+        """The URL of one of the API's other paths (`/completions`, `/images/generations`)."""
+        return base + path
+
+    def endpoint(self, path: str, headers: dict[str, str] | None = None) -> Endpoint:
+        """An endpoint of this deployment at another path of its API, with its key, proxy and
+        TLS trust; `headers` over its own (a multipart body's `Content-Type`)."""
+        config = self._config
+        return Endpoint(
+            self.url(self._base, path),
+            {**self._headers(config), **(headers or {})},
+            config.timeouts.connect_s,
+            proxy=config.proxy,
+            ssl_context=deployment_context(config.tls.ca_bundle, config.tls.verify),
+        )
+
+    async def completions(self, body: dict[str, Any], *, stream: bool) -> UpstreamBody:
+        """OpenAI's legacy `/completions` with the client's own body, for this model."""
+        if self._completions_endpoint is None:
+            self._completions_endpoint = self.endpoint("/completions")
+        payload = {**body, "model": self._model}
+        usage_injected = False
+        if stream:
+            options = payload.get("stream_options")
+            if not isinstance(options, dict) or options.get("include_usage") is not True:
+                payload["stream_options"] = {**(options or {}), "include_usage": True}
+                usage_injected = True
+        response = await post(self._pool, self._completions_endpoint, payload)
+        response.usage_injected = usage_injected
+        return response
 
     def _headers(self, config: DeploymentConfig) -> dict[str, str]:
         headers = {"Content-Type": "application/json", **config.extra_headers}
@@ -69,9 +104,12 @@ class AzureOpenAIProvider(OpenAICompatibleProvider):
     """Azure OpenAI: the deployment is in the URL, the key in `api-key`, plus `api-version`."""
 
     def _urls(self, base: str, config: DeploymentConfig, model: str) -> tuple[str, str]:
-        deployment = f"{base}/openai/deployments/{model}"
-        query = f"?api-version={config.api_version}"
-        return f"{deployment}/chat/completions{query}", f"{deployment}/embeddings{query}"
+        return self.url(base, "/chat/completions"), self.url(base, "/embeddings")
+
+    def url(self, base: str, path: str) -> str:
+        """Azure's form: the deployment in the path, the API version in the query."""
+        query = f"?api-version={self._config.api_version}"
+        return f"{base}/openai/deployments/{self._model}{path}{query}"
 
     def _headers(self, config: DeploymentConfig) -> dict[str, str]:
         headers = super()._headers(config)

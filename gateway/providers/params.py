@@ -86,6 +86,8 @@ CHAT_PARAMETERS = frozenset(
         "anthropic_extras",
         "anthropic_request",
         "anthropic_headers",
+        "completions_extras",
+        "completions_request",
     }
 )
 
@@ -95,7 +97,7 @@ CHAT_PARAMETERS = frozenset(
 #   `context_management`, `mcp_servers`, `output_config` beyond its `format`, ...), by name.
 #   An Anthropic deployment gets them as they are; any other refuses each by its own name (or,
 #   with `drop_params`, drops it).
-# - ANTHROPIC_REQUEST: the client's Messages body itself (`AnthropicBody`), which an Anthropic
+# - ANTHROPIC_REQUEST: the client's Messages body itself (`ClientBody`), which an Anthropic
 #   deployment is sent as it came (its model replaced), so that nothing of it is lost in
 #   translation (cache markers where the client put them, tool fields, block shapes), unless the
 #   gateway changed its history on the way (a repair, restored thinking, a continuation).
@@ -103,14 +105,21 @@ CHAT_PARAMETERS = frozenset(
 ANTHROPIC_EXTRAS = "anthropic_extras"
 ANTHROPIC_REQUEST = "anthropic_request"
 ANTHROPIC_HEADERS = "anthropic_headers"
+# The same for /v1/completions (gateway.dialects.openai_completions) and the deployments that
+# serve OpenAI's legacy `/completions` themselves: the parameters chat has no form for
+# (`suffix`, `echo`, `best_of`, `logprobs` as a count), and the client's body.
+COMPLETIONS_EXTRAS = "completions_extras"
+COMPLETIONS_REQUEST = "completions_request"
+# Carriers of fields one wire alone takes, each refused by its fields' own names elsewhere.
+EXTRAS = (ANTHROPIC_EXTRAS, COMPLETIONS_EXTRAS)
 # Never recorded with the turn, never sent to another upstream.
-PRIVATE = (ANTHROPIC_REQUEST, ANTHROPIC_HEADERS)
+PRIVATE = (ANTHROPIC_REQUEST, ANTHROPIC_HEADERS, COMPLETIONS_REQUEST)
 
 
 @dataclass(frozen=True, eq=False)
-class AnthropicBody:
-    """A Messages request as its client sent it, and the chat `messages` translated from it:
-    the body is still the request's while the chat body holds that very list."""
+class ClientBody:
+    """A request as its client sent it, and the chat `messages` translated from it: the body
+    is still the request's while the chat body holds that very list."""
 
     body: dict[str, Any]
     messages: list[Any]
@@ -149,6 +158,7 @@ _GATEWAY: dict[str, Rule] = {
     "metadata": GATEWAY,  # recorded with the turn (its `conversation_id` is the gateway's)
     ANTHROPIC_REQUEST: GATEWAY,  # the translation beside it is what the others get
     ANTHROPIC_HEADERS: GATEWAY,
+    COMPLETIONS_REQUEST: GATEWAY,
 }
 
 
@@ -315,7 +325,7 @@ class Policy:
             if value is None or (name in NO_OP and NO_OP[name](value)):
                 continue
             if self.status(name, value, body) == REFUSED:
-                if name == ANTHROPIC_EXTRAS and isinstance(value, dict):
+                if name in EXTRAS and isinstance(value, dict):
                     out += value
                 else:
                     out.append(name)
@@ -323,15 +333,20 @@ class Policy:
 
 
 # The demo answers every request with its fixed text: it takes every parameter and uses none.
-DEMO = Policy("demo", mapped={ANTHROPIC_REQUEST: GATEWAY, ANTHROPIC_HEADERS: GATEWAY})
+_CARRIED: dict[str, Rule] = {name: GATEWAY for name in PRIVATE}
+DEMO = Policy("demo", mapped=_CARRIED)
 OPENAI = Policy(
     "openai_chat",
     mapped={
         "thinking": lambda v, b: _openai_thinking(b),
         ANTHROPIC_EXTRAS: REFUSED,
-        ANTHROPIC_REQUEST: GATEWAY,
-        ANTHROPIC_HEADERS: GATEWAY,
+        COMPLETIONS_EXTRAS: REFUSED,
+        **_CARRIED,
     },
+)
+# A deployment serving OpenAI's legacy `/completions` itself: it gets the client's own body.
+COMPLETIONS = Policy(
+    "openai_completions", mapped={ANTHROPIC_EXTRAS: REFUSED, COMPLETIONS_EXTRAS: SENT, **_CARRIED}
 )
 
 
@@ -342,6 +357,8 @@ def _openai_thinking(body: dict[str, Any]) -> str:
 
 
 def policy(deployment: _Deployment) -> Policy:
+    if getattr(deployment.provider, "wire", None) == "openai_completions":
+        return COMPLETIONS
     provider = deployment.provider_name
     if provider == "anthropic":
         return Policy("anthropic", ANTHROPIC)
@@ -384,7 +401,11 @@ def check_plan(
 def _value(body: dict[str, Any], name: str) -> Any:
     if name in body:
         return body[name]
-    return (body.get(ANTHROPIC_EXTRAS) or {}).get(name)
+    for carrier in EXTRAS:
+        extras = body.get(carrier)
+        if isinstance(extras, dict) and name in extras:
+            return extras[name]
+    return None
 
 
 def _short(value: Any) -> str:
@@ -399,14 +420,17 @@ def without(body: dict[str, Any], names: Iterable[str]) -> dict[str, Any]:
     if not names:
         return body
     out = {k: v for k, v in body.items() if k not in names}
-    extras = body.get(ANTHROPIC_EXTRAS)
-    if isinstance(extras, dict) and names & extras.keys():
-        out.pop(ANTHROPIC_REQUEST, None)  # it holds them: the translation goes instead
+    for carrier, request in ((ANTHROPIC_EXTRAS, ANTHROPIC_REQUEST), (COMPLETIONS_EXTRAS, None)):
+        extras = body.get(carrier)
+        if not (isinstance(extras, dict) and names & extras.keys()):
+            continue
+        if request is not None:
+            out.pop(request, None)  # it holds them: the translation goes instead
         kept = {k: v for k, v in extras.items() if k not in names}
         if kept:
-            out[ANTHROPIC_EXTRAS] = kept
+            out[carrier] = kept
         else:
-            out.pop(ANTHROPIC_EXTRAS, None)
+            out.pop(carrier, None)
     return out
 
 
@@ -443,11 +467,7 @@ def openai_form(body: dict[str, Any]) -> dict[str, Any]:
                 out[key] = [clean(part) for part in out[key]]
         return out
 
-    out = {
-        k: v
-        for k, v in body.items()
-        if k not in (ANTHROPIC_EXTRAS, ANTHROPIC_REQUEST, ANTHROPIC_HEADERS)
-    }
+    out = {k: v for k, v in body.items() if k not in (*EXTRAS, *PRIVATE)}
     out["messages"] = [clean(m) for m in body.get("messages") or ()]
     if isinstance(body.get("tools"), list):
         out["tools"] = [clean(tool) for tool in body["tools"]]

@@ -10,6 +10,7 @@ from gateway.stream.sse import SSEFrame
 
 OPENAI_CHAT = "openai_chat"
 OPENAI_RESPONSES = "openai_responses"
+OPENAI_COMPLETIONS = "openai_completions"
 ANTHROPIC = "anthropic"
 
 
@@ -32,6 +33,10 @@ def stream_parser(wire: str) -> StreamParser:
         from gateway.providers.anthropic_messages import AnthropicStreamParser
 
         return AnthropicStreamParser()
+    if wire == OPENAI_COMPLETIONS:
+        from gateway.providers.openai_completions import CompletionsStreamParser
+
+        return CompletionsStreamParser()
     return openai_chat.ChatStreamParser()
 
 
@@ -44,4 +49,8 @@ def parse_body(wire: str, obj: dict[str, Any]) -> list[StreamEvent]:
         from gateway.providers.anthropic_messages import parse_message
 
         return parse_message(obj)
+    if wire == OPENAI_COMPLETIONS:
+        from gateway.providers.openai_completions import parse_text_completion
+
+        return parse_text_completion(obj)
     return openai_chat.parse_completion(obj)

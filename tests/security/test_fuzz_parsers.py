@@ -31,7 +31,7 @@ from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 
 from gateway.conversations.history import message_key
-from gateway.dialects import anthropic_messages, openai_responses
+from gateway.dialects import anthropic_messages, openai_completions, openai_responses
 from gateway.dialects.openai_chat import parse_chat_request
 from gateway.errors import GatewayError
 from gateway.metering.tokens import count_messages
@@ -242,6 +242,12 @@ MESSAGES_SEEDS: list[dict[str, Any]] = [
         ],
     },
 ]
+COMPLETIONS_SEEDS: list[dict[str, Any]] = [
+    {"model": "demo", "prompt": "Say this is a test"},
+    {"model": "demo", "prompt": ["Once"], "stream": True, "max_tokens": 5, "echo": True},
+    {"model": "demo", "prompt": "x", "suffix": "}", "logprobs": 2, "best_of": 3, "n": 2},
+]
+
 RESPONSES_SEEDS: list[dict[str, Any]] = [
     {"model": "demo", "input": "Hi"},
     {
@@ -377,6 +383,14 @@ def test_chat_parser(raw: bytes) -> None:
 @given(bodies(MESSAGES_SEEDS))
 def test_anthropic_messages_parser(raw: bytes) -> None:
     parsed = parsed_or_4xx(anthropic_messages.parse_request, raw)
+    if parsed is not None:
+        accepted_by_the_chat_path(parsed[0])
+
+
+@fuzz(300)
+@given(bodies(COMPLETIONS_SEEDS))
+def test_completions_parser(raw: bytes) -> None:
+    parsed = parsed_or_4xx(openai_completions.parse_request, raw)
     if parsed is not None:
         accepted_by_the_chat_path(parsed[0])
 

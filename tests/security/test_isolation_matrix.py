@@ -118,6 +118,8 @@ TABLE: list[Probe] = [
     # beta's, with nothing of alpha's in it).
     Probe("POST", "/v1/chat/completions", CREATE, headers=joining, body=lambda i: {
         "model": "demo", "messages": [{"role": "user", "content": "beta's own question"}]}),
+    Probe("POST", "/v1/completions", CREATE, body=lambda i: {
+        "model": "demo", "prompt": "beta's own prompt"}),
     Probe("POST", "/v1/messages", CREATE, body=lambda i: {
         "model": "demo", "max_tokens": 64,
         "messages": [{"role": "user", "content": "beta's own question"}]}),

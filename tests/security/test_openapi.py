@@ -68,6 +68,7 @@ EXAMPLES = {
     "/v1/messages": "MessagesRequest",
     "/v1/responses": "ResponsesRequest",
     "/v1/embeddings": "EmbeddingsRequest",
+    "/v1/completions": "CompletionRequest",
     "/v1/conversations": "NewConversation",
 }
 
