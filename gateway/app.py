@@ -18,7 +18,7 @@ from gateway.http.auth import authenticate
 from gateway.http.conversations import CANCEL_BUS
 from gateway.http.cors import CORS, Cors
 from gateway.http.middleware import add_request_id, errors_and_ids
-from gateway.http.routes import add_routes
+from gateway.http.routes import UPLOADS, add_routes
 from gateway.http.slow_clients import request_limits
 from gateway.metering import tokens
 from gateway.metering.auth import Authenticator
@@ -73,7 +73,10 @@ def create_app(config: GatewayConfig, *, instance: str | None = None) -> web.App
     metrics.STORE_QUEUE.set_function(store.queue_depth)
     metrics.STORE_SPOOL_BYTES.set_function(store.spooled_bytes)
     # Before auth: bodies are timed (408), a declared size over the limit is refused (413).
-    middlewares = [errors_and_ids, request_limits(config.server.body_timeout_s), authenticate]
+    limits = request_limits(
+        config.server.body_timeout_s, int(config.server.max_upload_mb * 1024 * 1024), UPLOADS
+    )
+    middlewares = [errors_and_ids, limits, authenticate]
     cors = Cors(config.server.cors_origins) if config.server.cors_origins else None
     if cors is not None:  # preflights are answered before a key is asked for
         middlewares.insert(1, cors.preflight)

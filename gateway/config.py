@@ -41,6 +41,12 @@ class ServerConfig(_Model):
     max_body_mb: float = Field(
         16, gt=0, description="Largest accepted request body, in MiB; larger gets 413."
     )
+    max_upload_mb: float = Field(
+        100,
+        gt=0,
+        description="Largest multipart form (file uploads, audio to transcribe, images to edit),"
+        " in MiB; larger gets 413.",
+    )
     max_messages: int = Field(
         10_000, ge=1, description="Most messages a completion request may carry; more gets 413."
     )
@@ -216,6 +222,28 @@ class DeploymentPrice(_Model):
     )
     max_output_tokens: int | None = Field(
         None, ge=1, description="The model's largest answer, in tokens."
+    )
+    # The units of the API calls that are not chats (gateway.metering.call_prices).
+    input_cost_per_image: float | None = Field(
+        None, ge=0, description="USD per image generated (images endpoints)."
+    )
+    input_cost_per_second: float | None = Field(
+        None, ge=0, description="USD per second of audio transcribed or translated."
+    )
+    output_cost_per_second: float | None = Field(
+        None, ge=0, description="USD per second of speech generated."
+    )
+    input_cost_per_character: float | None = Field(
+        None, ge=0, description="USD per character of text spoken (audio speech)."
+    )
+    input_cost_per_query: float | None = Field(
+        None, ge=0, description="USD per search (rerank; 100 documents a search)."
+    )
+    input_cost_per_token_batches: float | None = Field(
+        None, ge=0, description="USD per prompt token of a batch (default: input)."
+    )
+    output_cost_per_token_batches: float | None = Field(
+        None, ge=0, description="USD per completion token of a batch (default: output)."
     )
 
 

@@ -245,15 +245,14 @@ def checked_metadata(value: Any) -> dict[str, str]:
             f"'metadata' may hold at most {METADATA_PAIRS} keys.", param="metadata"
         )
     for key, item in value.items():
-        if len(key) > METADATA_KEY_CHARS or "\x00" in key:
+        if len(key) > METADATA_KEY_CHARS:
             raise InvalidRequest(
-                f"A metadata key is at most {METADATA_KEY_CHARS} characters, without NUL.",
-                param="metadata",
+                f"A metadata key is at most {METADATA_KEY_CHARS} characters.", param="metadata"
             )
-        if not isinstance(item, str) or len(item) > METADATA_VALUE_CHARS or "\x00" in item:
+        if not isinstance(item, str) or len(item) > METADATA_VALUE_CHARS:
             raise InvalidRequest(
                 f"'metadata.{key}' must be a string of at most {METADATA_VALUE_CHARS}"
-                " characters, without NUL.",
+                " characters.",
                 param=f"metadata.{key}",
             )
     return value

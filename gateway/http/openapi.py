@@ -17,6 +17,7 @@ from gateway.http.openapi_schemas import Schema, components, ref
 
 JSON = "application/json"
 SSE = "text/event-stream"
+FORM = "multipart/form-data"
 
 _REASONS = {
     200: "OK",
@@ -65,6 +66,7 @@ def op(
     public: bool = False,
     error_shape: str = "Error",
     upstream: bool = False,
+    form: Schema | None = None,
 ) -> Operation:
     responses: dict[str, Any] = dict(ok)
     if params and any(p["in"] in ("path", "query") for p in params):
@@ -81,9 +83,138 @@ def op(
         out["parameters"] = params
     if body is not None:
         out["requestBody"] = {"required": required_body, "content": {JSON: {"schema": body}}}
+    if form is not None:
+        out["requestBody"] = {"required": True, "content": {FORM: {"schema": form}}}
     if public:
         out["security"] = []
     return out
+
+
+# The API calls that are no turn (gateway.http.media): what each takes; answered as the upstream
+# answered (JSON, text, or audio bytes).
+_CALL = (*_AUTH, *_BODY, 403, 404, 429, 502, 503, 504)
+_FILE = {"type": "string", "format": "binary"}
+
+
+def _form(required: list[str], **fields: Schema) -> Schema:
+    return {"type": "object", "required": required, "properties": fields}
+
+
+def _calls(obj: Schema, listing: Schema) -> dict[str, Any]:
+    text = {"type": "string"}
+    model = {"type": "string", "description": "A model alias from the gateway's config."}
+    image_body = {
+        "type": "object",
+        "required": ["model", "prompt"],
+        "properties": {"model": model, "prompt": text, "n": {"type": "integer", "minimum": 1}},
+        "example": {"model": "demo", "prompt": "a lighthouse at dusk", "size": "1024x1024"},
+    }
+    any_answer = _ok(obj, extra={"text/plain": text})
+    return {
+        "/v1/images/generations": {
+            "post": op(
+                "Images, per image by size and quality",
+                _ok(obj),
+                _CALL,
+                body=image_body,
+                upstream=True,
+            )
+        },
+        "/v1/images/edits": {
+            "post": op(
+                "Image edits (multipart)",
+                _ok(obj),
+                _CALL,
+                form=_form(["model", "image", "prompt"], model=model, image=_FILE, prompt=text),
+                upstream=True,
+            )
+        },
+        "/v1/images/variations": {
+            "post": op(
+                "Image variations (multipart)",
+                _ok(obj),
+                _CALL,
+                form=_form(["model", "image"], model=model, image=_FILE),
+                upstream=True,
+            )
+        },
+        "/v1/audio/transcriptions": {
+            "post": op(
+                "Transcriptions (multipart), per second or per audio token",
+                any_answer,
+                _CALL,
+                form=_form(["model", "file"], model=model, file=_FILE),
+                upstream=True,
+            )
+        },
+        "/v1/audio/translations": {
+            "post": op(
+                "Translations into English (multipart)",
+                any_answer,
+                _CALL,
+                form=_form(["model", "file"], model=model, file=_FILE),
+                upstream=True,
+            )
+        },
+        "/v1/audio/speech": {
+            "post": op(
+                "Speech: the audio relayed as it comes, per character",
+                _ok(obj, extra={"audio/mpeg": _FILE, "application/octet-stream": _FILE}),
+                _CALL,
+                body={
+                    "type": "object",
+                    "required": ["model", "input", "voice"],
+                    "properties": {"model": model, "input": text, "voice": text},
+                },
+                upstream=True,
+            )
+        },
+        "/v1/moderations": {
+            "post": op(
+                "Moderations, free unless priced",
+                _ok(obj),
+                _CALL,
+                body={"type": "object", "required": ["input"], "properties": {"model": model}},
+                upstream=True,
+            )
+        },
+        "/v1/rerank": {
+            "post": op(
+                "Rerank, the Cohere/Jina shape: {model, query, documents, top_n}",
+                _ok(obj),
+                _CALL,
+                body={
+                    "type": "object",
+                    "required": ["model", "query", "documents"],
+                    "properties": {
+                        "model": model,
+                        "query": text,
+                        "documents": {"type": "array", "minItems": 1},
+                        "top_n": {"type": "integer", "minimum": 1},
+                    },
+                },
+                upstream=True,
+            )
+        },
+        "/v1/requests": {
+            "get": op(
+                "The request log of API calls that are no turn: newest first",
+                _ok(listing),
+                (*_AUTH, 400),
+                params=[
+                    query("endpoint", text),
+                    query("status", {"enum": ["completed", "error"]}),
+                    query("model", text),
+                    query("key_id", text),
+                    query("team_id", text, "The master key's filter"),
+                    query("since", _TIME),
+                    query("until", _TIME),
+                    query("limit", {"type": "integer", "minimum": 1, "maximum": 100}),
+                    query("after", text, "The previous page's `cursor`"),
+                ],
+            )
+        },
+    }
 
 
 def path_param(name: str = "id", description: str = "") -> dict[str, Any]:
@@ -235,6 +366,7 @@ def paths() -> dict[str, dict[str, Operation]]:
                 upstream=True,
             )
         },
+        **_calls(obj, listing),
         "/v1/models": {"get": op("The configured model aliases", _ok(listing), _AUTH)},
         "/v1/models/{id}": {
             "get": op(

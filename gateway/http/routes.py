@@ -12,15 +12,27 @@ from gateway.http import (
     completions,
     conversations,
     embeddings,
+    media,
     messages,
     responses,
     system,
 )
 
+# The routes that take multipart uploads, within server.max_upload_mb rather than max_body_mb.
+UPLOADS = frozenset(
+    {
+        "/v1/files",
+        "/v1/images/edits",
+        "/v1/images/variations",
+        "/v1/audio/transcriptions",
+        "/v1/audio/translations",
+    }
+)
+
 # Operator routes (admin, the UI, the conversation list, usage reports, the OpenAPI document)
 # import their modules on their first request: serving completions does not need them, and
 # importing them is part of every cold start.
-LAZY_MODULES = ("admin", "conversations_list", "openapi", "ui", "usage")
+LAZY_MODULES = ("admin", "conversations_list", "openapi", "request_log", "ui", "usage")
 
 
 def _later(module: str, name: str) -> Handler:
@@ -48,7 +60,7 @@ class _Later:
         return _later(self._module, name)
 
 
-admin, conversations_list, openapi, ui, usage = (_Later(m) for m in LAZY_MODULES)
+admin, conversations_list, openapi, request_log, ui, usage = (_Later(m) for m in LAZY_MODULES)
 
 
 def add_routes(app: web.Application) -> None:
@@ -63,10 +75,19 @@ def add_routes(app: web.Application) -> None:
     app.router.add_get("/v1/responses/{id}/input_items", responses.input_items)
     app.router.add_post("/v1/responses/{id}/cancel", responses.cancel)
     app.router.add_post("/v1/embeddings", embeddings.embeddings)
+    app.router.add_post("/v1/images/generations", media.images_generations)
+    app.router.add_post("/v1/images/edits", media.images_edits)
+    app.router.add_post("/v1/images/variations", media.images_variations)
+    app.router.add_post("/v1/audio/transcriptions", media.audio_transcriptions)
+    app.router.add_post("/v1/audio/translations", media.audio_translations)
+    app.router.add_post("/v1/audio/speech", media.audio_speech)
+    app.router.add_post("/v1/moderations", media.moderations)
+    app.router.add_post("/v1/rerank", media.rerank)
     app.router.add_get("/v1/models", system.models)
     app.router.add_get("/v1/models/{id:.+}", system.model)
     app.router.add_get("/v1/me", ui.me)
     app.router.add_get("/v1/usage", usage.usage)
+    app.router.add_get("/v1/requests", request_log.list_)
     app.router.add_post("/v1/conversations", conversations.create)
     app.router.add_get("/v1/conversations", conversations_list.list_)
     app.router.add_get("/v1/conversations/{id}", conversations.retrieve)

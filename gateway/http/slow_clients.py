@@ -86,9 +86,12 @@ class RequestTimeout(InvalidRequest, TimeoutError):
 # -- the body ------------------------------------------------------------------------------------
 
 
-def request_limits(body_timeout_s: float) -> Middleware:
-    """Middleware: 400 for a NUL in the URL, 413 for a declared body over the limit, 408 for
-    a body that comes too slowly."""
+def request_limits(
+    body_timeout_s: float, upload_max: int = 0, uploads: frozenset[str] = frozenset()
+) -> Middleware:
+    """Middleware: 400 for a NUL in the URL, 413 for a declared body over the limit (the
+    `upload_max` of a multipart upload to one of the `uploads` paths), 408 for a body that
+    comes too slowly."""
 
     def expire(request: web.Request) -> None:
         if not request.content.is_eof():  # not all of it received yet
@@ -113,10 +116,12 @@ def request_limits(body_timeout_s: float) -> Middleware:
         if "\x00" in request.path or any("\x00" in k + v for k, v in request.query.items()):
             raise InvalidRequest("The URL contains a NUL character (%00).")
         length = request.content_length
-        if length is not None and length > request.client_max_size:
+        limit = request.client_max_size
+        if uploads and request.path in uploads and request.content_type == "multipart/form-data":
+            limit = max(limit, upload_max)
+        if length is not None and length > limit:
             raise PayloadTooLarge(
-                f"The request body is too large: {length} bytes, the limit is"
-                f" {request.client_max_size}."
+                f"The request body is too large: {length} bytes, the limit is {limit}."
             )
         if request.content.is_eof():  # no body, or all of it here already
             return await handler(request)

@@ -265,7 +265,7 @@ def load_price_file(path: str) -> dict[str, dict[str, Any]]:
         where = f"the price file {path}: {name!r}"
         if not isinstance(entry, dict):
             raise ValueError(f"{where} must be a mapping of litellm's price fields")
-        entry = {k: _yaml_number(v) if k in PRICE_FIELDS else v for k, v in entry.items()}
+        entry = {k: _yaml_number(v) if "cost" in k else v for k, v in entry.items()}
         for field in PRICE_FIELDS:
             if field in entry and _number(entry, field) is None:
                 raise ValueError(f"{where}: {field} must be a number >= 0 (USD per token)")

@@ -425,6 +425,19 @@ def _audio_seconds(data: Any, fmt: Any) -> float:
     return size * 8 / (bitrate or 128_000)
 
 
+def audio_seconds(data: bytes, filename: str) -> float | None:
+    """An audio file's length, from a WAV's header or an MP3's first frame's bit rate; None
+    for any other kind (the gateway reads no other container)."""
+    head = data[:8192]
+    if head[:4] == b"RIFF" and head[8:12] == b"WAVE" and len(head) >= 32:
+        byte_rate = int.from_bytes(head[28:32], "little")
+        return max(0, len(data) - 44) / byte_rate if byte_rate > 0 else None
+    if head[:3] == b"ID3" or filename.lower().endswith(".mp3"):
+        bitrate = _mp3_bitrate(head)
+        return len(data) * 8 / bitrate if bitrate else None
+    return None
+
+
 # MPEG audio layer III bit rates (kbit/s) by bit-rate index: MPEG-1, then MPEG-2 and 2.5.
 _MP3_RATES = (
     (0, 32, 40, 48, 56, 64, 80, 96, 112, 128, 160, 192, 224, 256, 320),

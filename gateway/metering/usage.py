@@ -56,6 +56,12 @@ class UsageRecord:
     # (the tokens read from the cache) are.
     cache_write_5m_tokens: int = 0
     cache_write_1h_tokens: int = 0
+    # An API call that is no turn (gateway.pipeline.calls): its endpoint (`images.generations`),
+    # what it was billed by, as JSON (`{"images": 2, "size": "1024x1024"}`), and for a failed
+    # one, its error code. None for a turn's attempts.
+    endpoint: str | None = None
+    units: str | None = None
+    error: str | None = None
 
     def row(self) -> dict[str, Any]:
         return dict(self.__dict__)  # flat fields: asdict's deep copy costs 20x more
@@ -332,8 +338,9 @@ class Meter:
             cache_write_1h_tokens=write_1h,
         )
 
-    def embeddings(self, record: UsageRecord) -> None:
-        """Write and count the usage row of an embeddings request (`embeddings_record`)."""
+    def call(self, record: UsageRecord) -> None:
+        """Write and count the usage row of an API call that is no turn (an embeddings
+        request's `embeddings_record`, gateway.pipeline.calls)."""
         self._write(record)
         self._count(record)
 
@@ -420,4 +427,5 @@ def embeddings_record(
         cost_usd=price.cost(prompt_tokens, 0) if price is not None else None,
         ttft_ms=None,
         duration_ms=round(duration_ms, 2),
+        endpoint="embeddings",
     )

@@ -135,7 +135,7 @@ def _meter(
         duration_ms=(time.monotonic() - started) * 1000.0,
     )
     if gateway.meter is not None:
-        gateway.meter.embeddings(record)
+        gateway.meter.call(record)
     lease.settle(record.cost_usd, tokens)
 
 

@@ -136,6 +136,45 @@ class LiteLLMBodyResponse:
         self._body = b""
 
 
+class LiteLLMCallBody:
+    """A litellm API call's answer (gateway.pipeline.calls), as an upstream body read once."""
+
+    status = 200
+    usage_injected = False
+
+    def __init__(self, body: bytes, content_type: str) -> None:
+        self._body = body
+        self.headers = {"content-type": content_type}
+
+    async def read(self) -> bytes:
+        body, self._body = self._body, b""
+        return body
+
+    def close(self, *, keep_alive: bool = False) -> None:
+        self._body = b""
+
+
+# The API calls litellm drives for its providers, and the function of each.
+LITELLM_CALLS = {
+    "images.generations": "aimage_generation",
+    "audio.transcriptions": "atranscription",
+    "audio.speech": "aspeech",
+    "rerank": "arerank",
+}
+_IMAGE_FIELDS = ("n", "quality", "response_format", "size", "style", "user", "background")
+_TRANSCRIPTION_FIELDS = ("language", "prompt", "response_format", "temperature")
+_SPEECH_FIELDS = ("voice", "response_format", "speed", "instructions")
+_RERANK_FIELDS = ("top_n", "rank_fields", "return_documents", "max_chunks_per_doc")
+_AUDIO_TYPES = {
+    "mp3": "audio/mpeg",
+    "opus": "audio/ogg",
+    "aac": "audio/aac",
+    "flac": "audio/flac",
+    "wav": "audio/wav",
+    "pcm": "audio/pcm",
+}
+
+
 class LiteLLMProvider:
     wire = "openai_chat"
 
@@ -213,6 +252,64 @@ class LiteLLMProvider:
             _close_later(result)
             raise upstream_error(exc, started=False) from None
         return LiteLLMStreamResponse(result, usage_injected, first)
+
+    def serves(self, call: str) -> bool:
+        return call in LITELLM_CALLS
+
+    async def call(
+        self,
+        call: str,
+        path: str,
+        *,
+        json: dict[str, Any] | None = None,
+        form: Any = None,
+        model: str | None = None,
+        method: str = "POST",
+    ) -> LiteLLMCallBody:
+        """An images, transcription, speech or rerank call through litellm's function for it;
+        the answer as OpenAI's (or, rerank, Cohere's) JSON, or speech's audio bytes."""
+        body = json or {}
+        kwargs: dict[str, Any] = {
+            "model": self._model,
+            "api_base": self._api_base,
+            "api_key": self._api_key,
+            "timeout": self._timeout,
+            "max_retries": 0,  # the gateway's retries and fallbacks decide
+        }
+        if self._extra_headers:
+            kwargs["extra_headers"] = self._extra_headers
+        content_type = "application/json"
+        try:
+            if call == "images.generations":
+                kwargs.update({k: body[k] for k in _IMAGE_FIELDS if body.get(k) is not None})
+                result = await self._litellm.aimage_generation(prompt=body["prompt"], **kwargs)
+            elif call == "audio.transcriptions":
+                audio = form.file("file")
+                fields = form.fields()
+                kwargs.update({k: fields[k] for k in _TRANSCRIPTION_FIELDS if k in fields})
+                result = await self._litellm.atranscription(
+                    file=(audio.filename, audio.data), **kwargs
+                )
+                if fields.get("response_format") in ("text", "srt", "vtt"):
+                    text = getattr(result, "text", None) or _dump(result).get("text") or ""
+                    return LiteLLMCallBody(str(text).encode(), "text/plain; charset=utf-8")
+            elif call == "audio.speech":
+                kwargs.update({k: body[k] for k in _SPEECH_FIELDS if body.get(k) is not None})
+                result = await self._litellm.aspeech(input=body["input"], **kwargs)
+                fmt = str(body.get("response_format") or "mp3")
+                return LiteLLMCallBody(
+                    result.content, _AUDIO_TYPES.get(fmt, "application/octet-stream")
+                )
+            else:
+                kwargs.update({k: body[k] for k in _RERANK_FIELDS if body.get(k) is not None})
+                result = await self._litellm.arerank(
+                    query=body["query"], documents=body["documents"], **kwargs
+                )
+        except asyncio.CancelledError:
+            raise
+        except Exception as exc:
+            raise upstream_error(exc, started=False) from None
+        return LiteLLMCallBody(orjson.dumps(_dump(result)), content_type)
 
 
 def supported_params(litellm: Any, model: str, provider: str) -> frozenset[str] | None:

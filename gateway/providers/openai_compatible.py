@@ -4,15 +4,46 @@ from __future__ import annotations
 
 from typing import Any
 
+import orjson
+
 from gateway.config import DeploymentConfig
+from gateway.http.forms import Form
 from gateway.providers.responses_request import to_responses_request
 from gateway.upstream.pool import Endpoint
-from gateway.upstream.seam import Transport, UpstreamBody, post, read_all
+from gateway.upstream.seam import Transport, UpstreamBody, post, read_all, send
 from gateway.upstream.tls import deployment_context
+
+# The API calls besides chat and embeddings an OpenAI-compatible server is sent as they are
+# (gateway.pipeline.calls); `rerank` is the Cohere/Jina shape vLLM and others serve beside it.
+OPENAI_CALLS = frozenset(
+    {
+        "images.generations",
+        "images.edits",
+        "images.variations",
+        "audio.transcriptions",
+        "audio.translations",
+        "audio.speech",
+        "moderations",
+        "rerank",
+        "files",
+        "batches",
+    }
+)
+# What Azure OpenAI serves of them under a deployment's path.
+AZURE_CALLS = frozenset(
+    {
+        "images.generations",
+        "images.edits",
+        "audio.transcriptions",
+        "audio.translations",
+        "audio.speech",
+    }
+)
 
 
 class OpenAICompatibleProvider:
     wire = "openai_chat"
+    calls = OPENAI_CALLS
 
     def __init__(self, config: DeploymentConfig, pool: Transport, model: str) -> None:
         assert config.api_base is not None
@@ -41,7 +72,9 @@ class OpenAICompatibleProvider:
         """The URL of one of the API's other paths (`/completions`, `/images/generations`)."""
         return base + path
 
-    def endpoint(self, path: str, headers: dict[str, str] | None = None) -> Endpoint:
+    def endpoint(
+        self, path: str, headers: dict[str, str] | None = None, method: str = "POST"
+    ) -> Endpoint:
         """An endpoint of this deployment at another path of its API, with its key, proxy and
         TLS trust; `headers` over its own (a multipart body's `Content-Type`)."""
         config = self._config
@@ -51,7 +84,34 @@ class OpenAICompatibleProvider:
             config.timeouts.connect_s,
             proxy=config.proxy,
             ssl_context=deployment_context(config.tls.ca_bundle, config.tls.verify),
+            method=method,
         )
+
+    def serves(self, call: str) -> bool:
+        return call in self.calls
+
+    async def call(
+        self,
+        call: str,
+        path: str,
+        *,
+        json: dict[str, Any] | None = None,
+        form: Form | None = None,
+        model: str | None = None,
+        method: str = "POST",
+    ) -> UpstreamBody:
+        """One of the API's other calls (`OPENAI_CALLS`): a JSON body, a multipart form (its
+        `model` field, if it has one, made `model`), or none (a GET or DELETE)."""
+        if form is not None:
+            values = (
+                {"model": model} if model is not None and form.value("model") is not None else {}
+            )
+            body, content_type = form.encode(values)
+            endpoint = self.endpoint(path, {"Content-Type": content_type}, method)
+        else:
+            body = orjson.dumps(json) if json is not None else b""
+            endpoint = self.endpoint(path, None, method)
+        return await send(self._pool, endpoint, body)
 
     async def completions(self, body: dict[str, Any], *, stream: bool) -> UpstreamBody:
         """OpenAI's legacy `/completions` with the client's own body, for this model."""
@@ -103,6 +163,8 @@ class OpenAICompatibleProvider:
 class AzureOpenAIProvider(OpenAICompatibleProvider):
     """Azure OpenAI: the deployment is in the URL, the key in `api-key`, plus `api-version`."""
 
+    calls = AZURE_CALLS
+
     def _urls(self, base: str, config: DeploymentConfig, model: str) -> tuple[str, str]:
         return self.url(base, "/chat/completions"), self.url(base, "/embeddings")
 
@@ -120,7 +182,8 @@ class AzureOpenAIProvider(OpenAICompatibleProvider):
 
 
 class OpenAIResponsesProvider(OpenAICompatibleProvider):
-    """A deployment that speaks the native Responses API upstream."""
+    """A deployment that speaks the native Responses API upstream (OpenAI's own: its other
+    calls too)."""
 
     wire = "openai_responses"
 

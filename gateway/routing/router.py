@@ -23,8 +23,15 @@ from collections.abc import Iterable
 from dataclasses import dataclass, field, replace
 from typing import Any
 
-from gateway.config import DeploymentConfig, GatewayConfig, ModelConfig, RetryConfig
+from gateway.config import (
+    DeploymentConfig,
+    DeploymentPrice,
+    GatewayConfig,
+    ModelConfig,
+    RetryConfig,
+)
 from gateway.errors import ModelNotFound
+from gateway.metering.call_prices import CallPrices
 from gateway.metering.keys import Principal
 from gateway.metering.prices import Price, Resolved, load_price_file, resolve
 from gateway.providers.base import Provider
@@ -290,6 +297,23 @@ class Router:
         if len(self._resolved) > RESOLVED_IDS:
             self._resolved.popitem(last=False)
         return resolved
+
+    def call_prices(self, deployment: Deployment) -> CallPrices:
+        """The price entries of what the deployment is sent, for calls billed by other units
+        than tokens (gateway.metering.call_prices)."""
+        config = deployment.config
+        own = (
+            config.price.model_dump(exclude_none=True)
+            if isinstance(config.price, DeploymentPrice)
+            else None
+        )
+        return CallPrices(
+            deployment.upstream_model,
+            config.provider,
+            own=own,
+            file=self._price_file,
+            free=config.price == "free",
+        )
 
     def price_of(self, deployment: str, model: str) -> Price | None:
         """The price of `model` sent to the deployment named `deployment` (a pattern

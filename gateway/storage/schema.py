@@ -525,6 +525,26 @@ _RESPONSE_IDS = (
 )
 
 
+def _calls(real: str) -> tuple[str, ...]:
+    """API calls that are not turns (embeddings, images, audio, moderations, rerank, files,
+    batches: gateway.pipeline.calls): each usage row names its endpoint, what it was billed by
+    (`units`, JSON: images, seconds, characters, searches) and the error of a failed one; the
+    request log lists them, newest first. The files and batches a team's key made, by the
+    upstream's id: which team owns each, where it lives, and its last known object."""
+    return (
+        "ALTER TABLE usage ADD COLUMN endpoint TEXT",
+        "ALTER TABLE usage ADD COLUMN units TEXT",
+        "ALTER TABLE usage ADD COLUMN error TEXT",
+        "UPDATE usage SET endpoint = 'embeddings' WHERE conversation_id = ''",
+        "CREATE INDEX usage_calls ON usage (created_at) WHERE endpoint IS NOT NULL",
+        f"""CREATE TABLE api_objects (
+            id TEXT PRIMARY KEY, kind TEXT NOT NULL, team_id TEXT, key_id TEXT,
+            alias TEXT, deployment TEXT NOT NULL, created_at {real} NOT NULL,
+            deleted_at {real}, metered_at {real}, object TEXT NOT NULL)""",
+        "CREATE INDEX api_objects_by_team ON api_objects (kind, team_id, created_at)",
+    )
+
+
 MIGRATIONS: dict[Dialect, tuple[Migration, ...]] = {
     "sqlite": (
         Migration(1, "conversations, turns, events, teams, keys, usage, responses", _SQLITE_V1),
@@ -542,6 +562,7 @@ MIGRATIONS: dict[Dialect, tuple[Migration, ...]] = {
             _sqlite_request_log_rows,
         ),
         Migration(10, "the response id of each turn", _RESPONSE_IDS),
+        Migration(11, "API calls in the request log; files and batches by team", _calls("REAL")),
     ),
     "postgresql": (
         Migration(1, "the whole schema", _POSTGRES_V1),
@@ -556,6 +577,11 @@ MIGRATIONS: dict[Dialect, tuple[Migration, ...]] = {
             _postgres_request_log_rows,
         ),
         Migration(7, "the response id of each turn", _RESPONSE_IDS),
+        Migration(
+            8,
+            "API calls in the request log; files and batches by team",
+            _calls("DOUBLE PRECISION"),
+        ),
     ),
 }
 

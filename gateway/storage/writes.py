@@ -123,6 +123,9 @@ USAGE_COLUMNS = (
     "duration_ms",
     "cache_write_5m_tokens",
     "cache_write_1h_tokens",
+    "endpoint",
+    "units",
+    "error",
 )
 
 _SQL = {

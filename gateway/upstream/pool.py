@@ -75,6 +75,7 @@ class Endpoint:
     `proxy`: a proxy URL, or `none` (directly); None: the environment's (HTTPS_PROXY,
     HTTP_PROXY, NO_PROXY), read now. `ssl_context`: the TLS context of an https URL (None: the
     pool's default). A plain http URL through a proxy is sent to the proxy in absolute form.
+    `method`: POST, unless an API's reads and deletes (`GET`, `DELETE`, with an empty body).
     """
 
     __slots__ = (
@@ -98,6 +99,7 @@ class Endpoint:
         *,
         proxy: str | None = None,
         ssl_context: ssl.SSLContext | None = None,
+        method: str = "POST",
     ) -> None:
         parts = urlsplit(url)
         scheme = parts.scheme.lower()
@@ -145,7 +147,7 @@ class Endpoint:
             target += "?" + quote(parts.query, safe="/?%:@!$&'()*+,;=~")
         if absolute:  # to a proxy: the whole URL (its credentials left out)
             target = f"{scheme}://{authority}{target}"
-        lines = [f"POST {target} HTTP/1.1", *(f"{n}: {v}" for n, v in merged.values())]
+        lines = [f"{method} {target} HTTP/1.1", *(f"{n}: {v}" for n, v in merged.values())]
         lines += ["Connection: keep-alive", "Content-Length: "]
         self.prefix = "\r\n".join(lines).encode("utf-8")
 

@@ -87,7 +87,18 @@ async def post(
     """POST JSON; an HTTP error status raises `UpstreamHTTPError` with an OpenAI-shaped body.
     Connection faults come from the client as `UpstreamConnectError`, `UpstreamTimeout` (the
     connect phase) or `UpstreamProtocolError`."""
-    response = await transport.post(endpoint, orjson.dumps(payload))
+    return await send(transport, endpoint, orjson.dumps(payload), convert)
+
+
+async def send(
+    transport: Transport,
+    endpoint: Endpoint,
+    body: bytes,
+    convert: ErrorConverter = openai_error,
+) -> UpstreamBody:
+    """`post` for a body already encoded (a multipart form, or none for a GET), with the
+    `Content-Type` its endpoint says."""
+    response = await transport.post(endpoint, body)
     status = response.status
     if status < 300:
         return response

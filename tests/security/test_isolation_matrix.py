@@ -40,6 +40,7 @@ SELF = "self"  # about the caller only (its principal, its models)
 ADMIN = "admin"  # /v1/gateway/*: the master key's alone, 403 for every team key
 PUBLIC = "public"  # no key, no tenant data (probes, metrics, the UI's static files)
 CREATE = "create"  # makes the caller's own new data from nothing of another team's
+CALL = "call"  # a model call of the caller's own, answered whatever way, naming nothing else
 
 
 @dataclass
@@ -193,6 +194,21 @@ TABLE: list[Probe] = [
     Probe("GET", "/v1/usage", LISTED, path="/v1/usage?group_by=model&granularity=hour"),
     Probe("GET", "/v1/usage", LISTED, path=lambda i: f"/v1/usage?team_id={ALPHA}&format=csv"),
     # -- about the caller -----------------------------------------------------------------------
+    Probe("GET", "/v1/requests", LISTED),
+    Probe("GET", "/v1/requests", LISTED, path=lambda i: f"/v1/requests?team_id={ALPHA}"),
+    # Calls to a model: the caller's own, with nothing of another team's (the demo serves
+    # none of them, so each is a 400 naming the endpoint, for every key alike).
+    *(
+        Probe("POST", route, CALL, body=lambda i: {"model": "demo", "prompt": "x"}, owner=400)
+        for route in ("/v1/images/generations", "/v1/moderations", "/v1/audio/speech")
+    ),
+    Probe("POST", "/v1/rerank", CALL, owner=400,
+          body=lambda i: {"model": "demo", "query": "q", "documents": ["d"]}),
+    *(
+        Probe("POST", route, CALL, owner=400)
+        for route in ("/v1/images/edits", "/v1/images/variations", "/v1/audio/transcriptions",
+                      "/v1/audio/translations")
+    ),
     Probe("GET", "/v1/me", SELF),
     Probe("GET", "/v1/models", SELF),
     Probe("GET", "/v1/models/{id}", SELF, path="/v1/models/demo"),
@@ -270,8 +286,8 @@ def test_the_table_names_every_route() -> None:
     missing = sorted(routes - tabled)
     assert not missing, (
         f"routes without a row in the isolation table: {missing}. Decide what each shows to"
-        " another team (OWNED: 404, LISTED: filtered, SELF, ADMIN: 403, PUBLIC, CREATE) and add"
-        " a Probe."
+        " another team (OWNED: 404, LISTED: filtered, SELF, ADMIN: 403, PUBLIC, CREATE, CALL)"
+        " and add a Probe."
     )
     assert not sorted(tabled - routes), "rows for routes the router no longer has"
 
@@ -422,6 +438,8 @@ async def test_another_team_sees_nothing_of_alphas_data_on_any_route(
                 assert anonymous == probe.owner, where
                 assert not leaked(raw, forbidden, asked), (where, raw[:500])
                 continue
+            elif probe.kind == CALL:
+                assert status < 500, (where, status, raw[:300])
             else:  # SELF, CREATE: the caller's own
                 assert 200 <= status < 300, (where, status, raw[:300])
             if probe.owner is not None:
