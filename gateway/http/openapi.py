@@ -196,6 +196,88 @@ def _calls(obj: Schema, listing: Schema) -> dict[str, Any]:
                 upstream=True,
             )
         },
+        "/v1/files": {
+            "post": op(
+                "Upload a file to the deployment of the model it is for (multipart)",
+                _ok(obj),
+                _CALL,
+                form=_form(["file", "purpose"], file=_FILE, purpose=text, model=model),
+                upstream=True,
+            ),
+            "get": op(
+                "The team's files",
+                _ok(listing),
+                (*_AUTH, 400),
+                params=[
+                    query("purpose", text),
+                    query("limit", {"type": "integer"}),
+                    query("after", text),
+                    query("order", {"enum": ["asc", "desc"]}),
+                ],
+            ),
+        },
+        "/v1/files/{id}": {
+            "get": op(
+                "A file of the team's", _ok(obj), (*_AUTH, 404, 502, 504), params=_ID, upstream=True
+            ),
+            "delete": op(
+                "Delete a file of the team's",
+                _ok(obj),
+                (*_AUTH, 404, 502, 504),
+                params=_ID,
+                upstream=True,
+            ),
+        },
+        "/v1/files/{id}/content": {
+            "get": op(
+                "A file's content, as the upstream has it",
+                _ok(obj, extra={"application/octet-stream": _FILE}),
+                (*_AUTH, 404, 502, 504),
+                params=_ID,
+                upstream=True,
+            )
+        },
+        "/v1/batches": {
+            "post": op(
+                "A batch of an uploaded file's requests, at the batch price",
+                _ok(obj),
+                _CALL,
+                body={
+                    "type": "object",
+                    "required": ["input_file_id", "endpoint", "completion_window"],
+                    "properties": {
+                        "input_file_id": text,
+                        "endpoint": text,
+                        "completion_window": text,
+                    },
+                },
+                upstream=True,
+            ),
+            "get": op(
+                "The team's batches",
+                _ok(listing),
+                (*_AUTH, 400),
+                params=[query("limit", {"type": "integer"}), query("after", text)],
+            ),
+        },
+        "/v1/batches/{id}": {
+            "get": op(
+                "A batch of the team's; metered once completed",
+                _ok(obj),
+                (*_AUTH, 404, 502, 504),
+                params=_ID,
+                upstream=True,
+            )
+        },
+        "/v1/batches/{id}/cancel": {
+            "post": op(
+                "Cancel a batch of the team's",
+                _ok(obj),
+                (*_AUTH, 404, 502, 504),
+                params=_ID,
+                upstream=True,
+            )
+        },
         "/v1/requests": {
             "get": op(
                 "The request log of API calls that are no turn: newest first",

@@ -12,6 +12,7 @@ from gateway.http import (
     completions,
     conversations,
     embeddings,
+    files,
     media,
     messages,
     responses,
@@ -83,6 +84,15 @@ def add_routes(app: web.Application) -> None:
     app.router.add_post("/v1/audio/speech", media.audio_speech)
     app.router.add_post("/v1/moderations", media.moderations)
     app.router.add_post("/v1/rerank", media.rerank)
+    app.router.add_post("/v1/files", files.upload)
+    app.router.add_get("/v1/files", files.list_files)
+    app.router.add_get("/v1/files/{id}", files.retrieve_file)
+    app.router.add_get("/v1/files/{id}/content", files.file_content)
+    app.router.add_delete("/v1/files/{id}", files.delete_file)
+    app.router.add_post("/v1/batches", files.create_batch)
+    app.router.add_get("/v1/batches", files.list_batches)
+    app.router.add_get("/v1/batches/{id}", files.retrieve_batch)
+    app.router.add_post("/v1/batches/{id}/cancel", files.cancel_batch)
     app.router.add_get("/v1/models", system.models)
     app.router.add_get("/v1/models/{id:.+}", system.model)
     app.router.add_get("/v1/me", ui.me)

@@ -331,6 +331,10 @@ class Router:
             self._model_prices[deployment, model] = priced
         return priced.price
 
+    def deployment(self, name: str) -> Deployment | None:
+        """The configured deployment of this name (a pattern's as configured)."""
+        return self._by_name.get(name)
+
     def deployments(self) -> list[Deployment]:
         return [d for a in self._aliases.values() for d in a.deployments]
 

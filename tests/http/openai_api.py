@@ -6,6 +6,7 @@ test can assert what the upstream received; `fail` queues error statuses."""
 from __future__ import annotations
 
 import base64
+import json
 import struct
 import time
 from collections.abc import Awaitable, Callable
@@ -58,6 +59,15 @@ class OpenAIAPI:
             "/v2/rerank",  # Cohere's, as litellm calls it
         ):
             router.add_post(path, self.handle)
+        self.files: dict[str, tuple[dict[str, Any], bytes]] = {}  # id -> object, content
+        self.batches: dict[str, dict[str, Any]] = {}
+        router.add_post("/v1/files", self.upload)
+        router.add_get("/v1/files/{id}", self.file)
+        router.add_get("/v1/files/{id}/content", self.content)
+        router.add_delete("/v1/files/{id}", self.delete)
+        router.add_post("/v1/batches", self.batch)
+        router.add_get("/v1/batches/{id}", self.batch_status)
+        router.add_post("/v1/batches/{id}/cancel", self.batch_cancel)
 
     async def start(self, make: Callable[..., Awaitable[TestServer]]) -> OpenAIAPI:
         server = await make(self.app)
@@ -131,3 +141,100 @@ class OpenAIAPI:
         return web.json_response(
             {"id": "rerank-1", "results": results, "meta": {"billed_units": {"search_units": 1}}}
         )
+
+    # -- files and batches ------------------------------------------------------------------------
+
+    def _new_file(self, name: str, purpose: str, data: bytes) -> dict[str, Any]:
+        file_id = f"file-{len(self.files) + 1:04d}"
+        obj = {
+            "id": file_id,
+            "object": "file",
+            "bytes": len(data),
+            "created_at": int(time.time()),
+            "filename": name,
+            "purpose": purpose,
+        }
+        self.files[file_id] = (obj, data)
+        return obj
+
+    async def upload(self, request: web.Request) -> web.Response:
+        assert request.headers["Authorization"] == f"Bearer {API_KEY}"
+        seen = await self._read(request)
+        self.seen.append(seen)
+        name, data, _ = seen.files["file"]
+        return web.json_response(self._new_file(name, seen.fields["purpose"], data))
+
+    async def file(self, request: web.Request) -> web.Response:
+        self.seen.append(Seen(request.method, request.path, dict(request.headers)))
+        found = self.files.get(request.match_info["id"])
+        if found is None:
+            return web.json_response({"error": {"message": "No such file"}}, status=404)
+        return web.json_response(found[0])
+
+    async def content(self, request: web.Request) -> web.Response:
+        self.seen.append(Seen(request.method, request.path, dict(request.headers)))
+        found = self.files.get(request.match_info["id"])
+        if found is None:
+            return web.json_response({"error": {"message": "No such file"}}, status=404)
+        return web.Response(body=found[1], content_type="application/octet-stream")
+
+    async def delete(self, request: web.Request) -> web.Response:
+        self.seen.append(Seen(request.method, request.path, dict(request.headers)))
+        file_id = request.match_info["id"]
+        self.files.pop(file_id, None)
+        return web.json_response({"id": file_id, "object": "file", "deleted": True})
+
+    async def batch(self, request: web.Request) -> web.Response:
+        seen = await self._read(request)
+        self.seen.append(seen)
+        batch_id = f"batch_{len(self.batches) + 1:04d}"
+        self.batches[batch_id] = {
+            "id": batch_id,
+            "object": "batch",
+            "endpoint": seen.json["endpoint"],
+            "input_file_id": seen.json["input_file_id"],
+            "completion_window": seen.json["completion_window"],
+            "status": "validating",
+            "output_file_id": None,
+            "error_file_id": None,
+            "created_at": int(time.time()),
+        }
+        return web.json_response(self.batches[batch_id])
+
+    async def batch_status(self, request: web.Request) -> web.Response:
+        self.seen.append(Seen(request.method, request.path, dict(request.headers)))
+        return web.json_response(self.batches[request.match_info["id"]])
+
+    async def batch_cancel(self, request: web.Request) -> web.Response:
+        self.seen.append(Seen(request.method, request.path, dict(request.headers)))
+        batch = self.batches[request.match_info["id"]]
+        batch["status"] = "cancelling"
+        return web.json_response(batch)
+
+    def complete(self, batch_id: str, prompt: int = 100, completion: int = 20) -> None:
+        """Run a batch: each request of its input answered, with this usage each."""
+        batch = self.batches[batch_id]
+        _, data = self.files[batch["input_file_id"]]
+        lines = []
+        for line in data.splitlines():
+            request = json.loads(line)
+            usage = {"prompt_tokens": prompt, "completion_tokens": completion}
+            body = {
+                "id": "chatcmpl-b",
+                "object": "chat.completion",
+                "model": request["body"]["model"],
+                "choices": [],
+                "usage": usage,
+            }
+            lines.append(
+                json.dumps(
+                    {
+                        "id": "r",
+                        "custom_id": request["custom_id"],
+                        "response": {"status_code": 200, "body": body},
+                        "error": None,
+                    }
+                )
+            )
+        output = self._new_file("output.jsonl", "batch_output", "\n".join(lines).encode())
+        batch.update(status="completed", output_file_id=output["id"])

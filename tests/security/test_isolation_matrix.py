@@ -209,6 +209,25 @@ TABLE: list[Probe] = [
         for route in ("/v1/images/edits", "/v1/images/variations", "/v1/audio/transcriptions",
                       "/v1/audio/translations")
     ),
+    # Files and batches: each team's own (tests/http/test_files_batches.py makes real ones and
+    # asks for another team's); here, lists are the caller's and an id is only ever a 404.
+    Probe("GET", "/v1/files", LISTED),
+    Probe("GET", "/v1/batches", LISTED),
+    Probe("POST", "/v1/files", CALL, owner=400),
+    Probe("POST", "/v1/batches", CALL, owner=404,
+          body=lambda i: {"input_file_id": "file-alpha", "endpoint": "/v1/chat/completions",
+                          "completion_window": "24h"}),
+    *(
+        Probe(method, route, OWNED, path=path, owner=None)
+        for method, route, path in (
+            ("GET", "/v1/files/{id}", "/v1/files/file-alpha"),
+            ("GET", "/v1/files/{id}/content", "/v1/files/file-alpha/content"),
+            ("GET", "/v1/batches/{id}", "/v1/batches/batch-alpha"),
+            ("POST", "/v1/batches/{id}/cancel", "/v1/batches/batch-alpha/cancel"),
+        )
+    ),
+    # (A delete of another team's file is refused, the file kept: test_files_batches.py.)
+    Probe("DELETE", "/v1/files/{id}", CALL, path="/v1/files/file-alpha", owner=None),
     Probe("GET", "/v1/me", SELF),
     Probe("GET", "/v1/models", SELF),
     Probe("GET", "/v1/models/{id}", SELF, path="/v1/models/demo"),

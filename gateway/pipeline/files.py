@@ -1,0 +1,417 @@
+"""Files and batches: kept upstream, owned here by the team whose key made them.
+
+- **Upload** (`POST /v1/files`): the file goes to a deployment of the model it is for: the
+  form's `model` field (the gateway's own, never sent on), else, for a batch file, the model its
+  requests name (one model a file, as OpenAI's batches require; each request's `model` is
+  rewritten to the deployment's). The key must be allowed that model.
+- **Every later call on it** (retrieve, content, delete; a batch made from it, and that batch's
+  retrieve and cancel) goes to that same deployment. An object of another team's, or one the
+  gateway never saw, is a 404 alike.
+- **Lists** are answered from the store: the caller's team's objects alone.
+- **A batch is metered once its results are known**: the first retrieve that finds it
+  `completed` reads its output file, sums its requests' usage, and writes one usage row at the
+  model's batch prices (gateway.metering.call_prices); its output and error files become the
+  team's own.
+
+Uploads, batch creations and cancels are in the request log (gateway.pipeline.calls' rows),
+with no cost of their own.
+"""
+
+from __future__ import annotations
+
+import time
+from typing import Any
+
+import orjson
+from aiohttp import web
+
+from gateway.context import Gateway
+from gateway.conversations.events import new_id
+from gateway.errors import GatewayError, InvalidRequest, NotFound, UpstreamError
+from gateway.http.forms import Form, Part
+from gateway.metering.call_prices import batch_bill
+from gateway.metering.keys import Principal
+from gateway.metering.usage import UsageRecord
+from gateway.routing.router import Deployment
+from gateway.storage import objects
+from gateway.storage.objects import BATCH, FILE, Owned
+from gateway.upstream.seam import UpstreamBody, read_all
+
+# The gateway's own form field naming the model a file is for: never sent upstream.
+MODEL_FIELD = "model"
+
+
+def _serving(gateway: Gateway, principal: Principal, model: str) -> tuple[str, Deployment]:
+    alias = gateway.routes.alias(model, principal)
+    for deployment in gateway.routes.plan(alias, {}):
+        check = getattr(deployment.provider, "serves", None)
+        if check is not None and check("files"):
+            return alias.name, deployment
+    raise InvalidRequest(
+        f"The model `{alias.model}` has no deployment that keeps files (/v1/files).",
+        param="model",
+    )
+
+
+def _batch_lines(data: bytes) -> list[dict[str, Any]]:
+    lines = []
+    for number, line in enumerate(data.splitlines(), 1):
+        if not line.strip():
+            continue
+        try:
+            request = orjson.loads(line)
+        except orjson.JSONDecodeError:
+            raise InvalidRequest(
+                f"Line {number} of the batch file is not JSON.", param="file"
+            ) from None
+        body = request.get("body") if isinstance(request, dict) else None
+        if not isinstance(body, dict) or not isinstance(body.get("model"), str):
+            raise InvalidRequest(
+                f"Line {number} of the batch file has no `body.model`.", param="file"
+            )
+        lines.append(request)
+    if not lines:
+        raise InvalidRequest("The batch file holds no request.", param="file")
+    return lines
+
+
+async def upload(gateway: Gateway, principal: Principal, form: Form) -> tuple[bytes, str]:
+    """Upload a file to its model's deployment; its object, and the deployment's name."""
+    upload = form.file("file")
+    purpose = form.value("purpose")
+    if upload is None:
+        raise InvalidRequest("Missing required file: 'file'.", param="file")
+    if not purpose:
+        raise InvalidRequest("Missing required parameter: 'purpose'.", param="purpose")
+    model = form.value(MODEL_FIELD)
+    lines = _batch_lines(upload.data) if purpose == "batch" else None
+    if model is None and lines is not None:
+        models = {line["body"]["model"] for line in lines}
+        if len(models) > 1:
+            raise InvalidRequest(
+                f"A batch file's requests must all name one model; this one names"
+                f" {', '.join(sorted(models))}.",
+                param="file",
+            )
+        model = models.pop()
+    if model is None:
+        raise InvalidRequest(
+            "Name the model this file is for in a `model` form field: the gateway keeps it with"
+            " one of that model's deployments.",
+            param="model",
+        )
+    alias, deployment = _serving(gateway, principal, model)
+    parts = [p for p in form.parts if p.name != MODEL_FIELD]
+    if lines is not None:
+        # The requests name the alias; the deployment runs them as its own model.
+        for line in lines:
+            if line["body"]["model"] != model:
+                raise InvalidRequest(
+                    "A batch file's requests must all name the `model` the file is for.",
+                    param="file",
+                )
+            line["body"]["model"] = deployment.upstream_model
+        data = b"\n".join(orjson.dumps(line) for line in lines) + b"\n"
+        parts = [
+            Part(p.name, data, p.filename, p.content_type) if p is upload else p for p in parts
+        ]
+    started = time.monotonic()
+    raw = await _call(
+        gateway, principal, deployment, "files.create", "/files", form=Form(parts), started=started
+    )
+    answer = _object(raw)
+    await objects.save(
+        gateway.store,
+        Owned(
+            str(answer["id"]),
+            FILE,
+            principal.team_id,
+            principal.key_id,
+            alias,
+            deployment.name,
+            time.time(),
+            answer,
+        ),
+    )
+    return raw, deployment.name
+
+
+def _object(raw: bytes) -> dict[str, Any]:
+    try:
+        answer = orjson.loads(raw)
+    except orjson.JSONDecodeError:
+        answer = None
+    if not isinstance(answer, dict) or not isinstance(answer.get("id"), str):
+        raise UpstreamError("the upstream's answer has no object id")
+    return answer
+
+
+async def _call(
+    gateway: Gateway,
+    principal: Principal,
+    deployment: Deployment,
+    endpoint: str | None,
+    path: str,
+    *,
+    method: str = "POST",
+    json: dict[str, Any] | None = None,
+    form: Form | None = None,
+    started: float | None = None,
+    stream: bool = False,
+) -> Any:
+    """One call to the deployment; the whole answer (or, `stream`, the open body). With an
+    `endpoint`, a row of the request log too, completed or failed."""
+    try:
+        response: UpstreamBody = await deployment.provider.call(  # type: ignore[attr-defined]
+            endpoint or "files", path, json=json, form=form, method=method
+        )
+        result: Any = response if stream else await read_all(response)
+    except UpstreamError as error:
+        if endpoint is not None:
+            _log(gateway, principal, deployment, endpoint, started, error=error)
+        raise
+    if endpoint is not None:
+        _log(gateway, principal, deployment, endpoint, started)
+    return result
+
+
+def _log(
+    gateway: Gateway,
+    principal: Principal,
+    deployment: Deployment,
+    endpoint: str,
+    started: float | None,
+    *,
+    error: GatewayError | None = None,
+    cost: float | None = 0.0,
+    prompt: int = 0,
+    completion: int = 0,
+    units: dict[str, Any] | None = None,
+    alias: str | None = None,
+) -> None:
+    if gateway.meter is None:
+        return
+    request_id = new_id("call")
+    gateway.meter.call(
+        UsageRecord(
+            id=f"{request_id}:1",
+            turn_id=request_id,
+            conversation_id="",
+            team_id=principal.team_id,
+            key_id=principal.key_id,
+            user=principal.user,
+            alias=alias or deployment.alias,
+            deployment=deployment.name,
+            provider=deployment.provider_name,
+            model=deployment.upstream_model,
+            created_at=time.time(),
+            status="error" if error is not None else "completed",
+            prompt_tokens=prompt,
+            completion_tokens=completion,
+            completion_delivered=0,
+            reasoning_tokens=0,
+            cached_tokens=0,
+            usage_source="provider",
+            cost_usd=0.0 if error is not None else cost,
+            ttft_ms=None,
+            duration_ms=round((time.monotonic() - started) * 1000.0, 2) if started else None,
+            endpoint=endpoint,
+            units=orjson.dumps(units).decode() if units else None,
+            error=error.code if error is not None else None,
+        )
+    )
+
+
+async def owned(
+    gateway: Gateway, principal: Principal, kind: str, object_id: str
+) -> tuple[Owned, Deployment]:
+    """An object of the caller's team and the deployment that keeps it; 404 otherwise."""
+    found = await objects.get(gateway.store, kind, object_id)
+    if found is None or not principal.sees(found.team_id):
+        raise NotFound(f"No such {kind}: '{object_id}'.", code=f"{kind}_not_found")
+    deployment = gateway.routes.deployment(found.deployment)
+    if deployment is None:
+        raise NotFound(
+            f"The {kind} '{object_id}' is kept by the deployment {found.deployment!r}, which the"
+            " config no longer has.",
+            code=f"{kind}_not_found",
+        )
+    return found, deployment
+
+
+async def retrieve_file(gateway: Gateway, principal: Principal, file_id: str) -> bytes:
+    found, deployment = await owned(gateway, principal, FILE, file_id)
+    raw = await _call(gateway, principal, deployment, None, f"/files/{file_id}", method="GET")
+    found.object = _object(raw)
+    await objects.save(gateway.store, found)
+    return raw  # type: ignore[no-any-return]
+
+
+async def file_content(gateway: Gateway, principal: Principal, file_id: str) -> UpstreamBody:
+    _, deployment = await owned(gateway, principal, FILE, file_id)
+    body: UpstreamBody = await _call(
+        gateway, principal, deployment, None, f"/files/{file_id}/content", method="GET", stream=True
+    )
+    return body
+
+
+async def delete_file(gateway: Gateway, principal: Principal, file_id: str) -> bytes:
+    _, deployment = await owned(gateway, principal, FILE, file_id)
+    raw = await _call(
+        gateway,
+        principal,
+        deployment,
+        "files.delete",
+        f"/files/{file_id}",
+        method="DELETE",
+        started=time.monotonic(),
+    )
+    await objects.deleted(gateway.store, file_id)
+    return raw  # type: ignore[no-any-return]
+
+
+async def create_batch(gateway: Gateway, principal: Principal, body: dict[str, Any]) -> bytes:
+    file_id = body.get("input_file_id")
+    if not isinstance(file_id, str) or not file_id:
+        raise InvalidRequest("Missing required parameter: 'input_file_id'.", param="input_file_id")
+    for name in ("endpoint", "completion_window"):
+        if not isinstance(body.get(name), str):
+            raise InvalidRequest(f"Missing required parameter: '{name}'.", param=name)
+    try:
+        found, deployment = await owned(gateway, principal, FILE, file_id)
+    except NotFound:
+        raise NotFound(
+            f"No such file: '{file_id}'.", param="input_file_id", code="file_not_found"
+        ) from None
+    raw = await _call(
+        gateway,
+        principal,
+        deployment,
+        "batches.create",
+        "/batches",
+        json=body,
+        started=time.monotonic(),
+    )
+    answer = _object(raw)
+    await objects.save(
+        gateway.store,
+        Owned(
+            str(answer["id"]),
+            BATCH,
+            found.team_id,
+            principal.key_id,
+            found.alias,
+            deployment.name,
+            time.time(),
+            answer,
+        ),
+    )
+    return raw  # type: ignore[no-any-return]
+
+
+async def retrieve_batch(gateway: Gateway, principal: Principal, batch_id: str) -> bytes:
+    found, deployment = await owned(gateway, principal, BATCH, batch_id)
+    raw: bytes = await _call(
+        gateway, principal, deployment, None, f"/batches/{batch_id}", method="GET"
+    )
+    found.object = _object(raw)
+    await objects.save(gateway.store, found)
+    if found.object.get("status") == "completed" and found.metered_at is None:
+        await _results(gateway, principal, found, deployment)
+    return raw
+
+
+async def cancel_batch(gateway: Gateway, principal: Principal, batch_id: str) -> bytes:
+    found, deployment = await owned(gateway, principal, BATCH, batch_id)
+    raw: bytes = await _call(
+        gateway,
+        principal,
+        deployment,
+        "batches.cancel",
+        f"/batches/{batch_id}/cancel",
+        started=time.monotonic(),
+    )
+    found.object = _object(raw)
+    await objects.save(gateway.store, found)
+    return raw
+
+
+async def _results(
+    gateway: Gateway, principal: Principal, batch: Owned, deployment: Deployment
+) -> None:
+    """A completed batch: its output and error files become its team's, and its requests'
+    usage is metered once, at the model's batch prices."""
+    for name in ("output_file_id", "error_file_id"):
+        file_id = batch.object.get(name)
+        if isinstance(file_id, str) and file_id:
+            await objects.save(
+                gateway.store,
+                Owned(
+                    file_id,
+                    FILE,
+                    batch.team_id,
+                    batch.key_id,
+                    batch.alias,
+                    deployment.name,
+                    time.time(),
+                    {"id": file_id, "object": "file", "purpose": "batch_output"},
+                ),
+            )
+    if not await objects.metered(gateway.store, batch.id):
+        return  # another request metered it first
+    prompt = completion = requests = 0
+    output = batch.object.get("output_file_id")
+    if isinstance(output, str) and output:
+        content = await _call(
+            gateway, principal, deployment, None, f"/files/{output}/content", method="GET"
+        )
+        for line in content.splitlines():
+            try:
+                result = orjson.loads(line)
+            except orjson.JSONDecodeError:
+                continue
+            body = (
+                ((result.get("response") or {}).get("body") or {})
+                if isinstance(result, dict)
+                else {}
+            )
+            usage = body.get("usage") if isinstance(body, dict) else None
+            if not isinstance(usage, dict):
+                continue
+            requests += 1
+            prompt += _int(usage.get("prompt_tokens")) or _int(usage.get("input_tokens"))
+            completion += _int(usage.get("completion_tokens")) or _int(usage.get("output_tokens"))
+    bill = batch_bill(gateway.routes.call_prices(deployment), prompt, completion, requests)
+    owner = Principal("key", team_id=batch.team_id, key_id=batch.key_id)
+    _log(
+        gateway,
+        owner,
+        deployment,
+        "batches",
+        None,
+        cost=bill.cost,
+        prompt=prompt,
+        completion=completion,
+        units={**bill.units, "batch": batch.id},
+        alias=batch.alias,
+    )
+
+
+def _int(value: Any) -> int:
+    return value if isinstance(value, int) and not isinstance(value, bool) and value > 0 else 0
+
+
+def listing(items: list[Owned], more: bool) -> dict[str, Any]:
+    data = [item.object for item in items]
+    return {
+        "object": "list",
+        "data": data,
+        "first_id": data[0]["id"] if data else None,
+        "last_id": data[-1]["id"] if data else None,
+        "has_more": more,
+    }
+
+
+def json_answer(raw: bytes, deployment: str | None = None) -> web.Response:
+    headers = {"X-Gateway-Deployment": deployment} if deployment else {}
+    return web.Response(body=raw, content_type="application/json", headers=headers)
