@@ -55,6 +55,7 @@ from gateway.dialects.requests import (
     validated,
 )
 from gateway.errors import GatewayError, InvalidRequest, UpstreamStreamError
+from gateway.providers.params import RESPONSES_EXTRAS
 from gateway.stream.assembler import BlockAssembler
 from gateway.stream.events import (
     REASONING,
@@ -374,14 +375,12 @@ def _reasoning_text(item: dict[str, Any], where: str) -> str:
 
 
 def _tools(request: ResponsesRequest) -> list[dict[str, Any]]:
+    """The function tools, in chat form; the others (hosted tools: `web_search`, a
+    `namespace` of functions, ...) are `hosted_tools`."""
     out = []
     for i, tool in enumerate(request.tools or []):
         if tool.type != "function":
-            raise InvalidRequest(
-                f"Tools of type {tool.type!r} are not supported by this gateway; "
-                "only function tools are.",
-                param=f"tools[{i}].type",
-            )
+            continue
         if not tool.name:
             raise InvalidRequest(
                 f"Missing required parameter: 'tools[{i}].name'.", param=f"tools[{i}].name"
@@ -396,6 +395,17 @@ def _tools(request: ResponsesRequest) -> list[dict[str, Any]]:
             function["strict"] = tool.strict
         out.append({"type": "function", "function": function})
     return out
+
+
+def hosted_tools(request: ResponsesRequest) -> dict[str, Any]:
+    """The tools that are no function, by their place (`tools[4]`), as the client sent them:
+    carried for a deployment that speaks the Responses API itself, refused by name (or
+    dropped, with `drop_params`) by any other."""
+    return {
+        f"tools[{i}]": tool.model_dump(exclude_none=True)
+        for i, tool in enumerate(request.tools or [])
+        if tool.type != "function"
+    }
 
 
 def _tool_choice(request: ResponsesRequest) -> str | dict[str, Any] | None:
@@ -477,8 +487,12 @@ def chat_body(
     out: dict[str, Any] = {"model": request.model, "messages": messages}
     out.update(_chat_params(request))
     tools = _tools(request)
-    if tools:
-        out["tools"] = tools
+    hosted = hosted_tools(request)
+    if hosted:
+        out[RESPONSES_EXTRAS] = hosted
+    if tools or hosted:
+        if tools:
+            out["tools"] = tools
         choice = _tool_choice(request)
         if choice is not None:
             out["tool_choice"] = choice
@@ -682,6 +696,8 @@ def response_object(
                 "parameters": tool.parameters,
                 "strict": tool.strict,
             }
+            if tool.type == "function"
+            else tool.model_dump(exclude_none=True)
             for tool in request.tools or []
         ],
         "top_p": request.top_p,

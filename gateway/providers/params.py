@@ -88,6 +88,7 @@ CHAT_PARAMETERS = frozenset(
         "anthropic_headers",
         "completions_extras",
         "completions_request",
+        "responses_extras",
     }
 )
 
@@ -110,8 +111,12 @@ ANTHROPIC_HEADERS = "anthropic_headers"
 # (`suffix`, `echo`, `best_of`, `logprobs` as a count), and the client's body.
 COMPLETIONS_EXTRAS = "completions_extras"
 COMPLETIONS_REQUEST = "completions_request"
+# And for /v1/responses and deployments that speak the Responses API themselves: the tools that
+# are no function (hosted `web_search`, a `namespace` of functions, ...), by their place
+# (`tools[4]`).
+RESPONSES_EXTRAS = "responses_extras"
 # Carriers of fields one wire alone takes, each refused by its fields' own names elsewhere.
-EXTRAS = (ANTHROPIC_EXTRAS, COMPLETIONS_EXTRAS)
+EXTRAS = (ANTHROPIC_EXTRAS, COMPLETIONS_EXTRAS, RESPONSES_EXTRAS)
 # Never recorded with the turn, never sent to another upstream.
 PRIVATE = (ANTHROPIC_REQUEST, ANTHROPIC_HEADERS, COMPLETIONS_REQUEST)
 
@@ -226,6 +231,7 @@ RESPONSES: dict[str, Rule] = {
     "service_tier": SENT,
     "prompt_cache_key": SENT,
     "prompt_cache_retention": SENT,
+    RESPONSES_EXTRAS: SENT,
 }
 
 # What the litellm adapter hands `litellm.acompletion`, which maps each to its provider's own
@@ -341,12 +347,19 @@ OPENAI = Policy(
         "thinking": lambda v, b: _openai_thinking(b),
         ANTHROPIC_EXTRAS: REFUSED,
         COMPLETIONS_EXTRAS: REFUSED,
+        RESPONSES_EXTRAS: REFUSED,
         **_CARRIED,
     },
 )
 # A deployment serving OpenAI's legacy `/completions` itself: it gets the client's own body.
 COMPLETIONS = Policy(
-    "openai_completions", mapped={ANTHROPIC_EXTRAS: REFUSED, COMPLETIONS_EXTRAS: SENT, **_CARRIED}
+    "openai_completions",
+    mapped={
+        ANTHROPIC_EXTRAS: REFUSED,
+        COMPLETIONS_EXTRAS: SENT,
+        RESPONSES_EXTRAS: REFUSED,
+        **_CARRIED,
+    },
 )
 
 
@@ -420,7 +433,8 @@ def without(body: dict[str, Any], names: Iterable[str]) -> dict[str, Any]:
     if not names:
         return body
     out = {k: v for k, v in body.items() if k not in names}
-    for carrier, request in ((ANTHROPIC_EXTRAS, ANTHROPIC_REQUEST), (COMPLETIONS_EXTRAS, None)):
+    carriers = ((ANTHROPIC_EXTRAS, ANTHROPIC_REQUEST), (COMPLETIONS_EXTRAS, None))
+    for carrier, request in (*carriers, (RESPONSES_EXTRAS, None)):
         extras = body.get(carrier)
         if not (isinstance(extras, dict) and names & extras.keys()):
             continue

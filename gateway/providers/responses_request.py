@@ -10,7 +10,7 @@ from typing import Any
 
 import orjson
 
-from gateway.providers.params import responses_fields
+from gateway.providers.params import RESPONSES_EXTRAS, responses_fields
 
 
 def _text(content: Any) -> str:
@@ -84,10 +84,17 @@ def to_responses_request(body: dict[str, Any], model: str, *, stream: bool) -> d
             "name": (tool.get("function") or {}).get("name"),
             "description": (tool.get("function") or {}).get("description"),
             "parameters": (tool.get("function") or {}).get("parameters", {}),
+            # The Responses API takes a tool without `strict` as strict; a chat tool without
+            # it is not, so the client's choice is said either way.
+            "strict": (tool.get("function") or {}).get("strict") is True,
         }
         for tool in body.get("tools") or ()
         if isinstance(tool, dict) and tool.get("type") == "function"
     ]
+    # A Responses client's hosted tools, as it sent them (gateway.providers.params).
+    hosted = body.get(RESPONSES_EXTRAS)
+    if isinstance(hosted, dict):
+        tools += list(hosted.values())
     if tools:
         request["tools"] = tools
     choice = body.get("tool_choice")

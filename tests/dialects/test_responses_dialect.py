@@ -284,7 +284,6 @@ def test_conversation_ids() -> None:
         ),
         ({"input": [{"type": "function_call_output", "call_id": "c"}]}, "input[0].output"),
         ({"input": [{"type": "web_search_call", "id": "x"}]}, "input[0].type"),
-        ({"tools": [{"type": "web_search"}]}, "tools[0].type"),
         ({"tools": [{"type": "function"}]}, "tools[0].name"),
         ({"tool_choice": {"type": "file_search"}}, "tool_choice"),
         ({"tool_choice": {"type": "function"}}, "tool_choice.name"),
