@@ -8,6 +8,7 @@ RUN_STAMP := $(VENV)/.installed-run
 PORT ?=
 JS_STAMP := tests/js/node_modules/.installed
 UI_STAMP := tests/ui/node_modules/.installed
+CLIS_STAMP := tests/clis/node_modules/.installed
 
 .PHONY: setup system js run test lint typecheck check bench clean
 
@@ -46,10 +47,11 @@ $(STAMP): pyproject.toml
 	$(BIN)/pip install --quiet -e '.[dev]'
 	touch $(STAMP) $(RUN_STAMP)
 
-# The JavaScript clients tests/js drives, and axe-core for tests/ui's accessibility check
-# (package.json pins them; the lockfiles are committed): installed from the npm registry once,
-# again only when a lockfile changes.
-js: $(JS_STAMP) $(UI_STAMP)
+# The JavaScript clients tests/js drives, axe-core for tests/ui's accessibility check, and the
+# coding-agent CLIs tests/clis drives, Claude Code and Codex (package.json pins them; the
+# lockfiles are committed): installed from the npm registry once, again only when a lockfile
+# changes.
+js: $(JS_STAMP) $(UI_STAMP) $(CLIS_STAMP)
 
 $(JS_STAMP): tests/js/package.json tests/js/package-lock.json | system
 	cd tests/js && npm ci --no-audit --no-fund --loglevel=error
@@ -58,6 +60,11 @@ $(JS_STAMP): tests/js/package.json tests/js/package-lock.json | system
 $(UI_STAMP): tests/ui/package.json tests/ui/package-lock.json | system
 	cd tests/ui && npm ci --no-audit --no-fund --loglevel=error
 	touch $(UI_STAMP)
+
+# Not --ignore-scripts: Claude Code's postinstall puts its native binary in place.
+$(CLIS_STAMP): tests/clis/package.json tests/clis/package-lock.json | system
+	cd tests/clis && npm ci --no-audit --no-fund --loglevel=error
+	touch $(CLIS_STAMP)
 
 run: $(RUN_STAMP)
 	mkdir -p data
@@ -81,4 +88,4 @@ bench: setup
 
 clean:
 	rm -rf $(VENV) data/*.db* .pytest_cache .mypy_cache .ruff_cache tests/js/node_modules \
-		tests/ui/node_modules
+		tests/ui/node_modules tests/clis/node_modules

@@ -251,8 +251,7 @@ def checked_metadata(value: Any) -> dict[str, str]:
             )
         if not isinstance(item, str) or len(item) > METADATA_VALUE_CHARS:
             raise InvalidRequest(
-                f"'metadata.{key}' must be a string of at most {METADATA_VALUE_CHARS}"
-                " characters.",
+                f"'metadata.{key}' must be a string of at most {METADATA_VALUE_CHARS} characters.",
                 param=f"metadata.{key}",
             )
     return value

@@ -68,8 +68,7 @@ async def save(store: Store, owned: Owned) -> None:
 async def get(store: Store, kind: str, object_id: str) -> Owned | None:
     async def read(db: Db) -> Any:
         return await db.fetchrow(
-            f"SELECT {_COLUMNS} FROM api_objects WHERE id = ? AND kind = ?"
-            " AND deleted_at IS NULL",
+            f"SELECT {_COLUMNS} FROM api_objects WHERE id = ? AND kind = ? AND deleted_at IS NULL",
             object_id,
             kind,
         )
