@@ -1,12 +1,13 @@
 // The gateway's admin UI, the page's entry: ES modules by view, hash routing, no build step,
 // nothing loaded from anywhere but the gateway itself (the Content-Security-Policy allows
 // nothing else). api.js holds the key and the calls; router.js the routes; one module per view
-// (signin, list, conversation with its chat, trajectory and composer, usage with its budgets and
-// charts, keys, deployments) built from widgets.js, dom.js, format.js and markdown.js. This
-// module draws the frame around the views.
+// (signin, list, conversation with its chat, trajectory and composer, calls, usage with its
+// budgets and charts, keys, deployments) built from widgets.js, dom.js, format.js and
+// markdown.js. This module draws the frame around the views.
 
 import { clear, h } from './dom.js';
 import { ApiError, isAdmin, ownTeamName, restore, session, whenRefused } from './api.js';
+import { callsPage } from './calls.js';
 import { conversationPage } from './conversation.js';
 import { deploymentsPage } from './deployments.js';
 import { keysPage } from './keys.js';
@@ -18,6 +19,7 @@ import { errorBox, icon, notice, pageHeader } from './widgets.js';
 
 const PAGES = [
   { path: 'conversations', label: 'Conversations', icon: 'chat', admin: false, draw: (root, route) => (route.parts[1] ? conversationPage(root, route.parts[1], route.query) : conversationsPage(root, route.query)) },
+  { path: 'requests', label: 'API calls', icon: 'calls', admin: false, draw: (root, route) => callsPage(root, route.query) },
   { path: 'usage', label: 'Usage', icon: 'chart', admin: false, draw: (root, route) => usagePage(root, route.query) },
   { path: 'keys', label: 'Keys & teams', icon: 'key', admin: true, draw: (root) => keysPage(root) },
   { path: 'deployments', label: 'Deployments', icon: 'server', admin: true, draw: (root) => deploymentsPage(root) },
@@ -39,7 +41,7 @@ async function drawRoute(app, route) {
     if (page.admin && !isAdmin()) {
       content.append(
         pageHeader(page.label),
-        notice('This section needs the master key: a team key sees its own conversations and usage only.'),
+        notice('This section needs the master key: a team key sees its own conversations, API calls and usage only.'),
       );
       return;
     }

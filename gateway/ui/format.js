@@ -34,6 +34,15 @@ export function fmtUsd(value, digits) {
   return '$' + value.toFixed(digits);
 }
 
+export function fmtUsdExact(value) {
+  // One call's cost, as exact as the price makes it: `$0.022`, `$0.000165`, `$1.50` (up to six
+  // decimals, never fewer than two).
+  if (value === null || value === undefined) return '—';
+  const text = value.toFixed(Math.abs(value) >= 1 ? 4 : 6).replace(/0+$/, '');
+  const [whole, fraction = ''] = text.split('.');
+  return `$${whole}.${fraction.padEnd(2, '0')}`;
+}
+
 export function fmtInt(value) {
   if (value === null || value === undefined) return '—';
   return Math.round(value).toLocaleString('en-US');

@@ -37,7 +37,7 @@ export function loginPage(reason) {
   setTimeout(() => input.focus(), 0);
   return h('div', { class: 'login' }, h('div', { class: 'login-card' },
     h('div', { class: 'brand brand-dark' }, h('img', { src: 'favicon.svg', alt: '', width: 28, height: 28 }), h('span', { text: 'Gateway admin' })),
-    h('p', { class: 'login-lead' }, 'Sign in with the master key to manage everything, or with a team\'s virtual key for a read-only view of that team\'s conversations and usage.'),
+    h('p', { class: 'login-lead' }, 'Sign in with the master key to manage everything, or with a team\'s virtual key for a read-only view of that team\'s conversations, API calls and usage.'),
     form,
     h('p', { class: 'login-note' }, 'The key stays in this browser tab (sessionStorage), or on this device (localStorage) if you ask, until you sign out; it is sent only to this gateway, as a bearer token. A gateway running without a master key accepts an empty key.')));
 }

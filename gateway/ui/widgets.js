@@ -11,6 +11,7 @@ const ICONS = {
   branch: [['circle', { cx: 6, cy: 5, r: 2 }], ['circle', { cx: 6, cy: 19, r: 2 }], ['circle', { cx: 18, cy: 7, r: 2 }], ['path', { d: 'M6 7v10M18 9c0 5-12 3-12 8' }]],
   tool: [['path', { d: 'M14.7 6.3a4 4 0 0 0-5.4 5.4L4 17l3 3 5.3-5.3a4 4 0 0 0 5.4-5.4l-2.5 2.5-2.5-.5-.5-2.5z' }]],
   play: [['path', { d: 'M7 5l12 7-12 7z', fill: 'currentColor' }]],
+  calls: [['path', { d: 'M9 6h11M9 12h11M9 18h11' }], ['path', { d: 'M4.5 6h.01M4.5 12h.01M4.5 18h.01', 'stroke-width': 2.6 }]],
   server: [['rect', { x: 4, y: 4, width: 16, height: 6, rx: 1.5 }], ['rect', { x: 4, y: 14, width: 16, height: 6, rx: 1.5 }], ['path', { d: 'M8 7h.01M8 17h.01' }]],
 };
 
