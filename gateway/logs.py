@@ -59,6 +59,11 @@ def begin_request(request_id: str) -> dict[str, Any]:
     return notes
 
 
+def request_id() -> str | None:
+    """The id of the request being served (its X-Request-Id); None outside a request."""
+    return _REQUEST_ID.get()
+
+
 def annotate(**fields: Any) -> None:
     """Tell the access log of the request being served (nothing outside a request)."""
     notes = _NOTES.get()

@@ -284,6 +284,7 @@ def _calls(obj: Schema, listing: Schema) -> dict[str, Any]:
                 _ok(listing),
                 (*_AUTH, 400),
                 params=[
+                    query("id", text, "A request's X-Request-Id"),
                     query("endpoint", text),
                     query("status", {"enum": ["completed", "error"]}),
                     query("model", text),

@@ -42,6 +42,7 @@ async def list_(request: web.Request) -> web.Response:
         endpoint=query.get("endpoint"),
         status=status,
         model=query.get("model"),
+        id=query.get("id"),
         since=since,
         until=until,
         limit=limit,

@@ -33,6 +33,7 @@ class CallFilter:
     endpoint: str | None = None
     status: str | None = None
     model: str | None = None
+    id: str | None = None  # the request's X-Request-Id
     since: float | None = None
     until: float | None = None
     limit: int = 50
@@ -65,6 +66,7 @@ async def list_calls(store: Store, query: CallFilter) -> tuple[list[dict[str, An
         ("endpoint", query.endpoint),
         ("status", query.status),
         ("alias", query.model),
+        ("turn_id", query.id),
     ):
         if value is not None:
             where.append(f"{column} = ?")

@@ -29,7 +29,7 @@ from aiohttp import web
 from gateway import logs
 from gateway.context import Gateway
 from gateway.conversations.events import new_id
-from gateway.errors import InvalidRequest, UpstreamError, UpstreamTimeout
+from gateway.errors import GatewayError, InvalidRequest, UpstreamError, UpstreamTimeout
 from gateway.http.forms import Form
 from gateway.metering.call_prices import Bill, CallPrices
 from gateway.metering.keys import Principal
@@ -255,10 +255,9 @@ def _record(
     started: float,
     **fields: Any,
 ) -> UsageRecord:
-    request_id = new_id("call")
     return UsageRecord(
-        id=f"{request_id}:1",
-        turn_id=request_id,
+        id=f"{new_id('call')}:1",
+        turn_id=call_id(),
         conversation_id="",
         team_id=principal.team_id,
         key_id=principal.key_id,
@@ -315,6 +314,16 @@ def _meter(
     lease.settle(bill.cost or 0.0, bill.prompt_tokens + bill.completion_tokens)
 
 
+def call_id() -> str:
+    """The request log's id of the call being served: its request's X-Request-Id."""
+    return logs.request_id() or new_id("call")
+
+
+def error_text(error: GatewayError) -> str:
+    """A failed call's error as the request log keeps it: its code and message."""
+    return f"{error.code}: {error.message}"[:500]
+
+
 def _meter_failure(
     gateway: Gateway,
     principal: Principal,
@@ -337,7 +346,7 @@ def _meter_failure(
         completion_tokens=0,
         usage_source="provider",
         cost_usd=0.0,
-        error=error.code,
+        error=error_text(error),
     )
     if gateway.meter is not None:
         gateway.meter.call(record)

@@ -27,6 +27,7 @@ from gateway.metering.keys import Principal
 from gateway.metering.limits import Lease
 from gateway.metering.tokens import count_embedding_input
 from gateway.metering.usage import embeddings_record
+from gateway.pipeline.calls import call_id, error_text
 from gateway.pipeline.turn import admit
 from gateway.routing.retry import RetryPlan
 from gateway.routing.router import Alias, Deployment
@@ -99,8 +100,42 @@ async def _attempts(
         }
         return raw, headers
     assert retries.last_error is not None
-    retries.last_error.headers["X-Gateway-Attempts"] = str(retries.attempts)
-    raise retries.last_error
+    last = retries.last_error
+    _meter_failure(gateway, principal, body, alias, plan[0], last, started)
+    last.headers["X-Gateway-Attempts"] = str(retries.attempts)
+    raise last
+
+
+def _meter_failure(
+    gateway: Gateway,
+    principal: Principal,
+    body: dict[str, Any],
+    alias: Alias,
+    deployment: Deployment,
+    error: UpstreamError,
+    started: float,
+) -> None:
+    """The request log's row of an embeddings request no deployment answered: its error, no
+    cost (providers bill no failed request)."""
+    user = body.get("user")
+    record = embeddings_record(
+        call_id(),
+        team_id=principal.team_id,
+        key_id=principal.key_id,
+        user=principal.user or (user if isinstance(user, str) and "\x00" not in user else None),
+        alias=alias.name,
+        deployment=deployment.name,
+        provider=deployment.provider_name,
+        model=deployment.upstream_model,
+        prompt_tokens=0,
+        usage_source="provider",
+        price=None,
+        duration_ms=(time.monotonic() - started) * 1000.0,
+    )
+    record.id = f"{new_id('emb')}:1"
+    record.status, record.cost_usd, record.error = "error", 0.0, error_text(error)
+    if gateway.meter is not None:
+        gateway.meter.call(record)
 
 
 def _meter(
@@ -121,7 +156,7 @@ def _meter(
         tokens, source = count_embedding_input(body.get("input")), "estimated"
     user = body.get("user")
     record = embeddings_record(
-        new_id("emb"),
+        call_id(),
         team_id=principal.team_id,
         key_id=principal.key_id,
         user=principal.user or (user if isinstance(user, str) and "\x00" not in user else None),
@@ -134,6 +169,7 @@ def _meter(
         price=deployment.price,
         duration_ms=(time.monotonic() - started) * 1000.0,
     )
+    record.id = f"{new_id('emb')}:1"
     if gateway.meter is not None:
         gateway.meter.call(record)
     lease.settle(record.cost_usd, tokens)

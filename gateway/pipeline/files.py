@@ -32,6 +32,7 @@ from gateway.http.forms import Form, Part
 from gateway.metering.call_prices import batch_bill
 from gateway.metering.keys import Principal
 from gateway.metering.usage import UsageRecord
+from gateway.pipeline.calls import call_id, error_text
 from gateway.routing.router import Deployment
 from gateway.storage import objects
 from gateway.storage.objects import BATCH, FILE, Owned
@@ -191,11 +192,10 @@ def _log(
 ) -> None:
     if gateway.meter is None:
         return
-    request_id = new_id("call")
     gateway.meter.call(
         UsageRecord(
-            id=f"{request_id}:1",
-            turn_id=request_id,
+            id=f"{new_id('call')}:1",
+            turn_id=call_id(),
             conversation_id="",
             team_id=principal.team_id,
             key_id=principal.key_id,
@@ -217,7 +217,7 @@ def _log(
             duration_ms=round((time.monotonic() - started) * 1000.0, 2) if started else None,
             endpoint=endpoint,
             units=orjson.dumps(units).decode() if units else None,
-            error=error.code if error is not None else None,
+            error=error_text(error) if error is not None else None,
         )
     )
 

@@ -51,6 +51,21 @@ async def test_embeddings_are_routed_with_fallback(
     )
     await gw.flush()
     assert gw.query("SELECT count(*) FROM turns") == [(0,)]  # embeddings are not conversations
+    # In the request log, by the request id its client saw; one that failed everywhere too.
+    request_id = response.headers["X-Request-Id"]
+    status_code, log = await gw.get(f"/v1/requests?id={request_id}")
+    assert status_code == 200 and [r["endpoint"] for r in log["data"]] == ["embeddings"]
+    assert log["data"][0]["deployment"] == "b" and log["data"][0]["status"] == "completed"
+    busy = status(503, {"error": {"message": "busy", "type": "server_error"}})
+    a.push(busy, busy, busy)
+    b.push(busy, busy, busy)
+    with pytest.raises(openai.InternalServerError):
+        await gw.client().embeddings.create(model="embed", input="three")
+    await gw.flush()
+    status_code, log = await gw.get("/v1/requests?status=error")
+    [failed] = log["data"]
+    assert failed["endpoint"] == "embeddings" and failed["error"].startswith("upstream_error")
+    assert failed["cost_usd"] == 0.0
 
 
 async def test_demo_embeddings_are_deterministic(make_gateway: MakeGateway) -> None:

@@ -205,10 +205,15 @@ async def test_a_call_no_deployment_answers_is_logged_with_its_error(
     await sdk(gw, red).images.generate(model="img", prompt="x")
     await gw.flush()
     done, failed = await request_log(gw, red)
-    assert (failed["status"], failed["error"]) == ("error", "upstream_error")
-    assert failed["cost_usd"] == 0.0
+    assert failed["status"] == "error" and failed["cost_usd"] == 0.0
+    assert failed["error"].startswith("upstream_error: ") and "fake failure 500" in failed["error"]
     assert done["status"] == "completed"
     assert [r["id"] for r in await request_log(gw, red, "?status=error")] == [failed["id"]]
+    # A call is found by the X-Request-Id its client saw.
+    raw = await sdk(gw, red).images.with_raw_response.generate(model="img", prompt="y")
+    await gw.flush()
+    [found] = await request_log(gw, red, f"?id={raw.headers['X-Request-Id']}")
+    assert found["id"] == raw.headers["X-Request-Id"] and found["endpoint"] == "images.generations"
 
 
 async def test_an_endpoint_the_aliass_provider_cannot_serve_is_a_clear_400(

@@ -176,4 +176,8 @@ async def test_a_failed_embeddings_request_is_not_billed_and_frees_its_slot(
     assert held.in_flight == 0 and held.reserved == 0 and held.spent == 0
     assert (await embed(gw, key))[0] == 200
     await gw.flush()
-    assert gw.query("SELECT count(*) FROM usage") == [(1,)]
+    # The failure is in the request log, at no cost; the success is billed.
+    assert gw.query("SELECT status, cost_usd > 0 FROM usage ORDER BY created_at") == [
+        ("error", 0),
+        ("completed", 1),
+    ]
