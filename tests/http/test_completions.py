@@ -109,6 +109,11 @@ async def test_a_deployment_that_serves_completions_gets_the_clients_body(
     ]
     [(endpoint,)] = gw.query("SELECT json_extract(request, '$.endpoint') FROM turns")
     assert endpoint == "openai.completions"
+    # In the request log of turns, the conversation list, with its cost and tokens.
+    status_code, listed = await gw.get(f"/v1/conversations?id={conversation_id}&include=usage")
+    assert status_code == 200
+    [row] = listed["data"]
+    assert row["model"] == "instruct" and row["usage"]["prompt_tokens"] == 5
     [(prompt, completion, cost_source)] = gw.query(
         "SELECT prompt_tokens, completion_tokens, usage_source FROM usage"
     )
