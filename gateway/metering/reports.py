@@ -56,7 +56,8 @@ class UsageStore:
         self._store = store
 
     def write(self, record: UsageRecord) -> None:
-        self._store.write("usage", record.row())
+        # A call's row has columns a turn's attempt never fills: written by the longer insert.
+        self._store.write("usage" if record.endpoint is None else "call", record.row())
 
     async def spent(self, kind: str, ident: str, since: float) -> float:
         """USD recorded for a key or team since a time (what a budget has used)."""

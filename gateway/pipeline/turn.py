@@ -184,11 +184,18 @@ async def _run_turn(
         logs.annotate_turn(recorder)  # the access log's alias, deployment and tokens
 
 
+_CARRIED = frozenset((*PRIVATE, ANTHROPIC_EXTRAS))
+
+
 def recorded_params(body: dict[str, Any]) -> dict[str, Any]:
     """The request's parameters as the turn keeps them: not its messages (recorded as events),
     not what the gateway carries beside them (a Messages client's body and headers), and no
     MCP server's `authorization_token`."""
-    params = {k: v for k, v in body.items() if k != "messages" and k not in PRIVATE}
+    params = {k: v for k, v in body.items() if k != "messages"}
+    if _CARRIED.isdisjoint(params):  # the usual request: nothing carried beside it
+        return params
+    for name in PRIVATE:
+        params.pop(name, None)
     extras = params.get(ANTHROPIC_EXTRAS)
     servers = extras.get("mcp_servers") if isinstance(extras, dict) else None
     if isinstance(extras, dict) and isinstance(servers, list):

@@ -179,6 +179,7 @@ def estimate_tokens(body: dict[str, Any]) -> tuple[int, int]:
     return max(1, prompt), int(completion) if isinstance(completion, int) else 512
 
 
+_PATTERN = object()  # a deployment whose price depends on the model it is sent
 # How many ids served by pattern aliases are kept resolved (their providers made, prices looked
 # up); the least recently used goes first.
 RESOLVED_IDS = 512
@@ -231,6 +232,7 @@ class Router:
                     )
                 )
             self._aliases[model.name] = Alias(model, deployments)
+        self._exact = {n: a for n, a in self._aliases.items() if not is_pattern(n)}
         # Pattern aliases, longest literal prefix first: the first that matches wins.
         self._patterns = sorted(
             (a for a in self._aliases.values() if is_pattern(a.name)),
@@ -238,6 +240,9 @@ class Router:
         )
         self._resolved: OrderedDict[tuple[str, str], Alias] = OrderedDict()
         self._by_name = {d.name: d for a in self._aliases.values() for d in a.deployments}
+        self._prices = {
+            d.name: d.price for d in self._by_name.values() if "*" not in d.upstream_model
+        }
         self._model_prices: dict[tuple[str, str], Resolved] = {}
 
     @property
@@ -245,9 +250,13 @@ class Router:
         return list(self._aliases)
 
     def alias(self, name: object, principal: Principal | None = None) -> Alias:
-        found = self.find(name) if isinstance(name, str) else None
+        found = self._exact.get(name) if isinstance(name, str) else None  # the usual case
+        if found is None and isinstance(name, str):
+            found = self.find(name)
         if found is None or (
-            principal is not None and not principal.may_use(found.model, found.name)
+            principal is not None
+            and principal.models is not None
+            and not principal.may_use(found.model, found.config.name)
         ):
             raise ModelNotFound(
                 f"The model `{name}` does not exist or you do not have access to it.", param="model"
@@ -318,10 +327,13 @@ class Router:
     def price_of(self, deployment: str, model: str) -> Price | None:
         """The price of `model` sent to the deployment named `deployment` (a pattern
         deployment's price depends on the model it sent); None when unpriced or unknown."""
+        price = self._prices.get(deployment, _PATTERN)
+        if price is not _PATTERN:  # a deployment of one model: its price, resolved at start
+            return price  # type: ignore[return-value]
         template = self._by_name.get(deployment)
         if template is None:
             return None
-        if model == template.upstream_model or "*" not in template.upstream_model:
+        if model == template.upstream_model:
             return template.price
         priced = self._model_prices.get((deployment, model))
         if priced is None:
@@ -342,8 +354,9 @@ class Router:
         """Every deployment worth trying, best first."""
         ordered: list[Deployment] = []
         seen: set[str] = set()
-        for name in [alias.name, *alias.config.fallbacks]:
-            group = alias if name == alias.name else self._fallback(alias, name)
+        groups = [alias]
+        groups += [self._fallback(alias, name) for name in alias.config.fallbacks]
+        for group in groups:
             for deployment in self._order(group, body):
                 if deployment.name not in seen:
                     seen.add(deployment.name)

@@ -18,7 +18,7 @@ from gateway.storage.db import Db
 from gateway.storage.payload import as_bytes, as_text
 from gateway.storage.schema import SEARCHED_TYPES, sqlite_index_new_messages
 
-Kind = Literal["conversation", "turn", "event", "usage", "response"]
+Kind = Literal["conversation", "turn", "event", "usage", "call", "response"]
 
 
 @dataclass(slots=True)
@@ -123,10 +123,10 @@ USAGE_COLUMNS = (
     "duration_ms",
     "cache_write_5m_tokens",
     "cache_write_1h_tokens",
-    "endpoint",
-    "units",
-    "error",
 )
+# An API call's usage row (gateway.pipeline.calls): a turn's attempt's columns, and the call's
+# endpoint, what it was billed by and its error, which a turn's attempts leave NULL.
+CALL_COLUMNS = (*USAGE_COLUMNS, "endpoint", "units", "error")
 
 _SQL = {
     "conversation": _insert("conversations", _CONVERSATION, "ON CONFLICT (id) DO NOTHING"),
@@ -148,12 +148,14 @@ _SQL = {
         "ON CONFLICT (id) DO UPDATE SET "
         + ", ".join(f'"{c}" = excluded."{c}"' for c in USAGE_COLUMNS if c != "id"),
     ),
+    "call": _insert("usage", CALL_COLUMNS, "ON CONFLICT (id) DO NOTHING"),
 }
 _COLUMNS: dict[str, tuple[str, ...]] = {
     "conversation": _CONVERSATION,
     "turn": _TURN,
     "response": _RESPONSE,
     "usage": USAGE_COLUMNS,
+    "call": CALL_COLUMNS,
 }
 # A row's values in its columns' order, in one C call rather than a generator of `.get`s (usage
 # has 23 columns), on the store's thread, which waits for the loop's GIL between steps.
@@ -231,7 +233,7 @@ async def _keep_totals(db: Db, writes: list[Write]) -> None:
         await db.executemany(_ACTIVITY, activity)
 
 
-_ORDER: tuple[Kind, ...] = ("conversation", "turn", "event", "usage", "response")
+_ORDER: tuple[Kind, ...] = ("conversation", "turn", "event", "usage", "call", "response")
 
 
 async def apply_batch(db: Db, writes: list[Write]) -> None:
