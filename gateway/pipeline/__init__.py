@@ -9,6 +9,9 @@
     continuation.py  continue_on_failure: the request that asks another deployment to finish
     turn_ends.py     non-streaming turns of one loop iteration, recorded together
     embeddings.py    an embeddings request: routed and retried like a turn, not recorded
+    calls.py         images, audio, moderations, rerank: admitted, routed, metered, logged
+    files.py         files and batches, owned by the uploading key's team; batches metered
+    token_count.py   /v1/messages/count_tokens: Anthropic's count, else an estimate
 
 Below it: gateway.routing (which deployments), gateway.upstream (the HTTP to them),
 gateway.providers (their wire formats), gateway.stream (events, assembly, the attempt's log),
