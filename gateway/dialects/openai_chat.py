@@ -242,6 +242,12 @@ def completion_body(model: str, assembler: BlockAssembler, response_id: str | No
     )
 
 
+def include_usage(body: dict[str, Any]) -> bool:
+    """Whether the client asked for the stream's usage chunk (`stream_options.include_usage`)."""
+    options = body.get("stream_options")
+    return isinstance(options, dict) and bool(options.get("include_usage"))
+
+
 class OpenAIChat:
     """The OpenAI Chat Completions dialect; OpenAI-compatible upstream bytes pass unchanged."""
 
@@ -249,11 +255,7 @@ class OpenAIChat:
     wire = "openai_chat"
 
     def renderer(self, body: dict[str, Any]) -> ChatChunkRenderer:
-        options = body.get("stream_options")
-        return ChatChunkRenderer(
-            str(body.get("model")),
-            include_usage=isinstance(options, dict) and bool(options.get("include_usage")),
-        )
+        return ChatChunkRenderer(str(body.get("model")), include_usage=include_usage(body))
 
     def body(self, model: str, assembler: BlockAssembler, response_id: str) -> bytes:
         return completion_body(model, assembler, response_id)

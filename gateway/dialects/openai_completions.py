@@ -24,9 +24,15 @@ from typing import Any
 import orjson
 from pydantic import BaseModel, ConfigDict, Field
 
-from gateway.dialects.openai_chat import CANCELLED_FINISH, chat_usage
+from gateway.dialects.openai_chat import (
+    CANCELLED_FINISH,
+    ChatChunkRenderer,
+    OpenAIChat,
+    chat_usage,
+    include_usage,
+)
 from gateway.dialects.requests import Shape, check_shape, parse_json_object, validated
-from gateway.errors import GatewayError, InvalidRequest
+from gateway.errors import InvalidRequest
 from gateway.ids import random_hex
 from gateway.providers.params import COMPLETIONS_EXTRAS, COMPLETIONS_REQUEST, ClientBody
 from gateway.stream.assembler import BlockAssembler
@@ -126,21 +132,13 @@ class CompletionChunkRenderer:
     def track(self, events: list[StreamEvent]) -> None:
         pass  # a cancel's final chunk stands alone
 
-    @staticmethod
-    def done() -> bytes:
-        return b"data: [DONE]\n\n"
-
-    @staticmethod
-    def error(error: GatewayError) -> bytes:
-        return b"data: " + orjson.dumps(error.to_openai()) + b"\n\n"
+    # A stream's end, a failure and a shutdown are framed as in chat.
+    done = staticmethod(ChatChunkRenderer.done)
+    error = staticmethod(ChatChunkRenderer.error)
+    shutdown = staticmethod(ChatChunkRenderer.shutdown)
 
     def cancelled(self) -> bytes:
         return self._chunk("", CANCELLED_FINISH) + self.done()
-
-    @staticmethod
-    def shutdown(message: str) -> bytes:
-        error = {"message": message, "type": "shutdown", "code": "shutdown", "param": None}
-        return b"data: " + orjson.dumps({"error": error}) + b"\n\n"
 
 
 def completion_body(model: str, assembler: BlockAssembler, response_id: str) -> bytes:
@@ -160,24 +158,18 @@ def completion_body(model: str, assembler: BlockAssembler, response_id: str) -> 
     )
 
 
-class OpenAICompletions:
-    """The legacy Completions dialect; a `/completions` upstream's bytes pass unchanged."""
+class OpenAICompletions(OpenAIChat):
+    """The legacy Completions dialect; a `/completions` upstream's bytes pass unchanged.
+    Errors are chat's."""
 
     name = "openai.completions"
     wire = "openai_completions"
 
-    def renderer(self, body: dict[str, Any]) -> CompletionChunkRenderer:
-        options = body.get("stream_options")
-        return CompletionChunkRenderer(
-            str(body.get("model")),
-            include_usage=isinstance(options, dict) and bool(options.get("include_usage")),
-        )
+    def renderer(self, body: dict[str, Any]) -> CompletionChunkRenderer:  # type: ignore[override]
+        return CompletionChunkRenderer(str(body.get("model")), include_usage=include_usage(body))
 
     def body(self, model: str, assembler: BlockAssembler, response_id: str) -> bytes:
         return completion_body(model, assembler, response_id)
-
-    def error_body(self, error: GatewayError) -> dict[str, Any]:
-        return error.to_openai()
 
 
 OPENAI_COMPLETIONS = OpenAICompletions()

@@ -25,8 +25,9 @@ from gateway.conversations.events import new_id
 from gateway.errors import InvalidRequest, UpstreamError, UpstreamTimeout
 from gateway.metering.keys import Principal
 from gateway.metering.limits import Lease
+from gateway.metering.prices import Price
 from gateway.metering.tokens import count_embedding_input
-from gateway.metering.usage import embeddings_record
+from gateway.metering.usage import UsageRecord, embeddings_record
 from gateway.pipeline.calls import call_id, error_text
 from gateway.pipeline.turn import admit
 from gateway.routing.retry import RetryPlan
@@ -117,22 +118,7 @@ def _meter_failure(
 ) -> None:
     """The request log's row of an embeddings request no deployment answered: its error, no
     cost (providers bill no failed request)."""
-    user = body.get("user")
-    record = embeddings_record(
-        call_id(),
-        team_id=principal.team_id,
-        key_id=principal.key_id,
-        user=principal.user or (user if isinstance(user, str) and "\x00" not in user else None),
-        alias=alias.name,
-        deployment=deployment.name,
-        provider=deployment.provider_name,
-        model=deployment.upstream_model,
-        prompt_tokens=0,
-        usage_source="provider",
-        price=None,
-        duration_ms=(time.monotonic() - started) * 1000.0,
-    )
-    record.id = f"{new_id('emb')}:1"
+    record = _record(principal, body, alias, deployment, 0, "provider", None, started)
     record.status, record.cost_usd, record.error = "error", 0.0, error_text(error)
     if gateway.meter is not None:
         gateway.meter.call(record)
@@ -154,6 +140,23 @@ def _meter(
         tokens, source = reported, "provider"
     else:
         tokens, source = count_embedding_input(body.get("input")), "estimated"
+    record = _record(principal, body, alias, deployment, tokens, source, deployment.price, started)
+    if gateway.meter is not None:
+        gateway.meter.call(record)
+    lease.settle(record.cost_usd, tokens)
+
+
+def _record(
+    principal: Principal,
+    body: dict[str, Any],
+    alias: Alias,
+    deployment: Deployment,
+    tokens: int,
+    source: str,
+    price: Price | None,
+    started: float,
+) -> UsageRecord:
+    """The request's usage row, by the request id its client saw (the request log's)."""
     user = body.get("user")
     record = embeddings_record(
         call_id(),
@@ -166,13 +169,11 @@ def _meter(
         model=deployment.upstream_model,
         prompt_tokens=tokens,
         usage_source=source,
-        price=deployment.price,
+        price=price,
         duration_ms=(time.monotonic() - started) * 1000.0,
     )
-    record.id = f"{new_id('emb')}:1"
-    if gateway.meter is not None:
-        gateway.meter.call(record)
-    lease.settle(record.cost_usd, tokens)
+    record.id = f"{new_id('emb')}:1"  # unique even when a client's request ids repeat
+    return record
 
 
 def conform(raw: bytes, body: dict[str, Any], deployment: str) -> tuple[bytes, Any]:

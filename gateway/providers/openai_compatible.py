@@ -41,6 +41,19 @@ AZURE_CALLS = frozenset(
 )
 
 
+def ask_usage(payload: dict[str, Any]) -> bool:
+    """Ask a stream for its usage, in place; whether the client had not.
+
+    Metering needs the provider's count, whatever the client asked (a client's
+    `include_usage: false` would otherwise leave its turn to an estimate); the client never
+    sees this extra chunk."""
+    options = payload.get("stream_options")
+    if isinstance(options, dict) and options.get("include_usage") is True:
+        return False
+    payload["stream_options"] = {**(options or {}), "include_usage": True}
+    return True
+
+
 class OpenAICompatibleProvider:
     wire = "openai_chat"
     calls = OPENAI_CALLS
@@ -118,12 +131,7 @@ class OpenAICompatibleProvider:
         if self._completions_endpoint is None:
             self._completions_endpoint = self.endpoint("/completions")
         payload = {**body, "model": self._model}
-        usage_injected = False
-        if stream:
-            options = payload.get("stream_options")
-            if not isinstance(options, dict) or options.get("include_usage") is not True:
-                payload["stream_options"] = {**(options or {}), "include_usage": True}
-                usage_injected = True
+        usage_injected = stream and ask_usage(payload)
         response = await post(self._pool, self._completions_endpoint, payload)
         response.usage_injected = usage_injected
         return response
@@ -141,15 +149,7 @@ class OpenAICompatibleProvider:
             # Anthropic's `thinking`, as the /v1/messages dialect sends it: its OpenAI form is
             # the effort beside it (gateway.providers.params), and OpenAI refuses the field.
             payload.pop("thinking", None)
-        usage_injected = False
-        if stream:
-            options = payload.get("stream_options")
-            if not isinstance(options, dict) or options.get("include_usage") is not True:
-                # Metering needs the provider's count, whatever the client asked (a client's
-                # `include_usage: false` would otherwise leave its turn to an estimate); the
-                # client never sees this extra chunk.
-                payload["stream_options"] = {**(options or {}), "include_usage": True}
-                usage_injected = True
+        usage_injected = stream and ask_usage(payload)
         response = await post(self._pool, self._chat, payload)
         response.usage_injected = usage_injected
         return response
