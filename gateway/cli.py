@@ -103,6 +103,12 @@ async def _serve(loaded: LoadedConfig, host: str, port: int, reuse_port: bool = 
             "RUNNING OPEN: no auth.master_key is configured, so no API key is checked and every"
             " caller is admin. Fine on a laptop; set GATEWAY_MASTER_KEY anywhere else."
         )
+        if config.server.cors_origins:
+            log.warning(
+                "server.cors_origins lets the pages of %s call this open gateway, as admin:"
+                " set a master key before exposing it to browsers",
+                "any site" if config.server.cors_origins == "*" else "the listed origins",
+            )
     await stop.wait()
     # Out within server.shutdown_grace_s and a second: requests run until the deadline, the
     # streams still open then end with their dialect's shutdown event, every turn is

@@ -51,6 +51,7 @@ async def test_serve_answers_and_stops_cleanly_on_sigterm(tmp_path: Path) -> Non
     config = tmp_path / "gw.yaml"
     config.write_text(
         f"store: {{url: 'sqlite:///{tmp_path}/gw.db'}}\n"
+        "server: {cors_origins: ['http://localhost:5173']}\n"
         "models: [{name: demo, deployments: [{provider: demo, chunk_delay_ms: 1}]}]\n"
     )
     port = free_port()
@@ -75,6 +76,9 @@ async def test_serve_answers_and_stops_cleanly_on_sigterm(tmp_path: Path) -> Non
             # No master key in this config: it says, loudly, that it runs open.
             while b"RUNNING OPEN" not in (line := await process.stderr.readline()):
                 assert line, "no warning about running open"
+            # Open to browsers as well: said too.
+            line = await process.stderr.readline()
+            assert b"server.cors_origins lets the pages of the listed origins" in line
         async with aiohttp.ClientSession() as session:
             async with session.get(f"http://127.0.0.1:{port}/health/ready") as response:
                 assert response.status == 200
