@@ -339,8 +339,8 @@ class Meter:
         )
 
     def call(self, record: UsageRecord) -> None:
-        """Write and count the usage row of an API call that is no turn (an embeddings
-        request's `embeddings_record`, gateway.pipeline.calls)."""
+        """Write and count the usage row of an API call that is no turn
+        (gateway.pipeline.calls.call_record)."""
         self._write(record)
         self._count(record)
 
@@ -384,48 +384,4 @@ def _token_counts(record: UsageRecord) -> tuple[int, ...]:
         record.cached_tokens,
         record.cache_write_5m_tokens,
         record.cache_write_1h_tokens,
-    )
-
-
-def embeddings_record(
-    request_id: str,
-    *,
-    team_id: str | None,
-    key_id: str | None,
-    user: str | None,
-    alias: str,
-    deployment: str,
-    provider: str,
-    model: str,
-    prompt_tokens: int,
-    usage_source: str,
-    price: Price | None,
-    duration_ms: float,
-) -> UsageRecord:
-    """An embeddings request's usage row: its input tokens (the provider's count, else an
-    estimate), no output, and their cost. It belongs to no conversation: its `turn_id` is the
-    request's own id (so reports count it as one request), its `conversation_id` empty."""
-    return UsageRecord(
-        id=f"{request_id}:1",
-        turn_id=request_id,
-        conversation_id="",
-        team_id=team_id,
-        key_id=key_id,
-        user=user,
-        alias=alias,
-        deployment=deployment,
-        provider=provider,
-        model=model,
-        created_at=time.time(),
-        status="completed",
-        prompt_tokens=prompt_tokens,
-        completion_tokens=0,
-        completion_delivered=0,
-        reasoning_tokens=0,
-        cached_tokens=0,
-        usage_source=usage_source,
-        cost_usd=price.cost(prompt_tokens, 0) if price is not None else None,
-        ttft_ms=None,
-        duration_ms=round(duration_ms, 2),
-        endpoint="embeddings",
     )

@@ -247,33 +247,46 @@ async def _relay(
     return response
 
 
-def _record(
+def call_record(
     principal: Principal,
-    call: Call,
-    alias: Alias,
     deployment: Deployment,
-    started: float,
-    **fields: Any,
+    endpoint: str,
+    *,
+    alias: str,
+    started: float | None,
+    user: str | None = None,
+    bill: Bill | None = None,
+    error: GatewayError | None = None,
 ) -> UsageRecord:
+    """A call's usage row, which the request log lists by its request's X-Request-Id: what
+    `bill` says it was billed by and cost, or for a failed call (`error`) its error and no
+    cost (providers bill no failed call)."""
+    bill = bill or Bill({}, 0.0)
     return UsageRecord(
-        id=f"{new_id('call')}:1",
+        id=f"{new_id('call')}:1",  # unique, even where a client's request ids repeat
         turn_id=call_id(),
         conversation_id="",
         team_id=principal.team_id,
         key_id=principal.key_id,
-        user=principal.user or call.user,
-        alias=alias.name,
+        user=principal.user or user,
+        alias=alias,
         deployment=deployment.name,
         provider=deployment.provider_name,
         model=deployment.upstream_model,
         created_at=time.time(),
+        status="completed" if error is None else "error",
+        prompt_tokens=bill.prompt_tokens,
+        completion_tokens=bill.completion_tokens,
+        completion_delivered=0,
         reasoning_tokens=0,
         cached_tokens=0,
-        completion_delivered=0,
+        usage_source=bill.source,
+        cost_usd=bill.cost if error is None else 0.0,
         ttft_ms=None,
-        duration_ms=round((time.monotonic() - started) * 1000.0, 2),
-        endpoint=call.endpoint,
-        **fields,
+        duration_ms=round((time.monotonic() - started) * 1000.0, 2) if started else None,
+        endpoint=endpoint,
+        units=orjson.dumps(bill.units).decode() if bill.units else None,
+        error=error_text(error) if error is not None else None,
     )
 
 
@@ -296,18 +309,14 @@ def _meter(
         except orjson.JSONDecodeError:
             answer = None
     bill = call.bill(prices[deployment.name], raw, answer)
-    record = _record(
+    record = call_record(
         principal,
-        call,
-        alias,
         deployment,
-        started,
-        status="completed",
-        prompt_tokens=bill.prompt_tokens,
-        completion_tokens=bill.completion_tokens,
-        usage_source=bill.source,
-        cost_usd=bill.cost,
-        units=orjson.dumps(bill.units).decode() if bill.units else None,
+        call.endpoint,
+        alias=alias.name,
+        started=started,
+        user=call.user,
+        bill=bill,
     )
     if gateway.meter is not None:
         gateway.meter.call(record)
@@ -333,20 +342,15 @@ def _meter_failure(
     error: UpstreamError,
     started: float,
 ) -> None:
-    """The request log's row of a call no deployment answered: its error, no cost (providers
-    bill no failed call)."""
-    record = _record(
+    """The request log's row of a call no deployment answered."""
+    record = call_record(
         principal,
-        call,
-        alias,
         deployment,
-        started,
-        status="error",
-        prompt_tokens=0,
-        completion_tokens=0,
-        usage_source="provider",
-        cost_usd=0.0,
-        error=error_text(error),
+        call.endpoint,
+        alias=alias.name,
+        started=started,
+        user=call.user,
+        error=error,
     )
     if gateway.meter is not None:
         gateway.meter.call(record)

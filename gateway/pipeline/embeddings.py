@@ -21,14 +21,12 @@ from typing import Any
 import orjson
 
 from gateway.context import Gateway
-from gateway.conversations.events import new_id
 from gateway.errors import InvalidRequest, UpstreamError, UpstreamTimeout
+from gateway.metering.call_prices import Bill
 from gateway.metering.keys import Principal
 from gateway.metering.limits import Lease
-from gateway.metering.prices import Price
 from gateway.metering.tokens import count_embedding_input
-from gateway.metering.usage import UsageRecord, embeddings_record
-from gateway.pipeline.calls import call_id, error_text
+from gateway.pipeline.calls import call_record
 from gateway.pipeline.turn import admit
 from gateway.routing.retry import RetryPlan
 from gateway.routing.router import Alias, Deployment
@@ -116,10 +114,16 @@ def _meter_failure(
     error: UpstreamError,
     started: float,
 ) -> None:
-    """The request log's row of an embeddings request no deployment answered: its error, no
-    cost (providers bill no failed request)."""
-    record = _record(principal, body, alias, deployment, 0, "provider", None, started)
-    record.status, record.cost_usd, record.error = "error", 0.0, error_text(error)
+    """The request log's row of an embeddings request no deployment answered."""
+    record = call_record(
+        principal,
+        deployment,
+        "embeddings",
+        alias=alias.name,
+        started=started,
+        user=_user(body),
+        error=error,
+    )
     if gateway.meter is not None:
         gateway.meter.call(record)
 
@@ -134,46 +138,33 @@ def _meter(
     usage: Any,
     started: float,
 ) -> None:
-    """Write the request's usage row and settle its lease to the real count and cost."""
+    """Write the request's usage row (its input tokens, the provider's count or an estimate,
+    and their cost) and settle its lease to them."""
     reported = usage.get("prompt_tokens") if isinstance(usage, dict) else None
     if isinstance(reported, int) and not isinstance(reported, bool) and reported >= 0:
         tokens, source = reported, "provider"
     else:
         tokens, source = count_embedding_input(body.get("input")), "estimated"
-    record = _record(principal, body, alias, deployment, tokens, source, deployment.price, started)
+    price = deployment.price
+    cost = price.cost(tokens, 0) if price is not None else None
+    bill = Bill({}, cost, prompt_tokens=tokens, source=source)
+    record = call_record(
+        principal,
+        deployment,
+        "embeddings",
+        alias=alias.name,
+        started=started,
+        user=_user(body),
+        bill=bill,
+    )
     if gateway.meter is not None:
         gateway.meter.call(record)
-    lease.settle(record.cost_usd, tokens)
+    lease.settle(cost, tokens)
 
 
-def _record(
-    principal: Principal,
-    body: dict[str, Any],
-    alias: Alias,
-    deployment: Deployment,
-    tokens: int,
-    source: str,
-    price: Price | None,
-    started: float,
-) -> UsageRecord:
-    """The request's usage row, by the request id its client saw (the request log's)."""
+def _user(body: dict[str, Any]) -> str | None:
     user = body.get("user")
-    record = embeddings_record(
-        call_id(),
-        team_id=principal.team_id,
-        key_id=principal.key_id,
-        user=principal.user or (user if isinstance(user, str) and "\x00" not in user else None),
-        alias=alias.name,
-        deployment=deployment.name,
-        provider=deployment.provider_name,
-        model=deployment.upstream_model,
-        prompt_tokens=tokens,
-        usage_source=source,
-        price=price,
-        duration_ms=(time.monotonic() - started) * 1000.0,
-    )
-    record.id = f"{new_id('emb')}:1"  # unique even when a client's request ids repeat
-    return record
+    return user if isinstance(user, str) and "\x00" not in user else None
 
 
 def conform(raw: bytes, body: dict[str, Any], deployment: str) -> tuple[bytes, Any]:

@@ -26,13 +26,11 @@ import orjson
 from aiohttp import web
 
 from gateway.context import Gateway
-from gateway.conversations.events import new_id
 from gateway.errors import GatewayError, InvalidRequest, NotFound, UpstreamError
 from gateway.http.forms import Form, Part
-from gateway.metering.call_prices import batch_bill
+from gateway.metering.call_prices import Bill, batch_bill
 from gateway.metering.keys import Principal
-from gateway.metering.usage import UsageRecord
-from gateway.pipeline.calls import call_id, error_text
+from gateway.pipeline.calls import call_record, serves
 from gateway.routing.router import Deployment
 from gateway.storage import objects
 from gateway.storage.objects import BATCH, FILE, Owned
@@ -45,8 +43,7 @@ MODEL_FIELD = "model"
 def _serving(gateway: Gateway, principal: Principal, model: str) -> tuple[str, Deployment]:
     alias = gateway.routes.alias(model, principal)
     for deployment in gateway.routes.plan(alias, {}):
-        check = getattr(deployment.provider, "serves", None)
-        if check is not None and check("files"):
+        if serves(deployment, "files"):
             return alias.name, deployment
     raise InvalidRequest(
         f"The model `{alias.model}` has no deployment that keeps files (/v1/files).",
@@ -184,42 +181,21 @@ def _log(
     started: float | None,
     *,
     error: GatewayError | None = None,
-    cost: float | None = 0.0,
-    prompt: int = 0,
-    completion: int = 0,
-    units: dict[str, Any] | None = None,
+    bill: Bill | None = None,
     alias: str | None = None,
 ) -> None:
-    if gateway.meter is None:
-        return
-    gateway.meter.call(
-        UsageRecord(
-            id=f"{new_id('call')}:1",
-            turn_id=call_id(),
-            conversation_id="",
-            team_id=principal.team_id,
-            key_id=principal.key_id,
-            user=principal.user,
-            alias=alias or deployment.alias,
-            deployment=deployment.name,
-            provider=deployment.provider_name,
-            model=deployment.upstream_model,
-            created_at=time.time(),
-            status="error" if error is not None else "completed",
-            prompt_tokens=prompt,
-            completion_tokens=completion,
-            completion_delivered=0,
-            reasoning_tokens=0,
-            cached_tokens=0,
-            usage_source="provider",
-            cost_usd=0.0 if error is not None else cost,
-            ttft_ms=None,
-            duration_ms=round((time.monotonic() - started) * 1000.0, 2) if started else None,
-            endpoint=endpoint,
-            units=orjson.dumps(units).decode() if units else None,
-            error=error_text(error) if error is not None else None,
+    if gateway.meter is not None:
+        gateway.meter.call(
+            call_record(
+                principal,
+                deployment,
+                endpoint,
+                alias=alias or deployment.alias,
+                started=started,
+                bill=bill,
+                error=error,
+            )
         )
-    )
 
 
 async def owned(
@@ -382,19 +358,9 @@ async def _results(
             prompt += _int(usage.get("prompt_tokens")) or _int(usage.get("input_tokens"))
             completion += _int(usage.get("completion_tokens")) or _int(usage.get("output_tokens"))
     bill = batch_bill(gateway.routes.call_prices(deployment), prompt, completion, requests)
+    bill.units["batch"] = batch.id
     owner = Principal("key", team_id=batch.team_id, key_id=batch.key_id)
-    _log(
-        gateway,
-        owner,
-        deployment,
-        "batches",
-        None,
-        cost=bill.cost,
-        prompt=prompt,
-        completion=completion,
-        units={**bill.units, "batch": batch.id},
-        alias=batch.alias,
-    )
+    _log(gateway, owner, deployment, "batches", None, bill=bill, alias=batch.alias)
 
 
 def _int(value: Any) -> int:

@@ -61,6 +61,8 @@ class AnthropicProvider:
     def _for(self, client: Any, path: str = "") -> Endpoint:
         """The endpoint at `path` past the Messages URL with the client's `anthropic-version`
         (over the deployment's) and its betas added to the deployment's own."""
+        if not client and not path:
+            return self._messages  # the usual request: the deployment's own headers
         asked = client if isinstance(client, dict) else {}
         version = asked.get(VERSION) or self._headers[VERSION]
         own = [b.strip() for b in self._headers.get(BETA, "").split(",") if b.strip()]

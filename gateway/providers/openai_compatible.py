@@ -54,6 +54,9 @@ def ask_usage(payload: dict[str, Any]) -> bool:
     return True
 
 
+_KEPT_ENDPOINTS = 256
+
+
 class OpenAICompatibleProvider:
     wire = "openai_chat"
     calls = OPENAI_CALLS
@@ -74,8 +77,8 @@ class OpenAICompatibleProvider:
         self._embeddings = Endpoint(
             embeddings_url, headers, connect_s, proxy=proxy, ssl_context=tls
         )
-        # Made when first used (/v1/completions): most deployments never are.
-        self._completions_endpoint: Endpoint | None = None
+        # The API's other paths, made when first used (most deployments never are).
+        self._endpoints: dict[tuple[str, str], Endpoint] = {}
 
     def _urls(self, base: str, config: DeploymentConfig, model: str) -> tuple[str, str]:
         """The chat and embeddings URLs."""
@@ -89,7 +92,18 @@ class OpenAICompatibleProvider:
         self, path: str, headers: dict[str, str] | None = None, method: str = "POST"
     ) -> Endpoint:
         """An endpoint of this deployment at another path of its API, with its key, proxy and
-        TLS trust; `headers` over its own (a multipart body's `Content-Type`)."""
+        TLS trust; `headers` over its own (a multipart body's `Content-Type`, new each time).
+        Without them, kept for the next call (the most recent few hundred paths)."""
+        if headers is None:
+            made = self._endpoints.get((method, path))
+            if made is None:
+                if len(self._endpoints) >= _KEPT_ENDPOINTS:
+                    self._endpoints.clear()  # paths with ids in them (files, batches)
+                made = self._endpoints[method, path] = self._endpoint(path, None, method)
+            return made
+        return self._endpoint(path, headers, method)
+
+    def _endpoint(self, path: str, headers: dict[str, str] | None, method: str) -> Endpoint:
         config = self._config
         return Endpoint(
             self.url(self._base, path),
@@ -128,11 +142,9 @@ class OpenAICompatibleProvider:
 
     async def completions(self, body: dict[str, Any], *, stream: bool) -> UpstreamBody:
         """OpenAI's legacy `/completions` with the client's own body, for this model."""
-        if self._completions_endpoint is None:
-            self._completions_endpoint = self.endpoint("/completions")
         payload = {**body, "model": self._model}
         usage_injected = stream and ask_usage(payload)
-        response = await post(self._pool, self._completions_endpoint, payload)
+        response = await post(self._pool, self.endpoint("/completions"), payload)
         response.usage_injected = usage_injected
         return response
 
