@@ -12,10 +12,15 @@ microseconds a request for both and the change.
 Cells: `non-stream:16`, `stream:16` (a chunk per write), `burst:1` (the stream in one
 write), `history:16` (non-stream, the question after an earlier exchange), ...; default
 `non-stream:16 stream:16 burst:16`. `AB_SECONDS` (3) and `AB_ROUNDS` (4) set the length.
-`AB_THREADING=header:auto` sets `conversations.threading` of REV's gateway and the tree's
-(default `auto:auto`): `python -m bench.ab . history:16` with it weighs automatic threading
-against none, on the same code. `REV` must have the same config format and CLI as the tree
-(any revision since the bench has existed).
+
+`AB_PASSTHROUGH=1` loads the bare pass-through (`bench/passthrough.py`) in the same rounds and
+prints each gateway's CPU a request over its: the ratio the performance target is set in.
+
+`AB_BASE_SET` and `AB_TREE_SET` change REV's gateway's config and the tree's: space-separated
+`dotted.path=value` (the value JSON, or else a string), e.g. `AB_TREE_SET=logging.access_log=false`
+with `REV` `.` weighs the access log on the same code (what docs/performance.md's table of
+features is made of). `REV` must have the same config format and CLI as the tree (any revision
+since the bench has existed).
 """
 
 from __future__ import annotations
@@ -27,6 +32,9 @@ import sys
 import tempfile
 from datetime import UTC, datetime
 from pathlib import Path
+from typing import Any
+
+import orjson
 
 from bench.procs import HOST, cpu_s
 from bench.run import (
@@ -44,7 +52,7 @@ from bench.run import (
 from bench.wrk import run_wrk
 
 # The two gateways, as the bench names its targets (and their logs: ab-base-<UTC>.log).
-BASE, TREE = "ab-base", "ab-tree"
+BASE, TREE, PT = "ab-base", "ab-tree", "passthrough"
 _MODES = {
     "non-stream": (False, False, False),
     "stream": (True, False, False),
@@ -59,6 +67,20 @@ def parse_cell(text: str) -> Cell:
         raise SystemExit(f"a cell is MODE:CONCURRENCY with MODE one of {sorted(_MODES)}: {text!r}")
     stream, burst, history = _MODES[mode]
     return Cell(stream, int(concurrency), burst, history)
+
+
+def config_overrides(name: str) -> dict[str, Any]:
+    """`a.b=1 c=text` from the environment variable `name` -> {"a.b": 1, "c": "text"}."""
+    overrides: dict[str, Any] = {}
+    for pair in os.environ.get(name, "").split():
+        path, sep, text = pair.partition("=")
+        if not sep or not path:
+            raise SystemExit(f"{name}: each setting is dotted.path=value, got {pair!r}")
+        try:
+            overrides[path] = orjson.loads(text)
+        except orjson.JSONDecodeError:
+            overrides[path] = text
+    return overrides
 
 
 def checkout(rev: str, into: Path) -> Path:
@@ -86,29 +108,36 @@ def main() -> int:
     RESULTS.mkdir(parents=True, exist_ok=True)
     bench = Bench(seconds, rounds, stamp)
     os.sched_setaffinity(0, {bench.upstream_core})  # the harness only waits: off the core measured
+    with_pt = os.environ.get("AB_PASSTHROUGH", "") not in ("", "0")
+    settings = {BASE: config_overrides("AB_BASE_SET"), TREE: config_overrides("AB_TREE_SET")}
     with tempfile.TemporaryDirectory(prefix="gateway-ab-") as tmp_text:
         tmp = Path(tmp_text)
         base_tree = checkout(rev, tmp / "base")
-        threadings = os.environ.get("AB_THREADING", "auto:auto").split(":")
-        names = {BASE: f"{rev} {threadings[0]}", TREE: f"tree {threadings[1]}"}
+        names = {BASE: rev, TREE: "tree", PT: "passthrough"}
+        for target, overrides in settings.items():
+            if overrides:
+                names[target] += " " + " ".join(f"{k}={v}" for k, v in overrides.items())
         try:
             bench.start_upstream()
-            keys: dict[str, str] = {}
+            if with_pt:
+                bench.start_passthrough()
+            keys: dict[str, str] = {PT: "sk-bench"}
             for number, target in enumerate((BASE, TREE)):
                 env = dict(bench.env)
                 if target == BASE:
                     env["PYTHONPATH"] = str(base_tree)
-                threading = threadings[number]
                 config = write_gateway_config(
-                    tmp / f"store-{number}", bench.ports["direct"], threading
+                    tmp / f"store-{number}", bench.ports["direct"], settings[target]
                 )
                 bench.configs[target] = config
                 keys[target] = create_virtual_key(bench.gateway_bin, config, env)
                 bench.start_gateway(target, env)
             ports, children = bench.ports, bench.children
             spent: dict[tuple[Cell, str], list[float]] = {}
+            targets = [BASE, TREE, *([PT] if with_pt else [])]
+            width = max(len(name) for name in names.values())
             for round_number in range(rounds):
-                order = [BASE, TREE] if round_number % 2 == 0 else [TREE, BASE]
+                order = targets if round_number % 2 == 0 else targets[::-1]
                 for cell in cells:
                     body = request_body(cell.stream, cell.burst, cell.history)
                     for target in order:
@@ -124,13 +153,18 @@ def main() -> int:
                         us = used * 1e6 / result.requests
                         spent.setdefault((cell, target), []).append(us)
                         print(f"round {round_number + 1}/{rounds} {cell.name:<18} "
-                              f"{names[target]:<12} {us:6.0f} us/request  {result.rps:6.0f} req/s",
-                              flush=True)  # fmt: skip
-            print(f"\nmedian CPU a request over {rounds} rounds of {seconds} s, {rev} -> the tree")
+                              f"{names[target]:<{width}} {us:6.0f} us/request  "
+                              f"{result.rps:6.0f} req/s", flush=True)  # fmt: skip
+            print(f"\nmedian CPU a request over {rounds} rounds of {seconds} s: "
+                  f"{names[BASE]} -> {names[TREE]}")  # fmt: skip
             for cell in cells:
                 a = statistics.median(spent[(cell, BASE)])
                 b = statistics.median(spent[(cell, TREE)])
-                print(f"{cell.name:<20} {a:6.0f} -> {b:6.0f} us  ({(b - a) / a:+.1%})")
+                line = f"{cell.name:<20} {a:6.0f} -> {b:6.0f} us  ({(b - a) / a:+.1%})"
+                if with_pt:
+                    pt = statistics.median(spent[(cell, PT)])
+                    line += f"   passthrough {pt:4.0f} us: x{a / pt:.2f} -> x{b / pt:.2f}"
+                print(line)
         finally:
             for child in bench.children.values():
                 child.stop()

@@ -124,7 +124,11 @@ def pick_cores() -> tuple[int, int, str | None]:
     return cores[0], cores[0], f"only one CPU available ({cores}); everything shares it"
 
 
-def write_gateway_config(tmp: Path, upstream_port: int, threading: str = "auto") -> Path:
+def write_gateway_config(
+    tmp: Path, upstream_port: int, overrides: dict[str, Any] | None = None
+) -> Path:
+    """The bench's gateway config; `overrides` maps dotted paths (`logging.access_log`) to
+    values, said only when given (an older revision may know no such key)."""
     tmp.mkdir(parents=True, exist_ok=True)
     config = tmp / "gateway.yaml"
     # JSON is valid YAML; the store lives in the temp dir so each run starts empty.
@@ -147,8 +151,12 @@ def write_gateway_config(tmp: Path, upstream_port: int, threading: str = "auto")
             }
         ],
     }
-    if threading != "auto":  # (said only when not the default: older revisions know no such key)
-        raw["conversations"] = {"threading": threading}
+    for path, value in (overrides or {}).items():
+        *parents, leaf = path.split(".")
+        node = raw
+        for part in parents:
+            node = node.setdefault(part, {})
+        node[leaf] = value
     config.write_bytes(orjson.dumps(raw, option=orjson.OPT_INDENT_2))
     return config
 
