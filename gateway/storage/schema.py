@@ -545,6 +545,16 @@ def _calls(real: str) -> tuple[str, ...]:
     )
 
 
+# What an open turn's checkpoint gained since its row in turn_checkpoints was last written
+# whole: a part per tick (the text its blocks grew by, its attempts as they stand), so that a
+# tick writes what moved rather than every delivered prefix again (gateway.pipeline.checkpoints).
+# A turn's parts go with its checkpoint.
+_CHECKPOINT_PARTS = (
+    """CREATE TABLE turn_checkpoint_parts (
+        turn_id TEXT NOT NULL, seq BIGINT NOT NULL, at DOUBLE PRECISION NOT NULL,
+        body TEXT NOT NULL, PRIMARY KEY (turn_id, seq))""",
+)
+
 MIGRATIONS: dict[Dialect, tuple[Migration, ...]] = {
     "sqlite": (
         Migration(1, "conversations, turns, events, teams, keys, usage, responses", _SQLITE_V1),
@@ -563,6 +573,7 @@ MIGRATIONS: dict[Dialect, tuple[Migration, ...]] = {
         ),
         Migration(10, "the response id of each turn", _RESPONSE_IDS),
         Migration(11, "API calls in the request log; files and batches by team", _calls("REAL")),
+        Migration(12, "what open turns' checkpoints gained", _CHECKPOINT_PARTS),
     ),
     "postgresql": (
         Migration(1, "the whole schema", _POSTGRES_V1),
@@ -582,6 +593,7 @@ MIGRATIONS: dict[Dialect, tuple[Migration, ...]] = {
             "API calls in the request log; files and batches by team",
             _calls("DOUBLE PRECISION"),
         ),
+        Migration(9, "what open turns' checkpoints gained", _CHECKPOINT_PARTS),
     ),
 }
 
