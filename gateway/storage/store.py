@@ -40,7 +40,7 @@ from gateway.storage.db import Db, Dialect, Op, StoreUnavailable
 from gateway.storage.journal import Journal
 from gateway.storage.payload import DeferredPayload
 from gateway.storage.spool import Spool
-from gateway.storage.writes import Kind, Write
+from gateway.storage.writes import Kind, Write, search_text
 
 log = logging.getLogger(__name__)
 
@@ -129,6 +129,9 @@ class Store:
     ) -> None:
         self.backend = backend
         self.dialect = backend.dialect
+        # SQLite's search index is filled by the writer, with text made here (PostgreSQL's is
+        # a generated column).
+        self._indexes_text = backend.dialect == "sqlite"
         self.owner = owner  # this process, as recorded on the turns it starts
         self._spool = spool
         self._queue_max = queue_max
@@ -257,8 +260,8 @@ class Store:
 
     # -- writes ----------------------------------------------------------------------------
 
-    def write(self, kind: Kind, row: dict[str, Any]) -> None:
-        self._queue.append(Write(kind, row))
+    def write(self, kind: Kind, row: dict[str, Any], search: str | None = None) -> None:
+        self._queue.append(Write(kind, row, search))
         self._submitted += 1
         if len(self._queue) == 1:
             self._wake.set()
@@ -320,7 +323,10 @@ class Store:
         if fingerprint is not None:  # a turn's end, or a later change to what it ended with
             row["fingerprint"] = fingerprint
             self._remember_thread(fingerprint, event.conversation_id)
-        self.write("event", row)
+        search = None  # (a long stream's: taken out of its payload once it is stored)
+        if self._indexes_text and event.type in schema.SEARCHED_TYPES and type(payload) is str:
+            search = search_text(event.payload)
+        self.write("event", row, search)
 
     def _remember_thread(self, fingerprint: str, conversation_id: str) -> None:
         _keep(self._threads, fingerprint, conversation_id)

@@ -249,7 +249,9 @@ def test_the_store_writes_the_json_of_the_old_records() -> None:
     rows: list[dict[str, Any]] = []
 
     class Queue:
-        def write(self, kind: str, row: dict[str, Any]) -> None:
+        _indexes_text = False  # as on PostgreSQL: no search text made
+
+        def write(self, kind: str, row: dict[str, Any], search: str | None = None) -> None:
             rows.append(row)
 
         def append(self, event: NewEvent) -> None:
@@ -271,7 +273,9 @@ def test_a_long_answer_is_encoded_when_stored_and_the_same() -> None:
     rows: list[dict[str, Any]] = []
 
     class Queue:
-        def write(self, kind: str, row: dict[str, Any]) -> None:
+        _indexes_text = False  # as on PostgreSQL: no search text made
+
+        def write(self, kind: str, row: dict[str, Any], search: str | None = None) -> None:
             rows.append(row)
 
         def append(self, event: NewEvent) -> None:
