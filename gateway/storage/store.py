@@ -813,11 +813,18 @@ class Store:
         return await self.transact(claim)
 
     async def save_checkpoints(
-        self, rows: list[tuple[str, str, float, str]], ended: Iterable[str]
+        self,
+        rows: list[tuple[str, str, float, str]],
+        ended: Iterable[str],
+        parts: Iterable[tuple[str, int, float, str]] = (),
     ) -> None:
-        """Upsert open turns' checkpoints (turn id, conversation id, time, body) and drop
-        those of `ended` turns: one transaction, straight to the database (not queued or
-        spooled: a checkpoint the store cannot take now is outdated by the next)."""
+        """Upsert open turns' checkpoints written whole (turn id, conversation id, time, body),
+        dropping the parts they had; add parts to others' (turn id, number, time, body: what
+        grew since); drop the checkpoints of `ended` turns. One transaction, straight to the
+        database (not queued or spooled: a checkpoint the store cannot take now is outdated by
+        the next)."""
+        whole = [(row[0],) for row in rows]
+        grown = list(parts)
         gone = [(turn_id,) for turn_id in ended]
 
         async def save(db: Db) -> None:
@@ -828,11 +835,45 @@ class Store:
                     " SET at = excluded.at, body = excluded.body",
                     rows,
                 )
+                await db.executemany("DELETE FROM turn_checkpoint_parts WHERE turn_id = ?", whole)
+            if grown:
+                await db.executemany(
+                    "INSERT INTO turn_checkpoint_parts (turn_id, seq, at, body)"
+                    " VALUES (?, ?, ?, ?)",
+                    grown,
+                )
             if gone:
                 await db.executemany("DELETE FROM turn_checkpoints WHERE turn_id = ?", gone)
+                await db.executemany("DELETE FROM turn_checkpoint_parts WHERE turn_id = ?", gone)
 
         self._reachable()
         await self.backend.transact(save)
+
+    async def take_checkpoint_parts(self, turn_ids: list[str]) -> dict[str, list[str]]:
+        """The parts of these turns' checkpoints (turns just claimed: claim_orphaned_turns took
+        their checkpoints), each turn's in order, taken out of the store; and the parts of any
+        turn whose checkpoint is gone (it ended, or was claimed), dropped. One transaction."""
+
+        async def take(db: Db) -> dict[str, list[str]]:
+            found: list[Any] = []
+            for first in range(0, len(turn_ids), 500):
+                ids = turn_ids[first : first + 500]
+                marks = ", ".join("?" * len(ids))
+                found += await db.fetch(
+                    f"DELETE FROM turn_checkpoint_parts WHERE turn_id IN ({marks})"
+                    " RETURNING turn_id, seq, body",
+                    *ids,
+                )
+            await db.execute(
+                "DELETE FROM turn_checkpoint_parts WHERE turn_id NOT IN"
+                " (SELECT turn_id FROM turn_checkpoints)"
+            )
+            taken: dict[str, list[str]] = {}
+            for turn_id, _, body in sorted(found, key=lambda r: (r[0], r[1])):
+                taken.setdefault(turn_id, []).append(body)
+            return taken
+
+        return await self.transact(take)
 
     async def heartbeat(self, started_at: float) -> None:
         """Note that this process is alive (its open turns are not orphans)."""
