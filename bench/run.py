@@ -337,6 +337,8 @@ class Bench:
         self.configs: dict[str, Path] = {}
         self.gateway_bin = Path(sys.executable).parent / "gateway"
         self.results: dict[tuple[Cell, str], list[WrkResult]] = {}
+        # CPU microseconds a request of each measured run (every process of the target).
+        self.cpu_us: dict[tuple[Cell, str], list[float]] = {}
         self.scaling: dict[tuple[Cell, str], list[WrkResult]] = {}
         self.warmup_errors: dict[str, int] = {}
         self.failures: list[str] = []
@@ -502,9 +504,18 @@ class Bench:
         warm = run_wrk(*run, WARMUP_S, self.target_core, self.key_for(target))
         if warm.error_total:
             self.warmup_errors[f"{label} {cell.name} {target}"] = warm.error_total
+        child = self.children["upstream" if target == "direct" else target]
+        pids = [child.pid, *child.descendants()]
+        before = sum(cpu_s(pid) or 0.0 for pid in pids)
         result = run_wrk(*run, self.duration_s, self.target_core, self.key_for(target))
+        used = sum(cpu_s(pid) or 0.0 for pid in pids) - before
+        cpu = ""
+        if result.requests:
+            us = used * 1e6 / result.requests
+            self.cpu_us.setdefault((cell, target), []).append(us)
+            cpu = f"  {us:6.0f} us CPU/req"
         flag = f"  !!! ERRORS {result.errors}" if result.error_total else ""
-        print(f"{result.rps:9.0f} req/s  p50 {result.p50_ms:7.2f} ms{flag}", flush=True)
+        print(f"{result.rps:9.0f} req/s  p50 {result.p50_ms:7.2f} ms{cpu}{flag}", flush=True)
         dead = self.dead_targets()
         if dead:
             self.failures.append(f"process(es) {dead} died during {cell.name} {target}; see logs")
@@ -609,6 +620,11 @@ class Bench:
                 # machine; the median's ratio may pair one round's gateway with another's.
                 if by_round:
                     row["gateway_over_passthrough_round_median"] = statistics.median(by_round)
+            cpu = {t: statistics.median(v) for t in measured if (v := self.cpu_us.get((cell, t)))}
+            row["cpu_us_per_request"] = {t: round(v, 1) for t, v in cpu.items()}
+            if "gateway" in cpu and "passthrough" in cpu:
+                # The performance target: CPU a request, the gateway's over the pass-through's.
+                row["gateway_over_passthrough_cpu"] = ratio(cpu["gateway"], cpu["passthrough"])
             if W2 in rps and "passthrough" in rps:
                 row["w2_over_passthrough_rps"] = ratio(rps[W2], rps["passthrough"])
             if W2 in rps and "gateway" in rps:
@@ -720,9 +736,12 @@ def print_report(report: dict[str, Any]) -> None:
     )
     if s["core_warning"]:
         print(f"WARNING: {s['core_warning']}")
-    header = f"{'cell':<18} {'target':<12} {'req/s':>9} {'p50 ms':>8} {'p99 ms':>8} {'errors':>7}"
+    header = (
+        f"{'cell':<18} {'target':<12} {'req/s':>9} {'p50 ms':>8} {'p99 ms':>8} {'errors':>7}"
+        f" {'CPU us/req':>10}"
+    )
     print(header)
-    print("-" * len(header) + "  gw/pt (w2: w2/pt, w2/gateway on the same core)")
+    print("-" * len(header) + "  gw/pt req/s (w2: w2/pt, w2/gateway on the same core)")
     for row in report["cells"]:
         cell = f"{row['mode']} c={row['concurrency']}"
         for target, m in row["targets"].items():
@@ -740,11 +759,15 @@ def print_report(report: dict[str, Any]) -> None:
                 if row.get("w2_over_gateway_rps_same_core") is not None:
                     ratio += f"  ({row['w2_over_gateway_rps_same_core']:.2f})"
             loud = "  <-- !!! ERRORS " + str(m["errors"]) if errors else ""
+            cpu = row.get("cpu_us_per_request", {}).get(target)
             print(
                 f"{cell:<18} {target:<12} {m['rps']:9.0f} {m['p50_ms']:8.2f} {m['p99_ms']:8.2f} "
-                f"{errors:7d}{ratio}{loud}"
+                f"{errors:7d} {'-' if cpu is None else f'{cpu:.0f}':>10}{ratio}{loud}"
             )
             cell = ""
+        if row.get("gateway_over_passthrough_cpu") is not None:
+            print(f"{'':<18} CPU a request, gateway / pass-through: "
+                  f"x{row['gateway_over_passthrough_cpu']:.2f}")  # fmt: skip
     scaling = report["scaling"]
     print()
     if scaling["skipped"]:
