@@ -68,24 +68,9 @@ async def test_counters_move_with_traffic(gw: GatewayUnderTest) -> None:
         assert count > 0 and after[key] - before.get(key, 0.0) == count
 
 
-def test_metrics_are_prometheus_clients_own_unpatched() -> None:
-    # gateway.metrics uses the library's public API only: its value class is left alone for
-    # the whole process, and the children a Family keeps are the library's own.
-    from prometheus_client import Counter as LibCounter
-    from prometheus_client import Histogram as LibHistogram
-    from prometheus_client import values
-
-    from gateway import metrics
-
-    assert values.ValueClass is values.MutexValue
-    child = metrics.TURNS.labels("completed", "test")
-    assert type(child) is LibCounter
-    assert child is metrics.TURNS.labels("completed", "test")
-    assert child is metrics.TURNS.metric.labels("completed", "test")
-    assert type(metrics.DURATION.labels("demo")) is LibHistogram
-
-
-def test_a_familys_kept_children_export_what_the_library_would() -> None:
+def test_the_gateways_metrics_export_what_prometheus_clients_own_would() -> None:
+    """The same updates to a gateway metric and to prometheus_client's own give the same
+    scrape, byte for byte: names, help, types, labels, buckets and values."""
     from prometheus_client import CollectorRegistry, generate_latest
     from prometheus_client import Counter as LibCounter
     from prometheus_client import Gauge as LibGauge
@@ -93,40 +78,61 @@ def test_a_familys_kept_children_export_what_the_library_would() -> None:
 
     from gateway import metrics
 
-    def export(family: bool) -> list[bytes]:
+    def export(ours: bool) -> list[bytes]:
         registry = CollectorRegistry()
-        wrap = metrics.Family if family else (lambda metric: metric)
-        c = wrap(LibCounter("c_total", "c", ["k"], registry=registry))
-        g = wrap(LibGauge("g", "g", ["k", "j"], registry=registry))
-        h = wrap(LibHistogram("h", "h", ["k"], buckets=(0.5, 10, 100), registry=registry))
-        for key, amount in [("a", 1.0), ("b", 0.25), ("a", 50.0), ("a", float("nan"))]:
-            if amount == amount:
-                c.labels(key).inc(amount)
-                g.labels(key, "x").inc(amount)
-                g.labels(key, "x").dec(amount / 2)
+        if ours:
+            before = len(metrics._GATEWAY.metrics)
+            collector = metrics._Gateway()
+            made = [
+                metrics.Counter("c_total", "c", ["k"]),
+                metrics.Counter("plain_total", "p"),
+                metrics.Gauge("g", "g", ["k", "j"]),
+                metrics.Gauge("unset", "u"),
+                metrics.Histogram("h_seconds", "h", ["k"], buckets=(0.5, 10, 100)),
+                metrics.Counter("never_total", "n", ["k"]),
+            ]
+            del metrics._GATEWAY.metrics[before:]  # (not the process's registry's to export)
+            collector.metrics.extend(made)
+            registry.register(collector)
+            c, plain, g, _, h, _ = made
+        else:
+            c = LibCounter("c_total", "c", ["k"], registry=registry)
+            plain = LibCounter("plain_total", "p", registry=registry)
+            g = LibGauge("g", "g", ["k", "j"], registry=registry)
+            LibGauge("unset", "u", registry=registry)
+            h = LibHistogram("h_seconds", "h", ["k"], buckets=(0.5, 10, 100), registry=registry)
+            LibCounter("never_total", "n", ["k"], registry=registry)
+        for key, amount in [("a", 1.0), ("b", 0.25), ("a", 50.0), ("a", 0.5), ("c", 1e9)]:
+            c.labels(key).inc(amount)
+            plain.inc()
+            g.labels(key, "x").inc(amount)
+            g.labels(key, 7).dec(amount / 2)  # a label value that is not a string
             h.labels(key).observe(amount)
         lines = generate_latest(registry).splitlines()
         return [line for line in lines if b"_created" not in line]
 
-    assert export(family=True) == export(family=False)
+    ours = export(ours=True)
+    assert ours == export(ours=False)
+    assert b'h_seconds_bucket{k="a",le="0.5"} 1.0' in ours  # an observation on a bound
 
 
 def test_what_the_library_refuses_is_still_refused() -> None:
-    from prometheus_client import CollectorRegistry
-    from prometheus_client import Counter as LibCounter
-
     from gateway import metrics
 
-    registry = CollectorRegistry()
-    counter = metrics.Family(LibCounter("r_total", "r", ["k"], registry=registry))
+    before = len(metrics._GATEWAY.metrics)
+    counter = metrics.Counter("r_total", "r", ["k"])
+    plain = metrics.Gauge("r_plain", "r")
+    del metrics._GATEWAY.metrics[before:]
     with pytest.raises(ValueError):
-        counter.metric.inc()  # a labelled metric without its labels
+        counter.inc()  # a labelled metric without its labels
     with pytest.raises(ValueError):
         counter.labels("x").inc(-1)
     with pytest.raises(ValueError):
         counter.labels("x", "y")  # too many label values
-    counter.labels("x").inc(2, exemplar={"trace_id": "abc"})
-    assert registry.get_sample_value("r_total", {"k": "x"}) == 2
+    with pytest.raises(ValueError):
+        plain.labels("x")  # labels on a metric without any
+    counter.labels("x").inc(2)
+    assert counter.labels("x").value == 2
 
 
 async def test_the_process_and_the_build_are_exported_and_no_created_series(

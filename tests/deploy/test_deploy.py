@@ -78,8 +78,9 @@ def metric_labels() -> dict[str, set[str]]:
 
     labels = {}
     for value in vars(metrics).values():
-        if isinstance(value, metrics.Family):
-            value = value.metric  # a labelled metric, its children kept
+        if isinstance(value, metrics.Counter | metrics.Gauge | metrics.Histogram):
+            name = value.collect().name  # (a counter's without `_total`, as the library's)
+            labels[name] = set(value.labelnames) | {"instance", "job"}
         if isinstance(value, MetricWrapperBase):
             for family in value.describe():
                 labels[family.name] = set(getattr(value, "_labelnames", ())) | {"instance", "job"}
