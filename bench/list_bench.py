@@ -14,9 +14,10 @@ not, as a gateway never does.
 Then times each list query through `list_conversations` (the SQL and the rows made into the
 answer, without HTTP), `--runs` times each after one warm-up: the default first page (20 rows,
 `include=usage`), a page deep in the list (a cursor half-way), each sort's first page, a cost
-page deep by cursor, `q` (a common word, a rare one, two words), `id` (a conversation's, a
-request's, an answer's), `user`, a metadata filter, a cost range, and a team key's first page.
-Prints p50 and p95 in milliseconds, and the rows each found.
+page deep by cursor, `q` (a common word, the commonest, a rare one, two words), `id` (a
+conversation's, a request's, an answer's), `user` (the user with the most conversations, and a
+rare one), a metadata filter, a cost range, and a team key's first page. Prints p50 and p95 in
+milliseconds, and the rows each found.
 """
 
 from __future__ import annotations
@@ -111,6 +112,8 @@ class Seed:
     some_request: str = ""
     some_answer: str = ""
     middle: tuple[float, str] = (0.0, "")
+    # Whose conversations are the most: the `user` filter's worst case, and how many.
+    heavy_user: tuple[str, int] = ("", 0)
 
 
 CONVERSATION_COLUMNS = ("id", "created_at", "team_id", "key_id", "metadata")
@@ -132,11 +135,13 @@ def seed(count: int) -> Seed:
     made = Seed()
     times = sorted(T0 + rng.random() * SPAN_S for _ in range(count))
     uid = 0
+    per_user: dict[str, int] = {}
     for n, created in enumerate(times):
         cid = f"conv_{int(created * 1000):012x}{rng.getrandbits(40):010x}"
         team = f"team{rng.randrange(TEAMS)}"
         key = f"key_{team}_{rng.randrange(5)}"
         user = f"user{int(rng.paretovariate(1.2)) % USERS}"
+        per_user[user] = per_user.get(user, 0) + 1
         metadata = None
         if rng.random() < 0.33:
             metadata = orjson.dumps(
@@ -196,6 +201,7 @@ def seed(count: int) -> Seed:
                      "provider", cost, first or None, duration if tokens else 300.0)
                 )  # fmt: skip
             at = ended + rng.random() * 600
+    made.heavy_user = max(per_user.items(), key=lambda item: item[1])
     return made
 
 
@@ -252,12 +258,14 @@ def queries(made: Seed) -> Iterator[tuple[str, ListQuery]]:
     deep = Cursor("cost", "desc", 0.0003, "conv_")
     yield "sort=cost, deep by cursor", ListQuery(sort="cost", after=deep, with_usage=True)
     yield "q=water (common)", ListQuery(q="water", with_usage=True)
+    yield "q=the (the commonest)", ListQuery(q="the", with_usage=True)
     yield f"q={RARE} (rare)", ListQuery(q=RARE, with_usage=True)
     yield "q=invoice refund", ListQuery(q="invoice refund", with_usage=True)
     yield "id=<conversation>", ListQuery(id=made.some_conversation, lookup=made.some_conversation)
     yield "id=<request id>", ListQuery(id=made.some_request, lookup=made.some_request)
     yield "id=<response id>", ListQuery(id=made.some_answer, lookup=made.some_answer)
-    yield "user=user1", ListQuery(user="user1", with_usage=True)
+    heavy, conversations = made.heavy_user
+    yield f"user={heavy} (heavy: {conversations:,})", ListQuery(user=heavy, with_usage=True)
     yield "user=user900 (rare)", ListQuery(user="user900", with_usage=True)
     yield "metadata.app=slack", ListQuery(metadata=(("app", "slack"),), with_usage=True)
     yield "metadata.app=none (no match)", ListQuery(metadata=(("app", "none"),), with_usage=True)

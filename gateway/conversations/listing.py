@@ -25,6 +25,7 @@ import orjson
 
 from gateway.metering.reports import parse_time
 from gateway.storage.db import Db, Dialect
+from gateway.storage.schema import SEARCHED_TYPES
 from gateway.storage.store import Store
 
 STATUSES = {
@@ -158,18 +159,64 @@ _WORD = re.compile(r"[^\W_]+")
 _POSTGRES_MATCHES = (
     "FROM events e WHERE e.search IS NOT NULL AND e.search @@ plainto_tsquery('gateway_search', ?)"
 )
-# A search matching at most this many messages is answered from their conversations' ids;
-# one matching more, by walking conversations in the list's order until a page is full.
+# How `q` and `user`, which name conversations through their messages or turns, find them. At
+# most `_FEW_MATCHES` messages or turns match: their conversations are found first and only they
+# are sorted. More: the list is walked in its order and each conversation checked until a page
+# is full, which the index of the list's order (created, a team's created) keeps short; a sort
+# without one checks every conversation, so there the matches come first however many. The count
+# is taken rather than left to a planner's guess: a rare word taken for a common one has the walk
+# visit every conversation for a page it never fills, a common one taken for rare has every
+# match read and sorted.
 _FEW_MATCHES = 2000
+# On SQLite, a walk checks a conversation's messages against the set of matching messages
+# (their rowids, read from the index alone); past this many matches, building that set costs
+# more than asking the index about each message walked, which for a word this common finds a
+# match within the first few conversations.
+_MANY_MATCHES = 50_000
+_WALKED_SORTS = ("created",)
+_SEARCHED_IN = "(" + ", ".join(f"'{kind}'" for kind in SEARCHED_TYPES) + ")"
+
+
+@dataclass(frozen=True)
+class _Plan:
+    """How a page's `q` and `user` find their conversations (`_plan`)."""
+
+    search: str = "first"  # first | walk | probe (SQLite only)
+    few: list[str] | None = None  # PostgreSQL: the conversations matching `q`, when few
+    user_walk: bool = False
+
+
+async def _plan(db: Db, query: ListQuery) -> _Plan:
+    walked = query.sort in _WALKED_SORTS
+    search, few = "first", None
+    if query.q and db.dialect == "postgresql":
+        few = await _few_matches(db, query.q)
+        search = "walk" if few is None and walked else "first"
+    elif query.q and walked and _WORD.search(query.q):
+        matches = await db.fetchval(
+            "SELECT COUNT(*) FROM (SELECT rowid FROM message_text WHERE message_text MATCH ?"
+            " LIMIT ?)",
+            _fts_match(query.q),
+            _MANY_MATCHES + 1,
+        )
+        if matches > _MANY_MATCHES:
+            search = "probe"
+        elif matches > _FEW_MATCHES:
+            search = "walk"
+    user_walk = False
+    if query.user is not None and walked and db.dialect == "sqlite":
+        turns = await db.fetchval(
+            'SELECT COUNT(*) FROM (SELECT 1 FROM turns WHERE "user" = ? LIMIT ?)',
+            query.user,
+            _FEW_MATCHES + 1,
+        )
+        user_walk = turns > _FEW_MATCHES
+    return _Plan(search, few, user_walk)
 
 
 async def _few_matches(db: Db, q: str) -> list[str] | None:
     """On PostgreSQL, the conversations whose messages match `q`, when they are few (found
-    through the index); None when they are many. The planner's guess for a word it has no
-    statistics on is often far off, and a rare word it takes for a common one has it walk
-    every conversation for a page it never fills: the count is taken rather than guessed."""
-    if db.dialect != "postgresql":
-        return None
+    through the index); None when they are many."""
     rows = await db.fetch(
         f"SELECT e.conversation_id {_POSTGRES_MATCHES} LIMIT {_FEW_MATCHES + 1}", _tsquery_text(q)
     )
@@ -182,21 +229,41 @@ def _tsquery_text(q: str) -> str:
     return q.replace("\x00", " ")
 
 
-def _search(dialect: Dialect, q: str, few: list[str] | None) -> tuple[str, list[Any]]:
-    """A message of the conversation's own holds every word of `q` (stemmed: English)."""
-    if dialect == "postgresql":
-        if few is not None:
-            return "c.id = ANY(?)", [few]
-        # Its own parser splits the words, as it did the indexed text (a host name stays one).
-        return f"c.id IN (SELECT e.conversation_id {_POSTGRES_MATCHES})", [_tsquery_text(q)]
-    words = _WORD.findall(q)
-    if not words:
-        return "1 = 0", []
+def _fts_match(q: str) -> str:
     # Each word a quoted string: FTS5's query syntax (AND, NEAR, *, column filters) is not
     # the user's to write, and a word in quotes is only a word.
-    match = " ".join('"' + word.replace('"', '""') + '"' for word in words)
+    return " ".join('"' + word.replace('"', '""') + '"' for word in _WORD.findall(q))
+
+
+# SQLite: the rowids of the messages matching, which are their events' rowids; read from the
+# index alone, never from the text it keeps.
+_SQLITE_MATCHES = "SELECT rowid FROM message_text WHERE message_text MATCH ?"
+
+
+def _search(dialect: Dialect, q: str, plan: _Plan) -> tuple[str, list[Any]]:
+    """A message of the conversation's own holds every word of `q` (stemmed: English)."""
+    if dialect == "postgresql":
+        if plan.few is not None:
+            return "c.id = ANY(?)", [plan.few]
+        # Its own parser splits the words, as it did the indexed text (a host name stays one).
+        return f"c.id IN (SELECT e.conversation_id {_POSTGRES_MATCHES})", [_tsquery_text(q)]
+    if not _WORD.search(q):
+        return "1 = 0", []
+    match = _fts_match(q)
+    if plan.search == "walk":
+        return (
+            "EXISTS (SELECT 1 FROM events e WHERE e.conversation_id = c.id"
+            f" AND e.rowid IN ({_SQLITE_MATCHES}))",
+            [match],
+        )
+    if plan.search == "probe":
+        return (
+            "EXISTS (SELECT 1 FROM events e, message_text m WHERE e.conversation_id = c.id"
+            f" AND e.type IN {_SEARCHED_IN} AND m.rowid = e.rowid AND m.message_text MATCH ?)",
+            [match],
+        )
     return (
-        "c.id IN (SELECT conversation_id FROM message_text WHERE message_text MATCH ?)",
+        f"c.id IN (SELECT e.conversation_id FROM events e WHERE e.rowid IN ({_SQLITE_MATCHES}))",
         [match],
     )
 
@@ -257,7 +324,7 @@ def _sql(
     dialect: Dialect,
     query: ListQuery,
     cursor: tuple[Any, str] | None,
-    few: list[str] | None = None,
+    plan: _Plan = _Plan(),
 ) -> tuple[str, list[Any]]:
     where = ["c.deleted_at IS NULL"]
     args: list[Any] = []
@@ -292,13 +359,6 @@ def _sql(
     if query.parent_id is not None:
         where.append("c.parent_id = ?")
         args.append(query.parent_id)
-    if query.q:
-        found, found_args = _search(dialect, query.q, few)
-        where.append(found)
-        args += found_args
-    if query.user is not None:
-        where.append('c.id IN (SELECT t.conversation_id FROM turns t WHERE t."user" = ?)')
-        args.append(query.user)
     for key, value in query.metadata:
         found, found_args = _metadata(dialect, key, value)
         where.append(found)
@@ -340,6 +400,20 @@ def _sql(
                 # it cannot): a page deep in the list starts there, not at the top.
                 where.append(f"{key} {beyond}= ?")
                 args.append(value)
+    # Last, after the cheaper tests of the row itself: on a walk, each is asked of every row
+    # the others let through.
+    if query.user is not None:
+        if plan.user_walk:
+            where.append(
+                'EXISTS (SELECT 1 FROM turns t WHERE t."user" = ? AND t.conversation_id = c.id)'
+            )
+        else:
+            where.append('c.id IN (SELECT t.conversation_id FROM turns t WHERE t."user" = ?)')
+        args.append(query.user)
+    if query.q:
+        found, found_args = _search(dialect, query.q, plan)
+        where.append(found)
+        args += found_args
     nulls_last = f"({key} IS NULL), " if nullable else ""
     # Only the key: the rest of a row is read for the page's rows alone (`_ROWS`), never for
     # every row a sort or a search orders.
@@ -435,9 +509,18 @@ async def list_conversations(store: Store, query: ListQuery) -> Page:
         cursor = await _cursor_of(db, query)
         if cursor is _MISSING:
             return [], {}, False
-        few = await _few_matches(db, query.q) if query.q else None
-        sql, args = _sql(db.dialect, query, cursor, few)
-        keys = await db.fetch(sql, *args)
+        plan = await _plan(db, query)
+        sql, args = _sql(db.dialect, query, cursor, plan)
+        if plan.search == "walk" and db.dialect == "postgresql":
+            # A parallel walk has each worker check conversations ahead of the page's end
+            # before the first row comes back, far more than the page needs.
+            await db.execute("SET max_parallel_workers_per_gather = 0")
+            try:
+                keys = await db.fetch(sql, *args)
+            finally:
+                await db.execute("RESET max_parallel_workers_per_gather")
+        else:
+            keys = await db.fetch(sql, *args)
         ids = [row[0] for row in keys[:limit]]
         by_id: dict[str, tuple[Any, ...]] = {}
         if ids:

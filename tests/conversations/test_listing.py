@@ -360,6 +360,73 @@ async def test_user_metadata_and_range_filters(gw: GatewayUnderTest) -> None:
     assert await ids(gw, "?min_cost=0.3&user=alice") == []
 
 
+async def test_every_way_of_finding_matches_lists_the_same_pages(
+    gw: GatewayUnderTest, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """`q` and `user` find their conversations first when they match few, and walk the list
+    when they match many (on SQLite, asking the search index about each message walked when
+    they match very many): each way lists the same conversations, page by page."""
+    store = gw.gateway.store
+    for n in range(12):
+        cid = f"w{n:02d}"
+        # Pairs share a creation time: a walk breaks the tie by id as a sort does.
+        word = "rare" if n % 4 == 0 else "plain"
+        seed(store, cid, T0 + n // 2, team="A" if n % 3 else "B", first=f"common {word} {n}")
+        user = "alice" if n % 2 else "bob"
+        store.start_turn(TurnStart(f"{cid}-u", cid, T0 + 100 + n, {"model": "m1", "user": user}))
+    await store.flush()
+
+    async def pages(query: str) -> list[str]:
+        seen: list[str] = []
+        after = ""
+        while True:
+            status, body = await get(gw, f"/v1/conversations?{query}&limit=3{after}")
+            assert status == 200, body
+            seen += [c["id"] for c in body["data"]]
+            if not body["has_more"]:
+                return seen
+            after = f"&after={body['cursor']}"
+
+    queries = (
+        "q=common",
+        "q=rare",
+        "q=common%20rare",
+        "q=absent",
+        "q=common&team_id=A",
+        "q=common&order=asc",
+        f"q=common&since={T0 + 2}",
+        "q=rare&sort=cost",
+        "user=alice",
+        "user=alice&q=rare",
+        "user=bob&team_id=B&q=common",
+        "user=nobody",
+    )
+    first = {query: await pages(query) for query in queries}
+    newest = [f"w{n:02d}" for n in range(11, -1, -1)]
+    assert first["q=common"] == newest
+    assert first["q=rare"] == ["w08", "w04", "w00"]
+    assert first["q=common&order=asc"] == newest[::-1]
+    assert first["user=alice&q=rare"] == []
+    assert first["user=bob&team_id=B&q=common"] == ["w06", "w00"]
+    assert first["q=absent"] == first["user=nobody"] == []
+
+    async def plan(query: listing.ListQuery) -> Any:
+        async def op(db: Any) -> Any:
+            return await listing._plan(db, query)
+
+        return await store.run(op)
+
+    dialect = store.dialect
+    ways = [("walk", 0, 10**6)] + ([("probe", 0, 0)] if dialect == "sqlite" else [])
+    for way, few, many in ways:
+        monkeypatch.setattr(listing, "_FEW_MATCHES", few)
+        monkeypatch.setattr(listing, "_MANY_MATCHES", many)
+        assert (await plan(listing.ListQuery(q="rare"))).search == way
+        assert (await plan(listing.ListQuery(user="alice"))).user_walk == (dialect == "sqlite")
+        for query in queries:
+            assert await pages(query) == first[query], (way, query)
+
+
 async def test_cursor_pagination_visits_each_conversation_once(gw: GatewayUnderTest) -> None:
     store = gw.gateway.store
     for n in range(25):
