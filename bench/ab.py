@@ -10,7 +10,8 @@ the process's CPU time from /proc around the measured run. It prints each cell's
 microseconds a request for both and the change.
 
 Cells: `non-stream:16`, `stream:16` (a chunk per write), `burst:1` (the stream in one
-write), `history:16` (non-stream, the question after an earlier exchange), ...; default
+write), `history:16` (non-stream, the question after an earlier exchange of a recorded
+conversation), `history-200:16` (after 200 of them), ...; default
 `non-stream:16 stream:16 burst:16`. `AB_SECONDS` (3) and `AB_ROUNDS` (4) set the length.
 
 `AB_PASSTHROUGH=1` loads the bare pass-through (`bench/passthrough.py`) in the same rounds and
@@ -26,6 +27,7 @@ since the bench has existed).
 from __future__ import annotations
 
 import os
+import re
 import statistics
 import subprocess
 import sys
@@ -46,6 +48,7 @@ from bench.run import (
     Cell,
     create_virtual_key,
     env_int,
+    prepare_history,
     request_body,
     write_gateway_config,
 )
@@ -59,14 +62,21 @@ _MODES = {
     "burst": (True, True, False),
     "history": (False, False, True),
 }
+_HISTORY = re.compile(r"history-(\d+)")
 
 
 def parse_cell(text: str) -> Cell:
     mode, _, concurrency = text.partition(":")
+    exchanges = _HISTORY.fullmatch(mode)
+    if exchanges is not None:
+        mode = "history"
     if mode not in _MODES or not concurrency.isdigit():
-        raise SystemExit(f"a cell is MODE:CONCURRENCY with MODE one of {sorted(_MODES)}: {text!r}")
+        raise SystemExit(
+            f"a cell is MODE:CONCURRENCY with MODE one of {sorted(_MODES)} or history-N: {text!r}"
+        )
     stream, burst, history = _MODES[mode]
-    return Cell(stream, int(concurrency), burst, history)
+    count = int(exchanges.group(1)) if exchanges is not None else int(history)
+    return Cell(stream, int(concurrency), burst, count)
 
 
 def config_overrides(name: str) -> dict[str, Any]:
@@ -136,6 +146,11 @@ def main() -> int:
             spent: dict[tuple[Cell, str], list[float]] = {}
             targets = [BASE, TREE, *([PT] if with_pt else [])]
             width = max(len(name) for name in names.values())
+            for cell in cells:
+                if cell.history:
+                    for target in (BASE, TREE):
+                        url = f"http://{HOST}:{ports[target]}{CHAT_PATH}"
+                        prepare_history(url, keys[target], cell.history)
             for round_number in range(rounds):
                 order = targets if round_number % 2 == 0 else targets[::-1]
                 for cell in cells:

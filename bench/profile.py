@@ -1,4 +1,5 @@
-"""`python -m bench.profile [stream|burst] [CONCURRENCY] [SECONDS]`: where the gateway's CPU goes.
+"""`python -m bench.profile [stream|burst|history-N] [CONCURRENCY] [SECONDS]`: where the
+gateway's CPU goes (`history-N`: a question after N exchanges of a recorded conversation).
 
 Starts the same upstream and gateway as `make bench` (same cores, same config, a real virtual
 key), loads the gateway with wrk for one cell, and meanwhile:
@@ -21,7 +22,7 @@ import threading
 from datetime import UTC, datetime
 from pathlib import Path
 
-from bench.run import CHAT_PATH, RESULTS, Bench, Cell, request_body
+from bench.run import CHAT_PATH, RESULTS, Bench, Cell, prepare_history, request_body
 from bench.wrk import run_wrk
 
 
@@ -72,11 +73,14 @@ def main() -> None:
     args = sys.argv[1:]
     burst = bool(args and args[0] == "burst")
     stream = burst or bool(args and args[0] == "stream")
-    if stream:
+    history = (
+        int(args[0].removeprefix("history-")) if args and args[0].startswith("history-") else 0
+    )
+    if stream or history:
         args = args[1:]
     concurrency = int(args[0]) if args else 16
     seconds = int(args[1]) if len(args) > 1 else 8
-    cell = Cell(stream, concurrency, burst)
+    cell = Cell(stream, concurrency, burst, history)
     stamp = datetime.now(UTC).strftime("%Y%m%dT%H%M%SZ")
     bench = Bench(seconds, 1, stamp)
     py_spy = shutil.which("py-spy", path=str(Path(sys.executable).parent)) or "py-spy"
@@ -86,7 +90,9 @@ def main() -> None:
             bench.start(Path(tmp))
             gateway = bench.children["gateway"]
             url = f"http://127.0.0.1:{bench.ports['gateway']}{CHAT_PATH}"
-            body = request_body(stream, burst)
+            body = request_body(stream, burst, history)
+            if history:
+                prepare_history(url, bench.api_key, history)
             run_wrk(bench.wrk, url, body, concurrency, 1, bench.target_core, bench.api_key)
             # The pass-through's CPU per request in the same run, for scale...
             passthrough = bench.children["passthrough"]

@@ -25,6 +25,7 @@ import subprocess
 import sys
 import tempfile
 import time
+import urllib.request
 from dataclasses import dataclass
 from datetime import UTC, datetime
 from pathlib import Path
@@ -45,7 +46,7 @@ from bench.procs import (
     spawn,
     wait_until,
 )
-from bench.upstream import BURST, STREAM_CHUNKS
+from bench.upstream import ANSWER, BURST, STREAM_CHUNKS
 from bench.wrk import WrkResult, ensure_wrk, run_wrk, wrk_version
 
 REPO = Path(__file__).resolve().parent.parent
@@ -63,12 +64,14 @@ class Cell:
     stream: bool
     concurrency: int
     burst: bool = False  # the stream arrives in one write, not a chunk per write
-    history: bool = False  # the request carries an earlier exchange (threading looks it up)
+    # Earlier exchanges the request carries, of a conversation the gateway recorded (threading
+    # finds it by them): `prepare_history` makes it before the cell is loaded.
+    history: int = 0
 
     @property
     def mode(self) -> str:
         if not self.stream:
-            return "non-stream-history" if self.history else "non-stream"
+            return f"non-stream-history-{self.history}" if self.history else "non-stream"
         return f"stream-{STREAM_CHUNKS}" + ("-burst" if self.burst else "")
 
     @property
@@ -86,19 +89,24 @@ CELLS = [
 SCALING_CELLS = [cell for cell in CELLS if cell.concurrency > 1 and not cell.burst]
 
 
-def request_body(stream: bool, burst: bool = False, history: bool = False) -> bytes:
+def history_messages(exchanges: int) -> list[dict[str, str]]:
+    """`exchanges` questions, each with the answer the bench's upstream gives, as a client that
+    keeps its history sends them (each length its own questions: no two cells' conversations
+    share a first exchange)."""
+    messages = []
+    for number in range(exchanges):
+        question = f"Question {number + 1} of {exchanges}: say hello."
+        messages.append({"role": "user", "content": question})
+        messages.append({"role": "assistant", "content": ANSWER})
+    return messages
+
+
+def request_body(stream: bool, burst: bool = False, history: int = 0) -> bytes:
     body: dict[str, Any] = {
         "model": "bench",
-        "messages": [{"role": "user", "content": "Say hello."}],
+        "messages": [*history_messages(history), {"role": "user", "content": "Say hello."}],
         "stream": stream,
     }
-    if history:
-        # An exchange before the question, as a client that keeps its history sends it.
-        body["messages"] = [
-            {"role": "user", "content": "Hi."},
-            {"role": "assistant", "content": "Hello! How can I help?"},
-            *body["messages"],
-        ]
     if burst:
         body["user"] = BURST
     if stream:
@@ -106,6 +114,20 @@ def request_body(stream: bool, burst: bool = False, history: bool = False) -> by
         # otherwise add it and get one more (usage) chunk than direct and passthrough.
         body["stream_options"] = {"include_usage": True}
     return orjson.dumps(body)
+
+
+def prepare_history(url: str, key: str, exchanges: int) -> None:
+    """The conversation a `history` cell's requests continue: its `exchanges` turns, one
+    request each, as the client made them."""
+    for made in range(exchanges):
+        messages = history_messages(exchanges)[: 2 * made + 1]  # the next question, unanswered
+        body = orjson.dumps({"model": "bench", "messages": messages})
+        request = urllib.request.Request(url, data=body, method="POST")
+        request.add_header("Content-Type", "application/json")
+        request.add_header("Authorization", f"Bearer {key}")
+        with urllib.request.urlopen(request, timeout=30) as response:
+            if response.status != 200:
+                raise SystemExit(f"preparing the history: {response.status}")
 
 
 def env_int(name: str, default: int, minimum: int = 1) -> int:

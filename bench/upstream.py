@@ -18,6 +18,7 @@ from aiohttp import web
 
 STREAM_CHUNKS = 50
 BURST = "bench-burst"  # the request's `user`: the stream in one write
+ANSWER = "Hello from the bench upstream."  # the non-streaming answer
 MODEL = "fake-model"
 CREATED = 1_700_000_000
 # Each response gets its own id (real upstreams do, and a recorder may key on it). The
@@ -67,7 +68,7 @@ def build_completion() -> bytes:
             "choices": [
                 {
                     "index": 0,
-                    "message": {"role": "assistant", "content": "Hello from the bench upstream."},
+                    "message": {"role": "assistant", "content": ANSWER},
                     "logprobs": None,
                     "finish_reason": "stop",
                 }
