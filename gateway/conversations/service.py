@@ -147,9 +147,14 @@ class Conversations:
         messages: list[dict[str, Any]],
         principal: Principal,
         user: str | None = None,
+        *,
+        restore_thinking: bool = True,
     ) -> Joined:
         """The conversation a request's turn goes in: the one it names, else (threading: auto)
-        the one its history continues, else a new one; and which of its messages are new."""
+        the one its history continues, else a new one; and which of its messages are new.
+        Without `restore_thinking` (no deployment that needs the stored answers' signed
+        thinking back), a history that is the conversation exactly as it ended is not read
+        back to be compared: what follows it is new, whatever the conversation's length."""
         history = [m for m in messages if m.get("role") in HISTORY_ROLES]
         if requested_id is not None:
             _check_id(requested_id)
@@ -161,9 +166,11 @@ class Conversations:
                 return Joined(*self._new(requested_id, principal), history)
             self._check(existing, principal)
         else:
-            existing = await self._threaded(messages, principal, user)
+            existing, continued = await self._threaded(messages, principal, user)
             if existing is None:
                 return Joined(*self._new(new_id("conv"), principal), history)
+            if continued is not None and not restore_thinking:
+                return Joined(existing.id, None, history[continued:])
         path = await self._settled_path(existing.id, within_s=2.0)
         match = match_history(path, messages, repair=self.repair_interrupted)
         if match.branch_at is None:
@@ -202,25 +209,28 @@ class Conversations:
 
     async def _threaded(
         self, messages: list[dict[str, Any]], principal: Principal, user: str | None
-    ) -> Conversation | None:
+    ) -> tuple[Conversation | None, int | None]:
         """The conversation whose history at some turn's end is this request's history
-        (gateway.conversations.threading): one indexed lookup, none for a first message."""
+        (gateway.conversations.threading): one indexed lookup, none for a first message. And,
+        when the conversation is still exactly as that turn ended it (`Store.ends_at`), the
+        number of the request's history messages that history is (what follows is new)."""
         if self.threading != "auto":
-            return None
+            return None, None
         prior = prior_history(messages)
         if not prior:
-            return None
-        found = await self.store.thread_of(fingerprint(principal.key_id, user, messages, prior))
+            return None, None
+        history_print = fingerprint(principal.key_id, user, messages, prior)
+        found = await self.store.thread_of(history_print)
         if found is None:
-            return None
+            return None, None
         conversation = await self.store.get_conversation(found)
         if (
             conversation is None
             or conversation.deleted_at is not None
             or not principal.sees(conversation.team_id)
         ):
-            return None
-        return conversation
+            return None, None
+        return conversation, len(prior) if self.store.ends_at(found, history_print) else None
 
     async def open(self, requested_id: str, principal: Principal) -> tuple[Joined, list[Event]]:
         """A conversation named by `X-Conversation-Id` for a client that keeps no history (the

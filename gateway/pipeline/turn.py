@@ -107,7 +107,12 @@ async def _run_turn(
         if joined is None:
             conversations = gateway.conversations
             requested = conversations.requested_id(request.headers, body.get("metadata"))
-            joined = await conversations.join(requested, body["messages"], principal, user)
+            # An Anthropic deployment needs the stored answers' signed thinking back, which
+            # only comparing the history with the stored one finds.
+            restore = any(d.provider.wire == "anthropic" for d in plan)
+            joined = await conversations.join(
+                requested, body["messages"], principal, user, restore_thinking=restore
+            )
     except BaseException:
         lease.release()
         raise

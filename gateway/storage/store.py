@@ -160,6 +160,9 @@ class Store:
         # not have: only this process could add them, and it forgets them when it does.
         self._threads: dict[str, str] = {}
         self._no_threads: dict[str, None] = {}
+        # Each conversation's end as this process last wrote it: its last turn's end
+        # fingerprint, forgotten at any later write to the conversation (`ends_at`).
+        self._ends: dict[str, str] = {}
         # Set once the database answered (at start, or later when it started unreachable).
         self.connected = asyncio.Event()
         self.refused: str | None = None  # why it never will (a schema this code cannot use)
@@ -323,6 +326,10 @@ class Store:
         if fingerprint is not None:  # a turn's end, or a later change to what it ended with
             row["fingerprint"] = fingerprint
             self._remember_thread(fingerprint, event.conversation_id)
+        if event.type == TURN_END and fingerprint is not None:
+            _keep(self._ends, event.conversation_id, fingerprint)
+        else:
+            self._ends.pop(event.conversation_id, None)
         search = None  # (a long stream's: taken out of its payload once it is stored)
         if self._indexes_text and event.type in schema.SEARCHED_TYPES and type(payload) is str:
             search = search_text(event.payload)
@@ -730,6 +737,12 @@ class Store:
             )
 
         await self.run(update)
+
+    def ends_at(self, conversation_id: str, fingerprint: str) -> bool:
+        """The conversation is, to this process's knowledge, exactly as its last turn ended
+        with this fingerprint: nothing written to it since, here or (on a store no other
+        process writes) anywhere. False whenever that is not known."""
+        return not self.shared and self._ends.get(conversation_id) == fingerprint
 
     async def thread_of(self, fingerprint: str) -> str | None:
         """The conversation of the newest turn that ended with this fingerprint, if any.

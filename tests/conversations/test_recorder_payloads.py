@@ -251,6 +251,9 @@ def test_the_store_writes_the_json_of_the_old_records() -> None:
     class Queue:
         _indexes_text = False  # as on PostgreSQL: no search text made
 
+        def __init__(self) -> None:
+            self._ends: dict[str, str] = {}
+
         def write(self, kind: str, row: dict[str, Any], search: str | None = None) -> None:
             rows.append(row)
 
@@ -274,6 +277,9 @@ def test_a_long_answer_is_encoded_when_stored_and_the_same() -> None:
 
     class Queue:
         _indexes_text = False  # as on PostgreSQL: no search text made
+
+        def __init__(self) -> None:
+            self._ends: dict[str, str] = {}
 
         def write(self, kind: str, row: dict[str, Any], search: str | None = None) -> None:
             rows.append(row)

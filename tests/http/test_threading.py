@@ -529,3 +529,41 @@ async def test_a_follow_up_carrying_the_truncated_text_continues_the_conversatio
     # The stored history is the shown text: a second follow-up after the same answer is a
     # sibling of the first (a branch at the truncated answer), not a new conversation.
     assert branch is not None and branch.parent_id == conversation_id
+
+
+async def test_a_history_that_is_the_conversation_as_it_ended_is_not_read_back(
+    gw: GatewayUnderTest, upstream: FakeUpstream, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """Continuing a conversation costs the same whatever its length: a history whose
+    fingerprint is the conversation's last turn's end is that conversation, with nothing
+    after it, so its messages after that history are new without the stored history read
+    back and compared. A conversation that moved on since is read back, and branches."""
+    seen, history = await tool_loop(gw, upstream, QUESTION)
+    store = gw.gateway.store
+    reads: list[str] = []
+    read = store.events
+
+    async def counted(conversation_id: str, up_to_seq: int | None = None) -> Any:
+        reads.append(conversation_id)
+        return await read(conversation_id, up_to_seq)
+
+    monkeypatch.setattr(store, "events", counted)
+    thanks = {"role": "user", "content": "Thanks!"}
+    upstream.push(completion("Anything else?"))
+    continued, _ = await ask(gw, [*history, thanks])
+    assert continued == seen[0] and reads == []
+    # The same question again (a regenerate): the conversation has that answer since.
+    upstream.push(completion("Something else?"))
+    regenerated, _ = await ask(gw, [*history, thanks])
+    assert regenerated != seen[0] and seen[0] in reads
+
+    monkeypatch.undo()
+    recorded = await events(gw, seen[0])
+    kinds = [e["type"] for e in recorded if e["type"] != "turn/end"]
+    assert kinds[-2:] == ["user/message", "assistant/message"]  # only the new question
+    assert [e["payload"]["content"] for e in recorded if e["type"] == "user/message"] == [
+        QUESTION["content"],
+        "Thanks!",
+    ]
+    branch = await gw.gateway.store.get_conversation(regenerated)
+    assert branch is not None and branch.parent_id == seen[0]
