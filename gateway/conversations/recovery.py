@@ -8,12 +8,17 @@ turn and closes it from that checkpoint: the delivered prefix becomes the interr
 (so follow-ups include what the user read), its usage is metered as an estimate, and the turn
 ends `aborted` with reason `crash_recovered`. A turn with no checkpoint (it had delivered
 nothing yet, or had not lived to its first) keeps what was recorded of it, its input.
+
+A checkpoint is its row, written whole, and the parts written after it (what its blocks' text
+gained, the attempts or their durations as they stood); a row from before parts existed is
+whole by itself.
 """
 
 from __future__ import annotations
 
 import asyncio
 import time
+from collections.abc import Sequence
 from typing import TYPE_CHECKING, Any
 
 import orjson
@@ -66,6 +71,7 @@ async def recover_open_turns(
     were closed."""
     stale_before = time.time() - stale_s if stale_s is not None else float("-inf")
     orphans = await store.claim_orphaned_turns(own=at_start, stale_before=stale_before)
+    parts = await store.take_checkpoint_parts([turn_id for turn_id, _, _ in orphans])
     for turn_id, conversation_id, body in orphans:
         end: dict[str, Any] = {
             "status": "aborted",
@@ -74,7 +80,7 @@ async def recover_open_turns(
             "usage": None,
         }
         if body is not None:
-            checkpoint = orjson.loads(body)
+            checkpoint = checkpoint_of(body, parts.get(turn_id, ()))
             if (message := checkpoint["message"]) is not None:
                 store.append(NewEvent(conversation_id, turn_id, ASSISTANT_MESSAGE, message))
             end["attempts"] = len(checkpoint["attempts"])
@@ -88,6 +94,34 @@ async def recover_open_turns(
         metrics.TURNS.labels("aborted", "crash_recovered").inc(len(orphans))
         await store.flush()
     return len(orphans)
+
+
+def checkpoint_of(body: str, parts: Sequence[str] = ()) -> dict[str, Any]:
+    """A turn's last checkpoint (TurnRecorder.checkpoint): its row's body with the parts
+    written after it (in their order) applied, those numbered on from it without a gap
+    (gateway.pipeline.checkpoints.StreamCheckpoints)."""
+    checkpoint: dict[str, Any] = orjson.loads(body)
+    seq = checkpoint.pop("seq", 0)
+    message = checkpoint["message"]
+    if not parts or message is None:  # (a turn's first part always follows a message)
+        return checkpoint
+    texts = [[block["text"]] for block in message["content"]]
+    for part in map(orjson.loads, parts):
+        if part["seq"] <= seq:  # (of an earlier whole checkpoint)
+            continue
+        if part["seq"] != seq + 1:  # one the store never took: what follows needs it
+            break
+        seq += 1
+        if "attempts" in part:
+            checkpoint["attempts"] = part["attempts"]
+        else:
+            for attempt, duration in zip(checkpoint["attempts"], part["durations"], strict=True):
+                attempt["duration_ms"] = duration
+        for position, text in part["grown"]:
+            texts[position].append(text)
+    for block, pieces in zip(message["content"], texts, strict=True):
+        block["text"] = "".join(pieces)
+    return checkpoint
 
 
 async def _estimate_prompts(

@@ -16,6 +16,7 @@ from typing import Any
 
 import aiohttp
 
+from gateway.conversations.recovery import checkpoint_of
 from tests.fakes import DONE, FakeUpstream, chunk, paused
 from tests.postgres_server import PostgresServer, throwaway_postgres
 from tests.test_cli import free_port
@@ -81,15 +82,24 @@ def text_of(payload: dict[str, Any]) -> str:
     return "".join(b.get("text", "") for b in payload["content"] if b["type"] == "text")
 
 
+def stored_checkpoints(db: Path) -> dict[str, dict[str, Any]]:
+    """Each open turn's checkpoint in the store, by conversation: its row and its parts, as
+    recovery reads them."""
+    with sqlite3.connect(db) as connection:
+        rows = connection.execute(
+            "SELECT turn_id, conversation_id, body FROM turn_checkpoints"
+        ).fetchall()
+        parts = connection.execute(
+            "SELECT turn_id, body FROM turn_checkpoint_parts ORDER BY turn_id, seq"
+        ).fetchall()
+    return {c: checkpoint_of(b, [p for t, p in parts if t == turn]) for turn, c, b in rows}
+
+
 async def checkpointed(db: Path, texts: dict[str, str]) -> None:
     """Until the store's checkpoint of each conversation's turn holds exactly its text."""
 
     def done() -> bool:
-        with sqlite3.connect(db) as connection:
-            rows = connection.execute(
-                "SELECT conversation_id, body FROM turn_checkpoints"
-            ).fetchall()
-        held = {c: json.loads(b)["message"] for c, b in rows}
+        held = {c: checkpoint["message"] for c, checkpoint in stored_checkpoints(db).items()}
         return all(held.get(c) and text_of(held[c]) == t for c, t in texts.items())
 
     async with asyncio.timeout(20):
@@ -140,9 +150,10 @@ async def test_a_restart_closes_each_killed_stream_with_its_delivered_text(
             "SELECT conversation_id, status, completion_delivered FROM usage"
         ).fetchall()
         left = connection.execute("SELECT count(*) FROM turn_checkpoints").fetchone()[0]
+        parts = connection.execute("SELECT count(*) FROM turn_checkpoint_parts").fetchone()[0]
     assert sorted(c for c, _, _ in rows) == sorted(r.conversation for r in readers)
     assert all(status == "interrupted" and tokens > 0 for _, status, tokens in rows)
-    assert left == 0
+    assert left == parts == 0
 
 
 async def test_a_recovered_prefix_never_holds_more_than_the_client_received(
@@ -180,9 +191,8 @@ async def test_a_recovered_prefix_never_holds_more_than_the_client_received(
 async def checkpointed_any(db: Path, turns: int) -> None:
     async with asyncio.timeout(20):
         while True:
-            with sqlite3.connect(db) as connection:
-                rows = connection.execute("SELECT body FROM turn_checkpoints").fetchall()
-            if sum(json.loads(b)["message"] is not None for (b,) in rows) >= turns:
+            checkpoints = stored_checkpoints(db).values()
+            if sum(c["message"] is not None for c in checkpoints) >= turns:
                 return
             await asyncio.sleep(0.02)
 
@@ -267,8 +277,14 @@ async def postgres_checkpointed(postgres: PostgresServer, url: str, text: str) -
     try:
         async with asyncio.timeout(20):
             while True:
-                bodies = await connection.fetch("SELECT body FROM turn_checkpoints")
-                messages = [json.loads(r["body"])["message"] for r in bodies]
+                parts = await connection.fetch(
+                    "SELECT turn_id, body FROM turn_checkpoint_parts ORDER BY turn_id, seq"
+                )
+                rows = await connection.fetch("SELECT turn_id, body FROM turn_checkpoints")
+                messages = [
+                    checkpoint_of(r["body"], [p["body"] for p in parts if p[0] == r[0]])["message"]
+                    for r in rows
+                ]
                 if any(m and text_of(m) == text for m in messages):
                     return
                 await asyncio.sleep(0.02)
