@@ -4,14 +4,18 @@ from __future__ import annotations
 
 import csv
 import io
+import logging
 import math
 from datetime import UTC, datetime
-from decimal import Decimal
-from typing import Any
+from typing import Any, TypeVar
 
 from gateway.metering.usage import UsageRecord
-from gateway.storage.db import Db
+from gateway.storage.db import Db, Dialect, Op, Row
+from gateway.storage.schema import USAGE_DAY, USAGE_DAY_COUNTS, USAGE_LATER, usage_day_of
 from gateway.storage.store import Store
+
+T = TypeVar("T")
+log = logging.getLogger(__name__)
 
 GROUPS = {
     "team": "team_id",
@@ -85,65 +89,456 @@ class UsageStore:
     ) -> list[dict[str, Any]]:
         column = GROUPS[group_by]
         bucket = GRANULARITY[granularity]
-        where = "created_at >= ? AND created_at < ?"
-        args: list[Any] = [start, end]
-        if team_id is not None:
-            where += " AND team_id = ?"
-            args.append(team_id)
+        if bucket != USAGE_DAY:
 
-        async def op(db: Db) -> list[dict[str, Any]]:
-            # Truncate to the bucket: SQLite's integer CAST truncates, PostgreSQL's rounds.
-            floor = "FLOOR" if db.dialect == "postgresql" else ""
-            period = f"CAST({floor}(created_at / {bucket}) AS BIGINT) * {bucket}"
-            last = "u.attempt = t.last"
-            sql = (
-                # Each attempt, with its number (its id is `<turn_id>:<number>`).
-                f"WITH u AS (SELECT {period} AS period, {column} AS grp, turn_id, status,"
-                " usage_source, cost_usd, prompt_tokens, completion_tokens,"
-                " completion_delivered, reasoning_tokens, cached_tokens,"
-                " COALESCE(cache_write_5m_tokens, 0) AS write_5m,"
-                " COALESCE(cache_write_1h_tokens, 0) AS write_1h,"
-                " CAST(SUBSTR(id, LENGTH(turn_id) + 2) AS INTEGER) AS attempt"
-                f" FROM usage WHERE {where}),"
-                # Each turn: its last attempt, and whether any attempt was unpriced or estimated.
-                " t AS (SELECT turn_id, MAX(attempt) AS last,"
-                " MAX(CASE WHEN cost_usd IS NULL THEN 1 ELSE 0 END) AS unpriced,"
-                " MAX(CASE WHEN usage_source <> 'provider'"
-                " AND prompt_tokens + completion_tokens > 0 THEN 1 ELSE 0 END) AS estimated"
-                " FROM u GROUP BY turn_id)"
-                " SELECT u.period, u.grp,"
-                f" SUM(CASE WHEN {last} THEN 1 ELSE 0 END),"
-                " COUNT(*),"
-                " SUM(CASE WHEN u.status = 'error' THEN 1 ELSE 0 END),"
-                f" SUM(CASE WHEN {last} AND u.status = 'interrupted' THEN 1 ELSE 0 END),"
-                f" SUM(CASE WHEN {last} AND u.status = 'error' THEN 1 ELSE 0 END),"
-                " SUM(u.prompt_tokens), SUM(u.completion_tokens), SUM(u.completion_delivered),"
-                " SUM(u.reasoning_tokens), SUM(u.cached_tokens), SUM(u.write_5m),"
-                " SUM(u.write_1h),"
-                f" SUM(CASE WHEN {last} THEN t.estimated ELSE 0 END),"
-                f" SUM(CASE WHEN {last} THEN t.unpriced ELSE 0 END),"
-                " SUM(CASE WHEN u.cost_usd IS NULL THEN u.prompt_tokens ELSE 0 END),"
-                " SUM(CASE WHEN u.cost_usd IS NULL THEN u.completion_tokens ELSE 0 END),"
-                " SUM(u.cost_usd)"
-                " FROM u JOIN t ON t.turn_id = u.turn_id"
-                " GROUP BY u.period, u.grp ORDER BY u.period, u.grp"
+            async def hours(db: Db) -> list[dict[str, Any]]:
+                sql, args = _report_sql(db.dialect, column, bucket, [(start, end)], team_id)
+                return _records(await db.fetch(sql, *args))[0]
+
+            return await self._store.run(hours)
+        summed = self._store.dialect == "postgresql" or not self._store.shared
+        if summed:
+            await self._fill_days(group_by, column, start, end)
+        # A team's rows, or those for all teams, which are fewer (a user in many teams).
+        dimension = group_by if team_id is not None else group_by + "*"
+
+        async def days(db: Db) -> list[dict[str, Any]]:
+            first, last = _whole_days(start, end)
+            done: list[int] = []
+            if summed:
+                filled = await db.fetch(
+                    "SELECT d.day FROM usage_days_done d WHERE d.dimension = ? AND d.day >= ?"
+                    " AND d.day < ? AND EXISTS (SELECT 1 FROM usage_days_done t"
+                    " WHERE t.day = d.day AND t.dimension = 'turns') ORDER BY d.day",
+                    dimension,
+                    first,
+                    last,
+                )
+                late = await _late_days(db) if db.dialect == "sqlite" else set()
+                done = [int(row[0]) for row in filled if int(row[0]) not in late]
+            ranges = _apart(start, end, done)
+            read = (dimension, done[0], done[-1] + USAGE_DAY) if done else None
+            sql, args = _report_sql(db.dialect, column, USAGE_DAY, ranges, team_id, read)
+            records, by_key = _records(await db.fetch(sql, *args))
+            await _across_days(db, by_key, column, (start, end), team_id, (first, last), ranges)
+            return records
+
+        return await self._in_snapshot(days)
+
+    async def _in_snapshot(self, op: Op[T]) -> T:
+        """`op` reading one state of the store throughout: which days are filled, and the
+        rows it reads for the others."""
+        if self._store.dialect == "postgresql":
+
+            async def repeatable(db: Db) -> T:
+                await db.execute("SET TRANSACTION ISOLATION LEVEL REPEATABLE READ, READ ONLY")
+                # A plan for the times asked: one made for any (the connection's prepared
+                # statement, after a few runs) reads a day as it would read a year.
+                await db.execute("SET LOCAL plan_cache_mode = force_custom_plan")
+                return await op(db)
+
+            return await self._store.transact(repeatable)
+
+        async def deferred(db: Db) -> T:
+            # A read transaction: in WAL mode it keeps no other process's writer waiting, as
+            # the store's BEGIN IMMEDIATE would.
+            await db.execute("BEGIN")
+            try:
+                value = await op(db)
+            except BaseException:
+                await db.execute("ROLLBACK")
+                raise
+            await db.execute("COMMIT")
+            return value
+
+        return await self._store.run(deferred)
+
+    async def _fill_days(self, group_by: str, column: str, start: float, end: float) -> None:
+        """Into usage_days, the whole days of [start, end) not there yet for this grouping,
+        of those a report may fill (`_fillable_until`), each day in a transaction of its own.
+        On SQLite, first the days of the rows inserted since a report last looked dropped;
+        and none filled while writes wait in the spool (gateway.storage.schema)."""
+        first, last = _whole_days(start, end)
+        if first >= last:
+            return
+        if self._store.dialect == "sqlite":
+            if await self._store.run(_late_days):
+                await self._store.transact(_forget_late_days)
+            if self._store.spooled_bytes():
+                return
+        wanted = {group_by, group_by + "*", "turns"}
+
+        async def missing(db: Db) -> list[int]:
+            until = min(last, await _fillable_until(db))
+            if until <= first:
+                return []
+            rows = await db.fetch(
+                "SELECT day, dimension FROM usage_days_done WHERE day >= ? AND day < ?",
+                first,
+                until,
             )
-            out = []
-            for row in await db.fetch(sql, *args):
-                record = dict(zip(COLUMNS, (_plain(v) for v in row), strict=True))
-                record["period_start"] = datetime.fromtimestamp(row[0], UTC).isoformat()
-                record["cost_usd"] = round(row[-1], 10) if row[-1] is not None else None
-                out.append(record)
-            return out
+            have: dict[int, set[str]] = {}
+            for day, dimension in rows:
+                have.setdefault(int(day), set()).add(dimension)
+            return [d for d in range(first, until, USAGE_DAY) if not wanted <= have.get(d, set())]
 
-        return await self._store.run(op)
+        for day in await self._store.run(missing):
+
+            async def fill(db: Db, day: int = day) -> None:
+                await _fill_day(db, day, group_by, column)
+
+            try:
+                await self._store.transact(fill)
+            except Exception as exc:  # the days not summed are read from their records
+                log.warning("usage report: could not sum the usage of %s: %r", _date(day), exc)
+                return
 
 
-def _plain(value: Any) -> Any:
-    """PostgreSQL's SUM of integers is a Decimal: report plain ints like SQLite does."""
-    if isinstance(value, Decimal):
-        return int(value) if value == value.to_integral_value() else float(value)
-    return value
+_FILL_LOCK = 7426174  # pg_advisory_xact_lock: the fillers of usage_days
+_NOW = {
+    "sqlite": "SELECT (julianday('now') - 2440587.5) * 86400.0",
+    "postgresql": "SELECT extract(epoch FROM clock_timestamp())",
+}
+_SUMMED = (*USAGE_DAY_COUNTS, "cost_usd")
+_COUNTS = ", ".join(USAGE_DAY_COUNTS)
+# What a turn's count of requests moves with: its attempts as read for that.
+_FIELDS = (
+    "id, turn_id, team_id, created_at, {column}, status, usage_source, cost_usd, prompt_tokens,"
+    " completion_tokens"
+)
+_ESTIMATED = "usage_source <> 'provider' AND prompt_tokens + completion_tokens > 0"
+
+
+async def _late_days(db: Db) -> set[int]:
+    """SQLite: the days of the usage rows inserted since a report last looked."""
+    rows = await db.fetch(
+        f"SELECT DISTINCT {usage_day_of('sqlite', 'created_at')} FROM usage"
+        " WHERE rowid > (SELECT last_rowid FROM usage_days_seen)"
+    )
+    return {int(row[0]) for row in rows}
+
+
+async def _forget_late_days(db: Db) -> None:
+    """SQLite: the days of the usage rows inserted since a report last looked dropped from
+    usage_days (those filled), and the rows looked at."""
+    for day in await _late_days(db):
+        for table in ("usage_days", "usage_days_turns", "usage_days_done"):
+            await db.execute(f"DELETE FROM {table} WHERE day = ?", day)
+    await db.execute(
+        "UPDATE usage_days_seen SET last_rowid = (SELECT COALESCE(MAX(rowid), 0) FROM usage)"
+    )
+
+
+async def _fillable_until(db: Db) -> int:
+    """The end of the days a report may fill: those before yesterday, by the database's
+    clock, into which a row written is noticed (gateway.storage.schema)."""
+    now = float(await db.fetchval(_NOW[db.dialect]))
+    return int(now // USAGE_DAY) * USAGE_DAY - USAGE_DAY
+
+
+async def _fill_day(db: Db, day: int, group_by: str, column: str) -> None:
+    """One day's rows of usage_days for a grouping (per team, and for all teams), and its
+    turns with attempts on other days, those not there yet."""
+    if db.dialect == "postgresql":
+        # One filler at a time; and no usage row written into the day while its sums are
+        # taken, which the triggers would miss (a row not yet committed drops no day not
+        # yet filled). Not for long: a day left is read from its records.
+        await db.execute("SET LOCAL lock_timeout = '1s'")
+        await db.execute(f"SELECT pg_advisory_xact_lock({_FILL_LOCK})")
+        await db.execute("LOCK TABLE usage IN SHARE MODE")
+    rows = await db.fetch("SELECT dimension FROM usage_days_done WHERE day = ?", day)
+    have = {row[0] for row in rows}
+    bounds = [day, day + USAGE_DAY]
+    later = USAGE_LATER[db.dialect]
+    if not {group_by, group_by + "*"} <= have:
+        for dimension in (group_by, group_by + "*"):
+            await db.execute(
+                "DELETE FROM usage_days WHERE dimension = ? AND day = ?", dimension, day
+            )
+            await db.execute(
+                "DELETE FROM usage_days_done WHERE day = ? AND dimension = ?", day, dimension
+            )
+        # What a report of this day alone says, per team.
+        main = (
+            f"SELECT team_id, {column}, {_row_sums(db.dialect)} FROM usage"
+            f" WHERE created_at >= ? AND created_at < ? GROUP BY team_id, {column}"
+        )
+        within = "created_at >= ? AND created_at < ?"
+        moves = _moves_sql(db.dialect, column, within, "", "NULL", by_day=False)
+        sums = ", ".join(f"SUM({name})" for name in _SUMMED)
+        await db.execute(
+            f"WITH later AS ({_later(db.dialect, column, within)}),"
+            f" p (team_id, grp, {_COUNTS}, cost_usd) AS ({main} UNION ALL"
+            f" {moves.replace('{keys}', 'team_id, grp')})"
+            f" INSERT INTO usage_days (dimension, day, team_id, grp, {_COUNTS}, cost_usd)"
+            f" SELECT CAST(? AS TEXT), CAST(? AS BIGINT), team_id, grp, {sums} FROM p"
+            " GROUP BY team_id, grp",
+            *bounds,
+            *bounds,
+            *bounds,
+            group_by,
+            day,
+        )
+        await db.execute(
+            f"INSERT INTO usage_days (dimension, day, team_id, grp, {_COUNTS}, cost_usd)"
+            f" SELECT CAST(? AS TEXT), day, NULL, grp, {sums} FROM usage_days WHERE dimension = ?"
+            " AND day = ? GROUP BY day, grp",
+            group_by + "*",
+            group_by,
+            day,
+        )
+        for dimension in (group_by, group_by + "*"):
+            await db.execute(
+                "INSERT INTO usage_days_done (day, dimension) VALUES (?, ?)", day, dimension
+            )
+    if "turns" not in have:
+        # A turn whose first attempt is not this day's has attempts on another day too (or
+        # none other in the store).
+        await db.execute(
+            "INSERT INTO usage_days_turns (day, turn_id)"
+            " SELECT DISTINCT CAST(? AS BIGINT), l.turn_id"
+            f" FROM usage l WHERE {later} AND l.created_at >= ? AND l.created_at < ?"
+            " AND NOT EXISTS (SELECT 1 FROM usage h WHERE h.id = l.turn_id || ':1'"
+            " AND h.created_at >= ? AND h.created_at < ?)",
+            day,
+            *bounds,
+            *bounds,
+        )
+        await db.execute("INSERT INTO usage_days_done (day, dimension) VALUES (?, 'turns')", day)
+
+
+def _date(day: int) -> str:
+    return datetime.fromtimestamp(day, UTC).date().isoformat()
+
+
+def _whole_days(start: float, end: float) -> tuple[int, int]:
+    """The first and the end of the whole days in [start, end), as Unix seconds."""
+    return math.ceil(start / USAGE_DAY) * USAGE_DAY, math.floor(end / USAGE_DAY) * USAGE_DAY
+
+
+def _apart(start: float, end: float, done: list[int]) -> list[tuple[float, float]]:
+    """[start, end) without the days `done` (in order)."""
+    ranges, at = [], start
+    for day in done:
+        if at < day:
+            ranges.append((at, float(day)))
+        at = max(at, day + USAGE_DAY)
+    if at < end:
+        ranges.append((at, end))
+    return ranges
+
+
+def _within(ranges: list[tuple[float, float]]) -> tuple[str, list[Any]]:
+    if not ranges:
+        return "1 = 0", []
+    text = " OR ".join("(created_at >= ? AND created_at < ?)" for _ in ranges)
+    return f"({text})", [bound for pair in ranges for bound in pair]
+
+
+def _head(dialect: Dialect) -> str:
+    """A usage row that is the first attempt of its turn, or an API call."""
+    return f"NOT ({USAGE_LATER[dialect]})"
+
+
+def _later(dialect: Dialect, column: str, within: str, team: str = "") -> str:
+    """The attempts after their turn's first, `within` (and of the team)."""
+    fields = _FIELDS.format(column=f"{column} AS grp")
+    return f"SELECT {fields} FROM usage WHERE {USAGE_LATER[dialect]} AND {within}{team}"
+
+
+def _row_sums(dialect: Dialect) -> str:
+    """Each report count over usage rows (USAGE_DAY_COUNTS, then cost): every attempt's
+    own; the counts of requests of the rows that begin a turn (`_moves_sql` moves them)."""
+    head = _head(dialect)
+    return (
+        f"SUM(CASE WHEN {head} THEN 1 ELSE 0 END), COUNT(*),"
+        " SUM(CASE WHEN status = 'error' THEN 1 ELSE 0 END),"
+        f" SUM(CASE WHEN {head} AND status = 'interrupted' THEN 1 ELSE 0 END),"
+        f" SUM(CASE WHEN {head} AND status = 'error' THEN 1 ELSE 0 END),"
+        " SUM(prompt_tokens), SUM(completion_tokens), SUM(completion_delivered),"
+        " SUM(reasoning_tokens), SUM(cached_tokens), SUM(COALESCE(cache_write_5m_tokens, 0)),"
+        " SUM(COALESCE(cache_write_1h_tokens, 0)),"
+        f" SUM(CASE WHEN {head} AND {_ESTIMATED} THEN 1 ELSE 0 END),"
+        f" SUM(CASE WHEN {head} AND cost_usd IS NULL THEN 1 ELSE 0 END),"
+        " SUM(CASE WHEN cost_usd IS NULL THEN prompt_tokens ELSE 0 END),"
+        " SUM(CASE WHEN cost_usd IS NULL THEN completion_tokens ELSE 0 END),"
+        " SUM(cost_usd)"
+    )
+
+
+def _moves_sql(
+    dialect: Dialect, column: str, within: str, team: str, period: str, by_day: bool
+) -> str:
+    """Each turn with an attempt after its first (`later`, read `within`, and of the team),
+    its request and what counts with it moved from its first attempt, where `_row_sums`
+    counted them, to its last; whether any of its attempts was unpriced or estimated, counted
+    there. `by_day`: each day's attempts of a turn as a turn of their own, as a report of
+    that day alone counts them. Grouped by `{keys}` (of period, team_id, grp), left to fill
+    in."""
+    # Numbered attempts sort as numbers: by the length of the id, then the id itself.
+    order = "LENGTH(id) DESC, " + ('id COLLATE "C" DESC' if dialect == "postgresql" else "id DESC")
+    partition = f"turn_id, {usage_day_of(dialect, 'created_at')}" if by_day else "turn_id"
+    attempts = (
+        f"SELECT * FROM later UNION ALL SELECT {_FIELDS.format(column=column)} FROM usage"
+        f" WHERE id IN (SELECT turn_id || ':1' FROM later) AND {within}{team}"
+    )
+    turns = (
+        f"SELECT {period} AS period, team_id, grp, status, cost_usd,"
+        f" CASE WHEN {_head(dialect)} THEN 1 ELSE 0 END AS head,"
+        f" CASE WHEN {_ESTIMATED} THEN 1 ELSE 0 END AS own_estimated,"
+        f" ROW_NUMBER() OVER (PARTITION BY {partition} ORDER BY {order}) AS k,"
+        f" MAX(CASE WHEN cost_usd IS NULL THEN 1 ELSE 0 END) OVER (PARTITION BY {partition})"
+        " AS unpriced,"
+        f" MAX(CASE WHEN {_ESTIMATED} THEN 1 ELSE 0 END) OVER (PARTITION BY {partition})"
+        f" AS estimated FROM ({attempts}) x"
+    )
+
+    def moved(condition: str) -> str:
+        return (
+            f"SUM(CASE WHEN k = 1 AND {condition} THEN 1 ELSE 0 END"
+            f" - CASE WHEN head = 1 AND {condition} THEN 1 ELSE 0 END)"
+        )
+
+    interrupted, errors = moved("status = 'interrupted'"), moved("status = 'error'")
+    return (
+        "SELECT {keys}, SUM(CASE WHEN k = 1 THEN 1 ELSE 0 END - head), 0, 0,"
+        f" {interrupted}, {errors}, 0, 0, 0, 0, 0, 0, 0,"
+        " SUM(CASE WHEN k = 1 THEN estimated ELSE 0 END - head * own_estimated),"
+        " SUM(CASE WHEN k = 1 THEN unpriced ELSE 0 END"
+        " - CASE WHEN head = 1 AND cost_usd IS NULL THEN 1 ELSE 0 END),"
+        " 0, 0, CAST(NULL AS DOUBLE PRECISION)"
+        f" FROM ({turns}) r GROUP BY {{keys}}"
+    )
+
+
+def _report_sql(
+    dialect: Dialect,
+    column: str,
+    bucket: int,
+    ranges: list[tuple[float, float]],
+    team_id: str | None,
+    read: tuple[str, int, int] | None = None,
+) -> tuple[str, list[Any]]:
+    """The report's rows from usage rows in `ranges`, and (`read`: a dimension and its first
+    and end day) the days in usage_days. By day, each day's attempts of a turn count as a
+    turn of their own, as in usage_days: `_across_days` counts the turns of several days."""
+    team = " AND team_id = ?" if team_id is not None else ""
+    teams = [team_id] if team_id is not None else []
+    floor = "FLOOR" if dialect == "postgresql" else ""
+    # Truncated to the bucket: SQLite's integer CAST truncates, PostgreSQL's rounds.
+    period = f"CAST({floor}(created_at / {bucket}) AS BIGINT) * {bucket}"
+    within, bounds = _within(ranges)
+    args: list[Any] = [*bounds, *teams]
+    parts = []
+    for low, high in ranges:
+        parts.append(
+            f"SELECT {period}, {column}, {_row_sums(dialect)} FROM usage"
+            f" WHERE created_at >= ? AND created_at < ?{team} GROUP BY 1, 2"
+        )
+        args += [low, high, *teams]
+    moves = _moves_sql(dialect, column, within, team, period, by_day=bucket == USAGE_DAY)
+    parts.append(moves.replace("{keys}", "period, grp"))
+    args += [*bounds, *teams]
+    # Integers from PostgreSQL's sums too, which are numeric.
+    sums = ", ".join(f"CAST(SUM({name}) AS BIGINT)" for name in USAGE_DAY_COUNTS)
+    sql = (
+        f"WITH later AS ({_later(dialect, column, within, team)}),"
+        f" p (period, grp, {_COUNTS}, cost_usd) AS ({' UNION ALL '.join(parts)})"
+        f" SELECT period, grp, {sums}, SUM(cost_usd) FROM p GROUP BY period, grp"
+    )
+    if read is not None:
+        # A day filled holds one row a group (of one team, or of all), in the report's order;
+        # and no usage row of it is read above.
+        dimension, first, end_day = read
+        sql += (
+            f" UNION ALL SELECT day, grp, {_COUNTS}, cost_usd FROM usage_days"
+            f" WHERE dimension = ? AND team_id {'= ?' if team_id is not None else 'IS NULL'}"
+            " AND day >= ? AND day < ?"
+        )
+        args += [dimension, *teams, first, end_day]
+    return sql + " ORDER BY 1, 2", args
+
+
+def _records(
+    rows: list[Row],
+) -> tuple[list[dict[str, Any]], dict[tuple[int, Any], dict[str, Any]]]:
+    """The report's rows as records, and each by its period (Unix seconds) and group."""
+    out, by_key = [], {}
+    periods: dict[int, str] = {}
+    for row in rows:
+        record = dict(zip(COLUMNS, row, strict=True))
+        period = int(row[0])
+        if period not in periods:
+            periods[period] = datetime.fromtimestamp(period, UTC).isoformat()
+        record["period_start"] = periods[period]
+        cost = row[-1]
+        record["cost_usd"] = round(cost, 10) if cost is not None else None
+        out.append(record)
+        by_key[(period, row[1])] = record
+    return out, by_key
+
+
+async def _across_days(
+    db: Db,
+    by_key: dict[tuple[int, Any], dict[str, Any]],
+    column: str,
+    span: tuple[float, float],
+    team_id: str | None,
+    days: tuple[int, int],
+    ranges: list[tuple[float, float]],
+) -> None:
+    """Each turn with attempts on more than one day of the report counted once, at its last
+    attempt, rather than on each day as a report of each day alone counts it: the turns
+    usage_days_turns names for the days filled (`days`, at most), and those with an attempt
+    after their first in `ranges`, read from their attempts in `span`."""
+    team = " AND team_id = ?" if team_id is not None else ""
+    teams = [team_id] if team_id is not None else []
+    within, bounds = _within(ranges)
+    later = USAGE_LATER[db.dialect]
+    fields = _FIELDS.format(column=column)
+    rows = await db.fetch(
+        "WITH c AS (SELECT turn_id FROM usage_days_turns WHERE day >= ? AND day < ?"
+        f" UNION SELECT turn_id FROM usage WHERE {later} AND {within}{team})"
+        f" SELECT {fields} FROM usage WHERE id IN (SELECT turn_id || ':1' FROM c)"
+        f" AND created_at >= ? AND created_at < ?{team}"
+        f" UNION ALL SELECT {fields} FROM usage WHERE {later}"
+        f" AND turn_id IN (SELECT turn_id FROM c) AND created_at >= ? AND created_at < ?{team}",
+        *days,
+        *bounds,
+        *teams,
+        *span,
+        *teams,
+        *span,
+        *teams,
+    )
+    turns: dict[str, list[Row]] = {}
+    for row in rows:
+        turns.setdefault(row[1], []).append(row)
+    for attempts in turns.values():
+        by_day: dict[int, list[Row]] = {}
+        for row in attempts:
+            by_day.setdefault(math.floor(row[3] / USAGE_DAY) * USAGE_DAY, []).append(row)
+        if len(by_day) < 2:
+            continue
+        _count_turn(by_key, attempts, 1)
+        for some in by_day.values():
+            _count_turn(by_key, some, -1)
+
+
+def _count_turn(
+    by_key: dict[tuple[int, Any], dict[str, Any]], attempts: list[Row], sign: int
+) -> None:
+    """Count a turn of these attempts (rows of `_FIELDS`) at its last, `sign` times."""
+    last = max(attempts, key=lambda row: (len(row[0]), row[0]))
+    _, _, _, at, group, status, _, _, _, _ = last
+    record = by_key[(math.floor(at / USAGE_DAY) * USAGE_DAY, group)]
+    record["requests"] += sign
+    record["interrupted"] += sign * (status == "interrupted")
+    record["errors"] += sign * (status == "error")
+    record["estimated"] += sign * any(
+        row[6] != "provider" and row[8] + row[9] > 0 for row in attempts
+    )
+    record["unpriced_requests"] += sign * any(row[7] is None for row in attempts)
 
 
 def to_csv(rows: list[dict[str, Any]]) -> str:

@@ -555,6 +555,120 @@ _CHECKPOINT_PARTS = (
         body TEXT NOT NULL, PRIMARY KEY (turn_id, seq))""",
 )
 
+# -- usage by day -----------------------------------------------------------------------------
+
+# The usage report's sums (gateway.metering.reports), kept per whole day for each grouping: a
+# report over months reads these rows for the days it covers whole, not every usage row. Each
+# day's rows hold what a report of that day alone would say, per team (`dimension` a GROUPS name:
+# team, key, user, model, deployment) and for all teams (the same name and `*`, team_id NULL);
+# `usage_days_turns` names the turns with attempts on other days too, which a longer report counts
+# again from their rows. Filled by the reports themselves, a day once the next one is over
+# (`usage_days_done` says which, `turns` for usage_days_turns); a usage row written, changed or
+# removed in a day filled already (a spool's replay, a batch that waited out an outage) has that
+# day dropped, to be filled again: by triggers on PostgreSQL, by the reports on SQLite.
+USAGE_DAY = 86400
+USAGE_DAY_COUNTS = (
+    "requests",
+    "attempts",
+    "failed_attempts",
+    "interrupted",
+    "errors",
+    "prompt_tokens",
+    "completion_tokens",
+    "completion_delivered",
+    "reasoning_tokens",
+    "cached_tokens",
+    "cache_write_5m_tokens",
+    "cache_write_1h_tokens",
+    "estimated",
+    "unpriced_requests",
+    "unpriced_prompt_tokens",
+    "unpriced_completion_tokens",
+)
+# A usage row that is not the first attempt of its turn: its id is `<turn_id>:<n>`, n above 1 (an
+# API call's ends in `:1`). As the partial indexes have it, which a query must repeat to use them.
+USAGE_LATER = {"sqlite": "substr(id, -2) <> ':1'", "postgresql": "right(id, 2) <> ':1'"}
+_DAY_OF = {
+    "sqlite": "CAST({at} / 86400 AS INTEGER) * 86400",
+    "postgresql": "CAST(FLOOR({at} / 86400) AS BIGINT) * 86400",
+}
+
+
+def usage_day_of(dialect: Dialect, at: str) -> str:
+    """The start of the UTC day of the time `at` (a column or an expression), in Unix seconds."""
+    return _DAY_OF[dialect].format(at=at)
+
+
+def _usage_days(dialect: Dialect, integer: str, real: str) -> tuple[str, ...]:
+    counts = ", ".join(f"{name} {integer} NOT NULL" for name in USAGE_DAY_COUNTS)
+    later = USAGE_LATER[dialect]
+    return (
+        f"""CREATE TABLE usage_days (
+            dimension TEXT NOT NULL, day {integer} NOT NULL, team_id TEXT, grp TEXT,
+            {counts}, cost_usd {real})""",
+        # A report reads a grouping's rows of one team (or of all: NULL) in its order.
+        "CREATE INDEX usage_days_in_order ON usage_days (dimension, team_id, day, grp)",
+        "CREATE INDEX usage_days_by_day ON usage_days (day)",
+        f"""CREATE TABLE usage_days_turns (
+            day {integer} NOT NULL, turn_id TEXT NOT NULL, PRIMARY KEY (day, turn_id))""",
+        f"""CREATE TABLE usage_days_done (
+            day {integer} NOT NULL, dimension TEXT NOT NULL, PRIMARY KEY (day, dimension))""",
+        # A turn's attempts after its first: by time for a report, by turn for its others.
+        f"CREATE INDEX usage_later ON usage (created_at) WHERE {later}",
+        f"CREATE INDEX usage_later_by_turn ON usage (turn_id) WHERE {later}",
+    )
+
+
+def _forget_day(dialect: Dialect, at: str) -> str:
+    """The statements that drop the filled day of the time `at`, each ending in `;`."""
+    day = usage_day_of(dialect, at)
+    return (
+        f"DELETE FROM usage_days WHERE day = {day};"
+        f" DELETE FROM usage_days_turns WHERE day = {day};"
+        f" DELETE FROM usage_days_done WHERE day = {day};"
+    )
+
+
+# SQLite has no trigger for this: any trigger on usage has each row's insert keep a statement
+# journal, which costs more than the insert itself. A report notices the rows inserted into a
+# filled day by their rowids, above the last it looked at (`usage_days_seen`). An old row changed
+# in place goes unnoticed there, and only a replayed write changes one: so a report fills no day
+# while writes wait in its spool, and reads no filled day in a store that other processes write
+# (gateway.metering.reports).
+_SQLITE_USAGE_DAYS = (
+    *_usage_days("sqlite", "INTEGER", "REAL"),
+    "CREATE TABLE usage_days_seen (last_rowid INTEGER NOT NULL)",
+    "INSERT INTO usage_days_seen SELECT COALESCE(MAX(rowid), 0) FROM usage",
+)
+# Only a row older than a day can fall in a filled day (a report fills a day once the next one
+# is over too): the write of any other costs the trigger's condition alone, and PostgreSQL's
+# clock as it runs (`now()` is when the writing transaction began). The function keeps the
+# search path it was made with, as a restore runs without one.
+_POSTGRES_STALE = "extract(epoch FROM clock_timestamp()) - 86400"
+_POSTGRES_USAGE_DAYS = (
+    *_usage_days("postgresql", "BIGINT", "DOUBLE PRECISION"),
+    f"""CREATE FUNCTION gateway_usage_day_stale() RETURNS trigger LANGUAGE plpgsql
+    SET search_path FROM CURRENT AS $$
+    BEGIN
+        IF TG_OP <> 'INSERT' THEN
+            {_forget_day("postgresql", "OLD.created_at")}
+        END IF;
+        IF TG_OP <> 'DELETE' THEN
+            {_forget_day("postgresql", "NEW.created_at")}
+        END IF;
+        RETURN NULL;
+    END
+    $$""",
+    "CREATE TRIGGER usage_days_insert AFTER INSERT ON usage FOR EACH ROW"
+    f" WHEN (NEW.created_at < {_POSTGRES_STALE}) EXECUTE FUNCTION gateway_usage_day_stale()",
+    "CREATE TRIGGER usage_days_update AFTER UPDATE ON usage FOR EACH ROW"
+    f" WHEN (OLD.created_at < {_POSTGRES_STALE} OR NEW.created_at < {_POSTGRES_STALE})"
+    " EXECUTE FUNCTION gateway_usage_day_stale()",
+    "CREATE TRIGGER usage_days_delete AFTER DELETE ON usage FOR EACH ROW"
+    f" WHEN (OLD.created_at < {_POSTGRES_STALE}) EXECUTE FUNCTION gateway_usage_day_stale()",
+)
+
+
 MIGRATIONS: dict[Dialect, tuple[Migration, ...]] = {
     "sqlite": (
         Migration(1, "conversations, turns, events, teams, keys, usage, responses", _SQLITE_V1),
@@ -574,6 +688,7 @@ MIGRATIONS: dict[Dialect, tuple[Migration, ...]] = {
         Migration(10, "the response id of each turn", _RESPONSE_IDS),
         Migration(11, "API calls in the request log; files and batches by team", _calls("REAL")),
         Migration(12, "what open turns' checkpoints gained", _CHECKPOINT_PARTS),
+        Migration(13, "usage reports' sums by day", _SQLITE_USAGE_DAYS),
     ),
     "postgresql": (
         Migration(1, "the whole schema", _POSTGRES_V1),
@@ -594,6 +709,7 @@ MIGRATIONS: dict[Dialect, tuple[Migration, ...]] = {
             _calls("DOUBLE PRECISION"),
         ),
         Migration(9, "what open turns' checkpoints gained", _CHECKPOINT_PARTS),
+        Migration(10, "usage reports' sums by day", _POSTGRES_USAGE_DAYS),
     ),
 }
 

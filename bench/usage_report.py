@@ -1,0 +1,157 @@
+"""`python -m bench.usage_report`: does the usage report over 90 days answer within 500 ms, on
+SQLite and on PostgreSQL?
+
+Seeds the usage rows of `--conversations` conversations as `bench.list_bench` makes them (1 to 3
+turns each, an attempt's usage record a turn, one turn in 20 with a failed attempt before it;
+40 teams, 1,000 users, 200 keys; about 190,000 rows at 100,000 conversations), moved in time so
+that their 90 days end a minute ago, into a fresh SQLite file and a throwaway PostgreSQL (started
+as the tests start theirs, or `--url`). The schema is the real one, made by the store's
+migrations; rows go in through bulk SQL (`executemany`, `COPY`). PostgreSQL is ANALYZEd, as
+autovacuum would; SQLite is not, as a gateway never does.
+
+Then times `UsageStore.report` (the SQL and the rows made into the answer, without HTTP) over the
+last 90 days, by day, grouped by user, team, key, model and deployment, and by user for one
+team's key; by user per hour over the last 7 days and over 90. Each first as the first report
+after a deploy would run (which sums the whole days it covers into usage_days, once), then
+`--runs` times after one more: prints the first in milliseconds, p50 and p95, and the rows.
+"""
+
+from __future__ import annotations
+
+import argparse
+import asyncio
+import sqlite3
+import statistics
+import tempfile
+import time
+from pathlib import Path
+from typing import Any
+
+import asyncpg
+
+from bench.list_bench import SPAN_S, T0, USAGE_COLUMNS, _insert, _migrated, seed
+from gateway.config import StoreConfig
+from gateway.metering.reports import UsageStore
+from gateway.storage.backends import make_store
+
+DAY = 86400
+# (name, group_by, granularity, days, team)
+CASES = [
+    ("by user", "user", "day", 90, None),
+    ("by team", "team", "day", 90, None),
+    ("by key", "key", "day", 90, None),
+    ("by model (alias)", "model", "day", 90, None),
+    ("by deployment", "deployment", "day", 90, None),
+    ("a team's key, by user", "user", "day", 90, "team3"),
+    ("by user per hour, 7 days", "user", "hour", 7, None),
+    ("by user per hour, 90 days", "user", "hour", 90, None),
+]
+
+
+def usage_rows(conversations: int, now: float) -> list[tuple[Any, ...]]:
+    """list_bench's usage rows, their 90 days ending a minute before `now`."""
+    shift = now - 60 - (T0 + SPAN_S)
+    at = USAGE_COLUMNS.index("created_at")
+    rows = []
+    for row in seed(conversations).usage:
+        moved = list(row)
+        moved[at] += shift
+        rows.append(tuple(moved))
+    return rows
+
+
+async def fill_sqlite(path: Path, rows: list[tuple[Any, ...]]) -> None:
+    await _migrated(f"sqlite:///{path}")
+    db = sqlite3.connect(path, isolation_level=None)
+    db.execute("BEGIN")
+    db.executemany(_insert("usage", USAGE_COLUMNS), rows)
+    db.execute("COMMIT")
+    db.close()
+
+
+async def fill_postgres(url: str, rows: list[tuple[Any, ...]]) -> None:
+    await _migrated(url)
+    conn = await asyncpg.connect(url)
+    await conn.copy_records_to_table("usage", records=rows, columns=list(USAGE_COLUMNS))
+    await conn.execute("VACUUM ANALYZE")
+    await conn.close()
+
+
+async def measure(url: str, now: float, runs: int) -> list[tuple[str, float, float, float, int]]:
+    store = make_store(StoreConfig(url=url, spool_path=tempfile.mkdtemp()), "bench")
+    await store.start()
+    results = []
+    try:
+        usage = UsageStore(store)
+        for name, group_by, granularity, days, team in CASES:
+
+            async def report(
+                group_by: str = group_by, granularity: str = granularity, days: int = days,
+                team: str | None = team,
+            ) -> list[dict[str, Any]]:  # fmt: skip
+                return await usage.report(
+                    group_by=group_by,
+                    start=now - days * DAY,
+                    end=now,
+                    granularity=granularity,
+                    team_id=team,
+                )
+
+            start = time.perf_counter()
+            rows = await report()
+            first = (time.perf_counter() - start) * 1000
+            await report()  # warm-up
+            times = []
+            for _ in range(runs):
+                start = time.perf_counter()
+                await report()
+                times.append((time.perf_counter() - start) * 1000)
+            times.sort()
+            p95 = times[min(len(times) - 1, round(0.95 * (len(times) - 1)))]
+            results.append((name, first, statistics.median(times), p95, len(rows)))
+    finally:
+        await store.close()
+    return results
+
+
+def show(name: str, results: list[tuple[str, float, float, float, int]]) -> None:
+    print(f"\n{name}: ms, first / p50 / p95 (rows)")
+    for case, first, p50, p95, rows in results:
+        print(f"  {case:28} {first:8.1f} {p50:8.1f} {p95:8.1f}   ({rows:,})")
+
+
+async def main(args: argparse.Namespace, pg_url: str | None) -> None:
+    now = time.time()
+    started = time.perf_counter()
+    rows = usage_rows(args.conversations, now)
+    print(f"made {len(rows):,} usage rows in {time.perf_counter() - started:.0f} s")
+    if "sqlite" in args.backends:
+        with tempfile.TemporaryDirectory(prefix="gw-usage-") as where:
+            path = Path(where) / "gateway.db"
+            started = time.perf_counter()
+            await fill_sqlite(path, rows)
+            print(f"SQLite filled in {time.perf_counter() - started:.0f} s")
+            show("SQLite", await measure(f"sqlite:///{path}", now, args.runs))
+    if pg_url is not None:
+        started = time.perf_counter()
+        await fill_postgres(pg_url, rows)
+        print(f"PostgreSQL filled in {time.perf_counter() - started:.0f} s")
+        show("PostgreSQL", await measure(pg_url, now, args.runs))
+
+
+if __name__ == "__main__":
+    parser = argparse.ArgumentParser(description=__doc__)
+    parser.add_argument("--conversations", type=int, default=100_000)
+    parser.add_argument("--runs", type=int, default=20)
+    parser.add_argument("--backends", default="sqlite,postgresql")
+    parser.add_argument("--url", help="an empty PostgreSQL database (default: a throwaway one)")
+    args = parser.parse_args()
+    if "postgresql" not in args.backends:
+        asyncio.run(main(args, None))
+    elif args.url:
+        asyncio.run(main(args, args.url))
+    else:
+        from tests.postgres_server import throwaway_postgres
+
+        with throwaway_postgres("gw-usage-") as server:
+            asyncio.run(main(args, server.create_database()))
