@@ -20,7 +20,7 @@ import asyncio
 import logging
 import os
 import time
-from collections import deque
+from collections import OrderedDict, deque
 from collections.abc import Awaitable, Callable, Iterable
 from itertools import islice
 from typing import Any, Protocol, TypeVar
@@ -158,11 +158,11 @@ class Store:
         # that a lookup sees them before they are committed without waiting for the writer;
         # and, on a store no other process writes, those the database was asked for and did
         # not have: only this process could add them, and it forgets them when it does.
-        self._threads: dict[str, str] = {}
-        self._no_threads: dict[str, None] = {}
+        self._threads: OrderedDict[str, str] = OrderedDict()
+        self._no_threads: OrderedDict[str, None] = OrderedDict()
         # Each conversation's end as this process last wrote it: its last turn's end
         # fingerprint, forgotten at any later write to the conversation (`ends_at`).
-        self._ends: dict[str, str] = {}
+        self._ends: OrderedDict[str, str] = OrderedDict()
         # Set once the database answered (at start, or later when it started unreachable).
         self.connected = asyncio.Event()
         self.refused: str | None = None  # why it never will (a schema this code cannot use)
@@ -906,12 +906,14 @@ class Store:
         await self.backend.run(beat)
 
 
-def _keep(recent: dict[str, Any], key: str, value: Any) -> None:
-    """Put `key` last in a dict that keeps its newest `_THREADS_KEPT` keys."""
-    recent.pop(key, None)
+def _keep(recent: OrderedDict[str, Any], key: str, value: Any) -> None:
+    """Put `key` last in a dict that keeps its newest `_THREADS_KEPT` keys. An OrderedDict:
+    a plain dict's oldest key, found by `next(iter())`, is found after every slot its removed
+    keys left, which costs more the longer it has been used."""
     recent[key] = value
+    recent.move_to_end(key)
     if len(recent) > _THREADS_KEPT:
-        del recent[next(iter(recent))]
+        recent.popitem(last=False)
 
 
 def _text_or_none(value: Any) -> str | None:

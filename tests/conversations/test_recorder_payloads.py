@@ -9,6 +9,7 @@ Times are whole milliseconds, so that rounding once (the log) or at the end (the
 
 from __future__ import annotations
 
+from collections import OrderedDict
 from collections.abc import Iterator
 from dataclasses import replace
 from typing import Any
@@ -252,7 +253,7 @@ def test_the_store_writes_the_json_of_the_old_records() -> None:
         _indexes_text = False  # as on PostgreSQL: no search text made
 
         def __init__(self) -> None:
-            self._ends: dict[str, str] = {}
+            self._ends: OrderedDict[str, str] = OrderedDict()
 
         def write(self, kind: str, row: dict[str, Any], search: str | None = None) -> None:
             rows.append(row)
@@ -279,7 +280,7 @@ def test_a_long_answer_is_encoded_when_stored_and_the_same() -> None:
         _indexes_text = False  # as on PostgreSQL: no search text made
 
         def __init__(self) -> None:
-            self._ends: dict[str, str] = {}
+            self._ends: OrderedDict[str, str] = OrderedDict()
 
         def write(self, kind: str, row: dict[str, Any], search: str | None = None) -> None:
             rows.append(row)
