@@ -14,10 +14,10 @@ not, as a gateway never does.
 Then times each list query through `list_conversations` (the SQL and the rows made into the
 answer, without HTTP), `--runs` times each after one warm-up: the default first page (20 rows,
 `include=usage`), a page deep in the list (a cursor half-way), each sort's first page, a cost
-page deep by cursor, `q` (a common word, the commonest, a rare one, two words), `id` (a
-conversation's, a request's, an answer's), `user` (the user with the most conversations, and a
-rare one), a metadata filter, a cost range, and a team key's first page. Prints p50 and p95 in
-milliseconds, and the rows each found.
+page deep by cursor, `q` (a common word, the commonest, an uncommon one, a rare one, two
+words), `id` (a conversation's, a request's, an answer's), `user` (the user with the most
+conversations, and a rare one), a metadata filter, a cost range, and a team key's first page.
+Prints p50 and p95 in milliseconds, and the rows each found.
 """
 
 from __future__ import annotations
@@ -259,6 +259,7 @@ def queries(made: Seed) -> Iterator[tuple[str, ListQuery]]:
     yield "sort=cost, deep by cursor", ListQuery(sort="cost", after=deep, with_usage=True)
     yield "q=water (common)", ListQuery(q="water", with_usage=True)
     yield "q=the (the commonest)", ListQuery(q="the", with_usage=True)
+    yield "q=summary (uncommon)", ListQuery(q="summary", with_usage=True)
     yield f"q={RARE} (rare)", ListQuery(q=RARE, with_usage=True)
     yield "q=invoice refund", ListQuery(q="invoice refund", with_usage=True)
     yield "id=<conversation>", ListQuery(id=made.some_conversation, lookup=made.some_conversation)
