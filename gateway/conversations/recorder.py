@@ -266,6 +266,9 @@ class TurnRecorder:
         # Automatic threading is on: the turn's end stores the fingerprint of the history a
         # client continuing after it would send (gateway.conversations.threading).
         self.threaded = False
+        # The canonical forms of the prompt's first history messages, when threading made them
+        # (gateway.conversations.threading.history_keys).
+        self.prior_keys: list[tuple[Any, ...]] | None = None
         # The request asked the model to reason (its reasoning may be hidden from the stream).
         self.reasoning = False
         # The id of the answer the client was sent (its first frame's), kept with the turn's end
@@ -524,7 +527,9 @@ class TurnRecorder:
         end = NewEvent(self.conversation_id, self.turn_id, TURN_END, payload)
         if self.threaded and self._answer is not None:
             answer = assistant_message(self._answer)
-            end.fingerprint = end_fingerprint(self.key_id, self.user, self.prompt, answer)
+            end.fingerprint = end_fingerprint(
+                self.key_id, self.user, self.prompt, answer, self.prior_keys
+            )
         self.store.append(end)
         if self._on_end is not None and not self._on_end.done():
             self._on_end.set_result(None)

@@ -14,7 +14,7 @@ from gateway.conversations.events import Conversation, Event, new_id
 from gateway.conversations.history import HISTORY_ROLES, match_history
 from gateway.conversations.path import history_path
 from gateway.conversations.recorder import TurnRecorder
-from gateway.conversations.threading import fingerprint, prior_history
+from gateway.conversations.threading import fingerprint, history_keys, prior_history
 from gateway.errors import Conflict, InvalidRequest, NotFound
 from gateway.metering.keys import Principal
 from gateway.storage.db import StoreUnavailable
@@ -36,6 +36,10 @@ class Joined:
     repaired: list[dict[str, Any]] | None = None
     # The messages with the stored answers' signed thinking put back (HistoryMatch.restored).
     restored: list[dict[str, Any]] | None = None
+    # The canonical forms of the history that threading looked up (the first history messages
+    # of `keyed`, the request's messages), for the turn's end fingerprint to make no second time.
+    prior_keys: list[tuple[Any, ...]] | None = None
+    keyed: list[dict[str, Any]] | None = None
 
 
 def _check_id(requested_id: str, where: str = "X-Conversation-Id") -> None:
@@ -166,11 +170,13 @@ class Conversations:
                 return Joined(*self._new(requested_id, principal), history)
             self._check(existing, principal)
         else:
-            existing, continued = await self._threaded(messages, principal, user)
+            existing, continued, keys = await self._threaded(messages, principal, user)
             if existing is None:
-                return Joined(*self._new(new_id("conv"), principal), history)
+                new = self._new(new_id("conv"), principal)
+                return Joined(*new, history, prior_keys=keys, keyed=messages)
             if continued is not None and not restore_thinking:
-                return Joined(existing.id, None, history[continued:])
+                continues = history[continued:]
+                return Joined(existing.id, None, continues, prior_keys=keys, keyed=messages)
         path = await self._settled_path(existing.id, within_s=2.0)
         match = match_history(path, messages, repair=self.repair_interrupted)
         if match.branch_at is None:
@@ -209,28 +215,31 @@ class Conversations:
 
     async def _threaded(
         self, messages: list[dict[str, Any]], principal: Principal, user: str | None
-    ) -> tuple[Conversation | None, int | None]:
+    ) -> tuple[Conversation | None, int | None, list[tuple[Any, ...]] | None]:
         """The conversation whose history at some turn's end is this request's history
         (gateway.conversations.threading): one indexed lookup, none for a first message. And,
         when the conversation is still exactly as that turn ended it (`Store.ends_at`), the
-        number of the request's history messages that history is (what follows is new)."""
+        number of the request's history messages that history is (what follows is new); and
+        that history's canonical forms."""
         if self.threading != "auto":
-            return None, None
+            return None, None, None
         prior = prior_history(messages)
         if not prior:
-            return None, None
-        history_print = fingerprint(principal.key_id, user, messages, prior)
+            return None, None, None
+        keys = history_keys(prior)
+        history_print = fingerprint(principal.key_id, user, messages, prior, keys)
         found = await self.store.thread_of(history_print)
         if found is None:
-            return None, None
+            return None, None, keys
         conversation = await self.store.get_conversation(found)
         if (
             conversation is None
             or conversation.deleted_at is not None
             or not principal.sees(conversation.team_id)
         ):
-            return None, None
-        return conversation, len(prior) if self.store.ends_at(found, history_print) else None
+            return None, None, keys
+        continued = len(prior) if self.store.ends_at(found, history_print) else None
+        return conversation, continued, keys
 
     async def open(self, requested_id: str, principal: Principal) -> tuple[Joined, list[Event]]:
         """A conversation named by `X-Conversation-Id` for a client that keeps no history (the

@@ -42,15 +42,25 @@ def fingerprint(
     user: str | None,
     messages: list[dict[str, Any]],
     history: list[dict[str, Any]],
+    keys: list[tuple[Any, ...]] | None = None,
 ) -> str:
     """The fingerprint of `history` as continued by a request carrying `messages` (whose
-    system and developer messages are the instructions) for this key and user."""
+    system and developer messages are the instructions) for this key and user; `keys`, the
+    history's canonical forms when they are known already (`history_keys`)."""
     instructions = [
         text_of(m.get("content")) for m in messages if m.get("role") in _INSTRUCTION_ROLES
     ]
-    canonical = [key_id, user, instructions, [message_key(m) for m in history]]
+    if keys is None:
+        keys = history_keys(history)
+    canonical = [key_id, user, instructions, keys]
     data = orjson.dumps(canonical, option=orjson.OPT_SORT_KEYS)
     return hashlib.blake2b(data, digest_size=16).hexdigest()
+
+
+def history_keys(history: list[dict[str, Any]]) -> list[tuple[Any, ...]]:
+    """The canonical form of each message of a history (`message_key`): most of what making a
+    fingerprint costs, so a turn makes them once for both of its fingerprints."""
+    return [message_key(m) for m in history]
 
 
 def end_fingerprint(
@@ -58,11 +68,16 @@ def end_fingerprint(
     user: str | None,
     prompt: list[dict[str, Any]],
     answer: dict[str, Any],
+    prior_keys: list[tuple[Any, ...]] | None = None,
 ) -> str:
-    """The fingerprint of the history after a turn: its request's history and its answer."""
+    """The fingerprint of the history after a turn: its request's history and its answer.
+    `prior_keys`: the canonical forms of the first messages of that history, made when the
+    request was threaded (the rest are made here)."""
     history = [m for m in prompt if m.get("role") in HISTORY_ROLES]
+    done = prior_keys or []
+    keys = [*done, *history_keys(history[len(done) :]), message_key(answer)]
     history.append(answer)
-    return fingerprint(key_id, user, prompt, history)
+    return fingerprint(key_id, user, prompt, history, keys)
 
 
 def recorded_fingerprint(

@@ -148,6 +148,10 @@ async def _run_turn(
         trace.began(recorder)
     recorder.dialect = turn.dialect.name
     recorder.threaded = gateway.conversations.threading == "auto"
+    if joined.keyed is body["messages"]:
+        # The prompt is what threading looked up (not repaired or restored since): its first
+        # history messages' canonical forms are made already.
+        recorder.prior_keys = joined.prior_keys
     thinking = body.get("thinking")
     recorder.reasoning = bool(body.get("reasoning_effort")) or (
         isinstance(thinking, dict) and thinking.get("type") not in (None, "disabled")
