@@ -11,8 +11,9 @@ record made while serving a request, and the access log (docs/operations.md, "Lo
   it, `access_log`); what only the pipeline knows (the alias, the tokens) it leaves with
   `annotate`, in a dict that lives as long as the request. With this module's own handler in
   place (`configure`), an access record is formatted straight into its line, without a
-  `LogRecord`, and the lines are written in batches: a record per request through `logging`
-  costs about as much as a tenth of a whole request. A batch is written within
+  `LogRecord`, and the lines are written in batches: through `logging`, each request's record
+  took a record, the record factory's scrub, a formatter, a write and a flush, a large share of
+  a short request's whole cost. A batch is written within
   `ACCESS_FLUSH_S`, at 64 lines, before any other record (so the log keeps its order) and at
   exit.
 - **Secrets**: every record is scrubbed when it is made (gateway.scrub, a record factory): its
