@@ -52,7 +52,14 @@ async def create(request: web.Request) -> web.StreamResponse:
         # continues the conversation its history matches, as a chat request does.
         body = chat_body(parsed, [], new_messages)
         user = turn_user(principal, body)
-        joined = await conversations.join(None, body["messages"], principal, user)
+        # Only an Anthropic deployment needs the stored answers' signed thinking back (found by
+        # comparing the history with the stored one); the plan is made later, so any of the
+        # alias's counts.
+        routes = request.app[GATEWAY].routes
+        restore = routes.reaches(routes.alias(body.get("model"), principal), "anthropic")
+        joined = await conversations.join(
+            None, body["messages"], principal, user, restore_thinking=restore
+        )
     else:
         joined, history = await store.history(
             principal, parsed.previous_response_id, parsed.conversation_id, named

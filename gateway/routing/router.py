@@ -367,6 +367,12 @@ class Router:
         # Everything is cooling down or full: try the one that recovers first rather than fail.
         return sorted(ordered, key=lambda d: d.health.cooling_until)
 
+    def reaches(self, alias: Alias, wire: str) -> bool:
+        """Some deployment of the alias or of its fallbacks speaks `wire`: one its plan may
+        hold, whatever their health."""
+        groups = [alias, *(self._fallback(alias, name) for name in alias.config.fallbacks)]
+        return any(d.provider.wire == wire for group in groups for d in group.deployments)
+
     def _fallback(self, alias: Alias, name: str) -> Alias:
         """A fallback alias of `alias`; a pattern one serves what `alias`'s `*` matched (the
         whole requested id, behind an exact alias)."""

@@ -567,3 +567,38 @@ async def test_a_history_that_is_the_conversation_as_it_ended_is_not_read_back(
     ]
     branch = await gw.gateway.store.get_conversation(regenerated)
     assert branch is not None and branch.parent_id == seen[0]
+
+
+async def test_a_stateless_responses_history_is_not_read_back_either(
+    gw: GatewayUnderTest, upstream: FakeUpstream, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """The Agents SDK and Codex send the whole input every turn, with no id: a history that is
+    the conversation as it ended continues it without reading it back, as for chat."""
+    api = gw.client()
+    upstream.push(completion("Paris."), completion("About 2.1 million."))
+    first = await api.responses.with_raw_response.create(model="fake", input="Capital of France?")
+    reads: list[str] = []
+    read = gw.gateway.store.events
+
+    async def counted(conversation_id: str, up_to_seq: int | None = None) -> Any:
+        reads.append(conversation_id)
+        return await read(conversation_id, up_to_seq)
+
+    monkeypatch.setattr(gw.gateway.store, "events", counted)
+    second = await api.responses.with_raw_response.create(
+        model="fake",
+        input=[
+            {"role": "user", "content": "Capital of France?"},
+            {"role": "assistant", "content": "Paris."},
+            {"role": "user", "content": "Population?"},
+        ],
+    )
+    conversation_id = first.headers["X-Conversation-Id"]
+    assert second.headers["X-Conversation-Id"] == conversation_id
+    assert reads == []
+    monkeypatch.undo()
+    recorded = await events(gw, conversation_id)
+    assert [e["payload"]["content"] for e in recorded if e["type"] == "user/message"] == [
+        "Capital of France?",
+        "Population?",
+    ]
