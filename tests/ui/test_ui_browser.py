@@ -490,6 +490,9 @@ async def test_errors_stop_the_spinner_and_say_what_failed(
         await page.goto(f"{gw.url}/ui/{route}")
         await expect(page.get_by_test_id("api-error")).to_contain_text(shown)
         await expect(page.locator(".loading")).to_have_count(0)
+        # Every read the page made has been answered (a view may make more than one, each
+        # refused alike), so none is logged after the refusals are counted.
+        await page.wait_for_load_state("networkidle")
         provoked(shots, int(shown))
         await checked(page, shots, f"{name}-{width}")
     team_page = await signed_in(browser, gw, key["key"], viewport=VIEWPORTS[width], bypass_csp=True)
@@ -497,6 +500,7 @@ async def test_errors_stop_the_spinner_and_say_what_failed(
     await team_page.goto(f"{gw.url}/ui/#/conversations/conv_admin_only")
     await expect(team_page.get_by_test_id("api-error")).to_be_visible()
     await expect(team_page.locator(".loading")).to_have_count(0)
+    await team_page.wait_for_load_state("networkidle")
     provoked(team_shots, 404)  # another team's conversation: not found, as if it were not there
     await checked(team_page, team_shots, f"24c-error-not-the-teams-{width}")
     await team_page.context.close()
