@@ -31,14 +31,17 @@ log = logging.getLogger(__name__)
 
 # Each stream is looked at this often: a crash loses at most this much of what was delivered,
 # plus a tick's take and save.
-INTERVAL_S = 0.12
+INTERVAL_S = 0.15
 # The streams are spread over the ticks of an interval: a tick looks at a third of them.
-TICK_S = 0.04
+TICK_S = 0.05
 SLOTS = round(INTERVAL_S / TICK_S)
 
 
 def _without(d: dict[str, Any], *keys: str) -> dict[str, Any]:
-    return {k: v for k, v in d.items() if k not in keys}
+    rest = d.copy()  # (a copy less some keys: faster than a comprehension over all of them)
+    for key in keys:
+        rest.pop(key, None)
+    return rest
 
 
 def _attempts(body: dict[str, Any]) -> list[dict[str, Any]]:
