@@ -1,25 +1,45 @@
 """What delivery checkpoints cost (gateway.pipeline.checkpoints), and how stale one can be.
 
-    .venv/bin/python -m bench.checkpoints [streams ...]     # default: 16 128 512
+    .venv/bin/python -m bench.checkpoints [--apart] [streams ...]     # default: 16 128 512
 
 For each count, that many streams run at once through an in-process gateway (SQLite store) from
 a fake upstream sending a 40-byte chunk every 20 ms for 6 s, read by as many clients. Every
 checkpoint tick is timed in its two parts: taking the checkpoints (synchronous work on the event
 loop: each moved stream's delivered blocks assembled and serialised) and saving them (one
-transaction). Prints, per count: ticks, the median and worst take and save, the event loop's
-share spent taking checkpoints, and the worst age a checkpoint can have when the process dies
-(the tick interval, plus a take and a save). The upstream and the clients share the process, so
-only the timed parts are the checkpoints' own.
+transaction). Prints, per count: the ticks that saved something and the streams each took
+(median), the median and worst take and save, the take per stream, the kilobytes a save wrote
+(median), the event loop's share spent taking checkpoints, and two ages:
+
+- `worst_age_ms`, measured: the longest a stream's delivered text went unsaved, from a look at
+  a stream (Relay.checkpoint) to the commit, on the store's thread, of the save that held what
+  the next look found (a look that found nothing new counts as saved at once: the store holds
+  it already). What a crash at the worst moment would have lost, in time; it includes a late
+  tick on a busy loop. `age_p99_ms`: the 99th percentile of the same ages, one per look.
+- `bound_ms`: the interval each stream is looked at, plus the worst take and the worst save.
+
+And how late the event loop runs a timer (`loop_late_p99_ms`, `loop_late_worst_ms`: a task
+that sleeps 10 ms over and over, late by that much): no tick can be earlier than that.
+
+The tokenizer a gateway loads in a thread soon after it starts is loaded first, so that the
+streams do not begin in the middle of the gateway's start. The upstream and the clients share
+the process, so only the timed parts are the checkpoints' own; at 512 streams the process is
+saturated (the streams take twice their 6 s and more), and a late tick or a late answer from a
+save shows in the measured age. With `--apart` they run in a process of their own (each
+process on a core of its own where there are two), and the gateway's event loop carries only
+the gateway.
 """
 
 from __future__ import annotations
 
 import asyncio
+import contextlib
 import json
+import os
 import statistics
 import sys
 import tempfile
 import time
+from collections.abc import Callable
 from pathlib import Path
 from typing import Any
 
@@ -29,7 +49,10 @@ from aiohttp.test_utils import TestServer
 
 from gateway.app import create_app
 from gateway.config import parse_config
+from gateway.metering import tokens
 from gateway.pipeline import checkpoints
+from gateway.pipeline.relay import Relay
+from gateway.storage.sqlite import SQLiteBackend
 from gateway.storage.store import Store
 
 CHUNK_S = 0.02
@@ -38,7 +61,7 @@ CHUNK = b'data: {"choices":[{"index":0,"delta":{"content":"' + b"word " * 8 + b'
 DONE = b'data: {"choices":[{"index":0,"delta":{},"finish_reason":"stop"}]}\n\ndata: [DONE]\n\n'
 
 
-async def upstream(request: web.Request) -> web.StreamResponse:
+async def stream(request: web.Request) -> web.StreamResponse:
     await request.read()
     response = web.StreamResponse(headers={"Content-Type": "text/event-stream"})
     await response.prepare(request)
@@ -49,6 +72,12 @@ async def upstream(request: web.Request) -> web.StreamResponse:
     return response
 
 
+def upstream() -> TestServer:
+    app = web.Application()
+    app.router.add_post("/v1/chat/completions", stream)
+    return TestServer(app)
+
+
 async def client(session: aiohttp.ClientSession, url: str) -> None:
     body = {"model": "m", "stream": True, "messages": [{"role": "user", "content": "go"}]}
     async with session.post(url, json=body) as response:
@@ -56,30 +85,169 @@ async def client(session: aiohttp.ClientSession, url: str) -> None:
             pass
 
 
-async def one(streams: int, db: Path) -> dict[str, Any]:
+async def clients(url: str, streams: int) -> float:
+    """Run the streams; how long they took."""
+    connector = aiohttp.TCPConnector(limit=0)
+    async with aiohttp.ClientSession(connector=connector) as session:
+        started = time.perf_counter()
+        await asyncio.gather(*(client(session, url) for _ in range(streams)))
+        return time.perf_counter() - started
+
+
+class Apart:
+    """The upstream and the clients in a process of their own (`--apart`)."""
+
+    async def __aenter__(self) -> str:
+        self.process = await asyncio.create_subprocess_exec(
+            sys.executable, "-m", "bench.checkpoints", "--load",
+            stdin=asyncio.subprocess.PIPE, stdout=asyncio.subprocess.PIPE,
+        )  # fmt: skip
+        assert self.process.stdout is not None
+        return (await self.process.stdout.readline()).decode().strip()  # the upstream's URL
+
+    async def run(self, url: str, streams: int) -> float:
+        assert self.process.stdin is not None and self.process.stdout is not None
+        self.process.stdin.write(f"{url} {streams}\n".encode())
+        await self.process.stdin.drain()
+        return float(await self.process.stdout.readline())
+
+    async def __aexit__(self, *exc: object) -> None:
+        if self.process.returncode is None:
+            self.process.kill()
+        await self.process.wait()
+
+
+async def load() -> None:
+    """The `--load` process: serve the upstream, say its URL, run the streams the gateway
+    named on stdin through it, say how long they took."""
+    pin(0)
+    async with upstream() as up:
+        print(up.make_url("/v1"), flush=True)
+        line = await asyncio.get_running_loop().run_in_executor(None, sys.stdin.readline)
+        url, streams = line.split()
+        print(await clients(url, int(streams)), flush=True)
+
+
+def pin(core: int) -> None:
+    if len(os.sched_getaffinity(0)) >= 2:
+        os.sched_setaffinity(0, {core})
+
+
+def _written(args: tuple[Any, ...]) -> int:
+    """The bytes of the checkpoint bodies a save was given (each row's last item)."""
+    return sum(
+        len(row[-1])
+        for arg in args
+        if isinstance(arg, list)
+        for row in arg
+        if isinstance(row, tuple) and isinstance(row[-1], str)
+    )
+
+
+async def lateness(late: list[float]) -> None:
+    """How late the event loop wakes a 10 ms sleep, again and again (until cancelled)."""
+    loop = asyncio.get_running_loop()
+    while True:
+        due = loop.time() + 0.01
+        await asyncio.sleep(0.01)
+        late.append(loop.time() - due)
+
+
+class Ages:
+    """How long each stream's delivered text goes unsaved (see the module's docstring)."""
+
+    def __init__(self) -> None:
+        self.saved_as_of: dict[int, float] = {}  # per relay: the look the store holds
+        self.unsaved: list[tuple[int, float]] = []  # looks that found more, until saved
+        self.ages: list[float] = []
+
+    def looked(self, relay: int, moved: bool) -> None:
+        now = time.perf_counter()
+        if moved:
+            self.unsaved.append((relay, now))
+        else:
+            self._saved(relay, now, now)
+
+    def committed(self, now: float) -> None:
+        for relay, at in self.unsaved:
+            self._saved(relay, at, now)
+        self.unsaved.clear()
+
+    def failed(self) -> None:
+        self.unsaved.clear()
+
+    def _saved(self, relay: int, look: float, now: float) -> None:
+        before = self.saved_as_of.get(relay)
+        if before is not None:
+            self.ages.append(now - before)
+        self.saved_as_of[relay] = look
+
+
+async def one(streams: int, db: Path, apart: bool = False) -> dict[str, Any]:
+    await asyncio.to_thread(tokens.warm, 0)
     takes: list[float] = []
+    looked: list[int] = []
     saves: list[float] = []
-    rows: list[int] = []
-    take, save = checkpoints.Checkpoints.take, Store.save_checkpoints
+    written: list[int] = []
+    ages = Ages()
+    late: list[float] = []
+    take, save, look = checkpoints.Checkpoints.take, Store.save_checkpoints, Relay.checkpoint
+    submit = SQLiteBackend._submit
+    commits: list[list[float]] = []  # where the save being submitted says when it committed
+
+    def timed_look(self: Relay) -> Any:
+        out = look(self)
+        ages.looked(id(self), out is not None)
+        return out
 
     def timed_take(self: checkpoints.Checkpoints) -> Any:
+        moved = len(ages.unsaved)
         started = time.perf_counter()
         out = take(self)
         takes.append(time.perf_counter() - started)
-        rows.append(len(out[1]))
+        looked.append(len(ages.unsaved) - moved)
         return out
 
-    async def timed_save(self: Store, *args: Any) -> None:
+    async def timed_save(self: Store, *args: Any, **kwargs: Any) -> None:
         started = time.perf_counter()
-        await save(self, *args)
+        committed: list[float] = []
+        commits.append(committed)
+        try:
+            await save(self, *args, **kwargs)
+        except BaseException:
+            ages.failed()
+            raise
+        finally:
+            commits.clear()
         saves.append(time.perf_counter() - started)
+        written.append(_written((*args, *kwargs.values())))
+        ages.committed(committed[0] if committed else time.perf_counter())
 
+    def timed_submit(self: SQLiteBackend, job: Callable[[Any], Any]) -> Any:
+        """A save's transaction, noting when it committed (on the store's thread): it is
+        submitted before the save's first wait, so the save's is the one asked for."""
+        if not commits:
+            return submit(self, job)
+        committed = commits.pop()
+
+        def timed(db: Any) -> Any:
+            value = job(db)
+            committed.append(time.perf_counter())
+            return value
+
+        return submit(self, timed)
+
+    Relay.checkpoint = timed_look  # type: ignore[method-assign]
     checkpoints.Checkpoints.take = timed_take  # type: ignore[method-assign]
     Store.save_checkpoints = timed_save  # type: ignore[method-assign]
-    up_app = web.Application()
-    up_app.router.add_post("/v1/chat/completions", upstream)
+    SQLiteBackend._submit = timed_submit  # type: ignore[method-assign]
     try:
-        async with TestServer(up_app) as up:
+        async with contextlib.AsyncExitStack() as stack:
+            helper = Apart()
+            if apart:
+                api_base = await stack.enter_async_context(helper)
+            else:
+                api_base = str((await stack.enter_async_context(upstream())).make_url("/v1"))
             config = parse_config(
                 {
                     "store": {"url": f"sqlite:///{db}", "spool_path": str(db.parent / "spool")},
@@ -89,7 +257,7 @@ async def one(streams: int, db: Path) -> dict[str, Any]:
                             "deployments": [
                                 {
                                     "provider": "openai",
-                                    "api_base": str(up.make_url("/v1")),
+                                    "api_base": api_base,
                                     "price": "free",
                                 }
                             ],
@@ -99,36 +267,54 @@ async def one(streams: int, db: Path) -> dict[str, Any]:
             ).config
             async with TestServer(create_app(config)) as gw:
                 url = str(gw.make_url("/v1/chat/completions"))
-                connector = aiohttp.TCPConnector(limit=0)
-                async with aiohttp.ClientSession(connector=connector) as session:
-                    started = time.perf_counter()
-                    await asyncio.gather(*(client(session, url) for _ in range(streams)))
-                    elapsed = time.perf_counter() - started
+                probe = asyncio.create_task(lateness(late))
+                elapsed = await (helper.run(url, streams) if apart else clients(url, streams))
+                probe.cancel()
     finally:
+        Relay.checkpoint = look  # type: ignore[method-assign]
         checkpoints.Checkpoints.take = take  # type: ignore[method-assign]
         Store.save_checkpoints = save  # type: ignore[method-assign]
-    busy = [t for t, n in zip(takes, rows, strict=True) if n]
+        SQLiteBackend._submit = submit  # type: ignore[method-assign]
+    busy = [t for t, n in zip(takes, looked, strict=True) if n]
+    moved = [n for n in looked if n]
+
+    def ms(values: list[float], pick: Any) -> float:
+        return round(pick(values) * 1000, 3) if values else 0
+
     return {
         "streams": streams,
         "seconds": round(elapsed, 2),
         "ticks_saved": len(saves),
-        "take_median_ms": round(statistics.median(busy) * 1000, 3) if busy else 0,
-        "take_worst_ms": round(max(busy) * 1000, 3) if busy else 0,
-        "take_per_stream_us": round(sum(busy) / max(1, sum(rows)) * 1e6, 1),
-        "save_median_ms": round(statistics.median(saves) * 1000, 3) if saves else 0,
-        "save_worst_ms": round(max(saves) * 1000, 3) if saves else 0,
+        "taken_per_tick": statistics.median(moved) if moved else 0,
+        "take_median_ms": ms(busy, statistics.median),
+        "take_worst_ms": ms(busy, max),
+        "take_per_stream_us": round(sum(busy) / max(1, sum(moved)) * 1e6, 1),
+        "save_median_ms": ms(saves, statistics.median),
+        "save_worst_ms": ms(saves, max),
+        "save_kb_median": round(statistics.median(written) / 1024, 1) if written else 0,
         "loop_share_pct": round(sum(takes) / elapsed * 100, 2),
-        "worst_age_ms": round(
-            (checkpoints.INTERVAL_S + max(takes, default=0) + max(saves, default=0)) * 1000, 1
+        "age_p99_ms": round(statistics.quantiles(ages.ages, n=100)[-1] * 1000, 1),
+        "worst_age_ms": round(max(ages.ages) * 1000, 1),
+        "bound_ms": round(
+            (checkpoints.INTERVAL_S + max(busy, default=0) + max(saves, default=0)) * 1000, 1
         ),
+        "loop_late_p99_ms": round(statistics.quantiles(late, n=100)[-1] * 1000, 1),
+        "loop_late_worst_ms": round(max(late) * 1000, 1),
     }
 
 
-async def main(counts: list[int]) -> None:
+async def main(args: list[str]) -> None:
+    if args == ["--load"]:
+        await load()
+        return
+    apart = "--apart" in args
+    if apart:
+        pin(1)
+    counts = [int(a) for a in args if a != "--apart"] or [16, 128, 512]
     with tempfile.TemporaryDirectory() as tmp:
         for streams in counts:
-            print(json.dumps(await one(streams, Path(tmp) / f"c{streams}.db")))
+            print(json.dumps(await one(streams, Path(tmp) / f"c{streams}.db", apart)))
 
 
 if __name__ == "__main__":
-    asyncio.run(main([int(a) for a in sys.argv[1:]] or [16, 128, 512]))
+    asyncio.run(main(sys.argv[1:]))
