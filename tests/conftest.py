@@ -17,9 +17,11 @@ from aiohttp import web
 from aiohttp.test_utils import TestServer
 
 from gateway.app import create_app
-from gateway.config import ServerConfig, parse_config
+from gateway.config import ServerConfig, StoreConfig, parse_config
 from gateway.context import GATEWAY, Gateway
 from gateway.http.slow_clients import guarded_runner
+from gateway.storage.backends import make_store
+from gateway.storage.store import Store
 from tests.fakes import FakeUpstream
 
 pytest_plugins = ["tests.postgres_server", "tests.redis_server", "tests.security.log_scan"]
@@ -172,3 +174,19 @@ async def make_gateway(
 @pytest.fixture
 async def gw(make_gateway: MakeGateway, upstream: FakeUpstream) -> GatewayUnderTest:
     return await make_gateway(upstream=upstream)
+
+
+@pytest.fixture(params=["sqlite", "postgresql"])
+async def store(request: pytest.FixtureRequest, tmp_path: Path) -> AsyncIterator[Store]:
+    """A started store on each backend, as the process `gw-1` owns it: a fresh SQLite file, or
+    a fresh database of the tests' PostgreSQL; closed after the test. (A test module may
+    define a `store` of its own.)"""
+    url = (
+        f"sqlite:///{tmp_path}/store.db"
+        if request.param == "sqlite"
+        else request.getfixturevalue("pg_url")
+    )
+    made = make_store(StoreConfig(url=url, spool_path=str(tmp_path / "spool")), "gw-1")
+    await made.start()
+    yield made
+    await made.close()

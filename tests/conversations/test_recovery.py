@@ -5,16 +5,10 @@ checkpoints had parts too, and parts, each put back in order; parts left behind 
 
 from __future__ import annotations
 
-from collections.abc import AsyncIterator
-from pathlib import Path
-
 import orjson
-import pytest
 
-from gateway.config import StoreConfig
 from gateway.conversations.events import Conversation, TurnStart
 from gateway.conversations.recovery import PeerWatch, checkpoint_of, recover_open_turns
-from gateway.storage.backends import make_store
 from gateway.storage.db import Db
 from gateway.storage.store import Store
 
@@ -61,19 +55,6 @@ PREVIOUS_ROW = (
     '"duration_ms":151.25}],"team_id":"team","key_id":null,"user":null,"alias":"m",'
     '"reasoning":false,"response_id":"chatcmpl-1"}'
 )
-
-
-@pytest.fixture(params=["sqlite", "postgresql"])
-async def store(request: pytest.FixtureRequest, tmp_path: Path) -> AsyncIterator[Store]:
-    url = (
-        f"sqlite:///{tmp_path}/store.db"
-        if request.param == "sqlite"
-        else request.getfixturevalue("pg_url")
-    )
-    made = make_store(StoreConfig(url=url, spool_path=str(tmp_path / "spool")), "gw-1")
-    await made.start()
-    yield made
-    await made.close()
 
 
 async def open_turn(store: Store, turn_id: str) -> None:

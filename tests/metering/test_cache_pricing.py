@@ -3,18 +3,15 @@ hand from the provider's own usage, through the real gateway and its fake upstre
 
 from __future__ import annotations
 
-from collections.abc import AsyncIterator, Awaitable, Callable
-from pathlib import Path
+from collections.abc import Awaitable, Callable
 from typing import Any
 
 import pytest
 from aiohttp import web
 from aiohttp.test_utils import TestServer
 
-from gateway.config import StoreConfig
 from gateway.metering.prices import Price
 from gateway.metering.usage import ProviderCounts, UsageRecord, provider_counts
-from gateway.storage.backends import make_store
 from gateway.storage.db import Db
 from gateway.storage.store import Store
 from tests.conftest import GatewayUnderTest, MakeGateway
@@ -263,19 +260,6 @@ def test_a_price_without_cache_prices_bills_the_cache_as_input() -> None:
 
 
 # -- the columns, in both stores -----------------------------------------------------------------
-
-
-@pytest.fixture(params=["sqlite", "postgresql"])
-async def store(request: pytest.FixtureRequest, tmp_path: Path) -> AsyncIterator[Store]:
-    url = (
-        f"sqlite:///{tmp_path}/store.db"
-        if request.param == "sqlite"
-        else request.getfixturevalue("pg_url")
-    )
-    store = make_store(StoreConfig(url=url, spool_path=str(tmp_path / "spool")), "test")
-    await store.start()
-    yield store
-    await store.close()
 
 
 async def test_cache_writes_are_columns_of_the_usage_table(store: Store) -> None:

@@ -8,7 +8,6 @@ from __future__ import annotations
 import math
 import random
 import time
-from collections.abc import AsyncIterator
 from datetime import UTC, datetime
 from decimal import Decimal
 from pathlib import Path
@@ -179,19 +178,6 @@ def assert_same(rows: list[dict[str, Any]], expected: dict[tuple[str, Any], Any]
             assert cost == pytest.approx(want_cost, rel=1e-9), key
     periods = [r["period_start"] for r in rows]
     assert periods == sorted(periods)
-
-
-@pytest.fixture(params=["sqlite", "postgresql"])
-async def store(request: pytest.FixtureRequest, tmp_path: Path) -> AsyncIterator[Store]:
-    url = (
-        f"sqlite:///{tmp_path}/store.db"
-        if request.param == "sqlite"
-        else request.getfixturevalue("pg_url")
-    )
-    store = make_store(StoreConfig(url=url, spool_path=str(tmp_path / "spool")), "test")
-    await store.start()
-    yield store
-    await store.close()
 
 
 async def query(store: Store, sql: str, *args: Any) -> list[tuple[Any, ...]]:

@@ -7,17 +7,13 @@ from __future__ import annotations
 import asyncio
 import csv
 import io
-from collections.abc import AsyncIterator
-from pathlib import Path
 from typing import Any
 
 import aiohttp
 import pytest
 
-from gateway.config import StoreConfig
 from gateway.metering.reports import COLUMNS, GROUPS, UsageStore, to_csv
 from gateway.metering.usage import UsageRecord
-from gateway.storage.backends import make_store
 from gateway.storage.store import Store
 from tests.conftest import GatewayUnderTest, MakeGateway, MakeUpstream
 from tests.fakes import DONE, USAGE, chunk, frames, status
@@ -193,19 +189,6 @@ def test_every_formula_start_is_escaped(start: str) -> None:
 
 
 # -- the same report from both stores -------------------------------------------------------------
-
-
-@pytest.fixture(params=["sqlite", "postgresql"])
-async def store(request: pytest.FixtureRequest, tmp_path: Path) -> AsyncIterator[Store]:
-    url = (
-        f"sqlite:///{tmp_path}/store.db"
-        if request.param == "sqlite"
-        else request.getfixturevalue("pg_url")
-    )
-    store = make_store(StoreConfig(url=url, spool_path=str(tmp_path / "spool")), "test")
-    await store.start()
-    yield store
-    await store.close()
 
 
 def record(turn: str, attempt: int, deployment: str, status: str, **extra: Any) -> UsageRecord:

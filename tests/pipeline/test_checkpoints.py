@@ -5,14 +5,12 @@ the text its client had been delivered as of that look."""
 
 from __future__ import annotations
 
-from pathlib import Path
 from types import SimpleNamespace
 from typing import Any, cast
 
 import orjson
 import pytest
 
-from gateway.config import StoreConfig
 from gateway.context import Gateway
 from gateway.conversations.events import Conversation, TurnStart
 from gateway.conversations.recorder import Attempt, TurnRecorder
@@ -20,7 +18,6 @@ from gateway.conversations.recovery import checkpoint_of, recover_open_turns
 from gateway.pipeline import checkpoints as checkpoints_module
 from gateway.pipeline.checkpoints import SLOTS, Checkpoints, StreamCheckpoints
 from gateway.pipeline.relay import Relay
-from gateway.storage.backends import make_store
 from gateway.storage.db import Db, StoreUnavailable
 from gateway.storage.store import Store
 from gateway.stream.events import BlockDelta, BlockEnd, BlockStart, StreamEvent
@@ -159,19 +156,6 @@ class StubRelay(Relay):
             return None
         self.checkpointed = self.stream.frames
         return self.stream.checkpoint()
-
-
-@pytest.fixture(params=["sqlite", "postgresql"])
-async def store(request: pytest.FixtureRequest, tmp_path: Path) -> Any:
-    url = (
-        f"sqlite:///{tmp_path}/store.db"
-        if request.param == "sqlite"
-        else request.getfixturevalue("pg_url")
-    )
-    made = make_store(StoreConfig(url=url, spool_path=str(tmp_path / "spool")), "gw-1")
-    await made.start()
-    yield made
-    await made.close()
 
 
 async def open_turn(store: Store, turn_id: str) -> Streaming:
