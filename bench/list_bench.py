@@ -29,7 +29,7 @@ import sqlite3
 import statistics
 import tempfile
 import time
-from collections.abc import Iterator
+from collections.abc import Callable, Coroutine, Iterator
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
@@ -334,19 +334,30 @@ async def main(args: argparse.Namespace, pg_url: str | None) -> None:
         report("PostgreSQL", await bench(pg_url, made, args.runs))
 
 
-if __name__ == "__main__":
-    parser = argparse.ArgumentParser(description=__doc__)
+def run_on_backends(
+    description: str | None,
+    bench: Callable[[argparse.Namespace, str | None], Coroutine[Any, Any, None]],
+    prefix: str,
+) -> None:
+    """A bench's command line (its seed's size, runs, backends, a PostgreSQL URL), then the
+    bench, with a throwaway PostgreSQL (its data directory named `prefix`...) unless given
+    one or told to leave PostgreSQL out."""
+    parser = argparse.ArgumentParser(description=description)
     parser.add_argument("--conversations", type=int, default=100_000)
     parser.add_argument("--runs", type=int, default=20)
     parser.add_argument("--backends", default="sqlite,postgresql")
     parser.add_argument("--url", help="an empty PostgreSQL database (default: a throwaway one)")
     args = parser.parse_args()
     if "postgresql" not in args.backends:
-        asyncio.run(main(args, None))
+        asyncio.run(bench(args, None))
     elif args.url:
-        asyncio.run(main(args, args.url))
+        asyncio.run(bench(args, args.url))
     else:
         from tests.postgres_server import throwaway_postgres
 
-        with throwaway_postgres("gw-list-") as server:
-            asyncio.run(main(args, server.create_database()))
+        with throwaway_postgres(prefix) as server:
+            asyncio.run(bench(args, server.create_database()))
+
+
+if __name__ == "__main__":
+    run_on_backends(__doc__, main, "gw-list-")

@@ -19,7 +19,6 @@ after a deploy would run (which sums the whole days it covers into usage_days, o
 from __future__ import annotations
 
 import argparse
-import asyncio
 import sqlite3
 import statistics
 import tempfile
@@ -29,7 +28,15 @@ from typing import Any
 
 import asyncpg
 
-from bench.list_bench import SPAN_S, T0, USAGE_COLUMNS, _insert, _migrated, seed
+from bench.list_bench import (
+    SPAN_S,
+    T0,
+    USAGE_COLUMNS,
+    _insert,
+    _migrated,
+    run_on_backends,
+    seed,
+)
 from gateway.config import StoreConfig
 from gateway.metering.reports import UsageStore
 from gateway.storage.backends import make_store
@@ -140,18 +147,4 @@ async def main(args: argparse.Namespace, pg_url: str | None) -> None:
 
 
 if __name__ == "__main__":
-    parser = argparse.ArgumentParser(description=__doc__)
-    parser.add_argument("--conversations", type=int, default=100_000)
-    parser.add_argument("--runs", type=int, default=20)
-    parser.add_argument("--backends", default="sqlite,postgresql")
-    parser.add_argument("--url", help="an empty PostgreSQL database (default: a throwaway one)")
-    args = parser.parse_args()
-    if "postgresql" not in args.backends:
-        asyncio.run(main(args, None))
-    elif args.url:
-        asyncio.run(main(args, args.url))
-    else:
-        from tests.postgres_server import throwaway_postgres
-
-        with throwaway_postgres("gw-usage-") as server:
-            asyncio.run(main(args, server.create_database()))
+    run_on_backends(__doc__, main, "gw-usage-")
