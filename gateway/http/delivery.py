@@ -112,6 +112,8 @@ class DeliveryTracker:
         self._gaps: Items = bytearray()
         self._steps: array[int] = array("Q")
         self._next_step = _STEP
+        # The last `frames_ending_by`: that many frames end by that offset.
+        self._last = (0, 0)
         # A write under way: its frames' lengths, its bytes after the chunk size line, and the
         # output size before it.
         self._pending: tuple[list[int], int, int] | None = None
@@ -216,17 +218,23 @@ class DeliveryTracker:
         return len(self._gaps)
 
     def frames_ending_by(self, offset: int) -> int:
-        """How many written frames end at or before `offset`."""
+        """How many written frames end at or before `offset`. Walked from the nearest kept
+        step end, or from the last answer when that is nearer: what a stream is asked (each
+        checkpoint, each write's delivery) only grows, and frames are only ever added."""
         gaps = self._gaps
         if not gaps or offset < self._first_end:
             return 0
         steps = self._steps
         passed = bisect.bisect_right(steps, offset)
         frame, end = (passed * _STEP, steps[passed - 1]) if passed else (1, self._first_end)
+        last_frame, last_end = self._last
+        if frame < last_frame and last_end <= offset:
+            frame, end = last_frame, last_end
         count = len(gaps)
         while frame < count and end + gaps[frame] <= offset:
             end += gaps[frame]
             frame += 1
+        self._last = (frame, end)
         return frame
 
     def delivered_frames(self, output_size: int) -> int:

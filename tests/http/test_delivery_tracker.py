@@ -136,6 +136,11 @@ def test_frames_are_found_by_offset_however_writes_and_frame_sizes_come() -> Non
                 ends.append(at)
             size = at + 2
             tracked.after_write(size)
+            # Asked as a stream is between its writes: mostly near its end, so the offset
+            # grows from one ask to the next, now and then anywhere before it.
+            near = ends[-1] - rng.randrange(min(ends[-1], 400))
+            asked = near if rng.random() < 0.8 else rng.randrange(ends[-1] + 2)
+            assert tracked.frames_ending_by(asked) == bisect.bisect_right(ends, asked)
         assert tracked.frames_written == len(ends)
         widths = {0: 1, 1: 1, 2: 2, 3: 2, 4: 4, 5: 8}  # a byte a gap, then 2, 4, 8 as needed
         assert getattr(tracked._gaps, "itemsize", 1) == widths[case]
