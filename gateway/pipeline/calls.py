@@ -187,7 +187,17 @@ async def _attempts(
         )
     assert retries.last_error is not None
     last = retries.last_error
-    _meter_failure(gateway, principal, call, alias, plan[0], last, started)
+    # The request log's row of a call no deployment answered.
+    meter_call(
+        gateway,
+        principal,
+        plan[0],
+        call.endpoint,
+        alias=alias.name,
+        started=started,
+        user=call.user,
+        error=last,
+    )
     last.headers["X-Gateway-Attempts"] = str(retries.attempts)
     last.retries_spent = True
     raise last
@@ -309,7 +319,8 @@ def _meter(
         except orjson.JSONDecodeError:
             answer = None
     bill = call.bill(prices[deployment.name], raw, answer)
-    record = call_record(
+    meter_call(
+        gateway,
         principal,
         deployment,
         call.endpoint,
@@ -318,9 +329,34 @@ def _meter(
         user=call.user,
         bill=bill,
     )
-    if gateway.meter is not None:
-        gateway.meter.call(record)
     lease.settle(bill.cost or 0.0, bill.prompt_tokens + bill.completion_tokens)
+
+
+def meter_call(
+    gateway: Gateway,
+    principal: Principal,
+    deployment: Deployment,
+    endpoint: str,
+    *,
+    alias: str,
+    started: float | None,
+    user: str | None = None,
+    bill: Bill | None = None,
+    error: GatewayError | None = None,
+) -> None:
+    """Write a call's usage row (`call_record`), where the gateway meters."""
+    if gateway.meter is not None:
+        record = call_record(
+            principal,
+            deployment,
+            endpoint,
+            alias=alias,
+            started=started,
+            user=user,
+            bill=bill,
+            error=error,
+        )
+        gateway.meter.call(record)
 
 
 def call_id() -> str:
@@ -331,26 +367,3 @@ def call_id() -> str:
 def error_text(error: GatewayError) -> str:
     """A failed call's error as the request log keeps it: its code and message."""
     return f"{error.code}: {error.message}"[:500]
-
-
-def _meter_failure(
-    gateway: Gateway,
-    principal: Principal,
-    call: Call,
-    alias: Alias,
-    deployment: Deployment,
-    error: UpstreamError,
-    started: float,
-) -> None:
-    """The request log's row of a call no deployment answered."""
-    record = call_record(
-        principal,
-        deployment,
-        call.endpoint,
-        alias=alias.name,
-        started=started,
-        user=call.user,
-        error=error,
-    )
-    if gateway.meter is not None:
-        gateway.meter.call(record)

@@ -26,7 +26,7 @@ from gateway.metering.call_prices import Bill
 from gateway.metering.keys import Principal
 from gateway.metering.limits import Lease
 from gateway.metering.tokens import count_embedding_input
-from gateway.pipeline.calls import call_record
+from gateway.pipeline.calls import meter_call
 from gateway.pipeline.turn import admit
 from gateway.routing.retry import RetryPlan
 from gateway.routing.router import Alias, Deployment
@@ -100,32 +100,19 @@ async def _attempts(
         return raw, headers
     assert retries.last_error is not None
     last = retries.last_error
-    _meter_failure(gateway, principal, body, alias, plan[0], last, started)
-    last.headers["X-Gateway-Attempts"] = str(retries.attempts)
-    raise last
-
-
-def _meter_failure(
-    gateway: Gateway,
-    principal: Principal,
-    body: dict[str, Any],
-    alias: Alias,
-    deployment: Deployment,
-    error: UpstreamError,
-    started: float,
-) -> None:
-    """The request log's row of an embeddings request no deployment answered."""
-    record = call_record(
+    # The request log's row of an embeddings request no deployment answered.
+    meter_call(
+        gateway,
         principal,
-        deployment,
+        plan[0],
         "embeddings",
         alias=alias.name,
         started=started,
         user=_user(body),
-        error=error,
+        error=last,
     )
-    if gateway.meter is not None:
-        gateway.meter.call(record)
+    last.headers["X-Gateway-Attempts"] = str(retries.attempts)
+    raise last
 
 
 def _meter(
@@ -148,7 +135,8 @@ def _meter(
     price = deployment.price
     cost = price.cost(tokens, 0) if price is not None else None
     bill = Bill({}, cost, prompt_tokens=tokens, source=source)
-    record = call_record(
+    meter_call(
+        gateway,
         principal,
         deployment,
         "embeddings",
@@ -157,8 +145,6 @@ def _meter(
         user=_user(body),
         bill=bill,
     )
-    if gateway.meter is not None:
-        gateway.meter.call(record)
     lease.settle(cost, tokens)
 
 

@@ -30,7 +30,7 @@ from gateway.errors import GatewayError, InvalidRequest, NotFound, UpstreamError
 from gateway.http.forms import Form, Part
 from gateway.metering.call_prices import Bill, batch_bill
 from gateway.metering.keys import Principal
-from gateway.pipeline.calls import call_record, serves
+from gateway.pipeline.calls import meter_call, serves
 from gateway.routing.router import Deployment
 from gateway.storage import objects
 from gateway.storage.objects import BATCH, FILE, Owned
@@ -184,18 +184,16 @@ def _log(
     bill: Bill | None = None,
     alias: str | None = None,
 ) -> None:
-    if gateway.meter is not None:
-        gateway.meter.call(
-            call_record(
-                principal,
-                deployment,
-                endpoint,
-                alias=alias or deployment.alias,
-                started=started,
-                bill=bill,
-                error=error,
-            )
-        )
+    meter_call(
+        gateway,
+        principal,
+        deployment,
+        endpoint,
+        alias=alias or deployment.alias,
+        started=started,
+        bill=bill,
+        error=error,
+    )
 
 
 async def owned(
