@@ -350,6 +350,15 @@ STORE_WRITE_ERRORS = Counter(
 )
 
 
+# The series the alert rules take `increase()` of (deploy/alerts.yml), exported at 0 from the
+# start: a series that first appears at its first event, already at its value, is no increase
+# to Prometheus, so the first crash recovery or refused budget would never alert.
+TURNS.labels("aborted", "crash_recovered")
+for _scope in ("key", "team"):
+    LIMIT_REJECTIONS.labels("budget", _scope)
+    BUDGET_WARNINGS.labels(_scope)
+
+
 BUILD_INFO = Gauge(
     "gateway_build_info",
     "1, labelled with the gateway's version and the Python it runs on.",

@@ -30,6 +30,21 @@ REDIS_ERRORS = Counter(
     ["operation"],
     registry=metrics.REGISTRY,
 )
+# At 0 from the start, so that the first failures are an increase to the alert rule
+# (deploy/alerts.yml) rather than a new series.
+OPERATIONS = (
+    "admit",
+    "settle",
+    "refresh",
+    "probe",
+    "cooldown_publish",
+    "cooldown_clear",
+    "cooldown_poll",
+    "cancel_publish",
+    "cancel_listen",
+)
+for _operation in OPERATIONS:
+    REDIS_ERRORS.labels(_operation)
 
 
 def connect(url: str, timeout_s: float = TIMEOUT_S) -> Redis:

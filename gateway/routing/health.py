@@ -44,6 +44,10 @@ class DeploymentHealth:
         default=None, repr=False, compare=False
     )
 
+    def __post_init__(self) -> None:
+        # At 0 from the start: the first cooldown is then an increase to the alert rule.
+        metrics.DEPLOYMENT_TRANSITIONS.labels(self.name, "cooling")
+
     def available(self, now: float | None = None) -> bool:
         now = time.monotonic() if now is None else now
         if self.state == "cooling" and now >= self.cooling_until:
