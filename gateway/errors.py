@@ -3,6 +3,7 @@
     GatewayError                      500 server_error
     ├── InvalidRequest                400 invalid_request_error (names the offending `param`)
     │   ├── UnsupportedParameter      400 unsupported_parameter: a deployment cannot carry it
+    │   ├── ThreadUnsupported         400 thread_unsupported_request: Anthropic's `thread`
     │   └── PayloadTooLarge           413
     ├── Unauthorized                  401 no key, an unknown, revoked or expired key
     ├── Forbidden                     403 a team key on an admin endpoint
@@ -38,6 +39,9 @@ class GatewayError(Exception):
     # The gateway already retried this request as far as its retry policy allows (or it was
     # cancelled on purpose): a client retry would only repeat that (gateway.http.middleware).
     retries_spent: bool = False
+    # Machine-readable detail an Anthropic error body carries as `error.details`: its
+    # `error_code` is what Anthropic's SDKs branch on to recover by themselves.
+    details: dict[str, Any] | None = None
 
     def __init__(self, message: str, *, param: str | None = None, code: str | None = None):
         super().__init__(message)
@@ -101,6 +105,19 @@ class UnsupportedParameter(InvalidRequest):
     """A request parameter a deployment of the plan cannot carry (gateway.providers.params)."""
 
     code = "unsupported_parameter"
+
+
+class ThreadUnsupported(InvalidRequest):
+    """Anthropic's message threads (`thread`), which the gateway does not hold: it records each
+    conversation itself and may send any turn to any deployment, so a client sends its whole
+    history. On this code Anthropic's SDKs (`toolRunner()`, message threads) send the turn
+    again without `thread`, and every later one with the full history."""
+
+    code = "thread_unsupported_request"
+
+    def __init__(self, message: str, *, param: str) -> None:
+        super().__init__(message, param=param)
+        self.details = {"error_code": self.code, "unsupported": []}
 
 
 class PayloadTooLarge(InvalidRequest):

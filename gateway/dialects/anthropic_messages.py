@@ -43,6 +43,7 @@ from gateway.dialects.requests import (
 from gateway.errors import (
     GatewayError,
     InvalidRequest,
+    ThreadUnsupported,
     UpstreamStreamError,
 )
 from gateway.ids import random_hex
@@ -194,12 +195,20 @@ def parse_request(
     OpenAI body as the extensions the Anthropic upstream adapter reads back (`cache_control` on
     parts, messages and tools; `is_error` on a tool message; an assistant message's
     `thinking_blocks`), and are left out for an OpenAI upstream. Content the gateway cannot
-    carry (documents, file references, server tools and their blocks) is refused.
+    carry (documents, file references, server tools and their blocks) is refused. So is
+    `thread` (message threads, for every deployment: `ThreadUnsupported`), in the shape the
+    SDKs take as "resend with the whole history".
     """
     body = parse_json_object(raw)
     if shape is not None:
         check_shape(body, *shape)  # before the messages are validated one by one
     request = validated(AnthropicRequest, body)
+    if body.get("thread") is not None:
+        raise ThreadUnsupported(
+            "'thread' is not supported: this gateway keeps the conversation itself; send the"
+            " whole history without 'thread'.",
+            param="thread",
+        )
     out = to_openai_body(request)
     extras = anthropic_extras(request.model_extra or {})
     if extras:
@@ -218,8 +227,9 @@ def anthropic_extras(extra: dict[str, Any]) -> dict[str, Any]:
     return out
 
 
-# Top-level fields outside the model that are carried (in `to_openai_body`).
-_CARRIED_EXTRAS = frozenset({"output_config", "service_tier"})
+# Top-level fields outside the model that are carried (in `to_openai_body`), or handled by
+# `parse_request` (`thread`: refused unless null, which asks for nothing).
+_CARRIED_EXTRAS = frozenset({"output_config", "service_tier", "thread"})
 
 
 def to_openai_body(request: AnthropicRequest) -> dict[str, Any]:
@@ -615,7 +625,10 @@ def error_type(error: GatewayError) -> str:
 
 def error_body(error: GatewayError) -> dict[str, Any]:
     """An Anthropic error object, for an HTTP error response or a stream's `error` event."""
-    return {"type": "error", "error": {"type": error_type(error), "message": error.message}}
+    inner: dict[str, Any] = {"type": error_type(error), "message": error.message}
+    if error.details is not None:
+        inner["details"] = error.details
+    return {"type": "error", "error": inner}
 
 
 def _sse(obj: dict[str, Any]) -> bytes:

@@ -435,6 +435,32 @@ async def test_vercel_anthropic_provider_runs_a_tool_loop_in_one_conversation(
     ]
 
 
+async def test_anthropic_sdk_tool_runner_completes_in_one_conversation(
+    gw: GatewayUnderTest, upstream: FakeUpstream
+) -> None:
+    """`client.beta.messages.toolRunner()` sends `thread` first; refused as
+    `thread_unsupported_request`, it runs the loop on whole histories, one conversation."""
+    upstream.push(
+        chat_json(tool_calls=[call("call_w1", "weather", {"city": "Paris"})]),
+        chat_json("It is 18C in Paris."),
+    )
+    result = await node("anthropic_tool_runner.mjs", gw)
+    assert result == {
+        "text": "It is 18C in Paris.",
+        "stopReason": "end_turn",
+        "executed": ["Paris"],
+    }
+    assert len(upstream.requests) == 2
+    assert [m["role"] for m in upstream.requests[1]["messages"]] == ["user", "assistant", "tool"]
+    events = await only_conversation(gw, turns=2)
+    assert [e["type"] for e in events if e["type"] != "turn/end"] == [
+        "user/message",
+        "assistant/message",
+        "tool/result",
+        "assistant/message",
+    ]
+
+
 async def test_langchain_chat_openai_streams_and_calls_a_tool(
     gw: GatewayUnderTest, upstream: FakeUpstream
 ) -> None:
