@@ -38,6 +38,19 @@ def settle_collector() -> None:
     gc.enable()
 
 
+class CannotStart(Exception):
+    """`serve` failed before it listened: said in one line of the log, without a traceback."""
+
+
+def _one_line(exc: BaseException) -> str:
+    """What went wrong, as one line: a library's multi-line message joined, its type named
+    when its message alone would not say (a bare `KeyError('x')`)."""
+    text = " ".join(str(exc).split())
+    if isinstance(exc, OSError | CannotStart) or type(exc).__module__.startswith("gateway."):
+        return text or type(exc).__name__
+    return f"{type(exc).__name__}: {text}" if text else type(exc).__name__
+
+
 def _load(path: str | None) -> LoadedConfig:
     from gateway.config import load_config
 
@@ -60,7 +73,11 @@ async def _serve(loaded: LoadedConfig, host: str, port: int, reuse_port: bool = 
     from gateway.storage.backends import instance_id
 
     config = loaded.config
-    app = create_app(config, instance=instance_id(port))
+    try:
+        app = create_app(config, instance=instance_id(port))
+    except Exception as exc:
+        log.debug("create_app failed", exc_info=True)
+        raise CannotStart(_one_line(exc)) from exc
     shared = os.environ.get("GATEWAY_LIMITS_SOCKET")
     if shared and config.limits.redis_url is None:
         from gateway.metering.shared_limits import SharedLimiter
@@ -85,9 +102,17 @@ async def _serve(loaded: LoadedConfig, host: str, port: int, reuse_port: bool = 
     loop = asyncio.get_running_loop()
     for sig in (signal.SIGINT, signal.SIGTERM):
         loop.add_signal_handler(sig, stop.set)
-    await runner.setup()
-    site = web.TCPSite(runner, host, port, reuse_port=reuse_port or None)
-    await site.start()
+    try:
+        await runner.setup()  # the store, its schema and the upstream pool start here
+        site = web.TCPSite(runner, host, port, reuse_port=reuse_port or None)
+        await site.start()
+    except Exception as exc:
+        log.debug("start failed", exc_info=True)  # the whole story, for a bug report
+        try:
+            await runner.cleanup()
+        except Exception:
+            log.debug("cleanup after a failed start failed", exc_info=True)
+        raise CannotStart(_one_line(exc)) from exc
     settle_collector()
     bound = runner.addresses[0] if runner.addresses else (host, port)
     log.info(
@@ -597,16 +622,17 @@ def _main(argv: list[str] | None) -> int:
         share_limits = loaded.config.limits.redis_url is None  # else Redis shares them
         return supervise(args.workers, host, port, args.config, share_limits=share_limits)
     reuse_port = os.environ.get("GATEWAY_WORKER") is not None
-    from gateway.storage.schema import SchemaMismatch
-
     try:
         import uvloop
 
-        uvloop.run(_serve(loaded, host, port, reuse_port))
+        run: Callable[[Any], None] = uvloop.run
     except ImportError:  # pragma: no cover - platforms without uvloop
-        asyncio.run(_serve(loaded, host, port, reuse_port))
-    except (OSError, SchemaMismatch) as exc:
-        print(f"cannot start: {exc}", file=sys.stderr)
+        run = asyncio.run
+    try:
+        run(_serve(loaded, host, port, reuse_port))
+    except CannotStart as exc:
+        # In the log's format: one JSON object when the config asks for JSON.
+        log.critical("cannot start: %s", exc)
         return 1
     return 0
 

@@ -20,6 +20,7 @@ from pydantic import BaseModel, ConfigDict, Field, ValidationError, field_valida
 from gateway.metering.prices import load_price_file
 from gateway.upstream.proxy import DIRECT, Proxy
 from gateway.upstream.tls import TrustError, check_bundle, environment_trust
+from gateway.url_check import check_url
 
 DEFAULT_CONFIG_PATH = Path("config/gateway.yaml")
 
@@ -149,6 +150,15 @@ class StoreConfig(_Model):
     def _known_scheme(cls, value: str) -> str:
         if not value.startswith(("sqlite:///", "postgresql://", "postgres://")):
             raise ValueError("use sqlite:///PATH or postgresql://user:password@host:port/db")
+        if not value.startswith("sqlite:"):
+            # No host: libpq's default, the local socket (or `?host=/run/postgresql`).
+            check_url(
+                value,
+                ("postgresql", "postgres"),
+                "postgresql://user:password@host:5432/db",
+                host_required=False,
+                many_hosts=True,
+            )
         return value
 
     @property
@@ -167,6 +177,22 @@ class LimitsConfig(_Model):
         " and deployment cooldowns (`redis://host:6379/0`). Unset: each process keeps its own.",
     )
     redis_prefix: str = Field("gw:", description="Prefix of every Redis key the gateway writes.")
+
+    @field_validator("redis_url")
+    @classmethod
+    def _redis_url(cls, value: str | None) -> str | None:
+        if not value:
+            return None  # an unset ${VAR}: no Redis, with the warning about the variable
+        example = "redis://host:6379/0"
+        if value.startswith("unix://"):
+            if not value.removeprefix("unix://").startswith("/"):
+                raise ValueError("a unix:// URL needs the socket's absolute path: unix:///path")
+            return value
+        check_url(value, ("redis", "rediss", "unix"), example)
+        database = value.partition("://")[2].partition("/")[2].partition("?")[0]
+        if database and not database.isdigit():
+            raise ValueError(f"the database after the host must be a number (e.g. {example})")
+        return value
 
 
 class TimeoutsConfig(_Model):
@@ -310,6 +336,13 @@ class DeploymentConfig(_Model):
             return {**data, "proxy": "none"}
         return data
 
+    @field_validator("api_base")
+    @classmethod
+    def _api_base_url(cls, value: str | None) -> str | None:
+        if value:
+            check_url(value, ("http", "https"), "https://api.openai.com/v1")
+        return value
+
     @field_validator("proxy")
     @classmethod
     def _proxy_url(cls, value: str | None) -> str | None:
@@ -344,10 +377,6 @@ class DeploymentConfig(_Model):
             raise ValueError(
                 f"provider {self.provider!r} needs model (the Azure deployment name,"
                 " or litellm's provider/model string)"
-            )
-        if self.api_base and not re.match(r"^https?://", self.api_base):
-            raise ValueError(
-                f"api_base must start with http:// or https:// (got {self.api_base!r})"
             )
         return self
 
@@ -523,10 +552,9 @@ class TracingConfig(_Model):
     @field_validator("otlp_endpoint")
     @classmethod
     def _installed(cls, value: str | None) -> str | None:
-        if value is None:
-            return None
-        if not value.startswith(("http://", "https://")):
-            raise ValueError("use http://host:4318/v1/traces (OTLP over HTTP)")
+        if not value:
+            return None  # an unset ${VAR}: no tracing, with the warning about the variable
+        check_url(value, ("http", "https"), "http://host:4318/v1/traces, OTLP over HTTP")
         # Found, not imported: loading the SDK is the tracer's business, at start.
         if importlib.util.find_spec("opentelemetry") is None or (
             importlib.util.find_spec("opentelemetry.sdk") is None

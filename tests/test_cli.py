@@ -3,15 +3,18 @@
 from __future__ import annotations
 
 import asyncio
+import json
 import os
 import signal
 import socket
+import sqlite3
 import subprocess
 import sys
 from pathlib import Path
 
 import aiohttp
 import openai
+import pytest
 
 GATEWAY = [sys.executable, "-m", "gateway"]
 
@@ -42,9 +45,88 @@ def test_check_config_rejects_a_bad_file(tmp_path: Path) -> None:
     )
     assert result.returncode == 2
     assert (
-        f"{bad}: models[0].deployments[0]: Value error, api_base must start with http:// or https://"
-        in result.stderr
+        f"{bad}: models[0].deployments[0].api_base: Value error, the URL must start with http://"
+        " or https://" in result.stderr
     )
+
+
+@pytest.mark.parametrize(
+    ("yaml_text", "field", "reason"),
+    [
+        (
+            "limits: {redis_url: 'http://redis:6379'}",
+            "limits.redis_url",
+            "must start with one of redis://, rediss://, unix://",
+        ),
+        ("limits: {redis_url: 'redis://:6379/0'}", "limits.redis_url", "names no host"),
+        (
+            "store: {url: 'postgresql://gw:hunter2-secret@db:5432x/gw'}",
+            "store.url",
+            "port must be a number from 1 to 65535",
+        ),
+        (
+            "models: [{name: x, deployments: [{provider: openai, api_base: 'https://:443/v1'}]}]",
+            "models[0].deployments[0].api_base",
+            "names no host",
+        ),
+        (
+            "tracing: {otlp_endpoint: 'http://collector:99999/v1/traces'}",
+            "tracing.otlp_endpoint",
+            "port must be a number from 1 to 65535",
+        ),
+    ],
+)
+def test_check_config_rejects_unusable_urls_by_file_and_field(
+    tmp_path: Path, yaml_text: str, field: str, reason: str
+) -> None:
+    bad = tmp_path / "bad.yaml"
+    bad.write_text(yaml_text + "\n")
+    result = subprocess.run(
+        [*GATEWAY, "check-config", "--config", str(bad)], capture_output=True, text=True
+    )
+    assert result.returncode == 2, result.stdout
+    assert f"{bad}: {field}: Value error, the URL" in result.stderr
+    assert reason in result.stderr
+    assert "hunter2" not in result.stderr  # a URL's password is never quoted
+    assert "Traceback" not in result.stderr
+
+
+@pytest.mark.parametrize("cause", ["newer schema", "spool not a directory"])
+def test_a_fatal_start_error_is_one_json_line_when_logs_are_json(
+    tmp_path: Path, cause: str
+) -> None:
+    db = tmp_path / "gw.db"
+    spool = tmp_path / "spool"
+    if cause == "newer schema":
+        with sqlite3.connect(db) as connection:
+            connection.execute(
+                "CREATE TABLE schema_migrations (version INTEGER, name TEXT, applied_at REAL)"
+            )
+            connection.execute("INSERT INTO schema_migrations VALUES (999, 'future', 0)")
+        expected = "newer than this gateway knows"
+    else:
+        spool = tmp_path / "a-file"
+        spool.write_text("")
+        expected = str(spool)
+    config = tmp_path / "gw.yaml"
+    config.write_text(
+        f"store: {{url: 'sqlite:///{db}', spool_path: '{spool}'}}\n"
+        "logging: {format: json}\n"
+        "models: [{name: demo, deployments: [{provider: demo}]}]\n"
+    )
+    result = subprocess.run(
+        [*GATEWAY, "serve", "--config", str(config), "--port", "0"],
+        capture_output=True,
+        text=True,
+        timeout=60,
+    )
+    assert result.returncode == 1
+    records = [json.loads(line) for line in result.stderr.splitlines()]  # every line is JSON
+    fatal = [r for r in records if r["level"] == "CRITICAL"]
+    assert len(fatal) == 1, result.stderr
+    assert fatal[0]["message"].startswith("cannot start: ")
+    assert expected in fatal[0]["message"]
+    assert "exception" not in fatal[0] and "Traceback" not in result.stderr
 
 
 async def test_serve_answers_and_stops_cleanly_on_sigterm(tmp_path: Path) -> None:
