@@ -16,6 +16,10 @@ record made while serving a request, and the access log (docs/operations.md, "Lo
   a short request's whole cost. A batch is written within
   `ACCESS_FLUSH_S`, at 64 lines, before any other record (so the log keeps its order) and at
   exit.
+- **One record, one line**: in `text`, a control character in a record's message or an access
+  field (a path a client sent with `%0a` in it) is written escaped (`\\n`, `\\x1b`), so no
+  client can forge a line; `json` escapes them as JSON does. A traceback alone follows on
+  lines of its own.
 - **Secrets**: every record is scrubbed when it is made (gateway.scrub, a record factory): its
   message and its traceback, whatever the format. The formatters scrub a traceback again (one
   formatted here, not by the factory), and the access fields a client chose (the path) are
@@ -201,7 +205,28 @@ def _text_value(value: Any) -> str:
     return f'"{text}"' if not text or " " in text else text
 
 
+# Every character a terminal or a log shipper may take for a line's end or a control sequence:
+# C0 and C1 controls, DEL and the Unicode line and paragraph separators.
+_ESCAPES = {
+    **{c: f"\\x{c:02x}" for c in (*range(0x20), *range(0x7F, 0xA0))},
+    **{c: f"\\u{c:04x}" for c in (0x2028, 0x2029)},
+    ord("\n"): "\\n",
+    ord("\r"): "\\r",
+    ord("\t"): "\\t",
+}
+
+
+def escape(text: str) -> str:
+    """`text` with its control characters written as escapes. `isprintable` is one pass in C
+    over text that almost never holds one; only text that fails it is translated."""
+    return text if text.isprintable() else text.translate(_ESCAPES)
+
+
 class _ScrubbedTraceback(logging.Formatter):
+    def formatMessage(self, record: logging.LogRecord) -> str:
+        # The record's own line: whatever a message quotes stays on it.
+        return escape(super().formatMessage(record))
+
     def formatException(self, ei: Any) -> str:
         return scrub(super().formatException(ei))
 
@@ -223,7 +248,7 @@ class TextFormatter(logging.Formatter):
         if not access:
             return line
         head, newline, rest = line.partition("\n")
-        return f"{head} {_text_fields(access)}{newline}{rest}"
+        return f"{head} {escape(_text_fields(access))}{newline}{rest}"
 
     def access_line(self, level: int, fields: dict[str, Any], request: str | None) -> str:
         """The line `format` makes of an access record, made without one."""
@@ -232,13 +257,15 @@ class TextFormatter(logging.Formatter):
         name = logging.getLevelName(level)
         where = f" [{request}]" if request else ""
         message = f"{fields['method']} {fields['path']} {fields['status']}"
-        return (
+        line = (
             f"{stamp},{int((now % 1) * 1000):03d} {name} {ACCESS.name}{where}: {message}"
-            f" {_text_fields(fields)}\n"
+            f" {_text_fields(fields)}"
         )
+        return escape(line) + "\n"
 
 
 def _text_fields(access: dict[str, Any]) -> str:
+    # Escaped with the line they go on (`format` escapes its head, `access_line` its line).
     return " ".join(
         f"{name}={_text_value(value)}"
         for name, value in access.items()
@@ -301,11 +328,20 @@ class JsonFormatter(logging.Formatter):
 
 def _json_line(out: dict[str, Any]) -> str:
     try:
-        return orjson.dumps(out, default=str).decode()
+        line = orjson.dumps(out, default=str).decode()
     except (orjson.JSONEncodeError, TypeError):  # text with lone surrogates (bad UTF-8)
         import json
 
-        return json.dumps(out, default=str)
+        return json.dumps(out, default=str)  # ASCII: every separator escaped
+    # JSON allows NEL and the Unicode line separators raw, and many readers end a line at
+    # them. `isascii` is a flag lookup: the common line is not searched at all.
+    if not line.isascii() and any(c in line for c in _JSON_BREAKS):
+        for c, escaped in _JSON_BREAKS.items():
+            line = line.replace(c, escaped)
+    return line
+
+
+_JSON_BREAKS = {"\x85": "\\u0085", "\u2028": "\\u2028", "\u2029": "\\u2029"}
 
 
 def formatter(config: LoggingConfig | None) -> TextFormatter | JsonFormatter:

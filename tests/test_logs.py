@@ -7,6 +7,7 @@ from __future__ import annotations
 
 import asyncio
 import json
+import logging
 import os
 import re
 import signal
@@ -16,8 +17,10 @@ from pathlib import Path
 from typing import Any
 
 import aiohttp
+import pytest
+from yarl import URL
 
-from gateway.logs import ACCESS_FIELDS
+from gateway.logs import ACCESS_FIELDS, TextFormatter
 from tests.fakes import FakeUpstream, completion, status
 from tests.test_cli import free_port
 
@@ -337,3 +340,49 @@ async def test_the_level_is_honoured(tmp_path: Path, upstream: FakeUpstream) -> 
     assert records and all(r["level"] in ("WARNING", "ERROR") for r in records)
     assert not [r for r in records if r["logger"] == "gateway.access"]  # INFO: not written
     assert [r["request_id"] for r in records if "exception" in r] == [crashed.request_id] * 2
+
+
+# A path whose decoded form would end the access line and start a forged record of its own.
+FORGED = "forged-by-the-client"
+INJECTION = (
+    "/v1/models%0a2026-01-01%2000:00:00,000%20CRITICAL%20gateway:%20"
+    f"{FORGED}%0d%1b[2K%e2%80%a8%c2%85x"
+)
+
+
+@pytest.mark.parametrize("format_", ["text", "json"])
+async def test_a_path_with_line_breaks_stays_on_its_one_line(
+    tmp_path: Path, upstream: FakeUpstream, format_: str
+) -> None:
+    served = await serve(tmp_path, upstream, {"format": format_})
+    try:
+        async with aiohttp.ClientSession() as session:
+            url = URL(served.url + INJECTION, encoded=True)
+            headers = {"Authorization": f"Bearer {MASTER}"}
+            async with session.get(url, headers=headers) as response:
+                assert response.status == 404
+    finally:
+        stderr = await served.stop()
+    lines = stderr.splitlines()  # splits at \r, \x1c-\x1e, \x85 and U+2028 as well
+    [line] = [line for line in lines if FORGED in line]
+    assert "\x1b" not in stderr
+    if format_ == "json":
+        record = json.loads(line)
+        assert record["logger"] == "gateway.access"
+        assert record["path"] == (
+            f"/v1/models\n2026-01-01 00:00:00,000 CRITICAL gateway: {FORGED}\r\x1b[2K\u2028\x85x"
+        )
+    else:
+        assert " INFO gateway.access [" in line
+        assert line.endswith(" 404 duration_ms=" + line.split(" 404 duration_ms=")[1])
+        assert f"/v1/models\\n2026-01-01 00:00:00,000 CRITICAL gateway: {FORGED}" in line
+        assert "\\r\\x1b[2K\\u2028\\x85x 404 " in line
+
+
+def test_a_text_record_quoting_a_line_break_is_one_line() -> None:
+    record = logging.LogRecord(
+        "gateway", logging.WARNING, __file__, 1, "refused %s", ("/a\nFAKE ERROR line",), None
+    )
+    line = TextFormatter().format(record)
+    assert "\n" not in line
+    assert line.endswith("WARNING gateway: refused /a\\nFAKE ERROR line")
