@@ -17,6 +17,7 @@ from gateway.conversations.service import Conversations
 from gateway.http.auth import authenticate
 from gateway.http.conversations import CANCEL_BUS
 from gateway.http.cors import CORS, Cors
+from gateway.http.host_guard import HostGuard
 from gateway.http.middleware import add_request_id, errors_and_ids
 from gateway.http.routes import UPLOADS, add_routes
 from gateway.http.slow_clients import request_limits
@@ -80,6 +81,8 @@ def create_app(config: GatewayConfig, *, instance: str | None = None) -> web.App
     cors = Cors(config.server.cors_origins) if config.server.cors_origins else None
     if cors is not None:  # preflights are answered before a key is asked for
         middlewares.insert(1, cors.preflight)
+    if config.auth.master_key is None:  # open: only this machine's callers (DNS rebinding)
+        middlewares.insert(1, HostGuard(config.server.allowed_hosts, cors).check)
     app = web.Application(
         middlewares=middlewares,
         client_max_size=int(config.server.max_body_mb * 1024 * 1024),

@@ -127,6 +127,8 @@ async def _serve(loaded: LoadedConfig, host: str, port: int, reuse_port: bool = 
         log.warning(
             "RUNNING OPEN: no auth.master_key is configured, so no API key is checked and every"
             " caller is admin. Fine on a laptop; set GATEWAY_MASTER_KEY anywhere else."
+            " Requests addressed to any name but localhost (and server.allowed_hosts) are"
+            " refused."
         )
         if config.server.cors_origins:
             log.warning(

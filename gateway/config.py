@@ -94,6 +94,26 @@ class ServerConfig(_Model):
         " key and their answers carry `Access-Control-Allow-Origin`. Unset: no CORS headers.",
     )
 
+    allowed_hosts: list[str] = Field(
+        default_factory=list,
+        description="Without a master key, the host names (or addresses) requests may be"
+        " addressed to besides localhost, 127.0.0.1 and [::1] (`Host`, any port), and whose"
+        " pages may make changes (`Origin`): `gateway.lan`, `192.168.1.20`. Any other is"
+        " refused (403 `host_not_allowed`), against DNS rebinding. Unused with a master key.",
+    )
+
+    @field_validator("allowed_hosts")
+    @classmethod
+    def _host_names(cls, value: list[str]) -> list[str]:
+        for name in value:
+            bracketed = name.startswith("[") and name.endswith("]")
+            if not name or any(c in name for c in "/@ ") or (":" in name and not bracketed):
+                raise ValueError(
+                    f"{name!r} is not a host name: write the name or address alone, without"
+                    " scheme or port (`gateway.lan`, `192.168.1.20`, `[fd00::1]`)"
+                )
+        return value
+
     @field_validator("cors_origins")
     @classmethod
     def _exact_origins(cls, value: list[str] | str | None) -> list[str] | str | None:
