@@ -226,7 +226,9 @@ async def test_an_rpm_limit_and_a_hard_budget_hold_across_replicas(
     assert len(spent_on) <= 3 and set(spent_on) == {0, 1}  # both replicas spent from it
     for replica in (a, b):  # and now both refuse it
         with pytest.raises(openai.RateLimitError, match="budget"):
-            await replica.client(spender).chat.completions.create(model="fake", messages=HELLO)
+            await replica.client(spender).chat.completions.create(
+                model="fake", messages=HELLO, max_tokens=USAGE["completion_tokens"]
+            )
 
 
 async def test_what_one_replica_recorded_of_a_cancelled_stream_the_other_reads(

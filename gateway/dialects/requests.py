@@ -167,7 +167,8 @@ def check_output_params(body: dict[str, Any]) -> None:
     """A chat body's parameters (`check_chat_params`), its output bounds and `n`, checked
     before anything is reserved or recorded: a reservation is computed from the bounds, so a
     negative, zero, fractional or absurd one would let a request through a budget it does not
-    fit (or widen a TPM window)."""
+    fit (or widen a TPM window), and two that disagree would leave it to the upstream which
+    one holds."""
     check_chat_params(body)
     for name in ("max_completion_tokens", "max_tokens"):
         value = body.get(name)
@@ -177,6 +178,16 @@ def check_output_params(body: dict[str, Any]) -> None:
                 f" {MAX_OUTPUT_TOKENS}, got {value!r:.40}.",
                 param=name,
             )
+    completion, tokens = body.get("max_completion_tokens"), body.get("max_tokens")
+    if completion is not None and tokens is not None and completion != tokens:
+        # Forwarded both, an upstream honours one of them, and which depends on the model:
+        # no reservation could know which, so neither is guessed.
+        raise InvalidRequest(
+            f"'max_completion_tokens' ({completion}) and 'max_tokens' ({tokens}) disagree:"
+            " send one output bound ('max_completion_tokens'; 'max_tokens' is its deprecated"
+            " name), or both with the same value.",
+            param="max_tokens",
+        )
     n = body.get("n")
     if n is not None and not (_whole(n) and 1 <= n <= MAX_CHOICES):
         raise InvalidRequest(

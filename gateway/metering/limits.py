@@ -21,12 +21,15 @@ from collections import deque
 from collections.abc import Awaitable, Callable
 from dataclasses import dataclass, field
 from datetime import UTC, datetime, timedelta
-from typing import Any, Literal
+from typing import TYPE_CHECKING, Any, Literal
 
 from pydantic import BaseModel, ConfigDict, Field
 
 from gateway import metrics
 from gateway.errors import GatewayError
+
+if TYPE_CHECKING:
+    from gateway.metering.request_tokens import PromptExtras
 
 WINDOW_S = 60.0
 
@@ -194,6 +197,9 @@ class Lease:
     cost: float
     headers: dict[str, str] = field(default_factory=dict)
     done: bool = False
+    # What the request sends besides its messages (tools, schemas): the meter adds it to an
+    # estimate of the prompt when the provider's count never came.
+    extras: PromptExtras | None = None
 
     def settle(self, cost: float | None, tokens: int | None) -> None:
         """The request ended: its real cost and tokens replace the estimates."""

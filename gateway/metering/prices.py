@@ -9,7 +9,8 @@ Where a deployment's price comes from, the first that has one:
    without importing litellm, which takes seconds, and without the network);
 
 else the deployment is *unpriced*, and says why (the built-in `demo` too, unless its config
-says `price: free`).
+says `price: free`). A price from the config or the file without `max_output_tokens` takes the
+model's from the map (`output_limit`): what a request without an output bound reserves.
 
 In the file and the map a model id is looked up as written; then with its provider's prefix
 added (`anthropic/`, `azure/`, `openai/`) or the prefix it has taken off (`gemini/x` -> `x`);
@@ -26,7 +27,7 @@ import importlib.util
 import math
 import re
 from collections.abc import Mapping, Sequence
-from dataclasses import dataclass
+from dataclasses import dataclass, replace
 from functools import cache
 from pathlib import Path
 from typing import TYPE_CHECKING, Any, Protocol
@@ -188,6 +189,29 @@ def _belongs(entry: Mapping[str, Any], provider: str | None, source: str) -> boo
     return any(named == p or named.startswith(p + "-") for p in allowed)
 
 
+def output_limit(model: str, provider: str) -> int | None:
+    """The model's largest answer in the bundled map (its `max_output_tokens`, else its
+    `max_tokens`, as litellm reads it), looked up as a price is; None when it has no entry."""
+    table = price_map()
+    for name, owner in candidates(model, provider):
+        entry = table.get(name)
+        if isinstance(entry, dict) and _belongs(entry, owner, "map"):
+            for field in (MAX_OUTPUT, "max_tokens"):
+                limit = entry.get(field)
+                if isinstance(limit, int) and not isinstance(limit, bool) and limit > 0:
+                    return limit
+    return None
+
+
+def _with_output_limit(price: Price, model: str, provider: str) -> Price:
+    """A price from the config or the price file without `max_output_tokens` takes the
+    model's from the bundled map: a request without an output bound reserves it."""
+    if price.max_output_tokens is not None:
+        return price
+    limit = output_limit(model, provider)
+    return price if limit is None else replace(price, max_output_tokens=limit)
+
+
 def lookup(
     model: str, provider: str, table: Mapping[str, Any], source: str = "map"
 ) -> Price | None:
@@ -221,12 +245,12 @@ def resolve(
     if override is not None:
         price = price_of_entry(override, "config", None)
         if price is not None:
-            return Resolved(price, "config")
+            return Resolved(_with_output_limit(price, model, provider), "config")
     tried = ", ".join(name for name, _ in candidates(model, provider))
     if file:
         price = lookup(model, provider, file, "file")
         if price is not None:
-            return Resolved(price, price.where)
+            return Resolved(_with_output_limit(price, model, provider), price.where)
     price = lookup(model, provider, price_map())
     if price is not None:
         return Resolved(price, price.where)

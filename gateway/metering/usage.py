@@ -125,6 +125,16 @@ def provider_counts(usage: dict[str, Any]) -> ProviderCounts:
     return ProviderCounts(prompt, completion, reasoning, cached, written - hour, hour)
 
 
+def _prompt_estimate(turn: TurnRecorder, attempt: Attempt) -> int:
+    """The attempt's prompt by tokenizer: its messages, and what the request sent besides them
+    (tool definitions, output schemas), by the rules of the deployment's provider."""
+    model = str(attempt.route.get("model"))
+    vendor = vendor_of(str(attempt.route.get("provider")), model)
+    prompt = count_messages(turn.prompt, vendor, model)
+    extras = turn.lease.extras if turn.lease is not None else None
+    return prompt + extras.tokens(vendor) if extras is not None else prompt
+
+
 def _generated_tokens(events: Iterable[StreamEvent]) -> tuple[int, int]:
     """(completion, reasoning) tokens of some received or delivered events, by tokenizer."""
     blocks = BlockAssembler.of(events).blocks()
@@ -288,10 +298,8 @@ class Meter:
             if usage is not None:
                 prompt, _, _, cached, write_5m, write_1h = provider_counts(usage)
             else:
-                model = str(attempt.route.get("model"))
-                vendor = vendor_of(str(attempt.route.get("provider")), model)
                 billed = received or outcome != "error"  # else refused before generating
-                prompt = count_messages(turn.prompt, vendor, model) if billed else 0
+                prompt = _prompt_estimate(turn, attempt) if billed else 0
                 cached = 0
             # Reasoning the provider hides (or only summarises) is in no event received: an
             # estimate of a turn that asked for it can only be a floor.

@@ -26,8 +26,8 @@ from gateway.metering.call_prices import Bill
 from gateway.metering.keys import Principal
 from gateway.metering.limits import Lease
 from gateway.metering.tokens import count_embedding_input
+from gateway.pipeline.admission import admit
 from gateway.pipeline.calls import meter_call
-from gateway.pipeline.turn import admit
 from gateway.routing.retry import RetryPlan
 from gateway.routing.router import Alias, Deployment
 

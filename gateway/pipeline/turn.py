@@ -24,25 +24,15 @@ from gateway.conversations.events import new_id
 from gateway.conversations.recorder import TurnRecorder
 from gateway.conversations.service import Joined
 from gateway.dialects.base import Dialect
-from gateway.dialects.requests import (
-    Shape,
-    check_output_params,
-    choices,
-    output_bound,
-)
+from gateway.dialects.requests import Shape
 from gateway.errors import InvalidRequest
 from gateway.metering.keys import Principal
-from gateway.metering.limits import Lease, Limiter, scopes_of
-from gateway.metering.prices import require_price
-from gateway.metering.tokens import count_embedding_input, tally_messages, vendor_of
+from gateway.pipeline.admission import admit
 from gateway.pipeline.relay import Relay
 from gateway.providers.params import ANTHROPIC_EXTRAS, PRIVATE, check_plan
 from gateway.routing.router import Deployment
 from gateway.scrub import REDACTED, scrub
 from gateway.tracing import TRACING, TurnTrace
-
-# The completion a request without max_tokens is assumed to take, for budget reservations.
-DEFAULT_COMPLETION_ESTIMATE = 1024
 
 
 @dataclass(slots=True)
@@ -173,6 +163,7 @@ async def _run_turn(
             "params": recorded_params(body),
             "headers": recorded_headers(request, gateway.conversations.session_headers),
         },
+        note=joined.note,
     )
     relay = Relay(
         gateway,
@@ -277,51 +268,3 @@ def _without_conversation_id(body: dict[str, Any]) -> dict[str, Any]:
     if rest:
         body["metadata"] = rest
     return body
-
-
-async def admit(
-    limiter: Limiter,
-    principal: Principal,
-    body: dict[str, Any],
-    plan: list[Deployment],
-    *,
-    embeddings: bool = False,
-) -> Lease:
-    """Rate limits and budgets, before any upstream call: a 400 for an output bound or `n` that
-    no reservation could honour, a 429 when a limit is reached.
-
-    A hard budget holds because each request reserves the most it may cost: its prompt
-    (estimated, images and other inputs by their provider's rules) and `n` times its output
-    bound, else the model's maximum output from the price map, at the priciest deployment of
-    its plan. The real cost replaces it when the turn ends. The TPM window takes the prompt and
-    `n` times the bound, else 1,024 tokens a choice, corrected likewise. An embeddings request
-    (`embeddings`) reserves its input alone."""
-    if not embeddings:
-        check_output_params(body)
-    scopes = scopes_of(
-        principal.key_limits, principal.team_limits, principal.key_id, principal.team_id
-    )
-    require_price(scopes, plan)  # 403 price_unknown: a hard budget cannot meter an unpriced one
-    if not any(s[2].tpm or s[2].budget for s in scopes):
-        return await limiter.admit(scopes, 0, 0.0)  # only counts: no estimate needed
-    if embeddings:
-        prompt = count_embedding_input(body.get("input"))
-        prices = [d.price for d in plan if d.price is not None]
-        return await limiter.admit(
-            scopes, prompt, max((p.cost(prompt, 0) for p in prices), default=0.0)
-        )
-    n = choices(body)
-    bound = output_bound(body)
-    prompt_of = tally_messages(body.get("messages") or []).tokens
-    # The TPM estimate: OpenAI's rules for what is not text (the tokens, not their price).
-    tokens = prompt_of("openai", None) + n * (bound or DEFAULT_COMPLETION_ESTIMATE)
-    cost = 0.0
-    for deployment in plan:
-        price = deployment.price
-        if price is None:
-            continue
-        model, provider = deployment.upstream_model, deployment.provider_name
-        prompt = prompt_of(vendor_of(provider, model), model)
-        most = bound or price.max_output_tokens or DEFAULT_COMPLETION_ESTIMATE
-        cost = max(cost, price.cost(prompt, n * most))
-    return await limiter.admit(scopes, tokens, cost)

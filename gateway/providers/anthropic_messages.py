@@ -94,8 +94,11 @@ _DATA_URL = re.compile(r"^data:(?P<media>[\w.+-]+/[\w.+-]+);base64,(?P<data>.*)$
 # -- requests ------------------------------------------------------------------------------------
 
 
-def to_anthropic_request(body: dict[str, Any], model: str, *, stream: bool) -> dict[str, Any]:
-    """An OpenAI Chat Completions body as a Messages body. OpenAI-only parameters are dropped."""
+def anthropic_max_tokens(body: dict[str, Any]) -> int:
+    """The `max_tokens` an OpenAI chat body is sent to Anthropic with: the client's bound,
+    raised to make room for a thinking budget the gateway added for its `reasoning_effort`,
+    else `DEFAULT_MAX_TOKENS` (plus the budget). A client's own Messages body, sent as it came,
+    has the same: the dialect copies its `max_tokens` and `thinking`, never guessed."""
     explicit = body.get("max_completion_tokens")
     if explicit is None:
         explicit = body.get("max_tokens")
@@ -108,6 +111,12 @@ def to_anthropic_request(body: dict[str, Any], model: str, *, stream: bool) -> d
         elif guessed:
             # The budget is ours, not the client's: the client's cap stays the answer's room.
             max_tokens = max(max_tokens, budget + min(max_tokens, ANSWER_ROOM))
+    return DEFAULT_MAX_TOKENS if max_tokens is None else max_tokens
+
+
+def to_anthropic_request(body: dict[str, Any], model: str, *, stream: bool) -> dict[str, Any]:
+    """An OpenAI Chat Completions body as a Messages body. OpenAI-only parameters are dropped."""
+    thinking, _ = _thinking(body)
     thinking_on = thinking is not None and thinking.get("type") in ("enabled", "adaptive")
 
     system, messages = _messages(body.get("messages") or [], thinking_on=thinking_on)
@@ -116,7 +125,7 @@ def to_anthropic_request(body: dict[str, Any], model: str, *, stream: bool) -> d
         out["system"] = system
     if thinking is not None:
         out["thinking"] = thinking
-    out["max_tokens"] = DEFAULT_MAX_TOKENS if max_tokens is None else max_tokens
+    out["max_tokens"] = anthropic_max_tokens(body)
 
     # Extended thinking accepts only the default temperature and a top_p of 0.95 or more.
     temperature = body.get("temperature")

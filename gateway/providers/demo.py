@@ -33,6 +33,10 @@ _ANSWER = (
     "to a real model; nothing else in your application has to change."
 )
 
+# The most `completion_tokens` an answer reports (a question is cut to 200 characters and an
+# ellipsis): what a budget reserves for one.
+MAX_ANSWER_TOKENS = (len(_ANSWER) + 201) // 4 + 1
+
 
 def _question(body: dict[str, Any]) -> str:
     for message in reversed(body.get("messages") or []):
