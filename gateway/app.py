@@ -15,6 +15,7 @@ from gateway.context import GATEWAY, Gateway
 from gateway.conversations.recovery import PeerWatch, recover_open_turns
 from gateway.conversations.service import Conversations
 from gateway.http.auth import authenticate
+from gateway.http.auth_failures import FAILED_KEYS, FailedKeys
 from gateway.http.conversations import CANCEL_BUS
 from gateway.http.cors import CORS, Cors
 from gateway.http.host_guard import HostGuard
@@ -88,6 +89,7 @@ def create_app(config: GatewayConfig, *, instance: str | None = None) -> web.App
         client_max_size=int(config.server.max_body_mb * 1024 * 1024),
     )
     app[GATEWAY] = gateway
+    app[FAILED_KEYS] = FailedKeys(config.auth.max_failures, config.auth.failure_window_s)
     if cors is not None:
         app[CORS] = cors
         app.on_response_prepare.append(cors.on_prepare)

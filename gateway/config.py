@@ -497,6 +497,17 @@ class AuthConfig(_Model):
         " applies once the store answers again. 0: a key whose cache expired gets 503.",
     )
 
+    max_failures: int = Field(
+        10,
+        ge=1,
+        description="Wrong API keys a client address may present in `failure_window_s`;"
+        " past them its wrong keys and the master key get 429 (with Retry-After) until the"
+        " window ends, while virtual keys still work. Each failure is logged and counted.",
+    )
+    failure_window_s: float = Field(
+        60, gt=0, description="The window `max_failures` is counted in, from the first failure."
+    )
+
     @field_validator("master_key")
     @classmethod
     def _long_enough(cls, value: str | None) -> str | None:

@@ -324,6 +324,12 @@ CONNECTIONS_REFUSED = Counter(
     "Client connections over server.max_connections: answered 503 (health probes served) and"
     " closed.",
 )
+AUTH_FAILURES = Counter(
+    "gateway_auth_failures_total",
+    "Wrong API keys presented, by outcome: refused (401) or rate_limited (429: the client"
+    " address is past auth.max_failures in auth.failure_window_s).",
+    ["outcome"],
+)
 STORE_QUEUE = Gauge(
     "gateway_store_queue_depth",
     "Writes waiting in memory for the store writer.",
@@ -354,6 +360,8 @@ STORE_WRITE_ERRORS = Counter(
 # start: a series that first appears at its first event, already at its value, is no increase
 # to Prometheus, so the first crash recovery or refused budget would never alert.
 TURNS.labels("aborted", "crash_recovered")
+for _outcome in ("refused", "rate_limited"):
+    AUTH_FAILURES.labels(_outcome)
 for _scope in ("key", "team"):
     LIMIT_REJECTIONS.labels("budget", _scope)
     BUDGET_WARNINGS.labels(_scope)

@@ -6,7 +6,8 @@ from aiohttp import web
 from aiohttp.typedefs import Handler
 
 from gateway.context import GATEWAY
-from gateway.errors import Forbidden
+from gateway.errors import Forbidden, Unauthorized
+from gateway.http.auth_failures import FAILED_KEYS, TooManyFailedKeys
 from gateway.http.cors import CORS
 from gateway.metering.keys import Principal
 
@@ -30,11 +31,30 @@ async def authenticate(request: web.Request, handler: Handler) -> web.StreamResp
         raise Forbidden(
             "Requests from another site's page are not accepted.", code="cross_site_request"
         )
-    principal = await request.app[GATEWAY].auth.principal(request.headers)
+    principal = await principal_of(request)
     if request.path.startswith(ADMIN_PREFIX) and not principal.is_admin:
         raise Forbidden("This endpoint needs the master key.")
     request[PRINCIPAL] = principal
     return await handler(request)
+
+
+async def principal_of(request: web.Request) -> Principal:
+    """Who the request's key says it is; a wrong key counted against its client's address
+    (gateway.http.auth_failures), and past the limit 429 for wrong keys and the master key."""
+    try:
+        principal = await request.app[GATEWAY].auth.principal(request.headers)
+    except Unauthorized as error:
+        failed_keys = request.app.get(FAILED_KEYS)
+        if failed_keys is not None and error.code == "invalid_api_key":
+            blocked = failed_keys.failed(request.remote or "")
+            if blocked:
+                raise TooManyFailedKeys(blocked) from None
+        raise
+    if principal.kind == "admin":  # the master key: no answer tells it right while blocked
+        failed_keys = request.app.get(FAILED_KEYS)
+        if failed_keys is not None and (blocked := failed_keys.blocked_for(request.remote or "")):
+            raise TooManyFailedKeys(blocked)
+    return principal
 
 
 def _allowed_origin(request: web.Request) -> bool:

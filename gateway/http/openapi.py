@@ -13,6 +13,9 @@ from aiohttp import web
 
 from gateway.context import GATEWAY
 from gateway.conversations.listing import SORTS
+from gateway.errors import Unauthorized
+from gateway.http.auth import principal_of
+from gateway.http.auth_failures import TooManyFailedKeys
 from gateway.http.openapi_schemas import Schema, components, ref
 
 JSON = "application/json"
@@ -702,9 +705,9 @@ def _page(types: tuple[str, ...]) -> Operation:
 
 
 def document(aliases: list[str]) -> dict[str, Any]:
-    """The document; `aliases` (the config's model aliases) are given as `model` examples."""
+    """The document; `aliases` (those the caller may use) are given as `model` examples."""
     schemas = components()
-    for name in (
+    for name in () if not aliases else (
         "ChatCompletionRequest",
         "MessagesRequest",
         "ResponsesRequest",
@@ -734,4 +737,12 @@ def document(aliases: list[str]) -> dict[str, Any]:
 
 
 async def openapi(request: web.Request) -> web.Response:
-    return web.json_response(document(list(request.app[GATEWAY].routes.aliases)))
+    """Public, but its `model` examples are the aliases the caller's key may use: none without
+    a valid key (an open gateway's caller is the admin, and sees them all)."""
+    try:
+        principal = await principal_of(request)
+    except (Unauthorized, TooManyFailedKeys):
+        principal = None
+    aliases = request.app[GATEWAY].routes.aliases
+    usable = [a for a in aliases if principal.may_use(a)] if principal is not None else []
+    return web.json_response(document(usable))

@@ -99,7 +99,43 @@ async def test_the_document_is_served_without_a_key(locked: GatewayUnderTest) ->
             served = await response.json()
         async with session.get(locked.url + "/v1/models") as response:
             assert response.status == 401  # the API itself still needs a key
-    assert served == document(["demo"])
+    assert served == document([])  # and no alias is named without one
+
+
+def model_examples(doc: dict[str, Any]) -> dict[str, list[str] | None]:
+    """The `model` examples of each request schema that has them."""
+    schemas = doc["components"]["schemas"]
+    names = ("ChatCompletionRequest", "MessagesRequest", "ResponsesRequest", "EmbeddingsRequest")
+    return {n: schemas[n]["properties"]["model"].get("examples") for n in names}
+
+
+async def test_the_document_names_only_the_aliases_the_key_may_use(
+    make_gateway: MakeGateway,
+) -> None:
+    demo = {"name": "demo", "deployments": [{"provider": "demo", "chunk_delay_ms": 0}]}
+    models = [demo, {**demo, "name": "secret-model"}, {**demo, "name": "other"}]
+    gw = await make_gateway(models, auth={"master_key": MASTER})
+    async with aiohttp.ClientSession() as session:
+
+        async def served(key: str | None) -> dict[str, list[str] | None]:
+            headers = {"Authorization": f"Bearer {key}"} if key else {}
+            async with session.get(gw.url + "/openapi.json", headers=headers) as response:
+                assert response.status == 200
+                return model_examples(await response.json())
+
+        async with session.post(
+            gw.url + "/v1/gateway/teams", json={"id": "t", "name": "T"}, headers=AUTH
+        ) as response:
+            assert response.status == 201
+        body = {"team_id": "t", "models": ["demo", "other"]}
+        async with session.post(gw.url + "/v1/gateway/keys", json=body, headers=AUTH) as r:
+            team_key = (await r.json())["key"]
+
+        everything = ["demo", "secret-model", "other"]
+        assert all(v == everything for v in (await served(MASTER)).values())
+        assert all(v == ["demo", "other"] for v in (await served(team_key)).values())
+        for nobody in (None, "not-the-master-key-0123456789", "gw-not-a-key"):
+            assert all(v is None for v in (await served(nobody)).values()), nobody
 
 
 async def test_examples_succeed_against_a_live_gateway(locked: GatewayUnderTest) -> None:
