@@ -44,7 +44,7 @@ def _complete_sse_text(payload: bytes) -> str:
 def _request(body: dict[str, object]) -> bytes:
     data = json.dumps(body).encode()
     return (
-        b"POST /v1/chat/completions HTTP/1.1\r\nHost: gw\r\nContent-Type: application/json\r\n"
+        b"POST /v1/chat/completions HTTP/1.1\r\nHost: [::1]\r\nContent-Type: application/json\r\n"
         + f"Content-Length: {len(data)}\r\n\r\n".encode()
         + data
     )

@@ -267,7 +267,7 @@ def test_the_recorded_answer_is_what_reached_the_client(
     path, body, conversation = request_for(dialect, harness, cut_id)
     data = json.dumps(body).encode()
     head = (
-        f"POST {path} HTTP/1.1\r\nHost: gw\r\nContent-Type: application/json\r\n"
+        f"POST {path} HTTP/1.1\r\nHost: localhost\r\nContent-Type: application/json\r\n"
         f"X-Conversation-Id: {conversation}\r\nContent-Length: {len(data)}\r\n\r\n"
     ).encode()
     sock = socket.create_connection(("127.0.0.1", harness.port), timeout=10)

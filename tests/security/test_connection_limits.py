@@ -67,7 +67,7 @@ class Connection:
         return cls(*await asyncio.open_connection("127.0.0.1", port))
 
     async def get(self, path: str) -> tuple[int, dict[str, str], bytes]:
-        self.writer.write(f"GET {path} HTTP/1.1\r\nHost: gateway\r\n\r\n".encode())
+        self.writer.write(f"GET {path} HTTP/1.1\r\nHost: localhost\r\n\r\n".encode())
         await self.writer.drain()
         async with asyncio.timeout(BOUND_S):
             head = await self.reader.readuntil(b"\r\n\r\n")

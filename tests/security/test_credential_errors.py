@@ -47,7 +47,7 @@ async def exchange(gw: GatewayUnderTest, raw: bytes) -> tuple[int, bytes]:
 
 
 def request(*headers: bytes, path: bytes = b"/v1/models") -> bytes:
-    lines = [b"GET " + path + b" HTTP/1.1", b"Host: gateway", *headers, b"Connection: close"]
+    lines = [b"GET " + path + b" HTTP/1.1", b"Host: localhost", *headers, b"Connection: close"]
     return b"\r\n".join(lines) + b"\r\n\r\n"
 
 

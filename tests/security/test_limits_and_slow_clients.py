@@ -152,7 +152,7 @@ async def test_a_chunked_body_over_the_limit_is_a_413_too(served: Served) -> Non
 async def test_a_declared_length_over_the_limit_is_refused_before_the_body(patient: Served) -> None:
     # Only the head is sent: the answer does not wait for 20 KB that never come.
     head = (
-        b"POST /v1/chat/completions HTTP/1.1\r\nHost: x\r\nContent-Type: application/json\r\n"
+        b"POST /v1/chat/completions HTTP/1.1\r\nHost: [::1]\r\nContent-Type: application/json\r\n"
         b"Content-Length: 20000\r\n\r\n"
     )
     reader, writer = await asyncio.open_connection(patient.host, patient.port)
@@ -169,7 +169,7 @@ async def test_a_declared_length_over_the_limit_is_refused_before_the_body(patie
 
 
 async def test_an_over_long_header_is_a_431(patient: Served) -> None:
-    raw = b"GET /health/live HTTP/1.1\r\nHost: x\r\nX-Big: " + b"a" * 9000 + b"\r\n\r\n"
+    raw = b"GET /health/live HTTP/1.1\r\nHost: localhost\r\nX-Big: " + b"a" * 9000 + b"\r\n\r\n"
     status, headers, body = parse(await exchange(patient, raw))
     assert status == 431
     assert headers["content-type"].startswith("application/json")
@@ -179,14 +179,14 @@ async def test_an_over_long_header_is_a_431(patient: Served) -> None:
 async def test_too_many_headers_is_a_431(patient: Served) -> None:
     fields = b"".join(b"X-H%d: v\r\n" % i for i in range(200))
     status, _, body = parse(
-        await exchange(patient, b"GET / HTTP/1.1\r\nHost: x\r\n" + fields + b"\r\n")
+        await exchange(patient, b"GET / HTTP/1.1\r\nHost: localhost\r\n" + fields + b"\r\n")
     )
     assert status == 431
     assert_openai_error(body, "header_too_large")
 
 
 async def test_an_over_long_request_line_is_a_414(patient: Served) -> None:
-    raw = b"GET /v1/models?q=" + b"a" * 9000 + b" HTTP/1.1\r\nHost: x\r\n\r\n"
+    raw = b"GET /v1/models?q=" + b"a" * 9000 + b" HTTP/1.1\r\nHost: localhost\r\n\r\n"
     status, _, body = parse(await exchange(patient, raw))
     assert status == 414
     assert_openai_error(body, "uri_too_long")
@@ -196,9 +196,9 @@ async def test_an_over_long_request_line_is_a_414(patient: Served) -> None:
     "raw",
     [
         b"\x16\x03\x01\x02\x00\x01\x00\x01\xfc\x03\x03\r\n\r\n",  # TLS on the HTTP port
-        b"GET /health/live HTTP/9.9\r\nHost: x\r\n\r\n",
-        b"POST /v1/chat/completions HTTP/1.1\r\nHost: x\r\nContent-Length: abc\r\n\r\n",
-        b"GET /health/live HTTP/1.1\r\nHost: x\r\nBad Header\r\n\r\n",
+        b"GET /health/live HTTP/9.9\r\nHost: localhost\r\n\r\n",
+        b"POST /v1/chat/completions HTTP/1.1\r\nHost: localhost\r\nContent-Length: abc\r\n\r\n",
+        b"GET /health/live HTTP/1.1\r\nHost: localhost\r\nBad Header\r\n\r\n",
     ],
 )
 async def test_a_malformed_request_is_a_400_openai_error(patient: Served, raw: bytes) -> None:
@@ -243,7 +243,7 @@ async def closed_after(served: Served, prefix: bytes, slow: bytes) -> tuple[floa
 
 
 async def test_a_slowloris_head_is_cut_off_with_a_408(served: Served) -> None:
-    head = b"POST /v1/chat/completions HTTP/1.1\r\nHost: x\r\nX-Slow: " + b"a" * 500
+    head = b"POST /v1/chat/completions HTTP/1.1\r\nHost: localhost\r\nX-Slow: " + b"a" * 500
     elapsed, said = await closed_after(served, b"", head)
     assert TIMEOUT_S * 0.9 <= elapsed <= BOUND_S
     status, headers, body = parse(said)
@@ -257,7 +257,7 @@ async def test_a_client_cut_off_while_still_sending_reads_its_408_whole(served: 
     the 408 before the client reads it (seen in a full run whose loop paused)."""
     reader, writer = await asyncio.open_connection(served.host, served.port)
     try:
-        writer.write(b"POST /v1/chat/completions HTTP/1.1\r\nHost: x\r\nX-Slow: a")
+        writer.write(b"POST /v1/chat/completions HTTP/1.1\r\nHost: localhost\r\nX-Slow: a")
         async with asyncio.timeout(BOUND_S):
             said = await reader.read()  # the 408, then the end of what the gateway sends
         # The client goes on sending, more than any socket buffer holds: only a peer that still
@@ -279,7 +279,7 @@ async def test_a_connection_that_sends_nothing_is_closed(served: Served) -> None
 
 
 async def test_a_slow_head_on_a_kept_alive_connection_is_cut_off_too(served: Served) -> None:
-    first = b"GET /health/live HTTP/1.1\r\nHost: x\r\n\r\n"
+    first = b"GET /health/live HTTP/1.1\r\nHost: localhost\r\n\r\n"
     reader, writer = await asyncio.open_connection(served.host, served.port)
     writer.write(first)
     async with asyncio.timeout(BOUND_S):
@@ -299,7 +299,7 @@ async def test_a_slow_head_on_a_kept_alive_connection_is_cut_off_too(served: Ser
 async def test_a_slow_body_is_a_408_and_the_connection_closed(served: Served) -> None:
     body = json.dumps(CHAT).encode()
     head = (
-        b"POST /v1/chat/completions HTTP/1.1\r\nHost: x\r\nContent-Type: application/json\r\n"
+        b"POST /v1/chat/completions HTTP/1.1\r\nHost: [::1]\r\nContent-Type: application/json\r\n"
         b"Content-Length: %d\r\n\r\n" % len(body)
     )
     elapsed, said = await closed_after(served, head, body)
