@@ -187,6 +187,18 @@ async def _serve(loaded: LoadedConfig, host: str, port: int, reuse_port: bool = 
     await runner.cleanup()  # idle connections closed; then the store flushed and closed
 
 
+async def _connect(loaded: LoadedConfig) -> int:
+    from gateway.connect_check import check
+
+    reached = await check(loaded.config)
+    for one in reached:
+        if one.error is None:
+            print(f"reached {one.what}: {one.where}")
+        else:
+            print(f"cannot reach {one.what} ({one.where}): {one.error}", file=sys.stderr)
+    return 1 if any(one.error is not None for one in reached) else 0
+
+
 def _print_table(table: list[tuple[str, ...]], numbers: range) -> None:
     """Columns padded to their widest cell; those in `numbers` right-aligned."""
     widths = [max(len(row[i]) for row in table) for i in range(len(table[0]))]
@@ -578,6 +590,12 @@ def _main(argv: list[str] | None) -> int:
     check.add_argument(
         "--config", help="Config file (default: $GATEWAY_CONFIG or config/gateway.yaml)."
     )
+    check.add_argument(
+        "--connect",
+        action="store_true",
+        help="Also reach the store, Redis, each upstream's host and the trace collector"
+        " (exit 1 if one cannot be reached).",
+    )
     prices = sub.add_parser(
         "prices", help="Each alias and deployment with its price and where it came from."
     )
@@ -611,7 +629,7 @@ def _main(argv: list[str] | None) -> int:
         print(f"{loaded.path}: OK ({len(loaded.config.models)} model aliases: {names})")
         for line in _unpriced(loaded):
             print(line)
-        return 0
+        return asyncio.run(_connect(loaded)) if args.connect else 0
     if args.command == "prices":
         return _prices(loaded)
     host = args.host or loaded.config.server.host

@@ -91,6 +91,37 @@ def test_check_config_rejects_unusable_urls_by_file_and_field(
     assert "Traceback" not in result.stderr
 
 
+def test_check_config_connect_reaches_what_the_config_names(tmp_path: Path) -> None:
+    closed = free_port()  # nothing listens there
+    with socket.socket() as upstream:
+        upstream.bind(("127.0.0.1", 0))
+        upstream.listen()
+        config = tmp_path / "gw.yaml"
+        config.write_text(
+            f"store: {{url: 'sqlite:///{tmp_path}/gw.db'}}\n"
+            f"limits: {{redis_url: 'redis://:hunter2-secret@127.0.0.1:{closed}/0'}}\n"
+            "models: [{name: x, deployments: [{provider: openai, api_base:"
+            f" 'http://127.0.0.1:{upstream.getsockname()[1]}/v1', api_key: sk-not-sent}}]}}]\n"
+        )
+        result = subprocess.run(
+            [*GATEWAY, "check-config", "--config", str(config), "--connect"],
+            capture_output=True,
+            text=True,
+            timeout=60,
+        )
+    assert result.returncode == 1, result.stdout + result.stderr
+    assert f"reached store.url: {tmp_path}/gw.db" in result.stdout
+    assert "reached models[0].deployments[0].api_base: 127.0.0.1:" in result.stdout
+    assert f"cannot reach limits.redis_url (redis://***@127.0.0.1:{closed}/0): " in result.stderr
+    assert "hunter2" not in result.stdout + result.stderr
+    assert not (tmp_path / "gw.db").exists()  # checked, not created
+    # Without --connect nothing is reached: the same file is valid.
+    quiet = subprocess.run(
+        [*GATEWAY, "check-config", "--config", str(config)], capture_output=True, text=True
+    )
+    assert quiet.returncode == 0 and "reached" not in quiet.stdout
+
+
 @pytest.mark.parametrize("cause", ["newer schema", "spool not a directory"])
 def test_a_fatal_start_error_is_one_json_line_when_logs_are_json(
     tmp_path: Path, cause: str
