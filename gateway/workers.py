@@ -40,7 +40,7 @@ def supervise(
     count: int, host: str, port: int, config: str | None, *, share_limits: bool = True
 ) -> int:
     if port == 0:
-        print("error: --workers needs a fixed port (server.port or --port)", file=sys.stderr)
+        log.critical("cannot start: --workers needs a fixed port (server.port or --port)")
         return 2
     from gateway.config import load_config
 

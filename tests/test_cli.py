@@ -122,7 +122,7 @@ def test_check_config_connect_reaches_what_the_config_names(tmp_path: Path) -> N
     assert quiet.returncode == 0 and "reached" not in quiet.stdout
 
 
-@pytest.mark.parametrize("cause", ["newer schema", "spool not a directory"])
+@pytest.mark.parametrize("cause", ["newer schema", "spool not a directory", "workers on port 0"])
 def test_a_fatal_start_error_is_one_json_line_when_logs_are_json(
     tmp_path: Path, cause: str
 ) -> None:
@@ -135,23 +135,26 @@ def test_a_fatal_start_error_is_one_json_line_when_logs_are_json(
             )
             connection.execute("INSERT INTO schema_migrations VALUES (999, 'future', 0)")
         expected = "newer than this gateway knows"
-    else:
+    elif cause == "spool not a directory":
         spool = tmp_path / "a-file"
         spool.write_text("")
         expected = str(spool)
+    else:
+        expected = "--workers needs a fixed port"
     config = tmp_path / "gw.yaml"
     config.write_text(
         f"store: {{url: 'sqlite:///{db}', spool_path: '{spool}'}}\n"
         "logging: {format: json}\n"
         "models: [{name: demo, deployments: [{provider: demo}]}]\n"
     )
+    workers = ["--workers", "2"] if cause == "workers on port 0" else []
     result = subprocess.run(
-        [*GATEWAY, "serve", "--config", str(config), "--port", "0"],
+        [*GATEWAY, "serve", "--config", str(config), "--port", "0", *workers],
         capture_output=True,
         text=True,
         timeout=60,
     )
-    assert result.returncode == 1
+    assert result.returncode == (2 if workers else 1)
     records = [json.loads(line) for line in result.stderr.splitlines()]  # every line is JSON
     fatal = [r for r in records if r["level"] == "CRITICAL"]
     assert len(fatal) == 1, result.stderr
