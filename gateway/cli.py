@@ -51,6 +51,21 @@ def _one_line(exc: BaseException) -> str:
     return f"{type(exc).__name__}: {text}" if text else type(exc).__name__
 
 
+def _asks_for_json_logs(path: str | None) -> bool:
+    """Whether a config that failed validation still says `logging.format: json` (read as
+    plain YAML; any doubt is no)."""
+    import yaml
+
+    from gateway.config import DEFAULT_CONFIG_PATH
+
+    try:
+        file = Path(path or os.environ.get("GATEWAY_CONFIG") or DEFAULT_CONFIG_PATH)
+        raw = yaml.safe_load(file.read_text(encoding="utf-8"))
+        return bool(raw["logging"]["format"] == "json")
+    except Exception:
+        return False
+
+
 def _load(path: str | None) -> LoadedConfig:
     from gateway.config import load_config
 
@@ -612,6 +627,13 @@ def _main(argv: list[str] | None) -> int:
     try:
         loaded = _load(args.config)
     except ConfigError as exc:
+        if args.command == "serve" and _asks_for_json_logs(args.config):
+            # A log collector reads this process's stderr: one JSON record, not lines of text.
+            from gateway.config import LoggingConfig
+
+            logs.configure(LoggingConfig(format="json"))
+            log.critical("cannot start: config error: %s", "; ".join(str(exc).splitlines()))
+            return 2
         logs.configure(None)
         print(f"config error:\n{exc}", file=sys.stderr)
         return 2

@@ -91,6 +91,24 @@ def test_check_config_rejects_unusable_urls_by_file_and_field(
     assert "Traceback" not in result.stderr
 
 
+def test_serve_with_json_logs_says_a_config_error_in_one_json_line(tmp_path: Path) -> None:
+    config = tmp_path / "gw.yaml"
+    config.write_text(
+        "logging: {format: json}\nlimits: {redis_url: 'http://redis:6379'}\nserver: {port: 99999}\n"
+    )
+    result = subprocess.run(
+        [*GATEWAY, "serve", "--config", str(config)], capture_output=True, text=True, timeout=60
+    )
+    assert result.returncode == 2
+    [record] = [json.loads(line) for line in result.stderr.splitlines()]
+    assert record["level"] == "CRITICAL"
+    assert record["message"] == (
+        f"cannot start: config error: {config}: server.port: Input should be less than or"
+        f" equal to 65535; {config}: limits.redis_url: Value error, the URL must start with"
+        " one of redis://, rediss://, unix:// (e.g. redis://host:6379/0)"
+    )
+
+
 def test_check_config_connect_reaches_what_the_config_names(tmp_path: Path) -> None:
     closed = free_port()  # nothing listens there
     with socket.socket() as upstream:
