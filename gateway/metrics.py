@@ -299,13 +299,22 @@ RETRIES = Counter(
 TOKENS = Counter(
     "gateway_tokens_total",
     "Tokens by alias, deployment, kind (prompt, completion generated, delivered, reasoning,"
-    " cached) and source (provider's count or estimated).",
+    " cached) and source (the usage row's usage_source).",
     ["alias", "deployment", "kind", "source"],
 )
 COST = Counter(
     "gateway_cost_usd_total",
     "Cost in USD by alias and deployment, from the deployment's price.",
     ["alias", "deployment"],
+)
+
+
+USAGE_CLAMPED = Counter(
+    "gateway_usage_clamped_total",
+    "Token counts a provider reported wrong (negative, not a number, absurd), by deployment"
+    " and usage field: each replaced by the gateway's estimate, its row flagged"
+    " `usage_source: provider_clamped`.",
+    ["deployment", "field"],
 )
 
 

@@ -206,6 +206,8 @@ class Lease:
         if self.done:
             return
         self.done = True
+        if cost is not None and not cost > 0:  # nothing, negative or NaN: no refund
+            cost = 0.0
         self.limiter._settle(self, cost, tokens)
 
     def release(self) -> None:

@@ -64,13 +64,14 @@ class UsageStore:
         self._store.write("usage" if record.endpoint is None else "call", record.row())
 
     async def spent(self, kind: str, ident: str, since: float) -> float:
-        """USD recorded for a key or team since a time (what a budget has used)."""
+        """USD recorded for a key or team since a time (what a budget has used). A row of
+        negative cost, whoever wrote it, never gives a budget back what it spent."""
         column = "key_id" if kind == "key" else "team_id"
 
         async def op(db: Db) -> float:
             value = await db.fetchval(
                 f"SELECT COALESCE(SUM(cost_usd), 0) FROM usage WHERE {column} = ?"
-                " AND created_at >= ?",
+                " AND created_at >= ? AND cost_usd > 0",
                 ident,
                 since,
             )

@@ -67,11 +67,27 @@ class UsageRecord:
         return dict(self.__dict__)  # flat fields: asdict's deep copy costs 20x more
 
 
-_SOURCES = ("provider", "estimated", "estimated_lower_bound")  # from most exact to least
+# From the most exact to the least: `provider_clamped` is the provider's count with the parts
+# it got wrong (negative, not a number, absurd) replaced by the gateway's estimate.
+_SOURCES = ("provider", "provider_clamped", "estimated", "estimated_lower_bound")
+CLAMPED = "provider_clamped"
+
+# A count no request comes near (the largest context windows hold 10 million tokens): a
+# provider reporting more has it wrong.
+MAX_REPORTED_TOKENS = 100_000_000
+_WRONG = -1
 
 
-def _int(value: Any) -> int:
-    return value if isinstance(value, int) and not isinstance(value, bool) else 0
+def _count(value: Any) -> int:
+    """A count as a provider reported it: 0 when absent, `_WRONG` when it is no count (negative,
+    not a whole number, past `MAX_REPORTED_TOKENS`)."""
+    if type(value) is int:  # never a bool: its type is bool
+        return value if 0 <= value <= MAX_REPORTED_TOKENS else _WRONG
+    if value is None:
+        return 0
+    if type(value) is float and value.is_integer() and 0 <= value <= MAX_REPORTED_TOKENS:
+        return int(value)
+    return _WRONG
 
 
 class ProviderCounts(NamedTuple):
@@ -83,14 +99,48 @@ class ProviderCounts(NamedTuple):
     cache_write_1h: int
 
 
+class CheckedCounts(NamedTuple):
+    counts: ProviderCounts  # each wrong count as 0
+    wrong: tuple[str, ...]  # the fields the provider got wrong, by name (`_FIELDS`)
+    prompt_wrong: bool  # the prompt count cannot be trusted
+    completion_wrong: bool  # nor the completion's
+
+
 def _details(usage: dict[str, Any], name: str) -> dict[str, Any]:
     value = usage.get(name)
     return value if isinstance(value, dict) else {}
 
 
+# The fields `checked_counts` reads, in its order; `provider_usage.` is the provider's own
+# report as an adapter translated it (Anthropic's, the Responses API's).
+_FIELDS = (
+    "prompt_tokens",
+    "completion_tokens",
+    "completion_tokens_details.reasoning_tokens",
+    "prompt_tokens_details.cached_tokens",
+    "cache_read_input_tokens",
+    "provider_usage.cache_creation_input_tokens",
+    "cache_creation_input_tokens",
+    "prompt_tokens_details.cache_creation_tokens",
+    "cache_creation.ephemeral_1h_input_tokens",
+    "cache_creation.ephemeral_5m_input_tokens",
+    "total_tokens",
+    "provider_usage.input_tokens",
+    "provider_usage.output_tokens",
+)
+_PROMPT_FIELDS = frozenset(("prompt_tokens", "provider_usage.input_tokens"))
+_COMPLETION_FIELDS = frozenset(("completion_tokens", "provider_usage.output_tokens"))
+
+
 def provider_counts(usage: dict[str, Any]) -> ProviderCounts:
+    """A provider's usage as the counts each price applies to (`checked_counts`)."""
+    return checked_counts(usage).counts
+
+
+def checked_counts(usage: dict[str, Any]) -> CheckedCounts:
     """A provider's usage (in OpenAI's names, the provider's own under `provider_usage`) as the
-    counts each price applies to.
+    counts each price applies to, and which of them the provider got wrong: a provider's report
+    is input like any other, and a negative or absurd count must not bill, or refund, anyone.
 
     - Cache reads: OpenAI's `prompt_tokens_details.cached_tokens` (Anthropic's
       `cache_read_input_tokens` arrive there too).
@@ -101,28 +151,49 @@ def provider_counts(usage: dict[str, Any]) -> ProviderCounts:
     - Reasoning is output, inside `completion_tokens` as OpenAI counts it; a provider that counts
       it beside them (reasoning more than the completion, or a total that adds it) has it added.
     """
-    prompt = _int(usage.get("prompt_tokens"))
-    completion = _int(usage.get("completion_tokens"))
-    reasoning = _int(_details(usage, "completion_tokens_details").get("reasoning_tokens"))
     prompt_details = _details(usage, "prompt_tokens_details")
-    cached = _int(prompt_details.get("cached_tokens")) or _int(usage.get("cache_read_input_tokens"))
-    raw = _details(usage, "provider_usage") or usage
-    written = (
-        _int(raw.get("cache_creation_input_tokens"))
-        or _int(usage.get("cache_creation_input_tokens"))
-        or _int(prompt_details.get("cache_creation_tokens"))
-    )
+    provider = _details(usage, "provider_usage")
+    raw = provider or usage
     split = _details(raw, "cache_creation") or _details(
         prompt_details, "cache_creation_token_details"
     )
-    hour = _int(split.get("ephemeral_1h_input_tokens"))
-    written = max(written, hour + _int(split.get("ephemeral_5m_input_tokens")))
+    values: tuple[int, ...] = (
+        _count(usage.get("prompt_tokens")),
+        _count(usage.get("completion_tokens")),
+        _count(_details(usage, "completion_tokens_details").get("reasoning_tokens")),
+        _count(prompt_details.get("cached_tokens")),
+        _count(usage.get("cache_read_input_tokens")),
+        _count(provider.get("cache_creation_input_tokens")),
+        _count(usage.get("cache_creation_input_tokens")),
+        _count(prompt_details.get("cache_creation_tokens")),
+        _count(split.get("ephemeral_1h_input_tokens")),
+        _count(split.get("ephemeral_5m_input_tokens")),
+        _count(usage.get("total_tokens")),
+        _count(provider.get("input_tokens")),
+        _count(provider.get("output_tokens")),
+    )
+    wrong: tuple[str, ...] = ()
+    if min(values) < 0:
+        wrong = tuple(name for name, value in zip(_FIELDS, values, strict=True) if value < 0)
+        values = tuple(max(0, value) for value in values)
+    prompt, completion, reasoning, cached, read, written, top, details, hour, five, total = values[
+        :11
+    ]
+    cached = cached or read
+    written = max(written or top or details, hour + five)
     hour = min(hour, written)
     prompt = max(prompt, cached + written)
-    total = usage.get("total_tokens")
     if reasoning and (reasoning > completion or total == prompt + completion + reasoning):
         completion += reasoning
-    return ProviderCounts(prompt, completion, reasoning, cached, written - hour, hour)
+    counts = ProviderCounts(prompt, completion, reasoning, cached, written - hour, hour)
+    if not wrong:
+        return CheckedCounts(counts, wrong, False, False)
+    return CheckedCounts(
+        counts,
+        wrong,
+        not _PROMPT_FIELDS.isdisjoint(wrong),
+        not _COMPLETION_FIELDS.isdisjoint(wrong),
+    )
 
 
 def _prompt_estimate(turn: TurnRecorder, attempt: Attempt) -> int:
@@ -223,16 +294,27 @@ class Meter:
         route, usage = attempt["route"], attempt["usage"]
         delivered = _tokens_of(_delivered_content(checkpoint["message"], attempt["number"]))
         write_5m = write_1h = 0
+        deployment = str(route.get("deployment"))
+        estimated_prompt = attempt.get("prompt_tokens") or 0
         if usage is not None and "partial" not in usage:
             source = "provider"
-            prompt, completion, reasoning, cached, write_5m, write_1h = provider_counts(usage)
+            checked = self._checked(usage, deployment)
+            prompt, completion, reasoning, cached, write_5m, write_1h = checked.counts
+            if checked.wrong:
+                source = CLAMPED
+                if checked.prompt_wrong:
+                    prompt = max(prompt, estimated_prompt)
+                if checked.completion_wrong:
+                    completion = max(completion, delivered[0])
         else:
             completion, reasoning = delivered
-            prompt, cached = attempt.get("prompt_tokens") or 0, 0
+            prompt, cached = estimated_prompt, 0
             if usage is not None:
-                prompt, _, _, cached, write_5m, write_1h = provider_counts(usage)
+                checked = self._checked(usage, deployment)
+                prompt, _, _, cached, write_5m, write_1h = checked.counts
+                if checked.prompt_wrong:
+                    prompt = max(prompt, estimated_prompt)
             source = "estimated_lower_bound"
-        deployment = str(route.get("deployment"))
         price = self._price_of(deployment, str(route.get("model")))
         cost = price.cost(prompt, completion, cached, write_5m, write_1h) if price else None
         return UsageRecord(
@@ -286,17 +368,31 @@ class Meter:
     def _attempt(self, turn: TurnRecorder, attempt: Attempt) -> UsageRecord:
         usage = attempt.usage
         outcome = attempt.outcome or "error"
+        deployment = str(attempt.route.get("deployment"))
         write_5m = write_1h = 0
         if usage is not None and "partial" not in usage:
             source = "provider"
-            prompt, completion, reasoning, cached, write_5m, write_1h = provider_counts(usage)
+            checked = self._checked(usage, deployment)
+            prompt, completion, reasoning, cached, write_5m, write_1h = checked.counts
+            if checked.wrong:
+                # What the provider got wrong is estimated, as if it had never said it.
+                source = CLAMPED
+                if checked.prompt_wrong:
+                    prompt = max(prompt, _prompt_estimate(turn, attempt))
+                if checked.completion_wrong:
+                    generated = _generated_tokens(attempt.log.events(attempt.log.count))
+                    completion = max(completion, generated[0])
+                    reasoning = min(reasoning, completion)
         else:
             # The provider's whole count never came (a cancel, a cut stream): keep what it did
             # say (Anthropic's input and cache counts come first), estimate the rest.
             received = attempt.log.count
             completion, reasoning = _generated_tokens(attempt.log.events(received))
             if usage is not None:
-                prompt, _, _, cached, write_5m, write_1h = provider_counts(usage)
+                checked = self._checked(usage, deployment)
+                prompt, _, _, cached, write_5m, write_1h = checked.counts
+                if checked.prompt_wrong:
+                    prompt = max(prompt, _prompt_estimate(turn, attempt))
             else:
                 billed = received or outcome != "error"  # else refused before generating
                 prompt = _prompt_estimate(turn, attempt) if billed else 0
@@ -310,7 +406,6 @@ class Meter:
             delivered = _generated_tokens(attempt.log.events(attempt.delivered))[0]
         else:
             delivered = 0
-        deployment = str(attempt.route.get("deployment"))
         price = self._price_of(deployment, str(attempt.route.get("model")))
         cost = (
             price.cost(prompt, completion, cached, write_5m, write_1h)
@@ -345,6 +440,14 @@ class Meter:
             cache_write_5m_tokens=write_5m,
             cache_write_1h_tokens=write_1h,
         )
+
+    @staticmethod
+    def _checked(usage: dict[str, Any], deployment: str) -> CheckedCounts:
+        """The provider's counts, each one it got wrong counted by field and deployment."""
+        checked = checked_counts(usage)
+        for name in checked.wrong:
+            metrics.USAGE_CLAMPED.labels(deployment, name).inc()
+        return checked
 
     def call(self, record: UsageRecord) -> None:
         """Write and count the usage row of an API call that is no turn
