@@ -14,6 +14,8 @@ import pytest
 from aiohttp import web
 from aiohttp.test_utils import TestServer
 
+from gateway.metering.prices import Price
+from gateway.metering.usage import Meter, UsageRecord, checked_counts
 from gateway.metrics import REGISTRY
 from tests.conftest import GatewayUnderTest, MakeGateway
 from tests.fakes import DONE, FakeUpstream, chunk, sse
@@ -206,3 +208,49 @@ async def test_wrong_usage_on_the_anthropic_wire_is_clamped_too(
     assert 0 < prompt < 1000 and 0 < completion <= 50 and cost > 0
     held = gw.gateway.limiter.held("team", "t")
     assert (held.in_flight, held.reserved) == (0, 0.0)
+
+
+def test_a_turn_closed_from_its_checkpoint_clamps_the_same() -> None:
+    """A turn a dead process left is metered from its checkpoint: a wrong count there is
+    clamped and flagged as at a turn's own end."""
+    rows: list[UsageRecord] = []
+    price = Price(input=INPUT, output=OUTPUT)
+    meter = Meter(lambda deployment, model: price, rows.append)
+    before = clamped("prompt_tokens")
+    attempt = {
+        "number": 1,
+        "route": {"provider": "openai", "deployment": "fake/0-openai", "model": "fake-model"},
+        "outcome": "completed",
+        "usage": {"prompt_tokens": -5_000_000, "completion_tokens": 4},
+        "first_token_ms": 1.0,
+        "duration_ms": 2.0,
+        "prompt_tokens": 12,  # the tokenizer's count, kept with the checkpoint
+    }
+    checkpoint = {"message": None, "attempts": [attempt], "team_id": "t", "key_id": "k",
+                  "user": None, "alias": "fake"}  # fmt: skip
+    totals = meter.recovered("turn_1", "conv_1", checkpoint)
+    [row] = rows
+    assert (row.prompt_tokens, row.completion_tokens) == (12, 4)
+    assert row.usage_source == totals["usage_source"] == "provider_clamped"
+    assert row.cost_usd == pytest.approx(12 * INPUT + 4 * OUTPUT)
+    assert clamped("prompt_tokens") == before + 1
+
+
+@pytest.mark.parametrize(
+    ("usage", "wrong"),
+    [
+        ({"prompt_tokens": 10, "completion_tokens": 5}, ()),
+        ({"prompt_tokens": 10.0, "completion_tokens": 5}, ()),  # a whole number, as a float
+        ({"prompt_tokens": 10, "completion_tokens": True}, ("completion_tokens",)),
+        ({"prompt_tokens": float("nan"), "completion_tokens": 5}, ("prompt_tokens",)),
+        ({"prompt_tokens": 10, "completion_tokens": 5.5}, ("completion_tokens",)),
+        (
+            {"prompt_tokens": 10, "prompt_tokens_details": {"cached_tokens": -8}},
+            ("prompt_tokens_details.cached_tokens",),
+        ),
+    ],
+)
+def test_what_counts_as_a_count(usage: dict[str, Any], wrong: tuple[str, ...]) -> None:
+    checked = checked_counts(usage)
+    assert checked.wrong == wrong
+    assert min(checked.counts) >= 0
