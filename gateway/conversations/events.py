@@ -17,6 +17,9 @@ TURN_END = "turn/end"
 # What the client says it showed of an interrupted answer: applied wherever history is derived
 # (docs/recording.md, "What the user saw"); not a surface event itself.
 ASSISTANT_TRUNCATE = "assistant/truncate"
+# What the gateway noted about where a turn was recorded (`thread_ambiguous`: threading could not
+# tell which conversation the request continued); first in its turn, not a surface event.
+CONVERSATION_NOTE = "conversation/note"
 
 # Only these make up model history.
 SURFACE_TYPES = frozenset({USER_MESSAGE, TOOL_RESULT, ASSISTANT_MESSAGE})

@@ -25,6 +25,7 @@ from gateway.conversations.derive import assistant_message
 from gateway.conversations.events import (
     ASSISTANT_ATTEMPT,
     ASSISTANT_MESSAGE,
+    CONVERSATION_NOTE,
     REQUEST_ERROR,
     TOOL_RESULT,
     TURN_END,
@@ -286,6 +287,7 @@ class TurnRecorder:
         new_conversation: Conversation | None,
         new_messages: list[dict[str, Any]],
         request: dict[str, Any],
+        note: dict[str, Any] | None = None,
     ) -> None:
         if new_conversation is not None:
             self.store.create_conversation(new_conversation)
@@ -299,6 +301,8 @@ class TurnRecorder:
                 key_id=self.key_id,
             )
         )
+        if note is not None:
+            self._append(CONVERSATION_NOTE, note)
         for message in new_messages:
             kind, payload = _input_event(message)
             self._append(kind, payload)

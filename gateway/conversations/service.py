@@ -40,6 +40,23 @@ class Joined:
     # of `keyed`, the request's messages), for the turn's end fingerprint to make no second time.
     prior_keys: list[tuple[Any, ...]] | None = None
     keyed: list[dict[str, Any]] | None = None
+    # A note recorded with the turn, before its input (`conversation/note`): why threading
+    # started a new conversation rather than continue one.
+    note: dict[str, Any] | None = None
+
+
+@dataclass(frozen=True)
+class _Threaded:
+    """What threading found for a request (`Conversations._threaded`)."""
+
+    # The conversation the request's history continues, if one does.
+    existing: Conversation | None = None
+    # How many of the request's history messages that conversation is, when it is exactly
+    # as the matching turn ended it (`Store.ends_at`): what follows them is new.
+    continued: int | None = None
+    keys: list[tuple[Any, ...]] | None = None
+    # The conversations the history matches when it cannot tell which one it continues.
+    ambiguous: list[str] | None = None
 
 
 def _check_id(requested_id: str, where: str = "X-Conversation-Id") -> None:
@@ -170,26 +187,42 @@ class Conversations:
                 return Joined(*self._new(requested_id, principal), history)
             self._check(existing, principal)
         else:
-            existing, continued, keys = await self._threaded(messages, principal, user)
+            threaded = await self._threaded(messages, principal, user)
+            existing, keys = threaded.existing, threaded.keys
             if existing is None:
                 new = self._new(new_id("conv"), principal)
-                return Joined(*new, history, prior_keys=keys, keyed=messages)
-            if continued is not None and not restore_thinking:
-                continues = history[continued:]
+                note = None
+                if threaded.ambiguous:
+                    note = {"note": "thread_ambiguous", "candidates": threaded.ambiguous}
+                return Joined(*new, history, prior_keys=keys, keyed=messages, note=note)
+            if threaded.continued is not None and not restore_thinking:
+                continues = history[threaded.continued :]
                 return Joined(existing.id, None, continues, prior_keys=keys, keyed=messages)
         path = await self._settled_path(existing.id, within_s=2.0)
         match = match_history(path, messages, repair=self.repair_interrupted)
         if match.branch_at is None:
             return Joined(existing.id, None, match.new_messages, match.repaired, match.restored)
+        return self._branch(
+            existing, match.branch_at, match.new_messages, principal, match.restored
+        )
+
+    @staticmethod
+    def _branch(
+        parent: Conversation,
+        at_seq: int,
+        new_messages: list[dict[str, Any]],
+        principal: Principal,
+        restored: list[dict[str, Any]] | None = None,
+    ) -> Joined:
         branch = Conversation(
             new_id("conv"),
             time.time(),
-            parent_id=existing.id,
-            parent_seq=match.branch_at,
-            team_id=existing.team_id,  # a branch belongs with its conversation
+            parent_id=parent.id,
+            parent_seq=at_seq,
+            team_id=parent.team_id,  # a branch belongs with its conversation
             key_id=principal.key_id,
         )
-        return Joined(branch.id, branch, match.new_messages, restored=match.restored)
+        return Joined(branch.id, branch, new_messages, restored=restored)
 
     def _unjoined(
         self,
@@ -198,7 +231,7 @@ class Conversations:
         principal: Principal,
         exc: StoreUnavailable,
     ) -> Joined:
-        """A named conversation while the store cannot be read (as `Store.thread_of` does for
+        """A named conversation while the store cannot be read (as `Store.threads_of` does for
         threading): the turn goes ahead on the client's own history, recorded whole as new
         input under that id (its conversation is created if it does not exist when the spool
         replays). Its stored form is guessed as `named` would find it: a generated id as it
@@ -215,31 +248,38 @@ class Conversations:
 
     async def _threaded(
         self, messages: list[dict[str, Any]], principal: Principal, user: str | None
-    ) -> tuple[Conversation | None, int | None, list[tuple[Any, ...]] | None]:
+    ) -> _Threaded:
         """The conversation whose history at some turn's end is this request's history
-        (gateway.conversations.threading): one indexed lookup, none for a first message. And,
-        when the conversation is still exactly as that turn ended it (`Store.ends_at`), the
-        number of the request's history messages that history is (what follows is new); and
-        that history's canonical forms."""
+        (gateway.conversations.threading): one indexed read, none for a first message.
+
+        Several conversations can end with one history: runs of one agent, or users of one
+        key who send no `user`, whose first exchanges were alike. The one whose last turn it
+        is continues (an earlier run has moved on); when that is not one conversation, the
+        request cannot tell whose history it is, and starts its own (`ambiguous`): continuing
+        the wrong one would put one user's turn in another's conversation."""
         if self.threading != "auto":
-            return None, None, None
+            return _Threaded()
         prior = prior_history(messages)
         if not prior:
-            return None, None, None
+            return _Threaded()
         keys = history_keys(prior)
         history_print = fingerprint(principal.key_id, user, messages, prior, keys)
-        found = await self.store.thread_of(history_print)
-        if found is None:
-            return None, None, keys
-        conversation = await self.store.get_conversation(found)
-        if (
-            conversation is None
-            or conversation.deleted_at is not None
-            or not principal.sees(conversation.team_id)
-        ):
-            return None, None, keys
-        continued = len(prior) if self.store.ends_at(found, history_print) else None
-        return conversation, continued, keys
+        found = [
+            c
+            for c in await self.store.threads_of(history_print)
+            if c.deleted_at is None and principal.sees(c.team_id)
+        ]
+        if len(found) > 1:
+            ends = await self.store.last_fingerprints([c.id for c in found])
+            at_end = [c for c in found if ends.get(c.id) == history_print]
+            if len(at_end) != 1:
+                return _Threaded(keys=keys, ambiguous=[c.id for c in found])
+            found = at_end
+        if not found:
+            return _Threaded(keys=keys)
+        conversation = found[0]
+        continued = len(prior) if self.store.ends_at(conversation.id, history_print) else None
+        return _Threaded(conversation, continued, keys)
 
     async def open(self, requested_id: str, principal: Principal) -> tuple[Joined, list[Event]]:
         """A conversation named by `X-Conversation-Id` for a client that keeps no history (the

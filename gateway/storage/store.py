@@ -49,6 +49,9 @@ T = TypeVar("T")
 _BATCH = 512
 # Turn fingerprints kept in memory: many more than can be waiting to be committed.
 _THREADS_KEPT = 8192
+# The conversations a threading lookup returns at most: two tell that a history is ambiguous;
+# a few more are there to link to.
+_CANDIDATES = 4
 # How far the database may fall behind the journal (writes not yet committed) before a turn
 # waits for its commit instead: a few batches, so that the batch being committed and the one
 # gathering meanwhile never make turns wait on a store that keeps up (at 64 streams at once
@@ -154,8 +157,8 @@ class Store:
         self._journal = journal
         self._journaled = 0  # writes submitted whose lines the journal holds
         self._inflight: list[Write] = []  # the batch the writer is handling
-        # The newest turn fingerprints this process wrote (gateway.conversations.threading), so
-        # that a lookup sees them before they are committed without waiting for the writer;
+        # The newest turn fingerprints this process wrote (gateway.conversations.threading): a
+        # lookup of one waits for the writer, which may still hold it, and any other does not;
         # and, on a store no other process writes, those the database was asked for and did
         # not have: only this process could add them, and it forgets them when it does.
         self._threads: OrderedDict[str, str] = OrderedDict()
@@ -680,23 +683,10 @@ class Store:
     async def get_conversation(self, conversation_id: str) -> Conversation | None:
         async def read(db: Db) -> Conversation | None:
             row = await db.fetchrow(
-                "SELECT id, created_at, parent_id, parent_seq, team_id, key_id, metadata,"
-                " deleted_at FROM conversations WHERE id = ?",
+                f"SELECT {_CONVERSATION_COLUMNS} FROM conversations c WHERE c.id = ?",
                 conversation_id,
             )
-            if row is None:
-                return None
-            id_, created, parent, parent_seq, team, key, metadata, deleted = row
-            return Conversation(
-                id_,
-                created,
-                parent_id=parent,
-                parent_seq=parent_seq,
-                team_id=team,
-                key_id=key,
-                metadata=orjson.loads(metadata) if metadata else None,
-                deleted_at=deleted,
-            )
+            return None if row is None else _conversation(row)
 
         return await self.run(read)
 
@@ -744,34 +734,59 @@ class Store:
         process writes) anywhere. False whenever that is not known."""
         return not self.shared and self._ends.get(conversation_id) == fingerprint
 
-    async def thread_of(self, fingerprint: str) -> str | None:
-        """The conversation of the newest turn that ended with this fingerprint, if any.
+    async def threads_of(self, fingerprint: str) -> list[Conversation]:
+        """The conversations of the newest turns that ended with this fingerprint, newest
+        first (a few at most), as stored: one read, which is also the conversations' read.
 
-        This process's own recent turns are answered from memory; anything older was committed
-        long ago, so the database is read without waiting for the writer: a request with a
-        history that matches nothing (few-shot examples) never queues behind other turns'
-        writes. A store that cannot be read matches nothing (the turn starts a conversation)."""
-        conversation_id = self._threads.get(fingerprint)
-        if conversation_id is not None or fingerprint in self._no_threads:
-            return conversation_id
+        A fingerprint this process wrote lately is read after its writes are in; any other
+        was committed long ago, so the database is read without waiting for the writer: a
+        request with a history that matches nothing (few-shot examples) never queues behind
+        other turns' writes. A store that cannot be read matches nothing (the turn starts a
+        conversation)."""
+        known = fingerprint in self._threads
+        if not known and fingerprint in self._no_threads:
+            return []
 
-        async def read(db: Db) -> str | None:
-            row = await db.fetchrow(
-                "SELECT conversation_id FROM turns WHERE fingerprint = ?"
-                " ORDER BY ended_at DESC LIMIT 1",
+        async def read(db: Db) -> list[Conversation]:
+            rows = await db.fetch(
+                f"SELECT {_CONVERSATION_COLUMNS} FROM (SELECT conversation_id, ended_at FROM turns"
+                f" WHERE fingerprint = ? ORDER BY ended_at DESC LIMIT {_CANDIDATES}) AS m"
+                " JOIN conversations c ON c.id = m.conversation_id ORDER BY m.ended_at DESC",
                 fingerprint,
             )
-            return row[0] if row is not None else None
+            found: dict[str, Conversation] = {}
+            for row in rows:
+                found.setdefault(row[0], _conversation(row))
+            return list(found.values())
 
         try:
+            if known:
+                return await self.run(read)
             self._reachable()
-            conversation_id = await self.backend.run(read)
+            found = await self.backend.run(read)
         except StoreUnavailable as exc:
             log.warning("store unavailable (%s): a request could not be threaded", exc)
-            return None
-        if conversation_id is None and not self.shared and fingerprint not in self._threads:
+            return []
+        if not found and not self.shared and fingerprint not in self._threads:
             _keep(self._no_threads, fingerprint, None)  # (unless written while it was read)
-        return conversation_id
+        return found
+
+    async def last_fingerprints(self, conversation_ids: list[str]) -> dict[str, str | None]:
+        """Each conversation's end: the fingerprint of the turn its last event belongs to,
+        None while that turn runs (or when it has none)."""
+
+        async def read(db: Db) -> dict[str, str | None]:
+            ends: dict[str, str | None] = {}
+            for conversation_id in conversation_ids:
+                row = await db.fetchrow(
+                    "SELECT t.fingerprint FROM events e JOIN turns t ON t.id = e.turn_id"
+                    " WHERE e.conversation_id = ? ORDER BY e.seq DESC LIMIT 1",
+                    conversation_id,
+                )
+                ends[conversation_id] = row[0] if row is not None else None
+            return ends
+
+        return await self.run(read)
 
     async def turn_ended(self, turn_id: str) -> bool:
         """True once the turn's `turn/end` is recorded."""
@@ -904,6 +919,26 @@ class Store:
 
         self._reachable()
         await self.backend.run(beat)
+
+
+_CONVERSATION_COLUMNS = (
+    "c.id, c.created_at, c.parent_id, c.parent_seq, c.team_id, c.key_id, c.metadata, c.deleted_at"
+)
+
+
+def _conversation(row: Any) -> Conversation:
+    """A conversation from a row of `_CONVERSATION_COLUMNS`."""
+    id_, created, parent, parent_seq, team, key, metadata, deleted = row[:8]
+    return Conversation(
+        id_,
+        created,
+        parent_id=parent,
+        parent_seq=parent_seq,
+        team_id=team,
+        key_id=key,
+        metadata=orjson.loads(metadata) if metadata else None,
+        deleted_at=deleted,
+    )
 
 
 def _keep(recent: OrderedDict[str, Any], key: str, value: Any) -> None:
