@@ -57,6 +57,14 @@ def _int(value: Any) -> int:
     return value if isinstance(value, int) and not isinstance(value, bool) and value > 0 else 0
 
 
+def _seconds(value: Any) -> float | None:
+    """A length the provider reported, None unless it is one (a negative or NaN length would
+    bill a negative cost)."""
+    if isinstance(value, bool) or not isinstance(value, int | float):
+        return None
+    return float(value) if math.isfinite(value) and value >= 0 else None
+
+
 @dataclass
 class CallPrices:
     """The price entries of one model sent to one deployment: its config's own, else the
@@ -222,13 +230,11 @@ def transcription_bill(prices: CallPrices, audio: bytes, filename: str, answer: 
             out * (prices.price("output_cost_per_token") or 0.0),
         )
         return Bill({"audio_tokens": audio_in}, cost, audio_in + text_in, out)
-    seconds: float | None = None
     source = "provider"
-    if isinstance(usage, dict) and isinstance(usage.get("seconds"), int | float):
-        seconds = float(usage["seconds"])
-    elif isinstance(answer, dict) and isinstance(answer.get("duration"), int | float):
-        seconds = float(answer["duration"])
-    else:
+    seconds = _seconds(usage.get("seconds")) if isinstance(usage, dict) else None
+    if seconds is None and isinstance(answer, dict):
+        seconds = _seconds(answer.get("duration"))
+    if seconds is None:
         seconds, source = audio_seconds(audio, filename), "estimated"
     price = prices.price("input_cost_per_second")
     cost = None if price is None or seconds is None else round(price * seconds, 10)

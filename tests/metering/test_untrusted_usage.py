@@ -19,6 +19,9 @@ from gateway.metering.usage import Meter, UsageRecord, checked_counts
 from gateway.metrics import REGISTRY
 from tests.conftest import GatewayUnderTest, MakeGateway
 from tests.fakes import DONE, FakeUpstream, chunk, sse
+from tests.http.openai_api import wav
+from tests.http.test_media_endpoints import request_log, sdk
+from tests.http.test_media_endpoints import setup as media_setup
 from tests.metering.budgeted import budgeted_team
 from tests.providers.upstreams import AnthropicServer
 
@@ -254,3 +257,16 @@ def test_what_counts_as_a_count(usage: dict[str, Any], wrong: tuple[str, ...]) -
     checked = checked_counts(usage)
     assert checked.wrong == wrong
     assert min(checked.counts) >= 0
+
+
+async def test_a_negative_audio_length_is_read_from_the_file_instead(
+    make_gateway: MakeGateway, aiohttp_server: Callable[..., Awaitable[TestServer]]
+) -> None:
+    gw, api, red, _ = await media_setup(make_gateway, aiohttp_server)
+    api.usage = {"type": "duration", "seconds": -30}
+    text = await sdk(gw, red).audio.transcriptions.create(model="stt", file=("clip.wav", wav(2.5)))
+    assert text.text == "hello there"
+    await gw.flush()
+    [row] = await request_log(gw, red)
+    assert row["units"] == {"seconds": 2.5} and row["usage_source"] == "estimated"
+    assert row["cost_usd"] == pytest.approx(2.5 * 0.0001)  # whisper-1
