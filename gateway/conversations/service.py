@@ -10,7 +10,7 @@ from dataclasses import dataclass, replace
 from typing import Any
 
 from gateway.conversations.derive import derive_messages
-from gateway.conversations.events import Conversation, Event, new_id
+from gateway.conversations.events import TURN_END, Conversation, Event, new_id
 from gateway.conversations.history import HISTORY_ROLES, match_history
 from gateway.conversations.path import history_path
 from gateway.conversations.recorder import TurnRecorder
@@ -183,6 +183,11 @@ class Conversations:
                 requested_id, existing = await self._lookup(requested_id, principal)
             except StoreUnavailable as exc:
                 return self._unjoined(requested_id, history, principal, exc)
+            if existing is None and self.store.open_turns(requested_id):
+                # Created by a request still running, whose input the read above did not see:
+                # this one goes beside it, not into it.
+                existing = Conversation(requested_id, time.time(), team_id=principal.team_id)
+                return self._branch(existing, 0, history, principal)
             if existing is None:
                 return Joined(*self._new(requested_id, principal), history)
             self._check(existing, principal)
@@ -200,6 +205,17 @@ class Conversations:
                 return Joined(existing.id, None, continues, prior_keys=keys, keyed=messages)
         path = await self._settled_path(existing.id, within_s=2.0)
         match = match_history(path, messages, repair=self.repair_interrupted)
+        running = self.store.open_turns(existing.id)
+        if path and path[-1].type != TURN_END:
+            running |= {path[-1].turn_id}  # running on another replica (or left by a crash)
+        if match.branch_at is None and running:
+            # Another request continues this conversation from where this one would: its turn
+            # is running, and its input already follows that point. This one branches there,
+            # so neither history holds the other's turn.
+            path = _before(path, running)
+            match = match_history(path, messages, repair=self.repair_interrupted)
+            if match.branch_at is None:
+                match = replace(match, branch_at=path[-1].seq if path else 0, repaired=None)
         if match.branch_at is None:
             return Joined(existing.id, None, match.new_messages, match.repaired, match.restored)
         return self._branch(
@@ -453,3 +469,11 @@ class Conversations:
         )
         turn.inputs_recorded()
         return turn.turn_id
+
+
+def _before(path: list[Event], running: frozenset[str]) -> list[Event]:
+    """The path up to the first event of a turn still running."""
+    for i, event in enumerate(path):
+        if event.turn_id in running:
+            return path[:i]
+    return path

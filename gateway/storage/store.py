@@ -166,6 +166,9 @@ class Store:
         # Each conversation's end as this process last wrote it: its last turn's end
         # fingerprint, forgotten at any later write to the conversation (`ends_at`).
         self._ends: OrderedDict[str, str] = OrderedDict()
+        # The turns this process started and has not ended yet, by conversation: a request that
+        # would continue one of these conversations branches instead (`open_turns`).
+        self._open: dict[str, set[str]] = {}
         # Set once the database answered (at start, or later when it started unreachable).
         self.connected = asyncio.Event()
         self.refused: str | None = None  # why it never will (a schema this code cannot use)
@@ -289,6 +292,8 @@ class Store:
         )
 
     def start_turn(self, turn: TurnStart) -> None:
+        self._open.setdefault(turn.conversation_id, set()).add(turn.id)
+        self._ends.pop(turn.conversation_id, None)
         self.write(
             "turn",
             {
@@ -329,6 +334,10 @@ class Store:
         if fingerprint is not None:  # a turn's end, or a later change to what it ended with
             row["fingerprint"] = fingerprint
             self._remember_thread(fingerprint, event.conversation_id)
+        if event.type == TURN_END and (running := self._open.get(event.conversation_id)):
+            running.discard(event.turn_id)
+            if not running:
+                del self._open[event.conversation_id]
         if event.type == TURN_END and fingerprint is not None:
             _keep(self._ends, event.conversation_id, fingerprint)
         else:
@@ -337,6 +346,13 @@ class Store:
         if self._indexes_text and event.type in schema.SEARCHED_TYPES and type(payload) is str:
             search = search_text(event.payload)
         self.write("event", row, search)
+
+    def open_turns(self, conversation_id: str) -> frozenset[str]:
+        """The conversation's turns this process started and has not ended: while one runs,
+        its answer is not in the conversation yet, and a request continuing the conversation
+        where that turn began must not add its own input after that turn's."""
+        turns = self._open.get(conversation_id)
+        return frozenset(turns) if turns else frozenset()
 
     def _remember_thread(self, fingerprint: str, conversation_id: str) -> None:
         _keep(self._threads, fingerprint, conversation_id)

@@ -254,6 +254,7 @@ def test_the_store_writes_the_json_of_the_old_records() -> None:
 
         def __init__(self) -> None:
             self._ends: OrderedDict[str, str] = OrderedDict()
+            self._open: dict[str, set[str]] = {}
 
         def write(self, kind: str, row: dict[str, Any], search: str | None = None) -> None:
             rows.append(row)
@@ -281,6 +282,7 @@ def test_a_long_answer_is_encoded_when_stored_and_the_same() -> None:
 
         def __init__(self) -> None:
             self._ends: OrderedDict[str, str] = OrderedDict()
+            self._open: dict[str, set[str]] = {}
 
         def write(self, kind: str, row: dict[str, Any], search: str | None = None) -> None:
             rows.append(row)
