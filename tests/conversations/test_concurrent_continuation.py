@@ -13,6 +13,8 @@ from typing import Any
 
 import pytest
 from aiohttp import web
+from langchain_core.messages import AIMessage, HumanMessage, ToolMessage
+from langchain_openai import ChatOpenAI
 
 from tests.conftest import GatewayUnderTest, MakeGateway
 from tests.fakes import FakeUpstream, Script, completion
@@ -215,3 +217,34 @@ async def test_two_at_once_naming_one_conversation_each_get_a_place(
         messages = await gw.messages(conversation_id)
         check_alternation(messages)
         assert [m["role"] for m in messages] == [m["role"] for m in history] + ["assistant"]
+
+
+async def test_a_langchain_batch_of_one_history_each_get_a_place(
+    gw: GatewayUnderTest, upstream: FakeUpstream
+) -> None:
+    """`ChatOpenAI.abatch([x, x])`, the call under LangGraph's `agent.batch`: the two requests
+    carry one history with the same tool call id and result."""
+    upstream.push(tool_call())
+    first, _ = await ask(gw, [QUESTION])
+    llm = ChatOpenAI(
+        model="fake", base_url=gw.url + "/v1", api_key="test-key", max_retries=0, timeout=10
+    ).bind_tools([TOOL])
+    call = {"id": "call_0", "name": "weather", "args": {"city": "Paris"}}
+    history = [
+        HumanMessage(QUESTION["content"]),
+        AIMessage("", tool_calls=[call]),
+        ToolMessage("18 C", tool_call_id="call_0"),
+    ]
+    gate = Gate(2)
+    upstream.push(gate.held(completion("It is 18 C.")), gate.held(completion("It is 18 C.")))
+    answers = await llm.abatch([history, history])
+    assert [a.content for a in answers] == ["It is 18 C.", "It is 18 C."]
+    await gw.flush()
+    status, listed = await gw.get("/v1/conversations?limit=10")
+    assert status == 200, listed
+    ids = {c["id"] for c in listed["data"]}
+    assert len(ids) == 2 and first in ids
+    for conversation_id in ids:
+        messages = await gw.messages(conversation_id)
+        check_alternation(messages)
+        assert [m["role"] for m in messages] == ["user", "assistant", "tool", "assistant"]
