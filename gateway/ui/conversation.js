@@ -44,6 +44,9 @@ export async function conversationPage(root, id, params) {
   const turns = groupTurns(events.data);
   const usageById = new Map(usage.data.map((u) => [u.id, u]));
   const lastAlias = [...usage.data].reverse().find((u) => u.alias)?.alias;
+  // Threading could not tell which conversation the first request continued: say which ones
+  // its history matched, so a reader can compare them.
+  const ambiguous = events.data.find((e) => e.type === 'conversation/note' && e.payload.note === 'thread_ambiguous');
 
   const tabs = h('div', { class: 'tabs', role: 'tablist' },
     [['chat', 'Chat'], ['trajectory', 'Trajectory']].map(([name, label]) =>
@@ -55,7 +58,9 @@ export async function conversationPage(root, id, params) {
     metaItem('Key', conversation.key_id ? named(conversation.key_id, known.keys) || idCell(conversation.key_id) : adminKeyName()),
     metaItem(`Created (${ZONE})`, fmtTime(conversation.created_at)),
     metaItem('Turns', String(turns.length)),
-    conversation.parent_id ? metaItem('Branch of', h('span', {}, idCell(conversation.parent_id, href(`/conversations/${enc(conversation.parent_id)}`)), ` at seq ${conversation.parent_seq}`)) : null);
+    conversation.parent_id ? metaItem('Branch of', h('span', {}, idCell(conversation.parent_id, href(`/conversations/${enc(conversation.parent_id)}`)), ` at seq ${conversation.parent_seq}`)) : null,
+    ambiguous ? metaItem('Started apart from', h('span', { 'data-testid': 'thread-ambiguous', title: 'thread_ambiguous: its history matched the last turn of more than one conversation' },
+      ...(ambiguous.payload.candidates || []).flatMap((c, i) => [i ? ', ' : '', idCell(c, href(`/conversations/${enc(c)}`))]))) : null);
   root.append(
     h('nav', { class: 'crumbs', 'aria-label': 'Breadcrumb' }, h('a', { href: listLink(), text: 'Conversations', 'data-testid': 'crumb-list' }), ' / ', h('code', { text: id })),
     h('header', { class: 'page-header' },
