@@ -707,11 +707,15 @@ def _page(types: tuple[str, ...]) -> Operation:
 def document(aliases: list[str]) -> dict[str, Any]:
     """The document; `aliases` (those the caller may use) are given as `model` examples."""
     schemas = components()
-    for name in () if not aliases else (
-        "ChatCompletionRequest",
-        "MessagesRequest",
-        "ResponsesRequest",
-        "EmbeddingsRequest",
+    for name in (
+        ()
+        if not aliases
+        else (
+            "ChatCompletionRequest",
+            "MessagesRequest",
+            "ResponsesRequest",
+            "EmbeddingsRequest",
+        )
     ):
         properties = schemas[name]["properties"]
         model = {**properties["model"], "examples": aliases}
