@@ -704,19 +704,19 @@ def _page(types: tuple[str, ...]) -> Operation:
     }
 
 
+# The request schemas whose `model` lists the caller's aliases as examples.
+_MODEL_SCHEMAS = (
+    "ChatCompletionRequest",
+    "MessagesRequest",
+    "ResponsesRequest",
+    "EmbeddingsRequest",
+)
+
+
 def document(aliases: list[str]) -> dict[str, Any]:
     """The document; `aliases` (those the caller may use) are given as `model` examples."""
     schemas = components()
-    for name in (
-        ()
-        if not aliases
-        else (
-            "ChatCompletionRequest",
-            "MessagesRequest",
-            "ResponsesRequest",
-            "EmbeddingsRequest",
-        )
-    ):
+    for name in _MODEL_SCHEMAS if aliases else ():
         properties = schemas[name]["properties"]
         model = {**properties["model"], "examples": aliases}
         schemas[name] = {**schemas[name], "properties": {**properties, "model": model}}
