@@ -216,6 +216,14 @@ class Conversations:
             match = match_history(path, messages, repair=self.repair_interrupted)
             if match.branch_at is None:
                 match = replace(match, branch_at=path[-1].seq if path else 0, repaired=None)
+        # Another replica's request may be continuing the same turn right now, its start not
+        # committed yet: the store lets one of them continue it (a turn of the conversation's
+        # own: one it inherits is continued in its parent too).
+        ended = (
+            _own_end(path, existing.id) if match.branch_at is None and self.store.shared else None
+        )
+        if ended and not await self.store.claim_next(ended.turn_id, new_id("claim")):
+            match = replace(match, branch_at=ended.seq, repaired=None)
         if match.branch_at is None:
             return Joined(existing.id, None, match.new_messages, match.repaired, match.restored)
         return self._branch(
@@ -477,3 +485,11 @@ def _before(path: list[Event], running: frozenset[str]) -> list[Event]:
         if event.turn_id in running:
             return path[:i]
     return path
+
+
+def _own_end(path: list[Event], conversation_id: str) -> Event | None:
+    """The path's last event, when it is the end of a turn of the conversation's own."""
+    last = path[-1] if path else None
+    if last is not None and last.type == TURN_END and last.conversation_id == conversation_id:
+        return last
+    return None

@@ -555,6 +555,10 @@ _CHECKPOINT_PARTS = (
         body TEXT NOT NULL, PRIMARY KEY (turn_id, seq))""",
 )
 
+# The request that continues a turn in its conversation, claimed once (Store.claim_next): two
+# requests that continue one turn at once on two replicas never both do.
+_CONTINUED_BY = ("ALTER TABLE turns ADD COLUMN continued_by TEXT",)
+
 # -- usage by day -----------------------------------------------------------------------------
 
 # The usage report's sums (gateway.metering.reports), kept per whole day for each grouping: a
@@ -689,6 +693,7 @@ MIGRATIONS: dict[Dialect, tuple[Migration, ...]] = {
         Migration(11, "API calls in the request log; files and batches by team", _calls("REAL")),
         Migration(12, "what open turns' checkpoints gained", _CHECKPOINT_PARTS),
         Migration(13, "usage reports' sums by day", _SQLITE_USAGE_DAYS),
+        Migration(14, "the request that continues each turn", _CONTINUED_BY),
     ),
     "postgresql": (
         Migration(1, "the whole schema", _POSTGRES_V1),
@@ -710,6 +715,7 @@ MIGRATIONS: dict[Dialect, tuple[Migration, ...]] = {
         ),
         Migration(9, "what open turns' checkpoints gained", _CHECKPOINT_PARTS),
         Migration(10, "usage reports' sums by day", _POSTGRES_USAGE_DAYS),
+        Migration(11, "the request that continues each turn", _CONTINUED_BY),
     ),
 }
 

@@ -804,6 +804,31 @@ class Store:
 
         return await self.run(read)
 
+    async def claim_next(self, turn_id: str, claimant: str) -> bool:
+        """Whether `claimant`, a request about to continue the turn's conversation after it,
+        is the one that does: the first to claim it, on any replica. True as well when that
+        cannot be known (the store cannot be written, the turn is not committed yet): a
+        request never fails for it."""
+
+        async def claim(db: Db) -> bool:
+            won = await db.fetchrow(
+                "UPDATE turns SET continued_by = ? WHERE id = ? AND continued_by IS NULL"
+                " RETURNING id",
+                claimant,
+                turn_id,
+            )
+            if won is not None:
+                return True
+            taken = await db.fetchrow("SELECT continued_by FROM turns WHERE id = ?", turn_id)
+            return taken is None or taken[0] == claimant
+
+        try:
+            self._reachable()
+            return await self.backend.run(claim)
+        except StoreUnavailable as exc:
+            log.warning("store unavailable (%s): a turn continues unclaimed", exc)
+            return True
+
     async def turn_ended(self, turn_id: str) -> bool:
         """True once the turn's `turn/end` is recorded."""
 

@@ -248,3 +248,41 @@ async def test_a_langchain_batch_of_one_history_each_get_a_place(
         messages = await gw.messages(conversation_id)
         check_alternation(messages)
         assert [m["role"] for m in messages] == ["user", "assistant", "tool", "assistant"]
+
+
+async def test_replicas_at_the_same_moment_let_one_continue(
+    make_gateway: MakeGateway, upstream: FakeUpstream, pg_url: str
+) -> None:
+    """The two requests reach two replicas at once: the first's start is not committed yet
+    (its replica's writer is held here), so the second cannot see its turn; the turn they both
+    continue is claimed in the database, once, and the second branches."""
+    one = await make_gateway(upstream=upstream, store={"url": pg_url})
+    two = await make_gateway(upstream=upstream, store={"url": pg_url})
+    upstream.push(tool_call())
+    first, _ = await ask(one, [QUESTION])
+    await one.flush()
+    history = [QUESTION, {"role": "assistant", "content": None, "tool_calls": [CALL]}, RESULT]
+
+    backend = one.gateway.store.backend
+    apply, writes_held = backend.apply, asyncio.Event()
+
+    async def held_apply(writes: Any) -> None:
+        await writes_held.wait()
+        await apply(writes)
+
+    backend.apply = held_apply  # type: ignore[method-assign]
+    gate = Gate(2)
+    upstream.push(gate.held(completion("It is 18 C.")), gate.held(completion("It is 18 C.")))
+    upstream.received.clear()
+    on_one = asyncio.create_task(ask(one, history))
+    await upstream.received.wait()  # its turn has begun, nothing of it committed
+    on_two = await ask(two, history)
+    writes_held.set()
+    results = [await on_one, on_two]
+    ids = {conversation_id for conversation_id, _ in results}
+    assert len(ids) == 2 and first in ids
+    await one.flush()
+    for conversation_id in ids:
+        messages = await one.messages(conversation_id)
+        check_alternation(messages)
+        assert [m["role"] for m in messages] == ["user", "assistant", "tool", "assistant"]
