@@ -311,8 +311,9 @@ class _Watched:
     async def durable_enough(self) -> None:
         await self._store.durable_enough()
 
-    def journal_pending(self) -> None:
-        self._store.journal_pending()
+    @property
+    def submitted(self) -> int:
+        return self._store.submitted
 
     def __getattr__(self, name: str) -> Any:
         return getattr(self._store, name)

@@ -58,7 +58,8 @@ class TurnWrites(Protocol):
 
     async def durable_enough(self) -> None: ...
 
-    def journal_pending(self) -> None: ...
+    @property
+    def submitted(self) -> int: ...
 
 
 class TurnMeter(Protocol):
@@ -280,6 +281,9 @@ class TurnRecorder:
         self.ended = False
         self._on_end: asyncio.Future[None] | None = None  # made by a first `wait_ended`
         self._started = time.monotonic()
+        # The store's count of writes once the turn's start and input were submitted: they are
+        # durable when the store is durable up to it (Store.durable).
+        self.start_mark = 0
 
     def begin(
         self,
@@ -306,6 +310,7 @@ class TurnRecorder:
         for message in new_messages:
             kind, payload = _input_event(message)
             self._append(kind, payload)
+        self.start_mark = self.store.submitted
 
     def new_attempt(self, route: dict[str, Any]) -> Attempt:
         attempt = Attempt(len(self.attempts) + 1, route)

@@ -12,7 +12,10 @@ rather than every delivered prefix again. The checkpoint is written whole again,
 dropped, when anything else changed, and when its parts come to outweigh it, which keeps all a
 stream writes linear in its length. A tick's checkpoints, and the drop of those of turns that
 ended, are one transaction. Nothing is written per chunk, and nothing when no stream moved. A
-tick the store cannot take is skipped: its streams are written whole at their next look.
+tick the store cannot take is skipped: its streams are written whole at their next look. A
+stream is looked at only once its turn's start is durable (the store took it, or its journal or
+spool did): written straight to the database, a checkpoint could otherwise land there before
+its turn, which a crash would then lose, and recovery would find a checkpoint it cannot close.
 """
 
 from __future__ import annotations
@@ -205,6 +208,7 @@ class Checkpoints:
         slot = self.ticks % SLOTS
         self.ticks += 1
         saved, ending = self.saved, self.ending
+        durable = self.gateway.store.durable
         now = time.time()
         taken = Taken()
         try:
@@ -213,6 +217,9 @@ class Checkpoints:
                 if turn.ended:
                     if turn.turn_id in saved:
                         ending.add(turn.turn_id)
+                    continue
+                if not durable(turn.start_mark):
+                    # Its turn first: recovery cannot close a turn it does not find.
                     continue
                 body = relay.checkpoint()
                 if body is None:

@@ -47,7 +47,7 @@ class ClientStream:
             },
         )
         # Before the client has a byte: a crash from here on must not lose this turn.
-        self.store.journal_pending()
+        await self.store.durable_enough()
         tracker = self.tracker = DeliveryTracker(self.request)
         tracker.begin()
         self.response = response

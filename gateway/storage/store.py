@@ -61,6 +61,8 @@ _JOURNAL_LAG_MAX = 4 * _BATCH
 _RETRIES = 3
 _STUCK_RETRY_S = 0.5
 _ACK_WAIT_S = 5.0
+# How long a checkpoint whose turn is not in the database is kept (claim_orphaned_turns).
+_ORPHAN_CHECKPOINT_S = 24 * 3600.0
 # How long writes nobody waits for yet (a turn's start) may wait for more (its end): one
 # commit for both rather than two. Also how long a crash could lose them.
 _GATHER_S = 0.02
@@ -156,6 +158,10 @@ class Store:
         self._urgent: asyncio.Future[None] | None = None  # cuts a gathering wait short
         self._journal = journal
         self._journaled = 0  # writes submitted whose lines the journal holds
+        # Writes submitted up to which a copy is in the spool, made because the database took
+        # too long (`_rescue`), and the task making one.
+        self._rescued = 0
+        self._rescuing: asyncio.Task[None] | None = None
         self._inflight: list[Write] = []  # the batch the writer is handling
         # The newest turn fingerprints this process wrote (gateway.conversations.threading): a
         # lookup of one waits for the writer, which may still hold it, and any other does not;
@@ -385,13 +391,16 @@ class Store:
             self._watchdog = asyncio.get_running_loop().call_later(_ACK_WAIT_S, self._expire)
         await future
 
-    def journal_pending(self) -> None:
-        """Put what was submitted into the journal now, without waiting for anything (no-op
-        without a journal): a stream's relay calls it before the first bytes go out, so a
-        crash cannot lose a turn whose client has begun to read it (its start and input
-        would otherwise wait for the next commit)."""
-        if self._journal is not None and self._handled < self._submitted and not self._stuck:
-            self._journal_append(self._submitted)
+    @property
+    def submitted(self) -> int:
+        """How many writes were submitted: a mark for `durable`."""
+        return self._submitted
+
+    def durable(self, mark: int) -> bool:
+        """Whether the first `mark` writes submitted are durable: in the database, the
+        journal or the spool. A checkpoint of a turn is written only once its start is
+        (gateway.pipeline.checkpoints): recovery never finds one without its turn."""
+        return mark <= self._handled or mark <= self._journaled or mark <= self._rescued
 
     def _journal_append(self, mark: int) -> bool:
         """Append the writes up to `mark` not yet in the database or the journal; False when
@@ -421,27 +430,57 @@ class Store:
         return True
 
     def _expire(self) -> None:
-        """The durability waits past their deadline answer anyway (the store is that slow)."""
+        """A durability wait passed its deadline: the database is that slow (a lock, a
+        backlog). What it has not taken is copied to the spool, which makes those turns
+        durable on this machine; the waits then answer."""
         self._watchdog = None
         now = time.monotonic()
-        still = []
-        for mark, future, deadline in self._durable:
-            if deadline <= now:
-                if not future.done():
-                    log.warning(
-                        "the store took over %.0f s: answering before the turn is durable",
-                        _ACK_WAIT_S,
-                    )
-                    future.set_result(None)
-            else:
-                still.append((mark, future, deadline))
-        self._durable = still
-        if still:
-            delay = min(d for _, _, d in still) - now
-            self._watchdog = asyncio.get_running_loop().call_later(delay, self._expire)
+        if any(deadline <= now for _, _, deadline in self._durable) and self._rescuing is None:
+            self._rescuing = asyncio.create_task(self._rescue(), name="store-rescue")
+        later = [deadline for _, _, deadline in self._durable if deadline > now]
+        if later:
+            self._watchdog = asyncio.get_running_loop().call_later(min(later) - now, self._expire)
+
+    async def _rescue(self) -> None:
+        """Copy every write the database has not taken yet (the batch it is writing, and the
+        queue) into the spool, fsync'd, and write through the spool from now on, so the order
+        of what it holds is kept: a replay puts it all into the database once that answers (a
+        write that also lands directly lands once: writes are idempotent). Without a spool to
+        write, the waits answer anyway: a gateway that stops answering is worse than a turn
+        kept in memory until the database takes it."""
+        mark = self._submitted
+        writes = [*self._inflight, *self._queue]
+        try:
+            if writes and await self._to_spool(writes, force=True):
+                self._rescued = mark
+                log.warning(
+                    "the store took over %.0f s: %d writes put in the spool %s",
+                    _ACK_WAIT_S,
+                    len(writes),
+                    self._spool.log_path,
+                )
+        except _Unwritable:
+            log.warning(
+                "the store took over %.0f s: answering before the turn is durable", _ACK_WAIT_S
+            )
+        finally:
+            self._rescuing = None
+            now = time.monotonic()
+            done = max(self._handled, self._rescued)
+            still = []
+            for waiter in self._durable:
+                if waiter[0] <= done or waiter[2] <= now:
+                    _settle_once(waiter[1])
+                else:
+                    still.append(waiter)
+            self._durable = still
+            if not still and self._watchdog is not None:
+                self._watchdog.cancel()
+                self._watchdog = None
 
     def _release_durable(self) -> None:
-        self._durable = _released(self._durable, self._handled, everyone=self._stuck)
+        handled = max(self._handled, self._rescued)
+        self._durable = _released(self._durable, handled, everyone=self._stuck)
         if not self._durable and self._watchdog is not None:
             self._watchdog.cancel()
             self._watchdog = None
@@ -876,6 +915,14 @@ class Store:
                 "DELETE FROM turn_checkpoints WHERE turn_id IN"
                 " (SELECT id FROM turns WHERE ended_at IS NOT NULL)"
             )
+            # Checkpoints whose turn never reached the database: left by a gateway that wrote
+            # them before their turn. A turn kept in a dead instance's spool comes back when
+            # that instance starts again; one that has not within a day never will.
+            await db.execute(
+                "DELETE FROM turn_checkpoints WHERE at < ?"
+                " AND NOT EXISTS (SELECT 1 FROM turns t WHERE t.id = turn_id)",
+                time.time() - _ORPHAN_CHECKPOINT_S,
+            )
             ordered = sorted(rows, key=lambda r: r[2])
             return [(r[0], r[1], bodies.get(r[0])) for r in ordered]
 
@@ -890,10 +937,14 @@ class Store:
         """Upsert open turns' checkpoints written whole (turn id, conversation id, time, body),
         dropping the parts they had; add parts to others' (turn id, number, time, body: what
         grew since); drop the checkpoints of `ended` turns. One transaction, straight to the
-        database (not queued or spooled: a checkpoint the store cannot take now is outdated by
-        the next)."""
+        database, not queued: a checkpoint the store cannot take now is outdated by the next.
+        While the database does not take writes (the spool has them), they join the spool
+        instead, which the next start replays before it closes the turns a crash left open."""
         whole = [(row[0],) for row in rows]
         grown = list(parts)
+        if self._spooling:
+            await self._spool_checkpoints(rows, grown)
+            return
         gone = [(turn_id,) for turn_id in ended]
 
         async def save(db: Db) -> None:
@@ -917,6 +968,28 @@ class Store:
 
         self._reachable()
         await self.backend.transact(save)
+
+    async def _spool_checkpoints(
+        self, rows: list[tuple[str, str, float, str]], parts: list[tuple[str, int, float, str]]
+    ) -> None:
+        """The checkpoints into the spool. Those of turns that ended stay in the database
+        until a recovery sweep drops them (claim_orphaned_turns)."""
+        writes = [
+            Write("checkpoint", {"turn_id": t, "conversation_id": c, "at": at, "body": body})
+            for t, c, at, body in rows
+        ]
+        writes += [
+            Write("checkpoint_part", {"turn_id": t, "seq": seq, "at": at, "body": body})
+            for t, seq, at, body in parts
+        ]
+        if not writes:
+            return
+        try:
+            spooled = await self._to_spool(writes)
+        except _Unwritable as exc:
+            raise StoreUnavailable("neither the database nor the spool takes checkpoints") from exc
+        if not spooled:  # the replay caught up meanwhile: the next tick writes them directly
+            raise StoreUnavailable("the store stopped spooling")
 
     async def take_checkpoint_parts(self, turn_ids: list[str]) -> dict[str, list[str]]:
         """The parts of these turns' checkpoints (turns just claimed: claim_orphaned_turns took

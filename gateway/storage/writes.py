@@ -18,7 +18,9 @@ from gateway.storage.db import Db
 from gateway.storage.payload import as_bytes, as_text
 from gateway.storage.schema import SEARCHED_CHARS, SEARCHED_TYPES, sqlite_index_new_messages
 
-Kind = Literal["conversation", "turn", "event", "usage", "call", "response"]
+Kind = Literal[
+    "conversation", "turn", "event", "usage", "call", "response", "checkpoint", "checkpoint_part"
+]
 
 
 @dataclass(slots=True)
@@ -93,6 +95,8 @@ _TURN = (
     "request_id",
     "user",
 )
+_CHECKPOINT = ("turn_id", "conversation_id", "at", "body")
+_CHECKPOINT_PART = ("turn_id", "seq", "at", "body")
 _RESPONSE = (
     "id",
     "turn_id",
@@ -153,6 +157,16 @@ _SQL = {
         + ", ".join(f'"{c}" = excluded."{c}"' for c in USAGE_COLUMNS if c != "id"),
     ),
     "call": _insert("usage", CALL_COLUMNS, "ON CONFLICT (id) DO NOTHING"),
+    # A stream's delivery checkpoint, spooled while the database does not take writes
+    # (Store.save_checkpoints); written straight to the database otherwise.
+    "checkpoint": _insert(
+        "turn_checkpoints",
+        _CHECKPOINT,
+        "ON CONFLICT (turn_id) DO UPDATE SET at = excluded.at, body = excluded.body",
+    ),
+    "checkpoint_part": _insert(
+        "turn_checkpoint_parts", _CHECKPOINT_PART, "ON CONFLICT (turn_id, seq) DO NOTHING"
+    ),
 }
 _COLUMNS: dict[str, tuple[str, ...]] = {
     "conversation": _CONVERSATION,
@@ -160,6 +174,8 @@ _COLUMNS: dict[str, tuple[str, ...]] = {
     "response": _RESPONSE,
     "usage": USAGE_COLUMNS,
     "call": CALL_COLUMNS,
+    "checkpoint": _CHECKPOINT,
+    "checkpoint_part": _CHECKPOINT_PART,
 }
 # A row's values in its columns' order, in one C call rather than a generator of `.get`s (usage
 # has 23 columns), on the store's thread, which waits for the loop's GIL between steps.
@@ -237,7 +253,16 @@ async def _keep_totals(db: Db, writes: list[Write]) -> None:
         await db.executemany(_ACTIVITY, activity)
 
 
-_ORDER: tuple[Kind, ...] = ("conversation", "turn", "event", "usage", "call", "response")
+_ORDER: tuple[Kind, ...] = (
+    "conversation",
+    "turn",
+    "event",
+    "usage",
+    "call",
+    "response",
+    "checkpoint",
+    "checkpoint_part",
+)
 
 
 async def apply_batch(db: Db, writes: list[Write]) -> None:

@@ -33,8 +33,9 @@ class Kept:
     async def durable_enough(self) -> None:
         pass
 
-    def journal_pending(self) -> None:
-        pass
+    @property
+    def submitted(self) -> int:
+        return len(self.events)
 
     def types(self, turn: TurnRecorder) -> list[str]:
         return [e.type for e in self.events if e.turn_id == turn.turn_id]
