@@ -284,6 +284,7 @@ class TurnRecorder:
         # The store's count of writes once the turn's start and input were submitted: they are
         # durable when the store is durable up to it (Store.durable).
         self.start_mark = 0
+        self.metered: dict[str, Any] | None = None  # what the turn's end billed, once it ended
 
     def begin(
         self,
@@ -527,7 +528,7 @@ class TurnRecorder:
             payload["response_id"] = self.response_id
         if self.meter is not None:
             # What is billed: the provider's count, or an estimate where it never came.
-            metered = payload["metered"] = self.meter.turn(self)
+            metered = payload["metered"] = self.metered = self.meter.turn(self)
             if self.lease is not None:
                 tokens = metered["prompt_tokens"] + metered["completion_tokens"]
                 self.lease.settle(metered["cost_usd"], tokens)

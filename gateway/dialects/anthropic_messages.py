@@ -27,6 +27,7 @@ literal transcription of the events:
 
 from __future__ import annotations
 
+from collections.abc import Callable
 from dataclasses import dataclass
 from typing import Any, Literal, TypeGuard
 
@@ -665,6 +666,9 @@ class MessagesStreamRenderer:
     (`extra="allow"`, with or without strict validation) and its stream accumulator only reads
     the fields it knows, so clients accept the stream and the flag is there for those who look.
     """
+
+    # Its usage is in its own events, without a cost.
+    price: Callable[[dict[str, Any]], float | None] | None = None
 
     def __init__(self, model: str) -> None:
         self._model = model

@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+from collections.abc import Callable
 from typing import Any, Protocol
 
 from gateway.errors import GatewayError
@@ -14,6 +15,9 @@ class StreamRenderer(Protocol):
 
     # The id the client's answer has when the gateway renders it (a stream, or a whole body).
     response_id: str
+    # What a provider's usage report costs (set by the relay where the gateway meters): a
+    # dialect whose stream has a usage chunk adds it there as `cost_usd`.
+    price: Callable[[dict[str, Any]], float | None] | None
 
     def render(self, events: list[StreamEvent]) -> bytes: ...
 

@@ -7,6 +7,7 @@ fields this gateway does not know (new OpenAI parameters, provider extensions) p
 from __future__ import annotations
 
 import time
+from collections.abc import Callable
 from typing import Any, Literal
 
 import orjson
@@ -111,6 +112,7 @@ class ChatChunkRenderer:
             "model": model,
         }
         self._include_usage = include_usage
+        self.price: Callable[[dict[str, Any]], float | None] | None = None
         self._kinds: dict[int, str] = {}
         self._tools: dict[int, int] = {}  # block index -> position in tool_calls
         self._reasoning: dict[int, list[str]] = {}  # reasoning blocks' text, until they end
@@ -167,7 +169,7 @@ class ChatChunkRenderer:
             elif isinstance(event, Finish):
                 out.append(self._chunk({}, event.reason))
             elif isinstance(event, Usage) and self._include_usage and "partial" not in event.usage:
-                body = {**self._base, "choices": [], "usage": chat_usage(event.usage)}
+                body = {**self._base, "choices": [], "usage": chat_usage(event.usage, self.price)}
                 out.append(b"data: " + orjson.dumps(body) + b"\n\n")
         return b"".join(out)
 
@@ -201,17 +203,36 @@ class ChatChunkRenderer:
         return b"data: " + orjson.dumps({"error": error}) + b"\n\n"
 
 
-def chat_usage(usage: dict[str, Any]) -> dict[str, Any]:
+def chat_usage(
+    usage: dict[str, Any], price: Callable[[dict[str, Any]], float | None] | None = None
+) -> dict[str, Any]:
     """The gateway's usage as a chat completion reports it: OpenAI's fields (cache reads in
     `prompt_tokens_details.cached_tokens`, inside `prompt_tokens`), the provider's own report
     left out. Tokens written to Anthropic's cache (counted in `prompt_tokens` too) have no
-    OpenAI field; they are added as `cache_creation_input_tokens`, as LiteLLM reports them."""
+    OpenAI field; they are added as `cache_creation_input_tokens`, as LiteLLM reports them.
+    With `price`, what the usage costs, as `cost_usd` (a field the SDKs keep as an extra)."""
     out = {k: v for k, v in usage.items() if k != "provider_usage"}
     provider = usage.get("provider_usage")
     written = provider.get("cache_creation_input_tokens") if isinstance(provider, dict) else None
     if isinstance(written, int) and not isinstance(written, bool) and written:
         out["cache_creation_input_tokens"] = written
+    if price is not None and (cost := price(usage)) is not None:
+        out["cost_usd"] = cost
     return out
+
+
+def usage_chunk_with_cost(frame: bytes, cost: float) -> bytes:
+    """An upstream's usage chunk (relayed unchanged otherwise) with `usage.cost_usd` added;
+    the frame as it was if it is not one."""
+    try:
+        chunk = orjson.loads(frame.partition(b"data:")[2])
+    except orjson.JSONDecodeError:
+        return frame
+    usage = chunk.get("usage") if isinstance(chunk, dict) else None
+    if not isinstance(usage, dict):
+        return frame
+    usage["cost_usd"] = cost
+    return b"data: " + orjson.dumps(chunk) + b"\n\n"
 
 
 def completion_id() -> str:

@@ -19,6 +19,7 @@ or of token ids, is a 400 (the gateway records each prompt as the text a user se
 from __future__ import annotations
 
 import time
+from collections.abc import Callable
 from typing import Any
 
 import orjson
@@ -108,6 +109,7 @@ class CompletionChunkRenderer:
             "model": model,
         }
         self._include_usage = include_usage
+        self.price: Callable[[dict[str, Any]], float | None] | None = None
         self._kinds: dict[int, str] = {}
 
     def _chunk(self, text: str, finish: str | None = None) -> bytes:
@@ -125,7 +127,7 @@ class CompletionChunkRenderer:
             elif isinstance(event, Finish):
                 out.append(self._chunk("", event.reason))
             elif isinstance(event, Usage) and self._include_usage and "partial" not in event.usage:
-                body = {**self._base, "choices": [], "usage": chat_usage(event.usage)}
+                body = {**self._base, "choices": [], "usage": chat_usage(event.usage, self.price)}
                 out.append(b"data: " + orjson.dumps(body) + b"\n\n")
         return b"".join(out)
 

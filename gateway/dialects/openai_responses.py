@@ -40,7 +40,7 @@ from __future__ import annotations
 
 import hashlib
 import re
-from collections.abc import Mapping
+from collections.abc import Callable, Mapping
 from dataclasses import dataclass, field
 from typing import Any, Literal, TypeGuard
 
@@ -768,6 +768,9 @@ class ResponsesStreamRenderer:
     continuation attempt's `BlockStart` for an index already seen opens a new item.
     `StreamFailure` is left to the caller, which ends the stream with `error()`.
     """
+
+    # Its usage is in its own events, without a cost.
+    price: Callable[[dict[str, Any]], float | None] | None = None
 
     def __init__(self, response: dict[str, Any]) -> None:
         self._response = response

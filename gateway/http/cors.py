@@ -24,7 +24,8 @@ METHODS = "GET, POST, PUT, PATCH, DELETE, OPTIONS"
 # (`*` covers the rest in browsers that take it; the names, those that do not).
 EXPOSED = (
     "*, X-Request-Id, X-Conversation-Id, X-Gateway-Turn-Id, X-Gateway-Deployment,"
-    " X-Gateway-Attempts, X-Gateway-History-Repaired, X-Gateway-Dropped-Params, Retry-After"
+    " X-Gateway-Attempts, X-Gateway-History-Repaired, X-Gateway-Dropped-Params,"
+    " X-Gateway-Cost-USD, Retry-After"
 )
 MAX_AGE_S = "600"
 _HEADER_LIST = re.compile(r"^[A-Za-z0-9!#$%&'*+\-.^_`|~]+(\s*,\s*[A-Za-z0-9!#$%&'*+\-.^_`|~]+)*$")

@@ -239,6 +239,12 @@ def _tokens_of(blocks: list[dict[str, Any]]) -> tuple[int, int]:
     return other + reasoning, reasoning
 
 
+def cost_header(cost: float) -> str:
+    """`X-Gateway-Cost-USD`: dollars in plain decimal notation (never `3.5e-05`), to the
+    micro-cent the usage row keeps."""
+    return f"{cost:.10f}".rstrip("0").rstrip(".") or "0"
+
+
 def _totals(record: UsageRecord) -> dict[str, Any]:
     """Meter.turn's totals of a turn with one attempt (the same values the sums give)."""
     cost = record.cost_usd
@@ -264,6 +270,15 @@ class Meter:
         self._price_of = price_of  # (deployment name, upstream model) -> price
         self._write = write
         self._counters: dict[tuple[str, str, str], tuple[tuple[Any, ...], Any]] = {}
+
+    def cost_of(self, route: dict[str, Any], usage: dict[str, Any]) -> float | None:
+        """What a provider's whole usage report costs at its deployment's price (None when
+        unpriced): the cost a stream's usage chunk carries to the client."""
+        price = self._price_of(str(route.get("deployment")), str(route.get("model")))
+        if price is None:
+            return None
+        prompt, completion, _, cached, write_5m, write_1h = checked_counts(usage).counts
+        return round(price.cost(prompt, completion, cached, write_5m, write_1h), 10)
 
     def turn(self, turn: TurnRecorder) -> dict[str, Any]:
         """Record every attempt of an ending turn; return the turn's metered totals."""

@@ -32,6 +32,7 @@ from gateway import metrics
 from gateway.context import Gateway
 from gateway.conversations.recorder import Attempt, Segment, TurnRecorder
 from gateway.dialects.base import Dialect
+from gateway.dialects.openai_chat import usage_chunk_with_cost
 from gateway.errors import (
     Conflict,
     GatewayError,
@@ -41,6 +42,7 @@ from gateway.errors import (
     UpstreamProtocolError,
     UpstreamStreamError,
 )
+from gateway.metering.usage import cost_header
 from gateway.pipeline.body import read_json
 from gateway.pipeline.client import ClientCancelled, ClientStream
 from gateway.pipeline.continuation import continuation_body
@@ -115,6 +117,8 @@ class Relay:
         self.client = ClientStream(request, turn.store)
         # One per response: a continuation keeps rendering the same client stream.
         self.renderer = dialect.renderer(body)
+        if gateway.meter is not None:
+            self.renderer.price = self._usage_cost
         # The attempt under way: its record, deployment, open upstream answer and deadlines.
         self.attempt: Attempt | None = None
         self.deployment: Deployment | None = None
@@ -328,9 +332,11 @@ class Relay:
         # durable before the client has its answer.
         await self.gateway.turn_ends.completed(self.turn, attempt)
         await self.turn.store.durable_enough()
-        return web.Response(
-            body=raw, content_type="application/json", headers=self._headers(deployment)
-        )
+        headers = self._headers(deployment)
+        metered = self.turn.metered
+        if metered is not None and (cost := metered["cost_usd"]) is not None:
+            headers["X-Gateway-Cost-USD"] = cost_header(cost)
+        return web.Response(body=raw, content_type="application/json", headers=headers)
 
     # -- a stream: the hot path ----------------------------------------------------------------
 
@@ -472,13 +478,17 @@ class Relay:
         if clock.holding and any(_is_content(e) for e in events):
             self._first_content(attempt, clock)
         if self.passthrough:
-            if kind == "usage_only" and self.upstream is not None and self.upstream.usage_injected:
-                return None
+            data = frame.raw
+            if kind == "usage_only" and self.upstream is not None:
+                if self.upstream.usage_injected:
+                    return None
+                price, usage = self.renderer.price, attempt.usage
+                if price is not None and usage is not None and (cost := price(usage)) is not None:
+                    data = usage_chunk_with_cost(data, cost)
             self.renderer.track(events)
             if kind == "done":
                 self.terminator = frame.raw
                 return None
-            data = frame.raw
         else:
             data = self.renderer.render(events)
             if kind == "done":
@@ -489,6 +499,13 @@ class Relay:
         self.sizes.append(len(data))
         received.mark()
         return None
+
+    def _usage_cost(self, usage: dict[str, Any]) -> float | None:
+        """What the attempt under way's usage report costs."""
+        meter, attempt = self.gateway.meter, self.attempt
+        if meter is None or attempt is None:
+            return None
+        return meter.cost_of(attempt.route, usage)
 
     @staticmethod
     def _first_content(attempt: Attempt, clock: AttemptClock) -> None:
