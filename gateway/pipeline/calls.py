@@ -35,7 +35,7 @@ from gateway.metering.call_prices import Bill, CallPrices
 from gateway.metering.keys import Principal
 from gateway.metering.limits import Lease, scopes_of
 from gateway.metering.prices import PriceUnknown
-from gateway.metering.usage import UsageRecord
+from gateway.metering.usage import UsageRecord, cost_header
 from gateway.routing.retry import RetryPlan
 from gateway.routing.router import Alias, Deployment
 from gateway.scrub import scrub_error
@@ -157,7 +157,7 @@ async def _attempts(
         logs.annotate(deployment=deployment.name)
         content_type = _content_type(upstream)
         if not call.stream:
-            _meter(
+            cost = _meter(
                 gateway,
                 principal,
                 call,
@@ -169,6 +169,8 @@ async def _attempts(
                 content_type,
                 started,
             )
+            if cost is not None:
+                headers["X-Gateway-Cost-USD"] = cost_header(cost)
             return web.Response(body=first, headers={**headers, "Content-Type": content_type})
         return await _relay(
             gateway,
@@ -311,7 +313,8 @@ def _meter(
     raw: bytes,
     content_type: str,
     started: float,
-) -> None:
+) -> float | None:
+    """Write the call's usage row and settle its lease; what it cost (None: unpriced)."""
     answer: Any = None
     if content_type.startswith(JSON):
         try:
@@ -330,6 +333,7 @@ def _meter(
         bill=bill,
     )
     lease.settle(bill.cost or 0.0, bill.prompt_tokens + bill.completion_tokens)
+    return bill.cost
 
 
 def meter_call(

@@ -26,6 +26,7 @@ from gateway.metering.call_prices import Bill
 from gateway.metering.keys import Principal
 from gateway.metering.limits import Lease
 from gateway.metering.tokens import count_embedding_input
+from gateway.metering.usage import cost_header
 from gateway.pipeline.admission import admit
 from gateway.pipeline.calls import meter_call
 from gateway.routing.retry import RetryPlan
@@ -92,11 +93,13 @@ async def _attempts(
         except InvalidRequest:  # answered, and billed, but not as asked: metered all the same
             _meter(gateway, principal, body, alias, deployment, lease, None, started)
             raise
-        _meter(gateway, principal, body, alias, deployment, lease, usage, started)
+        cost = _meter(gateway, principal, body, alias, deployment, lease, usage, started)
         headers = {
             "X-Gateway-Deployment": deployment.name,
             "X-Gateway-Attempts": str(retries.attempts),
         }
+        if cost is not None:
+            headers["X-Gateway-Cost-USD"] = cost_header(cost)
         return raw, headers
     assert retries.last_error is not None
     last = retries.last_error
@@ -124,9 +127,9 @@ def _meter(
     lease: Lease,
     usage: Any,
     started: float,
-) -> None:
+) -> float | None:
     """Write the request's usage row (its input tokens, the provider's count or an estimate,
-    and their cost) and settle its lease to them."""
+    and their cost) and settle its lease to them; the cost (None: unpriced)."""
     reported = usage.get("prompt_tokens") if isinstance(usage, dict) else None
     if isinstance(reported, int) and not isinstance(reported, bool) and reported >= 0:
         tokens, source = reported, "provider"
@@ -146,6 +149,7 @@ def _meter(
         bill=bill,
     )
     lease.settle(cost, tokens)
+    return cost
 
 
 def _user(body: dict[str, Any]) -> str | None:

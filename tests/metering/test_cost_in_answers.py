@@ -117,3 +117,24 @@ async def test_an_unpriced_answer_says_no_cost(
     gw = await priced(make_gateway, {**upstream.deployment(), "model": "an-unknown-model"})
     raw = await gw.client().chat.completions.with_raw_response.create(model="m", messages=HELLO)  # type: ignore[arg-type]
     assert "X-Gateway-Cost-USD" not in raw.headers
+
+
+async def test_embeddings_and_api_calls_say_their_cost_too(
+    make_gateway: MakeGateway, aiohttp_server: Callable[..., Awaitable[TestServer]]
+) -> None:
+    from tests.http.test_media_endpoints import setup
+
+    gw, _, key, _ = await setup(make_gateway, aiohttp_server)
+    client = gw.client(key)
+    made = await client.images.with_raw_response.generate(
+        model="img", prompt="a lighthouse", n=2, size="1024x1024", quality="low"
+    )
+    assert float(made.headers["X-Gateway-Cost-USD"]) == pytest.approx(2 * 0.011)
+
+    upstream = await FakeUpstream().start(aiohttp_server)
+    priced = upstream.deployment(input_cost_per_mtok=0.02, output_cost_per_mtok=0)
+    gw = await make_gateway([{"name": "e", "deployments": [priced]}])
+    embedded = await gw.client().embeddings.with_raw_response.create(model="e", input="hi")
+    await gw.flush()
+    [(cost,)] = gw.query("SELECT cost_usd FROM usage WHERE endpoint = 'embeddings'")
+    assert float(embedded.headers["X-Gateway-Cost-USD"]) == pytest.approx(cost) and cost > 0
