@@ -29,6 +29,7 @@ from gateway.metering.limits import Limiter
 from gateway.metering.reports import UsageStore
 from gateway.metering.usage import Meter
 from gateway.pipeline.checkpoints import Checkpoints
+from gateway.reload import COOLDOWN_SYNC
 from gateway.routing.router import Router
 from gateway.storage.backends import instance_id, make_store
 from gateway.storage.db import StoreUnavailable
@@ -138,6 +139,7 @@ async def _resources(app: web.Application) -> AsyncIterator[None]:
         healths = [d.health for d in gateway.router.deployments()]
         cooldowns = CooldownSync(redis_url, gateway.config.limits.redis_prefix, healths)
         cooldowns.start()
+        app[COOLDOWN_SYNC] = cooldowns  # a reload's deployments are shared from then on
         app[CANCEL_BUS].start()
     # The tokenizer for estimates is slow to load: in the background from the start, not
     # on the first cancel, and without holding up the first request (cold start).

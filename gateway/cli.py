@@ -85,6 +85,7 @@ async def _serve(loaded: LoadedConfig, host: str, port: int, reuse_port: bool = 
     from gateway.http.aiohttp_internals import awaiting_request
     from gateway.http.slow_clients import guarded_runner
     from gateway.metering import tokens
+    from gateway.reload import Reloader
     from gateway.storage.backends import instance_id
 
     config = loaded.config
@@ -112,11 +113,14 @@ async def _serve(loaded: LoadedConfig, host: str, port: int, reuse_port: bool = 
         access_log=None,
         shutdown_timeout=_LAST_CUT_S,
     )
-    # Before anything is served: a SIGTERM from then on always drains gracefully.
+    # Before anything is served: a SIGTERM from then on always drains gracefully, and a
+    # SIGHUP reloads the config (once serving; one sent before is served by the file as read).
     stop = asyncio.Event()
     loop = asyncio.get_running_loop()
     for sig in (signal.SIGINT, signal.SIGTERM):
         loop.add_signal_handler(sig, stop.set)
+    reloader = Reloader(app, loaded.path)
+    loop.add_signal_handler(signal.SIGHUP, reloader.request)
     try:
         await runner.setup()  # the store, its schema and the upstream pool start here
         site = web.TCPSite(runner, host, port, reuse_port=reuse_port or None)
@@ -151,7 +155,9 @@ async def _serve(loaded: LoadedConfig, host: str, port: int, reuse_port: bool = 
                 " set a master key before exposing it to browsers",
                 "any site" if config.server.cors_origins == "*" else "the listed origins",
             )
+    reloading = asyncio.create_task(reloader.run(), name="config-reload")
     await stop.wait()
+    reloading.cancel()  # a SIGHUP from now on changes nothing: the config served is kept
     # Out within server.shutdown_grace_s and a second: requests run until the deadline, the
     # streams still open then end with their dialect's shutdown event, every turn is
     # recorded and the store flushed.
@@ -619,6 +625,9 @@ def _main(argv: list[str] | None) -> int:
     )
     _admin_commands(sub)
     args = parser.parse_args(argv)
+    if args.command == "serve":
+        # Until serve listens, and in a supervisor: a SIGHUP (a reload) must not end it.
+        signal.signal(signal.SIGHUP, signal.SIG_IGN)
     from gateway import logs
 
     # Records wait until the config says how to write them (`logging`, docs/operations.md,

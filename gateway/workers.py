@@ -1,11 +1,12 @@
 """`gateway serve --workers N`: N processes on one port, so one host uses all its cores.
 
 Each worker is a plain `gateway serve` with `GATEWAY_WORKER=i`, which binds with SO_REUSEPORT;
-the kernel spreads new connections across them. The supervisor forwards SIGTERM/SIGINT (each
-worker drains its own streams and is out within `server.shutdown_grace_s` and a second; one
-still running past that is killed, so the supervisor keeps the same bound) and restarts a
-worker that dies on its own; that worker's restart keeps its instance id, so it closes the
-turns its previous life left open (as it does a killed one's).
+the kernel spreads new connections across them. The supervisor forwards SIGHUP (each worker
+reloads its config, gateway.reload) and SIGTERM/SIGINT (each worker drains its own streams and
+is out within `server.shutdown_grace_s` and a second; one still running past that is killed,
+so the supervisor keeps the same bound) and restarts a worker that dies on its own; that
+worker's restart keeps its instance id, so it closes the turns its previous life left open (as
+it does a killed one's).
 
 Without `limits.redis_url` the supervisor also runs the one limiter every worker admits through
 (gateway.metering.shared_limits), on a Unix socket in a private temporary directory named to
@@ -74,10 +75,17 @@ def supervise(
             if worker.poll() is None:
                 worker.send_signal(signum)
 
+    def reload(signum: int, _frame: object) -> None:
+        # Each worker reads the file itself; one restarted later reads it as it is then.
+        for worker in workers.values():
+            if worker.poll() is None:
+                worker.send_signal(signum)
+
     workers = {i: spawn(i) for i in range(count)}
     restarts = dict.fromkeys(workers, 0)
     signal.signal(signal.SIGTERM, stop)
     signal.signal(signal.SIGINT, stop)
+    signal.signal(signal.SIGHUP, reload)
     log.info(
         "supervising %d workers on port %d (pids %s)",
         count,

@@ -83,8 +83,11 @@ async def _run_turn(
         # Recorded with the turn's usage, where PostgreSQL text refuses NUL: the usage row
         # would be dropped and the request go unmetered (a way round budgets).
         raise InvalidRequest("'user' may not contain a NUL character.", param="user")
-    alias = gateway.routes.alias(body.get("model"), principal)
-    plan = gateway.routes.plan(alias, body)
+    # Taken together, before any wait: a config reload meanwhile leaves this turn on the
+    # deployments and prices it was planned with.
+    routes, meter = gateway.routes, gateway.meter
+    alias = routes.alias(body.get("model"), principal)
+    plan = routes.plan(alias, body)
     if turn.plan_view is not None:
         plan = [turn.plan_view(d) for d in plan]
     # A parameter some deployment of the plan cannot carry: a 400 naming the first such one
@@ -131,7 +134,7 @@ async def _run_turn(
         user=user,
         alias=alias.name,
         prompt=body["messages"],
-        meter=gateway.meter,
+        meter=meter,
         lease=lease,
     )
     if trace is not None:

@@ -91,6 +91,15 @@ class CooldownSync:
         self._failing = False
         self._closing = False
 
+    def track(self, deployments: Iterable[DeploymentHealth]) -> None:
+        """Share these deployments' cooldowns from now on, instead of the ones before (the
+        deployments of a reloaded config)."""
+        self._health = {h.name: h for h in deployments}
+        self._keys = [self._key(name) for name in self._health]
+        if self._poller is not None:
+            for health in self._health.values():
+                health.on_cooldown = self._changed
+
     def _key(self, deployment: str) -> str:
         return f"{self._prefix}cooldown:{deployment}"
 
@@ -124,11 +133,12 @@ class CooldownSync:
 
     async def sync(self) -> None:
         """Read every shared cooldown once and apply the other replicas' here."""
-        if not self._keys:
+        healths, keys = self._health, self._keys  # as they were asked for: a reload may swap
+        if not keys:
             return
-        reply: Any = await self._read(keys=self._keys)
+        reply: Any = await self._read(keys=keys)
         now = time.monotonic()
-        for (name, health), (token, pttl) in zip(self._health.items(), reply, strict=True):
+        for (name, health), (token, pttl) in zip(healths.items(), reply, strict=True):
             if int(pttl) > 0:
                 self._known[name] = token
                 if token == self._mine.get(name):

@@ -19,7 +19,7 @@ from __future__ import annotations
 import logging
 import random
 from collections import OrderedDict
-from collections.abc import Iterable
+from collections.abc import Iterable, Mapping
 from dataclasses import dataclass, field, replace
 from typing import Any
 
@@ -191,7 +191,10 @@ class Router:
         config: GatewayConfig,
         pool: UpstreamPool,
         rng: random.Random | None = None,
+        healths: Mapping[str, DeploymentHealth] | None = None,
     ) -> None:
+        """`healths`: a previous router's deployments' live state by name (a config reload):
+        a deployment configured as before keeps its cooldown, in-flight count and latency."""
         self._aliases: dict[str, Alias] = {}
         self._rng = rng or random.Random()
         self._pool = pool
@@ -208,7 +211,12 @@ class Router:
                 if name in names:
                     raise ValueError(f"deployment name {name!r} is used twice")
                 names.add(name)
-                health = DeploymentHealth(name, model.cooldown, dep.max_concurrency)
+                health = (healths or {}).get(name)
+                if health is None or (health.cooldown, health.max_concurrency) != (
+                    model.cooldown,
+                    dep.max_concurrency,
+                ):
+                    health = DeploymentHealth(name, model.cooldown, dep.max_concurrency)
                 provider = _provider(dep, upstream_model, pool)
                 priced = price_deployment(dep, upstream_model, file)
                 if priced.price is None and "*" not in upstream_model:
