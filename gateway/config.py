@@ -48,6 +48,16 @@ class ServerConfig(_Model):
         description="Largest multipart form (file uploads, audio to transcribe, images to edit),"
         " in MiB; larger gets 413.",
     )
+    large_body_kb: int = Field(
+        1024,
+        ge=1,
+        description="A completion or embeddings body of this many KiB or more is large: parsed"
+        " off the event loop, and handled at most `large_bodies_per_key` at once per key (more"
+        " wait their turn).",
+    )
+    large_bodies_per_key: int = Field(
+        1, ge=1, description="Large request bodies of one key handled at once; more wait."
+    )
     max_messages: int = Field(
         10_000, ge=1, description="Most messages a completion request may carry; more gets 413."
     )

@@ -12,6 +12,7 @@ from aiohttp import web
 from gateway.config import GatewayConfig
 from gateway.conversations.recorder import TurnRecorder
 from gateway.conversations.service import Conversations
+from gateway.lanes import KeyLanes
 from gateway.metering.auth import Authenticator
 from gateway.metering.key_store import KeyStore
 from gateway.metering.keys import Principal
@@ -104,6 +105,8 @@ class Gateway:
     turn_ends: TurnEnds = field(default_factory=TurnEnds)
     # Every turn being relayed, for the shutdown deadline to end (gateway.cli, `_serve`).
     running: set[InFlight] = field(default_factory=set)
+    # Each key's large request bodies, a few at a time (gateway.http.large_bodies).
+    body_lanes: KeyLanes = field(default_factory=KeyLanes)
 
     def in_flight(self, key: str, principal: Principal) -> InFlight | None:
         """The in-flight turn a cancel names: the principal's team's; the admin's, any team's."""

@@ -140,7 +140,8 @@ class FakeServer(ABC):
     base_path: ClassVar[str] = ""  # `url` is the server's root plus this
 
     def __init__(self) -> None:
-        self.app = web.Application()
+        # Whatever the gateway forwards (server.max_body_mb at most), unlike aiohttp's 1 MiB.
+        self.app = web.Application(client_max_size=64 * 2**20)
         self.scripts: list[Script] = []
         self.requests: list[dict[str, Any]] = []  # the JSON body of each request
         self.seen: list[web.Request] = []  # path, query, headers and transport of each request

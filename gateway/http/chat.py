@@ -11,12 +11,14 @@ from gateway.conversations.truncate import cancel_content_chars, truncate_cancel
 from gateway.dialects.openai_chat import OPENAI_CHAT, parse_chat_request
 from gateway.errors import Conflict, NotFound
 from gateway.http.auth import PRINCIPAL
+from gateway.http.large_bodies import read_parsed
 from gateway.http.middleware import REQUEST_ID
 from gateway.pipeline.turn import TurnRequest, run_turn, shape_of
 
 
 async def chat_completions(request: web.Request) -> web.StreamResponse:
-    body, parsed = parse_chat_request(await request.read(), shape_of(request))
+    shape = shape_of(request)
+    body, parsed = await read_parsed(request, lambda raw: parse_chat_request(raw, shape))
     turn = TurnRequest(body, bool(parsed.stream), OPENAI_CHAT, request[REQUEST_ID])
     return await run_turn(request.app[GATEWAY], request, request[PRINCIPAL], turn)
 

@@ -7,13 +7,15 @@ from aiohttp import web
 from gateway.context import GATEWAY
 from gateway.dialects.openai_completions import OPENAI_COMPLETIONS, parse_request
 from gateway.http.auth import PRINCIPAL
+from gateway.http.large_bodies import read_parsed
 from gateway.http.middleware import REQUEST_ID
 from gateway.pipeline.turn import TurnRequest, run_turn, shape_of
 from gateway.providers.openai_completions import completions_view
 
 
 async def completions(request: web.Request) -> web.StreamResponse:
-    body, parsed = parse_request(await request.read(), shape_of(request))
+    shape = shape_of(request)
+    body, parsed = await read_parsed(request, lambda raw: parse_request(raw, shape))
     turn = TurnRequest(
         body,
         bool(parsed.stream),

@@ -9,6 +9,7 @@ from gateway.context import GATEWAY
 from gateway.dialects.requests import parse_json_object
 from gateway.errors import InvalidRequest
 from gateway.http.auth import PRINCIPAL
+from gateway.http.large_bodies import read_parsed
 from gateway.pipeline.embeddings import run_embeddings
 
 
@@ -26,7 +27,7 @@ def _same(inputs: list[object]) -> bool:
 
 
 async def embeddings(request: web.Request) -> web.Response:
-    body = parse_json_object(await request.read())
+    body = await read_parsed(request, parse_json_object)
     if not isinstance(body.get("model"), str):
         raise InvalidRequest("Missing required parameter: 'model'.", param="model")
     inputs = body.get("input")

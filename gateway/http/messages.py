@@ -12,6 +12,7 @@ from aiohttp import web
 from gateway.context import GATEWAY
 from gateway.dialects.anthropic_messages import ANTHROPIC_MESSAGES, parse_request
 from gateway.http.auth import PRINCIPAL
+from gateway.http.large_bodies import read_parsed
 from gateway.http.middleware import REQUEST_ID
 from gateway.pipeline.token_count import count_tokens as count
 from gateway.pipeline.turn import TurnRequest, run_turn, shape_of
@@ -19,7 +20,8 @@ from gateway.providers.params import ANTHROPIC_HEADERS
 
 
 async def messages(request: web.Request) -> web.StreamResponse:
-    body, parsed = parse_request(await request.read(), shape_of(request))
+    shape = shape_of(request)
+    body, parsed = await read_parsed(request, lambda raw: parse_request(raw, shape))
     if asked := anthropic_headers(request):
         body[ANTHROPIC_HEADERS] = asked
     turn = TurnRequest(body, bool(parsed.stream), ANTHROPIC_MESSAGES, request[REQUEST_ID])

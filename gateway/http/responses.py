@@ -27,6 +27,7 @@ from gateway.dialects.openai_responses import (
 )
 from gateway.errors import Conflict
 from gateway.http.auth import PRINCIPAL
+from gateway.http.large_bodies import read_parsed
 from gateway.http.middleware import REQUEST_ID
 from gateway.pipeline.turn import TurnRequest, run_turn, shape_of, turn_user
 
@@ -37,7 +38,8 @@ def _store(request: web.Request) -> ResponseStore:
 
 
 async def create(request: web.Request) -> web.StreamResponse:
-    parsed, new_messages = parse_request(await request.read(), shape_of(request))
+    shape = shape_of(request)
+    parsed, new_messages = await read_parsed(request, lambda raw: parse_request(raw, shape))
     # `item_reference` input items, read back from the store (the key's team only): a 400
     # naming one that is unknown, before anything is recorded or sent.
     new_messages = await resolve_item_references(

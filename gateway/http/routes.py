@@ -18,6 +18,7 @@ from gateway.http import (
     responses,
     system,
 )
+from gateway.http.large_bodies import laned
 
 # The routes that take multipart uploads, within server.max_upload_mb rather than max_body_mb.
 UPLOADS = frozenset(
@@ -65,17 +66,17 @@ admin, conversations_list, openapi, request_log, ui, usage = (_Later(m) for m in
 
 
 def add_routes(app: web.Application) -> None:
-    app.router.add_post("/v1/chat/completions", chat.chat_completions)
+    app.router.add_post("/v1/chat/completions", laned(chat.chat_completions))
     app.router.add_post("/v1/chat/completions/{request_id}/cancel", chat.cancel)
-    app.router.add_post("/v1/completions", completions.completions)
-    app.router.add_post("/v1/messages", messages.messages)
+    app.router.add_post("/v1/completions", laned(completions.completions))
+    app.router.add_post("/v1/messages", laned(messages.messages))
     app.router.add_post("/v1/messages/count_tokens", messages.count_tokens)
-    app.router.add_post("/v1/responses", responses.create)
+    app.router.add_post("/v1/responses", laned(responses.create))
     app.router.add_get("/v1/responses/{id}", responses.retrieve)
     app.router.add_delete("/v1/responses/{id}", responses.delete)
     app.router.add_get("/v1/responses/{id}/input_items", responses.input_items)
     app.router.add_post("/v1/responses/{id}/cancel", responses.cancel)
-    app.router.add_post("/v1/embeddings", embeddings.embeddings)
+    app.router.add_post("/v1/embeddings", laned(embeddings.embeddings))
     app.router.add_post("/v1/images/generations", media.images_generations)
     app.router.add_post("/v1/images/edits", media.images_edits)
     app.router.add_post("/v1/images/variations", media.images_variations)

@@ -1,0 +1,36 @@
+"""A few at a time per key: one key's burst of heavy work queues behind itself, never in front
+of another key's.
+
+A key's semaphore exists while some of its work holds or awaits it, so an idle key costs
+nothing and the table never grows with keys that came once.
+"""
+
+from __future__ import annotations
+
+import asyncio
+from collections.abc import AsyncIterator
+from contextlib import asynccontextmanager
+
+
+class KeyLanes:
+    def __init__(self) -> None:
+        # key -> (its semaphore, how many hold or await it)
+        self._lanes: dict[str, tuple[asyncio.Semaphore, int]] = {}
+
+    @asynccontextmanager
+    async def hold(self, key: str, width: int) -> AsyncIterator[None]:
+        """One of `width` places of `key`'s lane, awaited in order of arrival."""
+        lane, users = self._lanes.get(key) or (asyncio.Semaphore(width), 0)
+        self._lanes[key] = (lane, users + 1)
+        try:
+            async with lane:
+                yield
+        finally:
+            lane, users = self._lanes[key]
+            if users == 1:
+                del self._lanes[key]
+            else:
+                self._lanes[key] = (lane, users - 1)
+
+    def __len__(self) -> int:
+        return len(self._lanes)
