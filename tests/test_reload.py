@@ -215,3 +215,20 @@ async def test_the_supervisor_passes_sighup_to_every_worker(tmp_path: Path) -> N
         code = await stop(supervisor, log)
     assert code == 0, "".join(log.lines)
     assert not log.having("exited with")
+
+
+def test_the_systemd_unit_reloads_with_sighup() -> None:
+    unit = (Path(__file__).parent.parent / "deploy" / "gateway.service").read_text()
+    assert "ExecReload=/bin/kill -HUP $MAINPID" in unit.splitlines()
+
+
+def test_the_chart_rolls_pods_on_a_config_change_unless_told_to_leave_them() -> None:
+    from tests.deploy.test_deploy import by_kind, render
+
+    def annotations(values: dict[str, Any] | None) -> dict[str, str]:
+        deployment = by_kind(render(values))["Deployment"]
+        found: dict[str, str] = deployment["spec"]["template"]["metadata"]["annotations"]
+        return found
+
+    assert "checksum/config" in annotations(None)
+    assert "checksum/config" not in annotations({"rollOnConfigChange": False})
