@@ -210,13 +210,17 @@ def apply_truncates(events: Iterable[Event], later: Iterable[Event] = ()) -> lis
         if cut is not None and event.type == ASSISTANT_MESSAGE:
             chars, truncate = cut
             blocks = list(event.payload.get("content") or [])
+            delivered = text_chars(blocks)
             payload = {
                 **event.payload,
                 "content": cut_blocks(blocks, chars),
+                # An answer that reached its client whole but was shown in part reads as
+                # stopped where the showing stopped.
+                "interrupted": bool(event.payload.get("interrupted")) or chars < delivered,
                 "truncated": {
                     "seq": truncate.seq,
                     "content_chars": chars,
-                    "delivered_chars": text_chars(blocks),
+                    "delivered_chars": delivered,
                 },
             }
             event = Event(

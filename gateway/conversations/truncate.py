@@ -6,9 +6,10 @@ text, and the gateway records that as an `assistant/truncate` event of the answe
 (the log stays append-only), which every derivation of history applies
 (`derive.apply_truncates`, `path.history_path`). docs/recording.md, "What the user saw".
 
-Rules: only an interrupted answer of a finished turn; never longer than what was delivered,
+Rules: only the answer of a finished turn that reached its client (interrupted, or completed:
+a slow renderer may show less than its socket received); never longer than what was delivered,
 nor than an earlier truncate left (the same count again changes nothing); bad input changes
-nothing.
+nothing. The answer's usage row then counts as delivered only the tokens of what was shown.
 """
 
 from __future__ import annotations
@@ -32,7 +33,9 @@ from gateway.conversations.threading import recorded_fingerprint
 from gateway.dialects.requests import parse_json_object
 from gateway.errors import Conflict, GatewayError, InvalidRequest, NotFound
 from gateway.metering.keys import Principal
+from gateway.metering.tokens import count_text
 from gateway.storage.db import Db, Row
+from gateway.storage.writes import keep_usage_totals
 
 OBJECT = "conversation.turn.truncation"
 # How long a cancel waits for its turn to end before applying a truncate (the relay ends a
@@ -87,11 +90,6 @@ async def truncate(
             " delivered, or it failed): there is nothing to truncate.",
             code="turn_not_interrupted",
         )
-    if not answer.payload.get("interrupted"):
-        raise Conflict(
-            f"Turn '{turn_id}' completed its answer; only an interrupted answer can be truncated.",
-            code="turn_not_interrupted",
-        )
     blocks = answer.payload.get("content") or []
     shown = text_chars(blocks)
     earlier = answer.payload.get("truncated")
@@ -130,6 +128,7 @@ async def truncate(
         store.append(event)
         await store.flush()
         seq = await _seq_of(conversations, event.uid)
+        await _delivered_as_shown(conversations, turn_id, answer, kept)
     return {
         "object": OBJECT,
         "conversation_id": conversation_id,
@@ -164,6 +163,45 @@ async def _turn(conversations: Conversations, turn_id: str) -> Row | None:
         )
 
     return await conversations.store.run(read)
+
+
+async def _delivered_as_shown(
+    conversations: Conversations, turn_id: str, answer: Event, kept: list[dict[str, Any]]
+) -> None:
+    """The answering attempt's usage row counts as delivered only its share that was shown
+    (its delivered count scaled by the tokens of what was kept over those of what was
+    delivered: the provider's count stays the measure), and the conversation's totals follow.
+    The billed counts are left as they are. A count only ever goes down."""
+    attempt = answer.payload.get("attempt")
+    if not isinstance(attempt, int):
+        return
+    kept_tokens = _tokens(kept)
+    all_tokens = _tokens(answer.payload.get("content") or [])
+    if kept_tokens >= all_tokens:
+        return
+
+    async def update(db: Db) -> None:
+        usage_id = f"{turn_id}:{attempt}"
+        delivered = await db.fetchval(
+            "SELECT completion_delivered FROM usage WHERE id = ?", usage_id
+        )
+        if not delivered:
+            return
+        shown = -(-int(delivered) * kept_tokens // all_tokens)  # rounded up
+        if shown < delivered:
+            await db.execute(
+                "UPDATE usage SET completion_delivered = ? WHERE id = ?", shown, usage_id
+            )
+            await keep_usage_totals(db, [answer.conversation_id])
+
+    await conversations.store.transact(update)
+
+
+def _tokens(blocks: list[dict[str, Any]]) -> int:
+    return sum(
+        count_text(b.get("text") or b.get("arguments") or "") + count_text(b.get("name") or "")
+        for b in blocks
+    )
 
 
 async def _seq_of(conversations: Conversations, uid: str) -> int | None:

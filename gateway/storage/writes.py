@@ -253,6 +253,12 @@ async def _keep_totals(db: Db, writes: list[Write]) -> None:
         await db.executemany(_ACTIVITY, activity)
 
 
+async def keep_usage_totals(db: Db, conversation_ids: list[str]) -> None:
+    """These conversations' totals made again from their usage rows (a row changed in place:
+    gateway.conversations.truncate)."""
+    await db.executemany(_USAGE_TOTALS, [(cid, cid) for cid in sorted(conversation_ids)])
+
+
 _ORDER: tuple[Kind, ...] = (
     "conversation",
     "turn",

@@ -161,16 +161,10 @@ async def test_bad_truncates_answer_4xx_and_change_nothing(
     assert (await gw.messages(conversation_id))[-1]["content"] == CUT
 
 
-async def test_only_a_finished_interrupted_answer_can_be_truncated(
+async def test_an_answer_that_never_reached_its_client_cannot_be_truncated(
     gw: GatewayUnderTest, upstream: FakeUpstream
 ) -> None:
     client = gw.client()
-    # Completed.
-    upstream.push(completion("Done: 完成 ✅"))
-    response = await client.chat.completions.with_raw_response.create(
-        model="fake", messages=[QUESTION]
-    )
-    completed = (response.headers["X-Conversation-Id"], response.headers["X-Gateway-Turn-Id"])
     # Nothing delivered: the client left before the first token.
     upstream.push(hang_before_headers())
     task = asyncio.create_task(
@@ -183,15 +177,56 @@ async def test_only_a_finished_interrupted_answer_can_be_truncated(
     with pytest.raises(asyncio.CancelledError):
         await task
     await gw.flush()
-    empty_conversation, empty_turn = gw.query(
-        "SELECT conversation_id, id FROM turns WHERE conversation_id <> ?", completed[0]
-    )[0]
-    await gw.wait_turn_end(empty_conversation)
-    for conversation_id, turn_id in (completed, (empty_conversation, empty_turn)):
-        before = await _events(gw, conversation_id)
-        status, body = await gw.post(_truncate_path(conversation_id, turn_id), {"content_chars": 0})
-        assert (status, body["error"]["code"]) == (409, "turn_not_interrupted"), body
-        assert await _events(gw, conversation_id) == before
+    [(conversation_id, turn_id)] = gw.query("SELECT conversation_id, id FROM turns")
+    await gw.wait_turn_end(conversation_id)
+    before = await _events(gw, conversation_id)
+    status, body = await gw.post(_truncate_path(conversation_id, turn_id), {"content_chars": 0})
+    assert (status, body["error"]["code"]) == (409, "turn_not_interrupted"), body
+    assert await _events(gw, conversation_id) == before
+
+
+async def test_a_completed_answer_shown_in_part_is_recorded_as_shown(
+    gw: GatewayUnderTest, upstream: FakeUpstream
+) -> None:
+    """The whole answer reached the client's socket (recorded completed), but a slow renderer
+    showed only part of it when the user stopped: the truncate makes the record what was
+    shown, and the delivered count of its usage follows."""
+    upstream.text(PARTS)
+    response = await gw.client().chat.completions.with_raw_response.create(
+        model="fake", messages=[QUESTION], stream=True
+    )
+    assert (
+        "".join([c.choices[0].delta.content or "" async for c in response.parse() if c.choices])
+        == TEXT
+    )
+    conversation_id = response.headers["X-Conversation-Id"]
+    turn_id = response.headers["X-Gateway-Turn-Id"]
+    await gw.wait_turn_end(conversation_id)
+    [(delivered,)] = gw.query("SELECT completion_delivered FROM usage")
+    status, body = await gw.post(_truncate_path(conversation_id, turn_id), {"content_chars": SHOWN})
+    assert status == 200, body
+    assert (body["content"], body["delivered_chars"]) == (CUT, len(TEXT))
+    assert (await gw.messages(conversation_id))[-1]["content"] == CUT
+    status, items = await gw.get(f"/v1/conversations/{conversation_id}/items")
+    assert items["data"][-1]["status"] == "incomplete"  # read as stopped where it was shown
+    await gw.flush()
+    [(shown,)] = gw.query("SELECT completion_delivered FROM usage")
+    assert 0 < shown < delivered
+    [(total,)] = gw.query(
+        "SELECT completion_delivered FROM conversations WHERE id = ?", conversation_id
+    )
+    assert total == shown
+    # The next question that sends back what was shown continues this conversation.
+    upstream.push(completion("Sure."))
+    follow = await gw.client().chat.completions.with_raw_response.create(
+        model="fake",
+        messages=[
+            QUESTION,
+            {"role": "assistant", "content": CUT},
+            {"role": "user", "content": "go on"},
+        ],
+    )
+    assert follow.headers["X-Conversation-Id"] == conversation_id
 
 
 async def test_a_turn_in_progress_is_409(gw: GatewayUnderTest, upstream: FakeUpstream) -> None:
