@@ -9,7 +9,7 @@ text, and the gateway records that as an `assistant/truncate` event of the answe
 Rules: only the answer of a finished turn that reached its client (interrupted, or completed:
 a slow renderer may show less than its socket received); never longer than what was delivered,
 nor than an earlier truncate left (the same count again changes nothing); bad input changes
-nothing. The answer's usage row then counts as delivered only the tokens of what was shown.
+nothing. The answer's usage row then counts as delivered only the share that was shown.
 """
 
 from __future__ import annotations
