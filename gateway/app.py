@@ -168,10 +168,14 @@ async def _keep_alive(gateway: Gateway, started: float) -> None:
     made: after an outage of the store, the others get that long to beat again (PeerWatch)."""
     beat_s = gateway.config.store.recovery_s / 3
     watch = PeerWatch(beat_s)
+    failing = False  # said once when the beats start failing, once when they come back
     while True:
         await asyncio.sleep(beat_s)
         try:
             await gateway.store.heartbeat(started)
+            if failing:
+                failing = False
+                log.info("store heartbeat succeeds again")
             if not watch.beat(time.time()):
                 continue
             recovered = await recover_open_turns(
@@ -180,9 +184,15 @@ async def _keep_alive(gateway: Gateway, started: float) -> None:
             watch.reached(time.time())
             if recovered:
                 log.warning("closed %d turns of a stopped replica (crash_recovered)", recovered)
-        except StoreUnavailable as exc:
+        except Exception as exc:
+            # A store outage, not a bug: the writes go to the spool, which says so itself.
             watch.missed()
-            log.warning("store heartbeat failed: %s", exc)
-        except Exception:
-            watch.missed()
-            log.exception("store heartbeat failed")
+            reason = str(exc) if isinstance(exc, StoreUnavailable) else repr(exc)
+            if failing:
+                log.debug("store heartbeat failed again: %s", reason)
+            else:
+                failing = True
+                log.warning(
+                    "store heartbeat failed: %s (not logged again until it succeeds)", reason
+                )
+            log.debug("store heartbeat failure", exc_info=True)

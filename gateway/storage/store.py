@@ -623,8 +623,7 @@ class Store:
         try:
             await self.backend.apply(batch)
         except StoreUnavailable as exc:
-            log.warning("store unavailable (%s): spooling writes until it returns", exc)
-            await self._to_spool(batch, force=True)
+            await self._to_spool(batch, force=True, why=f"store unavailable: {exc}")
         except Exception:
             await self._one_by_one(batch)
 
@@ -636,15 +635,18 @@ class Store:
                 try:
                     await self.backend.apply([write])
                     break
-                except StoreUnavailable:
-                    await self._to_spool(batch[index:], force=True)
+                except StoreUnavailable as exc:
+                    why = f"store unavailable: {exc}"
+                    await self._to_spool(batch[index:], force=True, why=why)
                     return
                 except Exception:
                     if attempt == _RETRIES - 1:
                         log.exception("store: dropping a %s write that keeps failing", write.kind)
                         metrics.STORE_WRITE_ERRORS.inc()
 
-    async def _to_spool(self, batch: list[Write], force: bool = False) -> bool:
+    async def _to_spool(
+        self, batch: list[Write], force: bool = False, why: str = "store.queue_max passed"
+    ) -> bool:
         """Append to the spool if spooling (or `force`: start spooling). False: not spooling
         any more (the replay caught up meanwhile), so write to the database instead."""
         async with self._spool_lock:
@@ -657,6 +659,7 @@ class Store:
                 raise _Unwritable(batch) from exc
             metrics.STORE_SPOOLED.inc(len(batch))
             if not self._spooling:
+                log.warning("writes go to the spool until the store takes them (%s)", why)
                 self._spooling = True
                 metrics.STORE_SPOOLING.set(1)
                 self._replayer = asyncio.create_task(self._replay_loop(), name="store-replay")
