@@ -553,6 +553,19 @@ MODEL: Schema = {
         "object": {"const": "model"},
         "created": {"type": "integer"},
         "owned_by": STRING,
+        "context_window": {"type": "integer", "minimum": 1},
+        "max_output_tokens": {"type": "integer", "minimum": 1},
+        "input_modalities": {"type": "array", "items": STRING},
+        "output_modalities": {"type": "array", "items": STRING},
+        "pricing": {
+            "type": "object",
+            "description": "USD per million tokens, the dearest deployment's",
+            "properties": {
+                "input_per_mtok": {"type": "number"},
+                "output_per_mtok": {"type": "number"},
+                "cache_read_per_mtok": {"type": "number"},
+            },
+        },
     },
 }
 

@@ -13,6 +13,8 @@ from gateway import metrics as gateway_metrics
 from gateway.context import GATEWAY
 from gateway.errors import ServiceUnavailable
 from gateway.http.auth import PRINCIPAL
+from gateway.routing.model_cards import card
+from gateway.routing.router import Alias
 
 _STARTED = int(time.time())
 
@@ -46,23 +48,40 @@ async def ready(request: web.Request) -> web.Response:
     return web.json_response({"status": "ok", "store": "spooling" if store.spooling else "ok"})
 
 
-def _model(model_id: str) -> dict[str, object]:
-    return {"id": model_id, "object": "model", "created": _STARTED, "owned_by": "gateway"}
+def _model(model_id: str, alias: Alias) -> dict[str, object]:
+    return {
+        "id": model_id,
+        "object": "model",
+        "created": _STARTED,
+        "owned_by": "gateway",
+        **card(alias.deployments),
+    }
 
 
 async def models(request: web.Request) -> web.Response:
-    """The aliases the key may use, pattern aliases (`openai/*`) by their own name."""
+    """The aliases the key may use, pattern aliases (`openai/*`) by their own name, each with
+    what its deployments are known to take and cost (gateway.routing.model_cards)."""
     principal = request[PRINCIPAL]
-    aliases = [a for a in request.app[GATEWAY].routes.aliases if principal.may_use(a)]
-    return web.json_response({"object": "list", "data": [_model(a) for a in aliases]})
+    routes = request.app[GATEWAY].routes
+    data = [
+        _model(name, routes.alias(name)) if "*" not in name else _pattern(name)
+        for name in routes.aliases
+        if principal.may_use(name)
+    ]
+    return web.json_response({"object": "list", "data": data})
+
+
+def _pattern(name: str) -> dict[str, object]:
+    """A pattern alias serves many models: what each takes is on its own id's page."""
+    return {"id": name, "object": "model", "created": _STARTED, "owned_by": "gateway"}
 
 
 async def model(request: web.Request) -> web.Response:
     """GET /v1/models/{id}: the model, when an alias (or a pattern alias) serves it to this
     key; else 404 `model_not_found`, as for a completion asking for it."""
     model_id = request.match_info["id"]
-    request.app[GATEWAY].routes.alias(model_id, request[PRINCIPAL])
-    return web.json_response(_model(model_id))
+    alias = request.app[GATEWAY].routes.alias(model_id, request[PRINCIPAL])
+    return web.json_response(_model(model_id, alias))
 
 
 async def metrics(request: web.Request) -> web.Response:

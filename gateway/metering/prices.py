@@ -189,17 +189,24 @@ def _belongs(entry: Mapping[str, Any], provider: str | None, source: str) -> boo
     return any(named == p or named.startswith(p + "-") for p in allowed)
 
 
-def output_limit(model: str, provider: str) -> int | None:
-    """The model's largest answer in the bundled map (its `max_output_tokens`, else its
-    `max_tokens`, as litellm reads it), looked up as a price is; None when it has no entry."""
+def map_entry(model: str, provider: str) -> dict[str, Any] | None:
+    """The model's entry in the bundled map, looked up as a price is; None when it has none."""
     table = price_map()
     for name, owner in candidates(model, provider):
         entry = table.get(name)
         if isinstance(entry, dict) and _belongs(entry, owner, "map"):
-            for field in (MAX_OUTPUT, "max_tokens"):
-                limit = entry.get(field)
-                if isinstance(limit, int) and not isinstance(limit, bool) and limit > 0:
-                    return limit
+            return entry
+    return None
+
+
+def output_limit(model: str, provider: str) -> int | None:
+    """The model's largest answer in the bundled map (its `max_output_tokens`, else its
+    `max_tokens`, as litellm reads it), looked up as a price is; None when it has no entry."""
+    entry = map_entry(model, provider)
+    for field in (MAX_OUTPUT, "max_tokens"):
+        limit = entry.get(field) if entry is not None else None
+        if isinstance(limit, int) and not isinstance(limit, bool) and limit > 0:
+            return limit
     return None
 
 
