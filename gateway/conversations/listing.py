@@ -296,13 +296,15 @@ def _metadata(dialect: Dialect, key: str, value: str) -> tuple[str, list[Any]]:
 
 def _lookup(stored: str, value: str) -> tuple[str, list[Any]]:
     """The conversation with the id `stored`, or of the turn, response or request with the id
-    `value`: index lookups each, their few rows then found by primary key."""
+    `value` (a response's: the one its client was sent, or the provider's own for it): index
+    lookups each, their few rows then found by primary key."""
     return (
         "c.id IN (SELECT CAST(? AS TEXT) UNION ALL SELECT t.conversation_id FROM turns t"
         " WHERE t.id = ? UNION ALL SELECT t.conversation_id FROM turns t WHERE t.request_id = ?"
         " UNION ALL SELECT t.conversation_id FROM turns t WHERE t.response_id = ?"
+        " UNION ALL SELECT t.conversation_id FROM turns t WHERE t.upstream_id = ?"
         " UNION ALL SELECT r.conversation_id FROM responses r WHERE r.id = ?)",
-        [stored, value, value, value, value],
+        [stored, value, value, value, value, value],
     )
 
 

@@ -45,6 +45,7 @@ from gateway.stream.events import StreamEvent
 
 if TYPE_CHECKING:
     from gateway.metering.limits import Lease
+    from gateway.providers.wire import StreamParser
 
 
 class TurnWrites(Protocol):
@@ -78,10 +79,12 @@ class Attempt:
         "delivered",
         "ended",
         "frame_written",
+        "id_from",
         "log",
         "number",
         "outcome",
         "route",
+        "upstream_id",
     )
 
     def __init__(self, number: int, route: dict[str, Any], started: float | None = None) -> None:
@@ -97,6 +100,14 @@ class Attempt:
         self.outcome: str | None = None  # completed | interrupted | error
         self.delivered = 0
         self.ended: float | None = None
+        # The upstream's own id for its answer: a whole answer's, or read when needed from
+        # the stream's parser (set once per attempt, never per frame).
+        self.upstream_id: str | None = None
+        self.id_from: StreamParser | None = None
+
+    @property
+    def answer_id(self) -> str | None:
+        return self.id_from.response_id if self.id_from is not None else self.upstream_id
 
     @property
     def started(self) -> float:
@@ -201,6 +212,12 @@ def _scrubbed(records: list[dict[str, Any]]) -> list[dict[str, Any]]:
             record["message"] = scrub(str(record["message"]))
             record["upstream"] = scrub_json(record["upstream"])
     return records
+
+
+def _with_upstream_id(attempt: Attempt, payload: dict[str, Any]) -> dict[str, Any]:
+    if upstream_id := attempt.answer_id:
+        payload["upstream_id"] = upstream_id  # the provider's own id for what it answered
+    return payload
 
 
 def _stored(payload: dict[str, Any], deferred: bool) -> dict[str, Any]:
@@ -490,7 +507,7 @@ class TurnRecorder:
         *,
         interrupted: bool,
     ) -> dict[str, Any]:
-        return {
+        payload = {
             "content": [b.to_content() for b in assembler.blocks()],
             "interrupted": interrupted,
             "surface_op": "append",
@@ -500,6 +517,7 @@ class TurnRecorder:
             "finish_reason": assembler.finish_reason,
             "usage": assembler.usage,
         }
+        return _with_upstream_id(attempt, payload)
 
     def _attempt_payload(self, attempt: Attempt, reason: str) -> dict[str, Any]:
         _, stream, deferred = _answer([(attempt, attempt.log.count)])
@@ -510,6 +528,7 @@ class TurnRecorder:
             "route": attempt.route,
             "usage": attempt.usage,
         }
+        _with_upstream_id(attempt, payload)
         return _stored(payload, deferred)
 
     def _end(self, status: str, reason: str | None) -> None:
@@ -526,6 +545,9 @@ class TurnRecorder:
         }
         if self.response_id is not None:
             payload["response_id"] = self.response_id
+        upstream = self.attempts[-1].answer_id if self.attempts else None
+        if upstream and upstream != self.response_id:
+            payload["upstream_id"] = upstream  # the provider's own, which finds the turn too
         if self.meter is not None:
             # What is billed: the provider's count, or an estimate where it never came.
             metered = payload["metered"] = self.metered = self.meter.turn(self)

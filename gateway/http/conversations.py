@@ -49,10 +49,19 @@ async def _turns(store: Store, turn_ids: list[str]) -> list[dict[str, Any]]:
             ids = turn_ids[first : first + 500]
             marks = ", ".join("?" * len(ids))
             rows = await db.fetch(
-                f"SELECT id, request, response_id FROM turns WHERE id IN ({marks})", *ids
+                f"SELECT id, request, response_id, upstream_id FROM turns WHERE id IN ({marks})",
+                *ids,
             )
             found.update(
-                (r[0], {"id": r[0], "request": orjson.loads(r[1]), "response_id": r[2]})
+                (
+                    r[0],
+                    {
+                        "id": r[0],
+                        "request": orjson.loads(r[1]),
+                        "response_id": r[2],
+                        "upstream_id": r[3],
+                    },
+                )
                 for r in rows
             )
         return found

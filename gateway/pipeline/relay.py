@@ -315,6 +315,8 @@ class Relay:
         raw, obj = await read_json(upstream, clock)
         self.upstream = None
         events = parse_body(deployment.provider.wire, obj)
+        if isinstance(upstream_id := obj.get("id"), str):
+            attempt.upstream_id = upstream_id
         attempt.add(events)
         attempt.first_token_ms = (time.monotonic() - attempt.started) * 1000
         if events and isinstance(events[0], StreamFailure):
@@ -345,6 +347,7 @@ class Relay:
         assert upstream is not None and attempt is not None and clock is not None
         decoder = self.decoder = SSEDecoder()
         parser = self.parser = stream_parser(deployment.provider.wire)
+        attempt.id_from = parser  # the upstream's id for its answer, once a frame says it
         # The upstream speaks the client's dialect: relay its bytes unchanged.
         self.passthrough = deployment.provider.wire == self.dialect.wire
         # Chat chunks relayed unchanged: most are one more piece of the open text, read

@@ -93,7 +93,8 @@ class ChatStreamParser:
             raise UpstreamProtocolError(f"invalid JSON in a stream chunk: {data[:200]!r}") from None
         if not isinstance(obj, dict):
             raise UpstreamProtocolError(f"a stream chunk is not a JSON object: {data[:200]!r}")
-        if self.response_id is None and type(answer_id := obj.get("id")) is str:
+        # (Azure's first chunk, of prompt filter results, has an empty id.)
+        if not self.response_id and type(answer_id := obj.get("id")) is str:
             self.response_id = answer_id
         if frame.event == "error" or obj.get("error"):
             error = obj.get("error", obj)

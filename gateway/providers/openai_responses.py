@@ -116,7 +116,7 @@ class ResponsesStreamParser:
         self._saw_tool_call = False
         self.done = False  # saw the terminal event (completed / incomplete)
         self.finished = False  # saw a finish (same events: Responses has no [DONE])
-        self.response_id: str | None = None  # not needed: never relayed unchanged
+        self.response_id: str | None = None  # the `response.created`'s response id
 
     def feed(self, frame: SSEFrame) -> tuple[list[StreamEvent], FrameKind]:
         data = frame.data
@@ -154,6 +154,9 @@ class ResponsesStreamParser:
             return []
         position = obj.get("output_index")
         if not _is_int(position):
+            if kind == "response.created" and isinstance(response := obj.get("response"), dict):
+                answer_id = response.get("id")
+                self.response_id = answer_id if isinstance(answer_id, str) else None
             return []  # response.created / in_progress / queued and anything item-less
         out: list[StreamEvent] = []
         if kind == "response.output_item.added":

@@ -559,6 +559,19 @@ _CHECKPOINT_PARTS = (
 # requests that continue one turn at once on two replicas never both do.
 _CONTINUED_BY = ("ALTER TABLE turns ADD COLUMN continued_by TEXT",)
 
+# The provider's own id for a turn's answer (Anthropic's `msg_…` behind a chat completion), where
+# it is not the id its client was sent: the list finds the turn by either. And, on PostgreSQL,
+# turns' users in byte order, which the list's user filter reads a prefix's range of whatever
+# the database's collation (SQLite's `turns_by_user` is in byte order already).
+_UPSTREAM_IDS = (
+    "ALTER TABLE turns ADD COLUMN upstream_id TEXT",
+    "CREATE INDEX turns_by_upstream_id ON turns (upstream_id) WHERE upstream_id IS NOT NULL",
+)
+_USERS_BY_PREFIX = (
+    'CREATE INDEX turns_by_user_bytes ON turns (("user" COLLATE "C")) WHERE "user" IS NOT NULL',
+)
+
+
 # -- usage by day -----------------------------------------------------------------------------
 
 # The usage report's sums (gateway.metering.reports), kept per whole day for each grouping: a
@@ -694,6 +707,7 @@ MIGRATIONS: dict[Dialect, tuple[Migration, ...]] = {
         Migration(12, "what open turns' checkpoints gained", _CHECKPOINT_PARTS),
         Migration(13, "usage reports' sums by day", _SQLITE_USAGE_DAYS),
         Migration(14, "the request that continues each turn", _CONTINUED_BY),
+        Migration(16, "the provider's id of each turn's answer", _UPSTREAM_IDS),
     ),
     "postgresql": (
         Migration(1, "the whole schema", _POSTGRES_V1),
@@ -716,6 +730,11 @@ MIGRATIONS: dict[Dialect, tuple[Migration, ...]] = {
         Migration(9, "what open turns' checkpoints gained", _CHECKPOINT_PARTS),
         Migration(10, "usage reports' sums by day", _POSTGRES_USAGE_DAYS),
         Migration(11, "the request that continues each turn", _CONTINUED_BY),
+        Migration(
+            13,
+            "the provider's id of each turn's answer; users by prefix",
+            _UPSTREAM_IDS + _USERS_BY_PREFIX,
+        ),
     ),
 }
 

@@ -336,6 +336,7 @@ class Store:
         if event.type == TURN_END:
             row["status"] = event.payload.get("status")
             row["response_id"] = event.payload.get("response_id")
+            row["upstream_id"] = event.payload.get("upstream_id")
         fingerprint = event.fingerprint
         if fingerprint is not None:  # a turn's end, or a later change to what it ended with
             row["fingerprint"] = fingerprint

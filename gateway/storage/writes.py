@@ -142,11 +142,12 @@ _SQL = {
     # NULLs; one stored already (a replay) takes an end it did not have, and keeps the one it has.
     "turn": _insert(
         "turns",
-        (*_TURN, "ended_at", "status", "fingerprint", "response_id"),
+        (*_TURN, "ended_at", "status", "fingerprint", "response_id", "upstream_id"),
         "ON CONFLICT (id) DO UPDATE SET ended_at = COALESCE(excluded.ended_at, turns.ended_at),"
         " status = COALESCE(excluded.status, turns.status),"
         " fingerprint = COALESCE(excluded.fingerprint, turns.fingerprint),"
-        " response_id = COALESCE(excluded.response_id, turns.response_id)",
+        " response_id = COALESCE(excluded.response_id, turns.response_id),"
+        " upstream_id = COALESCE(excluded.upstream_id, turns.upstream_id)",
     ),
     "response": _insert("responses", _RESPONSE, "ON CONFLICT (id) DO NOTHING"),
     # A drained stream's usage replaces the first estimate of the same attempt.
@@ -196,9 +197,10 @@ _EVENT = {
     "postgresql": _EVENT_INSERT.format("", ""),
 }
 _END_TURN = (
-    "UPDATE turns SET ended_at = ?, status = ?, fingerprint = ?, response_id = ? WHERE id = ?"
+    "UPDATE turns SET ended_at = ?, status = ?, fingerprint = ?, response_id = ?,"
+    " upstream_id = ? WHERE id = ?"
 )
-_NOT_ENDED = (None, None, None, None)
+_NOT_ENDED = (None, None, None, None, None)
 _FINGERPRINT = "UPDATE turns SET fingerprint = ? WHERE id = ?"
 # A conversation's totals over its attempts' usage records, which the list sorts and filters by
 # (gateway.conversations.listing): made again from its rows whenever a batch writes one of its
@@ -295,7 +297,7 @@ async def apply_batch(db: Db, writes: list[Write]) -> None:
         if kind != "event":
             rows = _values(kind, group)
             if kind == "turn":  # and its end, if the batch has it
-                rows = [v + ends.pop(v[0], _NOT_ENDED)[:4] for v in rows]
+                rows = [v + ends.pop(v[0], _NOT_ENDED)[:5] for v in rows]
             await db.executemany(_SQL[kind], rows)
         else:
             rows = [_event_args(w.row, db.dialect) for w in group]
@@ -346,6 +348,7 @@ def _end_args(row: dict[str, Any]) -> tuple[Any, ...]:
         row.get("status"),
         row.get("fingerprint"),
         row.get("response_id"),
+        row.get("upstream_id"),
         row["turn_id"],
     )
 

@@ -17,14 +17,16 @@ const ENDPOINTS = {
 
 export function requestsOf(...answers) {
   // Each turn's recorded request by turn id, from the `turns` an API answer carries: a list of
-  // turns (`{id, request, response_id}`) or an object keyed by turn id. The id of the answer
-  // the client was sent goes with the request.
+  // turns (`{id, request, response_id, upstream_id}`) or an object keyed by turn id. The id of
+  // the answer the client was sent, and the provider's own for it, go with the request.
   const found = new Map();
   for (const answer of answers) {
     const turns = answer?.turns;
     if (Array.isArray(turns)) {
       for (const turn of turns) {
-        if (turn?.request) found.set(turn.id, turn.response_id ? { ...turn.request, response_id: turn.response_id } : turn.request);
+        if (!turn?.request) continue;
+        const ids = { response_id: turn.response_id || undefined, upstream_id: turn.upstream_id || undefined };
+        found.set(turn.id, { ...turn.request, ...ids });
       }
     } else if (turns && typeof turns === 'object') {
       for (const [id, turn] of Object.entries(turns)) if (turn) found.set(id, turn.request ?? turn);
@@ -40,6 +42,32 @@ function deploymentsOf(turn) {
     if (deployment && names[names.length - 1] !== deployment) names.push(deployment);
   }
   return names;
+}
+
+function upstreamIds(turn) {
+  // The id each attempt's provider gave its answer (Anthropic's `msg_…`, OpenAI's `chatcmpl-…`
+  // or `resp_…`), with the deployment it came from.
+  const ids = [];
+  for (const event of turn.events) {
+    const id = event.payload?.upstream_id;
+    if (id && !ids.some(([seen]) => seen === id)) ids.push([id, event.payload?.route?.deployment]);
+  }
+  return ids;
+}
+
+function answerIds(turn, request) {
+  const upstream = upstreamIds(turn);
+  if (request.upstream_id && !upstream.some(([id]) => id === request.upstream_id)) upstream.push([request.upstream_id]);
+  const sent = request.response_id;
+  return [
+    sent ? metaItem('Response id (sent)', h('code', { 'data-testid': 'response-id', text: sent })) : null,
+    upstream.length
+      ? metaItem('Provider\'s id', h('span', { class: 'id-list' }, upstream.map(([id, deployment], i) => h('span', {},
+        i ? ', ' : '', h('code', { 'data-testid': 'upstream-id', text: id }),
+        deployment && upstream.length > 1 ? h('span', { class: 'muted', text: ` (${deployment})` }) : null,
+        id === sent ? h('span', { class: 'muted', text: ' (the same)' }) : null))))
+      : null,
+  ];
 }
 
 function json(value, label, testid) {
@@ -59,7 +87,7 @@ export function requestPanel(turn, request) {
     h('dl', { class: 'meta request-meta' },
       metaItem('Endpoint', h('span', {}, endpoint ? h('code', { text: `POST ${endpoint}` }) : null, ' ', request.endpoint ? badge(request.endpoint, 'neutral', { 'data-testid': 'request-dialect' }) : '—')),
       metaItem('Request id', request.request_id ? h('code', { 'data-testid': 'request-id', text: request.request_id }) : '—'),
-      request.response_id ? metaItem('Response id', h('code', { 'data-testid': 'response-id', text: request.response_id })) : null,
+      answerIds(turn, request),
       metaItem('Model', request.model || '—'),
       metaItem('Deployment', h('span', { 'data-testid': 'request-deployment', text: deployments.length ? deployments.join(' → ') : 'none yet' })),
       metaItem('Stream', request.stream ? 'yes' : 'no'),
