@@ -623,8 +623,17 @@ def _main(argv: list[str] | None) -> int:
     prices.add_argument(
         "--config", help="Config file (default: $GATEWAY_CONFIG or config/gateway.yaml)."
     )
+    convert = sub.add_parser(
+        "import-litellm", help="Write a LiteLLM proxy config as this gateway's config."
+    )
+    convert.add_argument("file", help="The LiteLLM config.yaml.")
+    convert.add_argument("-o", "--output", help="Write the config here (default: stdout).")
     _admin_commands(sub)
     args = parser.parse_args(argv)
+    if args.command == "import-litellm":  # reads no config of this gateway's
+        from gateway import litellm_import
+
+        return litellm_import.main(args)
     if args.command == "serve":
         # Until serve listens, and in a supervisor: a SIGHUP (a reload) must not end it.
         signal.signal(signal.SIGHUP, signal.SIG_IGN)

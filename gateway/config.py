@@ -693,6 +693,11 @@ def parse_config(raw: Any, source: str = "<config>") -> LoadedConfig:
         raw = {}
     if not isinstance(raw, dict):
         raise ConfigError(f"{source}: the top level must be a mapping, got {type(raw).__name__}")
+    if "model_list" in raw and "models" not in raw:
+        raise ConfigError(
+            f"{source}: a LiteLLM proxy config (model_list), not this gateway's: convert it"
+            f" with `gateway import-litellm {source} -o gateway.yaml` (docs/migrating.md)"
+        )
     missing: list[str] = []
     data = _interpolate(raw, "", missing)
     try:
