@@ -15,9 +15,18 @@ from pathlib import Path
 from typing import Any, Literal
 
 import yaml
-from pydantic import BaseModel, ConfigDict, Field, ValidationError, field_validator, model_validator
+from pydantic import (
+    BaseModel,
+    ConfigDict,
+    Field,
+    ValidationError,
+    ValidationInfo,
+    field_validator,
+    model_validator,
+)
 
 from gateway.metering.prices import load_price_file
+from gateway.providers import extras
 from gateway.upstream.proxy import DIRECT, Proxy
 from gateway.upstream.tls import TrustError, check_bundle, environment_trust
 from gateway.url_check import check_url
@@ -399,6 +408,13 @@ class DeploymentConfig(_Model):
             raise ValueError("set price or input_cost_per_mtok/output_cost_per_mtok, not both")
         return self
 
+    @field_validator("model")
+    @classmethod
+    def _provider_installed(cls, value: str | None, info: ValidationInfo) -> str | None:
+        if value and info.data.get("provider") == "litellm":
+            extras.check(extras.provider_prefix(value))
+        return value
+
     @model_validator(mode="after")
     def _needs_api_base(self) -> DeploymentConfig:
         if self.provider in ("openai", "azure") and not self.api_base:
@@ -693,11 +709,6 @@ def parse_config(raw: Any, source: str = "<config>") -> LoadedConfig:
         raw = {}
     if not isinstance(raw, dict):
         raise ConfigError(f"{source}: the top level must be a mapping, got {type(raw).__name__}")
-    if "model_list" in raw and "models" not in raw:
-        raise ConfigError(
-            f"{source}: a LiteLLM proxy config (model_list), not this gateway's: convert it"
-            f" with `gateway import-litellm {source} -o gateway.yaml` (docs/migrating.md)"
-        )
     missing: list[str] = []
     data = _interpolate(raw, "", missing)
     try:

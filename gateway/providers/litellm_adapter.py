@@ -37,6 +37,7 @@ from gateway.errors import (
     UpstreamStreamError,
     UpstreamTimeout,
 )
+from gateway.providers import extras
 from gateway.providers.params import LITELLM_FORWARDED
 from gateway.upstream.seam import retry_after_seconds
 
@@ -57,11 +58,25 @@ _GOOGLE_DELAY = re.compile(r"^\s*(\d+(?:\.\d+)?)s\s*$")
 _CLOSING: set[asyncio.Task[None]] = set()
 
 
+# What litellm would otherwise fetch on its own, at import or on a request: its price map and
+# Anthropic beta-header table (the copies in the wheel instead), and Hugging Face tokenizers for
+# Llama, Cohere and other models it counts tokens for (tiktoken's files in the wheel instead). A
+# gateway with no route out waited on those downloads' retries before a stream's first byte.
+# Set before the import, which reads some of them; an operator's own value is kept.
+OFFLINE_ENVIRONMENT = {
+    "LITELLM_OFFLINE_MODE": "true",
+    "LITELLM_LOCAL_MODEL_COST_MAP": "True",
+    "LITELLM_LOCAL_ANTHROPIC_BETA_HEADERS": "True",
+    "HF_HUB_OFFLINE": "1",
+    "HF_HUB_DISABLE_TELEMETRY": "1",
+}
+
+
 @cache
 def load_litellm() -> Any:
     """Import and configure litellm once; seconds the first time. Safe to call at startup."""
-    # Never fetch the model price map from GitHub at import: use the copy shipped in the wheel.
-    os.environ.setdefault("LITELLM_LOCAL_MODEL_COST_MAP", "True")
+    for name, value in OFFLINE_ENVIRONMENT.items():
+        os.environ.setdefault(name, value)
     # Through importlib, not `import litellm`: mypy would otherwise analyse all of litellm
     # (a thousand modules, ~50 s on a cold cache) to type-check this boundary, which is `Any`.
     module: Any = importlib.import_module("litellm")
@@ -72,6 +87,7 @@ def load_litellm() -> Any:
     warnings.filterwarnings("ignore", category=DeprecationWarning, module=r"litellm(\.|$)")
     # No per-chunk success logging (a thread-pool job per chunk); the gateway records streams.
     module.disable_streaming_logging = True
+    module.disable_hf_tokenizer_download = True  # counts with the bundled tiktoken files
     return module
 
 
@@ -191,6 +207,9 @@ class LiteLLMProvider:
             ) from None
         # The OpenAI parameters litellm can map for this model (gateway.providers.params refuses
         # the others before a request gets here); None when litellm cannot say.
+        # The provider as litellm resolved it (a bare model name included): its packages must
+        # be here now, not found missing by the first request.
+        extras.check(resolved[1])
         self.supported = supported_params(self._litellm, resolved[0], resolved[1])
         self._model = model
         self._api_base = config.api_base
