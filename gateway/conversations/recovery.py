@@ -105,7 +105,7 @@ def checkpoint_of(body: str, parts: Sequence[str] = ()) -> dict[str, Any]:
     message = checkpoint["message"]
     if not parts or message is None:  # (a turn's first part always follows a message)
         return checkpoint
-    texts = [[block["text"]] for block in message["content"]]
+    texts = [[block.get("text", "")] for block in message["content"]]
     for part in map(orjson.loads, parts):
         if part["seq"] <= seq:  # (of an earlier whole checkpoint)
             continue
@@ -120,7 +120,8 @@ def checkpoint_of(body: str, parts: Sequence[str] = ()) -> dict[str, Any]:
         for position, text in part["grown"]:
             texts[position].append(text)
     for block, pieces in zip(message["content"], texts, strict=True):
-        block["text"] = "".join(pieces)
+        if "text" in block:  # (a tool call has none: it never grows)
+            block["text"] = "".join(pieces)
     return checkpoint
 
 

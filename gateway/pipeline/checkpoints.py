@@ -64,7 +64,8 @@ class _Last:
         self.fields = _without(body, "message", "attempts")
         self.message = _without(message, "content")
         self.blocks = [_without(block, "text") for block in message["content"]]
-        self.lengths = [len(block["text"]) for block in message["content"]]
+        # (A tool call has no text: its arguments are whole once kept, and never grow.)
+        self.lengths = [len(block.get("text", "")) for block in message["content"]]
         self.attempts = _attempts(body)
         self.size = size  # the whole checkpoint's JSON
         self.parts = 0  # the parts' since
@@ -93,7 +94,7 @@ class _Last:
         for position, (block, shape, length) in enumerate(
             zip(content, self.blocks, self.lengths, strict=True)
         ):
-            text = block.get("text")
+            text = block.get("text", "")
             if not isinstance(text, str) or len(text) < length:
                 return None
             if _without(block, "text") != shape:  # a block closed since, with its data

@@ -7,6 +7,8 @@ from collections.abc import Iterable
 from dataclasses import dataclass, field
 from typing import Any
 
+import orjson
+
 from gateway.stream.events import (
     KNOWN_KINDS,
     REASONING,
@@ -94,14 +96,30 @@ class BlockAssembler:
         """What an interrupted answer keeps (docs/recording.md, "The assembled stream").
 
         Closed and unclosed text and reasoning blocks whose content is not only white space, in
-        stream order; closed blocks of unknown kinds. Tool calls are left out (never dispatched,
-        so no real result exists), and so are empty blocks and unclosed unknown blocks.
+        stream order; tool calls whose arguments are complete; closed blocks of unknown kinds.
+        A tool call cut inside its arguments is left out (no client can have run it), and so
+        are empty blocks and unclosed unknown blocks.
         """
         kept = []
         for block in self._blocks.values():
             if block.kind in (TEXT, REASONING):
                 if block.text.strip():
                     kept.append(block)
-            elif block.kind != TOOL_CALL and block.closed:
+            elif block.kind == TOOL_CALL:
+                if block.closed or _whole_json(block.text):
+                    kept.append(block)
+            elif block.closed:
                 kept.append(block)
         return kept
+
+
+def _whole_json(arguments: str) -> bool:
+    """Arguments that are a whole JSON object: nothing the stream could add keeps them valid,
+    so a client that stopped reading there has the whole call (OpenAI chat closes a call only
+    with the next block or the finish, which a stop can cut off)."""
+    if not arguments.rstrip().endswith("}"):
+        return False
+    try:
+        return isinstance(orjson.loads(arguments), dict)
+    except orjson.JSONDecodeError:
+        return False

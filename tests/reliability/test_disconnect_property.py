@@ -208,6 +208,13 @@ def client_content(dialect: str, payload: bytes) -> dict[str, str]:
     return seen
 
 
+def whole_json(arguments: str) -> bool:
+    try:
+        return isinstance(json.loads(arguments), dict)
+    except ValueError:
+        return False
+
+
 def recorded_content(blocks: list[dict[str, Any]]) -> dict[str, str]:
     seen = dict.fromkeys(KINDS, "")
     for block in blocks:
@@ -323,8 +330,11 @@ def test_the_recorded_answer_is_what_reached_the_client(
     OUTCOMES[label] = OUTCOMES.get(label, 0) + 1
     if end["status"] != "completed":
         # docs/recording.md, "The assembled stream": an interrupted answer keeps its text and
-        # reasoning, not a tool call that was never dispatched, nor blocks of white space only.
-        seen = {k: v if k != "tool" and v.strip() else "" for k, v in seen.items()}
+        # reasoning, and a tool call whose arguments the client has whole, not one cut inside
+        # them, nor blocks of white space only.
+        seen = {
+            k: v if (whole_json(v) if k == "tool" else v.strip()) else "" for k, v in seen.items()
+        }
     messages = [e for e in turn if e["type"] == "assistant/message"]
     recorded = recorded_content(messages[-1]["payload"]["content"]) if messages else None
     if (recorded or dict.fromkeys(KINDS, "")) != seen:

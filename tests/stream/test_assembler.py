@@ -34,7 +34,10 @@ def test_white_space_only_and_empty_blocks_are_left_out() -> None:
     assert kept(events) == []
 
 
-def test_tool_calls_are_left_out_closed_or_not() -> None:
+def test_tool_calls_are_kept_once_their_arguments_are_whole() -> None:
+    """A closed call, or an open one whose arguments are a whole JSON object (OpenAI chat
+    closes a call only with what follows it), is one the client has whole; a call cut inside
+    its arguments is left out."""
     events: list[StreamEvent] = [
         BlockStart(0, "text"),
         BlockDelta(0, "Checking."),
@@ -45,7 +48,15 @@ def test_tool_calls_are_left_out_closed_or_not() -> None:
         BlockStart(2, "tool_call", id="c2", name="g"),
         BlockDelta(2, '{"b"'),
     ]
-    assert kept(events) == [("text", "Checking.")]
+    assert kept(events) == [("text", "Checking."), ("tool_call", '{"a": 1}')]
+    whole_but_open: list[StreamEvent] = [
+        BlockStart(0, "tool_call", id="c1", name="f"),
+        BlockDelta(0, '{"city": '),
+        BlockDelta(0, '"Paris"}'),
+    ]
+    assert kept(whole_but_open) == [("tool_call", '{"city": "Paris"}')]
+    for cut in ('{"city": "Paris"', '{"city": "Par}', "[1]", ""):
+        assert kept([BlockStart(0, "tool_call", id="c1", name="f"), BlockDelta(0, cut)]) == []
 
 
 def test_unknown_kinds_are_kept_only_when_closed() -> None:
