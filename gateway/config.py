@@ -670,7 +670,9 @@ class LoadedConfig:
     warnings: list[str] = field(default_factory=list)
 
 
-def _interpolate(node: Any, where: str, missing: list[str]) -> Any:
+def _interpolate(node: Any, where: str, missing: list[tuple[str, str]]) -> Any:
+    """`node` with each `${NAME}` (or `${NAME:-default}`) replaced; the variables that are not
+    set, as (field path, name), into `missing`."""
     if isinstance(node, str):
 
         def replace(match: re.Match[str]) -> str:
@@ -678,7 +680,7 @@ def _interpolate(node: Any, where: str, missing: list[str]) -> Any:
             value = os.environ.get(name)
             if value is None or (value == "" and default is not None):
                 if default is None:
-                    missing.append(f"{where}: environment variable {name} is not set")
+                    missing.append((where, name))
                     return ""
                 return default
             return value
@@ -692,6 +694,11 @@ def _interpolate(node: Any, where: str, missing: list[str]) -> Any:
     if isinstance(node, list):
         return [_interpolate(v, f"{where}[{i}]", missing) for i, v in enumerate(node)]
     return node
+
+
+def _within(path: str, loc: str) -> bool:
+    """Whether the field at `path` is the one at `loc` or inside it."""
+    return loc == "(top level)" or path == loc or path.startswith((loc + ".", loc + "["))
 
 
 def _field_path(loc: tuple[int | str, ...]) -> str:
@@ -709,7 +716,12 @@ def parse_config(raw: Any, source: str = "<config>") -> LoadedConfig:
         raw = {}
     if not isinstance(raw, dict):
         raise ConfigError(f"{source}: the top level must be a mapping, got {type(raw).__name__}")
-    missing: list[str] = []
+    if "model_list" in raw and "models" not in raw:
+        raise ConfigError(
+            f"{source}: a LiteLLM proxy config (model_list), not this gateway's: convert it"
+            f" with `gateway import-litellm {source} -o gateway.yaml` (docs/migrating.md)"
+        )
+    missing: list[tuple[str, str]] = []
     data = _interpolate(raw, "", missing)
     try:
         config = GatewayConfig.model_validate(data)
@@ -720,10 +732,16 @@ def parse_config(raw: Any, source: str = "<config>") -> LoadedConfig:
             msg = err["msg"]
             if err["type"] == "extra_forbidden":
                 msg = "unknown field"
+            # The empty value an unset variable left is what failed: say so, not only that
+            # the field is wrong.
+            unset = [f"${{{name}}}" for where, name in missing if _within(where, loc)]
+            if unset:
+                msg += f" ({', '.join(unset)} {'is' if len(unset) == 1 else 'are'} not set)"
             lines.append(f"{source}: {loc}: {msg}")
         raise ConfigError("\n".join(lines)) from None
     # An empty secret is only worth a warning: the upstream will answer 401 and say so.
-    warnings = [f"{source}: {m}" for m in missing]
+    warnings = [f"{source}: {where}: environment variable {name} is not set"
+                for where, name in missing]  # fmt: skip
     return LoadedConfig(config=config, path=None, warnings=warnings)
 
 
@@ -742,6 +760,10 @@ def load_config(path: Path | str | None = None) -> LoadedConfig:
         where = f"line {mark.line + 1}, column {mark.column + 1}: " if mark else ""
         problem = getattr(exc, "problem", None) or str(exc)
         raise ConfigError(f"{path}: {where}invalid YAML: {problem}") from None
+    if raw is None:
+        # An empty file is a mistake (a volume not mounted, a template not rendered), not a
+        # request for defaults: `make run` has its own file.
+        raise ConfigError(f"{path}: the file is empty: it holds no setting (not even `models`)")
     loaded = parse_config(raw, str(path))
     try:
         environment_trust()  # read again when the upstream pool is made

@@ -149,3 +149,31 @@ def test_a_tracing_endpoint_must_be_otlp_over_http(tmp_path: Path) -> None:
     path.write_text("tracing: {otlp_endpoint: 'collector:4317'}\n")
     with pytest.raises(ConfigError, match=r"tracing\.otlp_endpoint.*http://"):
         load_config(path)
+
+
+def test_a_field_an_unset_variable_left_wrong_names_the_variable(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    monkeypatch.delenv("AZURE_BASE", raising=False)
+    monkeypatch.delenv("GW_PORT", raising=False)
+    text = (
+        "server: {port: '${GW_PORT}'}\n"
+        "models: [{name: a, deployments: [{provider: openai, api_base: '${AZURE_BASE}'}]}]\n"
+    )
+    with pytest.raises(ConfigError) as caught:
+        load_config(write(tmp_path, text))
+    lines = str(caught.value).splitlines()
+    assert any("server.port" in line and "(${GW_PORT} is not set)" in line for line in lines)
+    assert any(
+        "models[0].deployments[0]" in line and "(${AZURE_BASE} is not set)" in line
+        for line in lines
+    )
+    assert len(lines) == 2  # every error of the file at once
+
+
+@pytest.mark.parametrize(
+    "text", ["", "\n", "# only a comment\n"], ids=["empty", "blank", "comment"]
+)
+def test_an_empty_file_is_refused(text: str, tmp_path: Path) -> None:
+    with pytest.raises(ConfigError, match="the file is empty"):
+        load_config(write(tmp_path, text))

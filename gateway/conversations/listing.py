@@ -34,6 +34,8 @@ STATUSES = {
     "error": "error",
 }
 _FROM_TURN_STATUS = {turn: shown for shown, turn in STATUSES.items()}
+# The statuses a conversation has when any turn had it (the others: its last turn's).
+_ANY_TURN = ("interrupted", "error")
 MAX_LIMIT = 100
 PREVIEW_CHARS = 160
 _PARENT_HOPS = 16  # how far up a branch chain the preview is looked for
@@ -121,7 +123,8 @@ class ListQuery:
     parent_id: str | None = None  # the branches made from one conversation
     id: str | None = None  # one conversation's row, by its stored id
     lookup: str | None = None  # ... or by the id of one of its turns, responses or requests
-    user: str | None = None  # conversations with a turn for this user
+    user: str | None = None  # conversations with a turn for a user this is a part of
+    id_tail: str | None = None  # ... whose id, or a turn's, ends so (`conv_…3f9a0c1d` as shown)
     metadata: tuple[tuple[str, str], ...] = ()  # (key, value): metadata equality, each
     ranges: tuple[tuple[str, float], ...] = ()  # (a RANGES parameter, its bound)
     sort: str = "created"
@@ -184,6 +187,7 @@ class _Plan:
     search: str = "first"  # first | walk | probe (SQLite only)
     few: list[str] | None = None  # PostgreSQL: the conversations matching `q`, when few
     user_walk: bool = False
+    users: list[str] | None = None  # the users `user` names, when they could be listed
 
 
 async def _plan(db: Db, query: ListQuery) -> _Plan:
@@ -203,15 +207,88 @@ async def _plan(db: Db, query: ListQuery) -> _Plan:
             search = "probe"
         elif matches > _FEW_MATCHES:
             search = "walk"
-    user_walk = False
-    if query.user is not None and walked and db.dialect == "sqlite":
+    user_walk, users = False, None
+    if query.user is not None:
+        users = await _users(db, query.user)
+    if users and walked and db.dialect == "sqlite":
+        marks = ", ".join("?" for _ in users)
         turns = await db.fetchval(
-            'SELECT COUNT(*) FROM (SELECT 1 FROM turns WHERE "user" = ? LIMIT ?)',
-            query.user,
+            f'SELECT COUNT(*) FROM (SELECT 1 FROM turns WHERE "user" IN ({marks}) LIMIT ?)',
+            *users,
             _FEW_MATCHES + 1,
         )
         user_walk = turns > _FEW_MATCHES
-    return _Plan(search, few, user_walk)
+    return _Plan(search, few, user_walk, users)
+
+
+# The user filter names every user its text is a part of (any case): the distinct users are read
+# in order through the index of turns' users, one seek each, up to this many; a store with more
+# has its turns' users tested one by one instead (a prefix as typed through the index, else a
+# scan). Up to `_USERS_LISTED` users so found are a list the index is asked about.
+_USERS_READ = 2000
+_USERS_LISTED = 200
+
+
+def _user_column(dialect: Dialect, table: str = "") -> str:
+    # Byte order, whatever the database's collation: a prefix's range holds exactly the values
+    # that start with it (PostgreSQL's `turns_by_user_bytes` index; SQLite compares bytes).
+    column = f'{table}"user"'
+    return f'({column} COLLATE "C")' if dialect == "postgresql" else column
+
+
+async def _users(db: Db, text: str) -> list[str] | None:
+    """The users whose name holds `text` (any case); None when there are too many users to read
+    them all (`_user_test` then tests each turn's)."""
+    column = _user_column(db.dialect)
+    rows = await db.fetch(
+        f"WITH RECURSIVE u(v, n) AS (SELECT MIN({column}), 1 FROM turns"
+        f' WHERE "user" IS NOT NULL UNION ALL SELECT (SELECT MIN({column}) FROM turns'
+        f" WHERE {column} > u.v), u.n + 1 FROM u WHERE u.v IS NOT NULL AND u.n <= ?)"
+        " SELECT v FROM u WHERE v IS NOT NULL",
+        _USERS_READ,
+    )
+    if len(rows) > _USERS_READ:
+        return None
+    wanted = text.casefold()
+    found = [row[0] for row in rows if wanted in row[0].casefold()]
+    return found if len(found) <= _USERS_LISTED else None
+
+
+def _prefix_end(text: str) -> str:
+    """The least string after every string that starts with `text`, in code point order."""
+    last = ord(text[-1])
+    return text[:-1] + chr(last + 1) if last < 0xD7FF else text + "\U0010ffff"
+
+
+def _user_test(dialect: Dialect, text: str) -> tuple[str, list[Any]]:
+    """A turn `t` whose user starts with `text`, or holds it in any case."""
+    column = _user_column(dialect, "t.")
+    lowered = 'lower(t."user")'
+    holds = f"strpos({lowered}, ?) > 0" if dialect == "postgresql" else f"instr({lowered}, ?) > 0"
+    return (
+        f"(({column} >= ? AND {column} < ?) OR {holds})",
+        [text, _prefix_end(text), text.lower()],
+    )
+
+
+def _id_tail(fragment: str) -> tuple[str, list[Any]]:
+    """The conversation whose id, or one of whose turns' ids, ends in the fragment's tail, as the
+    list shows ids (`conv_…3f9a0c1d`: a prefix, an ellipsis, the random tail). A scan of the ids,
+    which no index orders by their ends."""
+    prefix, _, tail = fragment.rpartition("…")
+    prefix = prefix.rstrip("_").lower()
+    tail = tail.lower()
+    pattern = "%" + tail.replace("\\", "\\\\").replace("%", "\\%").replace("_", "\\_")
+    parts, args = [], []
+    if prefix in ("", "conv"):
+        parts.append("SELECT c2.id FROM conversations c2 WHERE c2.id LIKE ? ESCAPE '\\'")
+        args.append(pattern)
+    if prefix in ("", "turn"):
+        parts.append("SELECT t.conversation_id FROM turns t WHERE t.id LIKE ? ESCAPE '\\'")
+        args.append(pattern)
+    if not parts or not tail:
+        return "1 = 0", []
+    return f"c.id IN ({' UNION ALL '.join(parts)})", args
 
 
 async def _few_matches(db: Db, q: str) -> list[str] | None:
@@ -369,6 +446,10 @@ def _sql(
         column, comparison = RANGES[name]
         where.append(f"{column} {comparison} ?")
         args.append(bound)
+    if query.id_tail is not None:
+        found, found_args = _id_tail(query.id_tail)
+        where.append(found)
+        args += found_args
     if query.stopped:
         where.append(
             "EXISTS (SELECT 1 FROM turns t WHERE t.conversation_id = c.id AND t.status = 'aborted')"
@@ -382,6 +463,13 @@ def _sql(
         where.append(
             f"EXISTS (SELECT 1 FROM turns t WHERE t.conversation_id = c.id) AND {ended} IS NULL"
         )
+    elif query.status in _ANY_TURN:
+        # Any of its turns, not only the last: a conversation with a stopped first turn is an
+        # interrupted one, whatever came after.
+        where.append(
+            "EXISTS (SELECT 1 FROM turns t WHERE t.conversation_id = c.id AND t.status = ?)"
+        )
+        args.append(STATUSES[query.status])
     elif query.status is not None:
         where.append(f"{status} = ?")
         args.append(STATUSES[query.status])
@@ -404,14 +492,25 @@ def _sql(
                 args.append(value)
     # Last, after the cheaper tests of the row itself: on a walk, each is asked of every row
     # the others let through.
-    if query.user is not None:
-        if plan.user_walk:
-            where.append(
-                'EXISTS (SELECT 1 FROM turns t WHERE t."user" = ? AND t.conversation_id = c.id)'
-            )
+    if query.user is not None and plan.users is not None:
+        if not plan.users:
+            where.append("1 = 0")
         else:
-            where.append('c.id IN (SELECT t.conversation_id FROM turns t WHERE t."user" = ?)')
-        args.append(query.user)
+            marks = ", ".join("?" for _ in plan.users)
+            if plan.user_walk:
+                where.append(
+                    f'EXISTS (SELECT 1 FROM turns t WHERE t."user" IN ({marks})'
+                    " AND t.conversation_id = c.id)"
+                )
+            else:
+                where.append(
+                    f'c.id IN (SELECT t.conversation_id FROM turns t WHERE t."user" IN ({marks}))'
+                )
+            args += plan.users
+    elif query.user is not None:
+        found, found_args = _user_test(dialect, query.user)
+        where.append(f"c.id IN (SELECT t.conversation_id FROM turns t WHERE {found})")
+        args += found_args
     if query.q:
         found, found_args = _search(dialect, query.q, plan)
         where.append(found)

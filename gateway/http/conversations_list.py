@@ -107,18 +107,30 @@ async def list_(request: web.Request) -> web.Response:
         raise InvalidRequest(str(exc), param="after") from None
     # A cursor from an earlier page, or the id of the row to start after.
     after: str | Cursor | None = cursor if cursor is not None else await named("after")
+    since, until = _time(request, "since"), _time(request, "until")
+    if since is not None and until is not None and until < since:
+        raise InvalidRequest(
+            "'until' is before 'since': no conversation can be in that range.", param="until"
+        )
+    id_tail = (query.get("id_tail") or "").strip() or None
+    if id_tail is not None and len(id_tail.rpartition("…")[2]) < 4:
+        raise InvalidRequest(
+            "'id_tail' takes the end of an id, 4 characters or more (`conv_…3f9a0c1d`).",
+            param="id_tail",
+        )
     list_query = ListQuery(
         team_id=team,
         key_id=query.get("key_id") or None,
         model=query.get("model") or None,
         status=status,
-        since=_time(request, "since"),
-        until=_time(request, "until"),
+        since=since,
+        until=until,
         q=(query.get("q") or "").strip() or None,
         parent_id=await named("parent_id"),
         id=await named("id"),
         lookup=lookup,
-        user=query.get("user") or None,
+        user=(query.get("user") or "").strip() or None,
+        id_tail=id_tail,
         metadata=_metadata(request),
         ranges=_ranges(request),
         sort=_choice(request, "sort", tuple(SORTS), "created"),

@@ -3,10 +3,14 @@
 - Requests per minute and tokens per minute: sliding one-minute windows. Tokens are taken at
   admission as an estimate (prompt + `max_tokens`) and corrected to the real count at the end.
 - Concurrent requests: a counter held for the request's life.
-- Budgets in USD per day, week, month or in total: `hard` refuses (429 `budget_exceeded`), `soft`
-  lets the request through with a warning header. Each admitted request reserves its estimated
-  cost until its real cost is known, so concurrent requests cannot overshoot a hard budget by
-  more than what is reserved in flight; spend so far is read once from the usage records.
+- Budgets in USD per day, week, month or in total: `hard` refuses (429 `budget_exceeded`, with
+  `Retry-After` until the period ends and `x-should-retry: false`: no client retry can succeed
+  sooner), `soft` lets the request through with a warning header. Each admitted request
+  reserves its estimated cost until its real cost is known, so concurrent requests cannot
+  overshoot a hard budget by more than what is reserved in flight; spend so far is read once
+  from the usage records.
+- The same limits per end user under a key or team (`end_user`): each end user of it is a scope
+  of its own (`key.user`, `team.user`), admitted by the same rules.
 
 This is the in-process implementation: one replica's view. With `limits.redis_url` set,
 `gateway.metering.redis_limits.RedisLimiter` keeps the same windows in Redis for every replica;
@@ -21,7 +25,7 @@ from collections import deque
 from collections.abc import Awaitable, Callable
 from dataclasses import dataclass, field
 from datetime import UTC, datetime, timedelta
-from typing import TYPE_CHECKING, Any, Literal
+from typing import TYPE_CHECKING, Any, Literal, Protocol
 
 from pydantic import BaseModel, ConfigDict, Field
 
@@ -42,13 +46,28 @@ class Budget(BaseModel):
     mode: Literal["hard", "soft"] = "hard"
 
 
-class Limits(BaseModel):
+class EndUserLimits(BaseModel):
+    """The limits of one scope: a key's, a team's, or each end user's under one of them."""
+
     model_config = ConfigDict(extra="forbid", frozen=True, defer_build=True)
 
     rpm: int | None = Field(None, ge=1, description="Requests per minute.")
     tpm: int | None = Field(None, ge=1, description="Tokens per minute (prompt + completion).")
     max_concurrent: int | None = Field(None, ge=1, description="Requests in flight at once.")
     budget: Budget | None = None
+
+
+class Limits(EndUserLimits):
+    end_user: EndUserLimits | None = Field(
+        None,
+        description="The same limits again for each end user of the key or team (the"
+        " request's `user`, else the configured `limits.end_user_header`), each on its own.",
+    )
+
+
+# An end user's scope under its key or team: the kind, and its ident's owner and user joined by
+# ":" (which no key or team id holds).
+USER_SCOPES = {"key": "key.user", "team": "team.user"}
 
 
 class LimitExceeded(GatewayError):
@@ -77,6 +96,28 @@ def period_start(period: str, now: float) -> float:
     return start.timestamp()
 
 
+class BudgetWatch(Protocol):
+    """What is told each budget's spend as an admission finds it (gateway.metering.budget_alerts
+    notifies its thresholds)."""
+
+    def saw(self, kind: str, ident: str, budget: Budget, spent: float, refused: bool) -> None: ...
+
+    async def close(self) -> None: ...
+
+
+def period_end(period: str, now: float) -> float | None:
+    """When the budget period holding `now` ends (None: a `total` budget never renews)."""
+    if period == "total":
+        return None
+    start = datetime.fromtimestamp(period_start(period, now), UTC)
+    if period == "day":
+        return (start + timedelta(days=1)).timestamp()
+    if period == "week":
+        return (start + timedelta(days=7)).timestamp()
+    year, month = (start.year + 1, 1) if start.month == 12 else (start.year, start.month + 1)
+    return start.replace(year=year, month=month).timestamp()
+
+
 @dataclass(frozen=True)
 class ScopeState:
     """One scope as an admission finds it, before the request is counted: the in-process
@@ -98,9 +139,11 @@ def check_scope(
     cost: float,
     state: ScopeState,
     headers: dict[str, str],
+    ident: str = "",
+    watch: BudgetWatch | None = None,
 ) -> None:
     """Add the scope's x-ratelimit-* headers; raise the 429 if a limit is reached (a soft budget
-    only warns)."""
+    only warns). `watch` sees each budget's spend, for its notifications."""
     if limits.rpm is not None:
         remaining = limits.rpm - state.requests
         reset = state.requests_reset
@@ -120,7 +163,12 @@ def check_scope(
     if limits.max_concurrent is not None and state.in_flight >= limits.max_concurrent:
         _refuse("concurrency", kind, f"{limits.max_concurrent} concurrent requests", 1.0, headers)
     budget = limits.budget
-    if budget is not None and state.spent + state.reserved + cost > budget.usd:
+    if budget is None:
+        return
+    over = state.spent + state.reserved + cost > budget.usd
+    if watch is not None:
+        watch.saw(kind, ident, budget, state.spent, over and budget.mode == "hard")
+    if over:
         detail = (
             f"the {kind} budget of {budget.usd:g} USD per {budget.period} is spent"
             f" ({state.spent:.6f} USD used, {state.reserved:.6f} USD reserved by requests"
@@ -134,6 +182,13 @@ def check_scope(
             metrics.LIMIT_REJECTIONS.labels("budget", kind).inc()
             error = BudgetExceeded(f"Budget exceeded: {detail}.")
             error.headers.update(headers)
+            # Retrying cannot help before the period renews: the SDKs obey x-should-retry
+            # before their own rules, which would retry a 429.
+            error.headers["x-should-retry"] = "false"
+            now = time.time()
+            end = period_end(budget.period, now)
+            if end is not None:
+                error.headers["Retry-After"] = str(max(1, int(end - now + 0.999)))
             raise error
 
 
@@ -218,8 +273,9 @@ class Lease:
 class Limiter:
     """One process's limits: windows and counters in memory (the default without Redis)."""
 
-    def __init__(self, spend: SpendLoader) -> None:
+    def __init__(self, spend: SpendLoader, watch: BudgetWatch | None = None) -> None:
         self._spend = spend
+        self.watch = watch  # budget notifications, told each budget's spend at admission
         self._scopes: dict[tuple[str, str], _Scope] = {}
 
     def _scope(self, kind: str, ident: str) -> _Scope:
@@ -291,7 +347,7 @@ class Limiter:
         headers: dict[str, str],
     ) -> None:
         state = self._state(kind, ident, limits, tokens, now)
-        check_scope(kind, limits, tokens, cost, state, headers)
+        check_scope(kind, limits, tokens, cost, state, headers, ident, self.watch)
 
     def _state(self, kind: str, ident: str, limits: Limits, tokens: int, now: float) -> ScopeState:
         scope = self._scope(kind, ident)
@@ -349,11 +405,23 @@ class Limiter:
 
 
 def scopes_of(
-    key_limits: Any, team_limits: Any, key_id: str | None, team_id: str | None
+    key_limits: Any,
+    team_limits: Any,
+    key_id: str | None,
+    team_id: str | None,
+    user: str | None = None,
 ) -> list[tuple[str, str, Limits]]:
+    """The scopes a request is admitted in: its key's, its team's, and its end user's under
+    each of them that sets `end_user` limits."""
     out = []
     if key_id is not None and key_limits:
         out.append(("key", key_id, Limits.model_validate(key_limits)))
     if team_id is not None and team_limits:
         out.append(("team", team_id, Limits.model_validate(team_limits)))
+    if user:
+        for kind, ident, limits in list(out):
+            if limits.end_user is not None:
+                # Validated already, as part of its key's or team's limits.
+                own = Limits.model_construct(**limits.end_user.__dict__)
+                out.append((USER_SCOPES[kind], f"{ident}:{user}", own))
     return out

@@ -48,6 +48,7 @@ from redis.asyncio import Redis
 from gateway import metrics
 from gateway.metering.limits import (
     Budget,
+    BudgetWatch,
     Lease,
     Limiter,
     LimitExceeded,
@@ -244,11 +245,12 @@ class RedisLimiter(Limiter):
         redis: str | Redis,
         spend: SpendLoader,
         *,
+        watch: BudgetWatch | None = None,
         prefix: str = "gw:",
         lease_s: float = 30.0,
         probe_s: float = 1.0,
     ) -> None:
-        super().__init__(spend)  # the in-process state serves while Redis is unreachable
+        super().__init__(spend, watch)  # the in-process state serves while Redis is unreachable
         self.redis = connect(redis) if isinstance(redis, str) else redis
         self._prefix = prefix
         self._lease_ms = int(lease_s * 1000)
@@ -329,8 +331,10 @@ class RedisLimiter(Limiter):
             if self._heartbeat is None or self._heartbeat.done():
                 self._heartbeat = asyncio.get_running_loop().create_task(self._refresh_leases())
         try:
-            for (kind, _, limits), state in zip(lease.scopes, states, strict=True):
-                check_scope(kind, limits, lease.tokens, lease.cost, state, lease.headers)
+            for (kind, ident, limits), state in zip(lease.scopes, states, strict=True):
+                check_scope(
+                    kind, limits, lease.tokens, lease.cost, state, lease.headers, ident, self.watch
+                )
         except LimitExceeded:
             if status == "ok":  # the script and check_scope compare the same numbers; never
                 lease.release()

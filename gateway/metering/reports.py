@@ -64,16 +64,19 @@ class UsageStore:
         self._store.write("usage" if record.endpoint is None else "call", record.row())
 
     async def spent(self, kind: str, ident: str, since: float) -> float:
-        """USD recorded for a key or team since a time (what a budget has used). A row of
-        negative cost, whoever wrote it, never gives a budget back what it spent."""
-        column = "key_id" if kind == "key" else "team_id"
+        """USD recorded for a key or team, or an end user under one (`key.user`, `team.user`:
+        the ident `<id>:<user>`), since a time (what a budget has used). A row of negative
+        cost, whoever wrote it, never gives a budget back what it spent."""
+        column = "key_id" if kind.startswith("key") else "team_id"
+        owner, _, user = ident.partition(":") if kind.endswith(".user") else (ident, "", "")
+        of_user = ' AND "user" = ?' if user else ""
+        args = (owner, since, user) if user else (owner, since)
 
         async def op(db: Db) -> float:
             value = await db.fetchval(
                 f"SELECT COALESCE(SUM(cost_usd), 0) FROM usage WHERE {column} = ?"
-                " AND created_at >= ? AND cost_usd > 0",
-                ident,
-                since,
+                f" AND created_at >= ? AND cost_usd > 0{of_user}",
+                *args,
             )
             return float(value)
 

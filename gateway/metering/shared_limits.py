@@ -47,6 +47,7 @@ from prometheus_client import Counter
 
 from gateway import metrics
 from gateway.metering.limits import (
+    BudgetWatch,
     Lease,
     Limiter,
     LimitExceeded,
@@ -274,8 +275,8 @@ class SharedLease(Lease):
 class SharedLimiter(Limiter):
     """A worker's limits: the supervisor's, through its socket; its own while that is down."""
 
-    def __init__(self, path: str, spend: SpendLoader) -> None:
-        super().__init__(spend)  # the in-process state serves while the supervisor is away
+    def __init__(self, path: str, spend: SpendLoader, watch: BudgetWatch | None = None) -> None:
+        super().__init__(spend, watch)  # the in-process state serves while it is away
         self.path = path
         self._writer: asyncio.StreamWriter | None = None
         self._reading: asyncio.Task[None] | None = None
@@ -334,8 +335,8 @@ class SharedLimiter(Limiter):
             for v in answer["states"]
         ]
         try:
-            for (kind, _, limits), state in zip(scopes, states, strict=True):
-                check_scope(kind, limits, tokens, cost, state, lease.headers)
+            for (kind, ident, limits), state in zip(scopes, states, strict=True):
+                check_scope(kind, limits, tokens, cost, state, lease.headers, ident, self.watch)
         except LimitExceeded:
             if lease_id is not None:  # both compare the same numbers: never
                 lease.release()

@@ -41,17 +41,19 @@ async def admit(
     plan: list[Deployment],
     *,
     embeddings: bool = False,
+    user: str | None = None,
 ) -> Lease:
     """Rate limits and budgets: a 400 for an output bound or `n` that no reservation could
     honour, a 403 for a deployment a hard budget could not meter, a 429 when a limit is
-    reached. An embeddings request (`embeddings`) reserves its input alone. The lease carries
+    reached. An embeddings request (`embeddings`) reserves its input alone. `user`, the end
+    user, is admitted too where its key or team sets `end_user` limits. The lease carries
     what the request sends besides its messages, for an estimate of its prompt at its end."""
-    if embeddings:
-        return await _admit_embeddings(limiter, principal, body, plan)
-    check_output_params(body)
     scopes = scopes_of(
-        principal.key_limits, principal.team_limits, principal.key_id, principal.team_id
+        principal.key_limits, principal.team_limits, principal.key_id, principal.team_id, user
     )
+    if embeddings:
+        return await _admit_embeddings(limiter, scopes, body, plan)
+    check_output_params(body)
     require_price(scopes, plan)  # 403 price_unknown: a hard budget cannot meter an unpriced one
     extras = prompt_extras(body)
     if not any(s[2].tpm or s[2].budget for s in scopes):
@@ -88,11 +90,11 @@ async def admit(
 
 
 async def _admit_embeddings(
-    limiter: Limiter, principal: Principal, body: dict[str, Any], plan: list[Deployment]
+    limiter: Limiter,
+    scopes: list[tuple[str, str, Limits]],
+    body: dict[str, Any],
+    plan: list[Deployment],
 ) -> Lease:
-    scopes = scopes_of(
-        principal.key_limits, principal.team_limits, principal.key_id, principal.team_id
-    )
     require_price(scopes, plan)
     if not any(s[2].tpm or s[2].budget for s in scopes):
         return await limiter.admit(scopes, 0, 0.0)

@@ -97,7 +97,11 @@ async def _admit(
     prices: dict[str, CallPrices],
 ) -> Lease:
     scopes = scopes_of(
-        principal.key_limits, principal.team_limits, principal.key_id, principal.team_id
+        principal.key_limits,
+        principal.team_limits,
+        principal.key_id,
+        principal.team_id,
+        principal.user or call.user,
     )
     if not any(s[2].tpm or s[2].budget for s in scopes):
         return await gateway.limiter.admit(scopes, 0, 0.0)

@@ -49,7 +49,8 @@ async def run_embeddings(
         raise InvalidRequest(
             f"The model `{alias.name}` has no deployment that serves embeddings.", param="model"
         )
-    lease = await admit(gateway.limiter, principal, body, plan, embeddings=True)
+    user = principal.user or _user(body)
+    lease = await admit(gateway.limiter, principal, body, plan, embeddings=True, user=user)
     try:
         raw, headers = await _attempts(gateway, principal, body, alias, plan, lease)
     finally:

@@ -572,6 +572,17 @@ _USERS_BY_PREFIX = (
 )
 
 
+# Each budget notice told (gateway.metering.budget_alerts), claimed once by whichever replica or
+# worker noticed it first: a scope's threshold is told once a period, whatever restarts.
+def _budget_notices(real: str) -> tuple[str, ...]:
+    return (
+        f"""CREATE TABLE budget_notices (
+            kind TEXT NOT NULL, ident TEXT NOT NULL, period_start {real} NOT NULL,
+            threshold {real} NOT NULL, notified_at {real} NOT NULL,
+            PRIMARY KEY (kind, ident, period_start, threshold))""",
+    )
+
+
 # -- usage by day -----------------------------------------------------------------------------
 
 # The usage report's sums (gateway.metering.reports), kept per whole day for each grouping: a
@@ -707,6 +718,7 @@ MIGRATIONS: dict[Dialect, tuple[Migration, ...]] = {
         Migration(12, "what open turns' checkpoints gained", _CHECKPOINT_PARTS),
         Migration(13, "usage reports' sums by day", _SQLITE_USAGE_DAYS),
         Migration(14, "the request that continues each turn", _CONTINUED_BY),
+        Migration(15, "budget notices told", _budget_notices("REAL")),
         Migration(16, "the provider's id of each turn's answer", _UPSTREAM_IDS),
     ),
     "postgresql": (
@@ -730,6 +742,7 @@ MIGRATIONS: dict[Dialect, tuple[Migration, ...]] = {
         Migration(9, "what open turns' checkpoints gained", _CHECKPOINT_PARTS),
         Migration(10, "usage reports' sums by day", _POSTGRES_USAGE_DAYS),
         Migration(11, "the request that continues each turn", _CONTINUED_BY),
+        Migration(12, "budget notices told", _budget_notices("DOUBLE PRECISION")),
         Migration(
             13,
             "the provider's id of each turn's answer; users by prefix",

@@ -57,6 +57,7 @@ async def test_a_key_sees_its_own_and_its_team_s_budget_and_spend(gw: GatewayUnd
         "tpm": 100_000,
         "max_concurrent": None,
         "budget": {"usd": 1.0, "period": "day", "mode": "soft"},
+        "end_user": None,
         "spent_usd": 0.0,
         "period_start": before["key"]["period_start"],
     }
@@ -97,6 +98,7 @@ async def test_a_team_s_spend_counts_every_key_and_no_other_team(gw: GatewayUnde
         "tpm": None,
         "max_concurrent": None,
         "budget": None,
+        "end_user": None,
         "spent_usd": None,
         "period_start": None,
     }
