@@ -24,6 +24,7 @@ from gateway.http.routes import UPLOADS, add_routes
 from gateway.http.slow_clients import request_limits
 from gateway.metering import tokens
 from gateway.metering.auth import Authenticator
+from gateway.metering.budget_alerts import BudgetWatch
 from gateway.metering.key_store import KeyStore
 from gateway.metering.limits import Limiter
 from gateway.metering.reports import UsageStore
@@ -41,14 +42,16 @@ from gateway.upstream.tls import warn_unverified
 log = logging.getLogger(__name__)
 
 
-def _limiter(config: GatewayConfig, usage: UsageStore) -> Limiter:
+def _limiter(config: GatewayConfig, usage: UsageStore, watch: BudgetWatch) -> Limiter:
     """Limits in Redis are shared by every replica; else each process keeps its own."""
     if config.limits.redis_url is None:
-        return Limiter(usage.spent)
+        return Limiter(usage.spent, watch)
     # Imported only when configured: redis-py is slow to import (cold start).
     from gateway.metering.redis_limits import RedisLimiter
 
-    return RedisLimiter(config.limits.redis_url, usage.spent, prefix=config.limits.redis_prefix)
+    return RedisLimiter(
+        config.limits.redis_url, usage.spent, watch=watch, prefix=config.limits.redis_prefix
+    )
 
 
 def create_app(config: GatewayConfig, *, instance: str | None = None) -> web.Application:
@@ -71,7 +74,7 @@ def create_app(config: GatewayConfig, *, instance: str | None = None) -> web.App
         keys=keys,
         auth=auth,
         usage=usage,
-        limiter=_limiter(config, usage),
+        limiter=_limiter(config, usage, BudgetWatch(config.limits.budget_alerts, store)),
     )
     metrics.STORE_QUEUE.set_function(store.queue_depth)
     metrics.STORE_SPOOL_BYTES.set_function(store.spooled_bytes)
@@ -156,6 +159,8 @@ async def _resources(app: web.Application) -> AsyncIterator[None]:
         await cooldowns.close()
         await app[CANCEL_BUS].close()
     await gateway.limiter.close()  # the limits' settles still under way
+    if gateway.limiter.watch is not None:
+        await gateway.limiter.watch.close()  # budget notices still being told
     if (tracing := app.get(TRACING)) is not None:
         await tracing.close()  # every turn has ended: their spans are exported now
 

@@ -100,7 +100,7 @@ async def _serve(loaded: LoadedConfig, host: str, port: int, reuse_port: bool = 
 
         # A worker of `serve --workers N`: its limits are the supervisor's, shared by all.
         gateway = app[GATEWAY]
-        gateway.limiter = SharedLimiter(shared, gateway.usage.spent)
+        gateway.limiter = SharedLimiter(shared, gateway.usage.spent, gateway.limiter.watch)
     # handler_cancellation: a client that leaves cancels its handler at once, wherever it waits,
     # so the upstream is closed and the delivered prefix recorded within milliseconds.
     # guarded_runner: a request head must arrive within server.header_timeout_s (slowloris).

@@ -209,6 +209,42 @@ class StoreConfig(_Model):
         return Path(self.url.removeprefix("sqlite:///"))
 
 
+class BudgetAlertsConfig(_Model):
+    thresholds: list[float] = Field(
+        [0.8, 1.0],
+        description="Shares of a budget whose passing is told once a period (1.0: spent, or a"
+        " request refused by a hard budget).",
+    )
+    webhook_url: str | None = Field(
+        None, description="Where each notice is POSTed as JSON. Unset: notices are only logged."
+    )
+    webhook_secret: str | None = Field(
+        None,
+        description="Signs each notice: HMAC-SHA256 of the body, hex, in X-Gateway-Signature.",
+    )
+
+    @field_validator("thresholds")
+    @classmethod
+    def _shares(cls, value: list[float]) -> list[float]:
+        if any(not 0 < share <= 10 for share in value):
+            raise ValueError("each threshold is a share of the budget, above 0 and at most 10")
+        return sorted(set(value))
+
+    @field_validator("webhook_url")
+    @classmethod
+    def _webhook_url(cls, value: str | None) -> str | None:
+        if not value:
+            return None
+        check_url(value, ("http", "https"), "https://hooks.example.com/budget")
+        return value
+
+    @model_validator(mode="after")
+    def _signed(self) -> BudgetAlertsConfig:
+        if self.webhook_url and not self.webhook_secret:
+            raise ValueError("webhook_url needs webhook_secret, which signs every notice")
+        return self
+
+
 class LimitsConfig(_Model):
     redis_url: str | None = Field(
         None,
@@ -216,6 +252,12 @@ class LimitsConfig(_Model):
         " and deployment cooldowns (`redis://host:6379/0`). Unset: each process keeps its own.",
     )
     redis_prefix: str = Field("gw:", description="Prefix of every Redis key the gateway writes.")
+    end_user_header: str | None = Field(
+        None,
+        description="A request header naming the end user when neither the key nor the"
+        " request's `user` does: whom `end_user` limits and the usage records count.",
+    )
+    budget_alerts: BudgetAlertsConfig = Field(default_factory=BudgetAlertsConfig)
 
     @field_validator("redis_url")
     @classmethod

@@ -93,8 +93,8 @@ async def _run_turn(
     # A parameter some deployment of the plan cannot carry: a 400 naming the first such one
     # (nothing recorded), or with `drop_params` dropped for it.
     dropped = check_plan(body, plan, drop=alias.config.drop_params, alias=alias.config.name)
-    lease = await admit(gateway.limiter, principal, body, plan)
-    user = turn_user(principal, body)
+    user = turn_user(principal, body, request)
+    lease = await admit(gateway.limiter, principal, body, plan, user=user)
     joined = turn.joined
     try:
         if joined is None:
@@ -218,10 +218,17 @@ def shape_of(request: web.Request) -> Shape:
     return server.max_messages, server.max_message_parts, server.max_tools
 
 
-def turn_user(principal: Principal, body: dict[str, Any]) -> str | None:
-    """Who the turn is for: the key's own user, else the request's `user`."""
+def turn_user(
+    principal: Principal, body: dict[str, Any], request: web.Request | None = None
+) -> str | None:
+    """Who the turn is for: the key's own user, else the request's `user`, else the header
+    `limits.end_user_header` names (read only when one is configured)."""
     user = body.get("user")
-    return principal.user or (user if isinstance(user, str) else None)
+    if principal.user or isinstance(user, str):
+        return principal.user or user
+    if request is not None and (header := request.app[GATEWAY].config.limits.end_user_header):
+        return request.headers.get(header) or None
+    return None
 
 
 # The request headers kept with each turn, for the UI's request panel: the client and its SDK,
