@@ -153,6 +153,13 @@ class StoreConfig(_Model):
         description="Conversation store. `sqlite:///relative/path.db`, `sqlite:////abs.db`, or"
         " `postgresql://user:password@host:port/db` (several replicas share one PostgreSQL).",
     )
+    search_timeout_s: float = Field(
+        5,
+        gt=0,
+        description="How long a conversation list or search (`GET /v1/conversations`) may take,"
+        " waiting for its turn included; past it the query is stopped and answered 503"
+        " `search_timeout`. A key runs one search at a time.",
+    )
     migrate_on_start: bool = Field(
         True,
         description="Apply pending schema migrations at start (else run `gateway migrate`"

@@ -107,6 +107,8 @@ class Gateway:
     running: set[InFlight] = field(default_factory=set)
     # Each key's large request bodies, a few at a time (gateway.http.large_bodies).
     body_lanes: KeyLanes = field(default_factory=KeyLanes)
+    # Each key's conversation searches, one at a time (gateway.http.conversations_list).
+    search_lanes: KeyLanes = field(default_factory=KeyLanes)
 
     def in_flight(self, key: str, principal: Principal) -> InFlight | None:
         """The in-flight turn a cancel names: the principal's team's; the admin's, any team's."""

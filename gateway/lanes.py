@@ -18,13 +18,18 @@ class KeyLanes:
         self._lanes: dict[str, tuple[asyncio.Semaphore, int]] = {}
 
     @asynccontextmanager
-    async def hold(self, key: str, width: int) -> AsyncIterator[None]:
-        """One of `width` places of `key`'s lane, awaited in order of arrival."""
+    async def hold(self, key: str, width: int, wait_s: float | None = None) -> AsyncIterator[None]:
+        """One of `width` places of `key`'s lane, awaited in order of arrival (`TimeoutError`
+        after `wait_s`)."""
         lane, users = self._lanes.get(key) or (asyncio.Semaphore(width), 0)
         self._lanes[key] = (lane, users + 1)
         try:
-            async with lane:
+            async with asyncio.timeout(wait_s):
+                await lane.acquire()
+            try:
                 yield
+            finally:
+                lane.release()
         finally:
             lane, users = self._lanes[key]
             if users == 1:

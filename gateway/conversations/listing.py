@@ -309,7 +309,9 @@ def _tsquery_text(q: str) -> str:
 def _fts_match(q: str) -> str:
     # Each word a quoted string: FTS5's query syntax (AND, NEAR, *, column filters) is not
     # the user's to write, and a word in quotes is only a word.
-    return " ".join('"' + word.replace('"', '""') + '"' for word in _WORD.findall(q))
+    # A word said twice asks nothing more, and costs a scan of its matches again.
+    words = dict.fromkeys(word.casefold() for word in _WORD.findall(q))
+    return " ".join('"' + word.replace('"', '""') + '"' for word in words)
 
 
 # SQLite: the rowids of the messages matching, which are their events' rowids; read from the
@@ -593,7 +595,9 @@ def _model_of(request: str | None) -> str | None:
     return model if isinstance(model, str) else None
 
 
-async def list_conversations(store: Store, query: ListQuery) -> Page:
+async def list_conversations(store: Store, query: ListQuery, timeout_s: float = 30.0) -> Page:
+    """A page of the list, read beside the store's writer and stopped past `timeout_s`
+    (`ReadTimeout`)."""
     if query.status is not None and query.status not in (*STATUSES, "active"):
         raise ValueError(f"unknown status {query.status!r}")
     if isinstance(query.after, Cursor) and (query.after.sort, query.after.order) != (
@@ -649,7 +653,7 @@ async def list_conversations(store: Store, query: ListQuery) -> Page:
                 parent, hops = grandparent, hops + 1
         return rows, previews, len(keys) > limit
 
-    rows, inherited, more = await store.run(op)
+    rows, inherited, more = await store.read(op, timeout_s, search=query.q is not None)
     data = []
     for row in rows:
         id_, created, team, key, parent, parent_seq, turns, status, ended, request = row[:10]

@@ -7,6 +7,8 @@ with `team_id`).
 
 from __future__ import annotations
 
+import time
+
 from aiohttp import web
 
 from gateway.context import GATEWAY
@@ -19,12 +21,14 @@ from gateway.conversations.listing import (
     BadCursor,
     Cursor,
     ListQuery,
+    Page,
     attempt_usage,
     list_conversations,
     parse_when,
 )
-from gateway.errors import InvalidRequest, NotFound
+from gateway.errors import InvalidRequest, NotFound, ServiceUnavailable
 from gateway.http.auth import PRINCIPAL
+from gateway.storage.db import ReadTimeout
 
 
 def _time(request: web.Request, name: str) -> float | None:
@@ -142,7 +146,7 @@ async def list_(request: web.Request) -> web.Response:
         failed=query.get("failed") in ("true", "1"),
     )
     try:
-        page = await list_conversations(request.app[GATEWAY].store, list_query)
+        page = await _bounded(request, list_query)
     except BadCursor as exc:
         raise InvalidRequest(str(exc), param="after") from None
     return web.json_response(
@@ -155,6 +159,29 @@ async def list_(request: web.Request) -> web.Response:
             "cursor": page.cursor,
         }
     )
+
+
+async def _bounded(request: web.Request, query: ListQuery) -> Page:
+    """The page, within `store.search_timeout_s`: a search waits for the key's earlier ones
+    (a key searches one at a time), and that wait counts. Past it, 503 `search_timeout`."""
+    gateway = request.app[GATEWAY]
+    timeout_s = gateway.config.store.search_timeout_s
+    try:
+        if query.q is None:
+            return await list_conversations(gateway.store, query, timeout_s)
+        principal = request[PRINCIPAL]
+        lane = principal.key_id or principal.team_id or principal.kind
+        deadline = time.monotonic() + timeout_s
+        async with gateway.search_lanes.hold(lane, 1, timeout_s):
+            left = deadline - time.monotonic()
+            return await list_conversations(gateway.store, query, left)
+    except (ReadTimeout, TimeoutError):
+        raise ServiceUnavailable(
+            f"The search took longer than {timeout_s:g} s (store.search_timeout_s) and was"
+            " stopped: narrow it (fewer or rarer words, a time range with since and until) or"
+            " try again later.",
+            code="search_timeout",
+        ) from None
 
 
 async def usage(request: web.Request) -> web.Response:

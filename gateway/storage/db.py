@@ -44,6 +44,10 @@ class StoreUnavailable(Exception):
     Writes survive it through the spool; a read that needs the database fails with 503."""
 
 
+class ReadTimeout(Exception):
+    """A bounded read (`Store.read`: a search, a list) ran past its time and was stopped."""
+
+
 def run_now(coroutine: Coroutine[Any, Any, T]) -> T:
     """Finish a coroutine that never awaits anything pending (SQLite operations)."""
     try:

@@ -10,12 +10,13 @@ from __future__ import annotations
 import asyncio
 import functools
 import re
+import time
 from typing import Any, TypeVar
 
 import asyncpg
 
 from gateway.errors import InvalidRequest
-from gateway.storage.db import Dialect, Op, Row, StoreUnavailable
+from gateway.storage.db import Dialect, Op, ReadTimeout, Row, StoreUnavailable
 from gateway.storage.writes import Write, apply_batch
 
 T = TypeVar("T")
@@ -121,6 +122,28 @@ class PostgresBackend:
             ):
                 return await op(_Connection(conn))
         except _UNAVAILABLE as exc:
+            raise StoreUnavailable(f"PostgreSQL: {exc!r}") from exc
+        except asyncpg.exceptions.CharacterNotInRepertoireError as exc:
+            raise _unstorable() from exc
+
+    async def read(self, op: Op[T], timeout_s: float, *, search: bool = False) -> T:
+        """`op` in a transaction whose statements PostgreSQL cancels past `timeout_s`
+        (`statement_timeout`, for this transaction alone), waiting for a connection included."""
+        assert self._pool is not None, "store not started"
+        deadline = time.monotonic() + timeout_s
+        try:
+            async with (
+                self._pool.acquire(timeout=min(timeout_s, _ACQUIRE_TIMEOUT_S)) as conn,
+                conn.transaction(readonly=True),
+            ):
+                left_ms = max(1, int((deadline - time.monotonic()) * 1000))
+                await conn.execute(f"SET LOCAL statement_timeout = {left_ms}")
+                return await op(_Connection(conn))
+        except asyncpg.exceptions.QueryCanceledError as exc:
+            raise ReadTimeout("the read ran past its deadline") from exc
+        except _UNAVAILABLE as exc:
+            if time.monotonic() >= deadline:
+                raise ReadTimeout("the read waited past its deadline for a connection") from exc
             raise StoreUnavailable(f"PostgreSQL: {exc!r}") from exc
         except asyncpg.exceptions.CharacterNotInRepertoireError as exc:
             raise _unstorable() from exc

@@ -1,7 +1,9 @@
-"""SQLite backend: one file in WAL mode, one thread that owns the connection.
+"""SQLite backend: one file in WAL mode, one thread that owns the writing connection.
 
 Every operation runs on that thread in submission order, so the event loop never blocks on the
-disk. A batch of writes is one transaction (group commit).
+disk. A batch of writes is one transaction (group commit). Reads that may be long (the
+conversation list, its search) run beside it on read-only connections of their own, stopped
+at a deadline (gateway.storage.sqlite_reads): they hold neither the writer nor each other.
 
 The file is created 0600 before SQLite opens it (its `-wal` and `-shm` files take the database
 file's mode), its directory 0700 when made here; a file another user can read is logged at
@@ -23,6 +25,7 @@ from typing import Any, NoReturn, TypeVar, cast
 from gateway.storage.db import Dialect, Op, Row, StoreUnavailable, run_now
 from gateway.storage.payload import DeferredPayload
 from gateway.storage.spool import create_private, private_dir
+from gateway.storage.sqlite_reads import ReadPool
 from gateway.storage.writes import Write, apply_batch
 
 T = TypeVar("T")
@@ -43,6 +46,11 @@ sqlite3.register_adapter(type(None), cast(Callable[[None], None], {}.get))
 
 # OperationalErrors that mean "the file cannot be written now", not "this SQL is wrong".
 _ENVIRONMENT = ("locked", "busy", "disk", "full", "i/o", "readonly", "unable to open")
+
+# Threads reading for searches, and for the other bounded reads (a list without `q`): a flood
+# of searches, each stopped at its deadline, still leaves a list its own thread.
+_SEARCH_THREADS = 2
+_LIST_THREADS = 1
 
 
 class _Connection:
@@ -78,6 +86,8 @@ class SQLiteBackend:
         ] = queue.SimpleQueue()
         self._thread: threading.Thread | None = None
         self._loop: asyncio.AbstractEventLoop | None = None
+        self._searches = ReadPool(self.path, _SEARCH_THREADS, "sqlite-search")
+        self._lists = ReadPool(self.path, _LIST_THREADS, "sqlite-list")
 
     @property
     def where(self) -> str:
@@ -85,7 +95,7 @@ class SQLiteBackend:
 
     async def start(self) -> None:
         self._loop = asyncio.get_running_loop()
-        if str(self.path) != ":memory:":
+        if self._on_disk:
             await asyncio.to_thread(self._private_file)
         ready: asyncio.Future[None] = self._loop.create_future()
         self._thread = threading.Thread(
@@ -93,6 +103,13 @@ class SQLiteBackend:
         )
         self._thread.start()
         await ready
+        if self._on_disk:
+            self._searches.start()
+            self._lists.start()
+
+    @property
+    def _on_disk(self) -> bool:
+        return str(self.path) != ":memory:"  # another connection would see another database
 
     def _private_file(self) -> None:
         """The database file, made 0600 (and its directory 0700) if it is not there yet."""
@@ -110,6 +127,9 @@ class SQLiteBackend:
     async def close(self) -> None:
         if self._thread is None:
             return
+        if self._on_disk:
+            await self._searches.close()
+            await self._lists.close()
         self._jobs.put(None)
         await asyncio.to_thread(self._thread.join)
         self._thread = None
@@ -130,6 +150,11 @@ class SQLiteBackend:
             return value
 
         return await self._submit(job)
+
+    async def read(self, op: Op[T], timeout_s: float, *, search: bool = False) -> T:
+        if not self._on_disk:
+            return await self.run(op)
+        return await (self._searches if search else self._lists).read(op, timeout_s)
 
     async def apply(self, writes: list[Write]) -> None:
         async def op(db: Any) -> None:

@@ -90,6 +90,8 @@ class Backend(Protocol):
 
     async def apply(self, writes: list[Write]) -> None: ...
 
+    async def read(self, op: Op[T], timeout_s: float, *, search: bool = False) -> T: ...
+
     async def ping(self) -> None: ...
 
 
@@ -497,6 +499,12 @@ class Store:
         self._reachable()
         await self._caught_up()
         return await self.backend.transact(op)
+
+    async def read(self, op: Op[T], timeout_s: float, *, search: bool = False) -> T:
+        """A read that may be long: out of the writer's way, `ReadTimeout` past `timeout_s`."""
+        self._reachable()
+        await self._caught_up()
+        return await self.backend.read(op, timeout_s, search=search)
 
     async def ping(self) -> None:
         self._reachable()
