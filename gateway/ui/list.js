@@ -32,8 +32,29 @@ const DEFAULT_SORT = 'created';
 const ID_SHAPE = /^(?:[a-z]+[_-])?(?:[0-9a-f]{16,}|[0-9a-f]{8}-[0-9a-f]{4}-[0-9a-f]{4}-[0-9a-f]{4}-[0-9a-f]{12})$/i;
 const ANSWER_ID_SHAPE = /^(?:chatcmpl-|msg_|resp_|gen-)[A-Za-z0-9-]{12,}$/;
 
+// The end of an id as the list shows it (`conv_…3f9a0c1d`: the random tail), with or without its
+// prefix and ellipsis, is looked up among the ends of conversation and turn ids.
+const TAIL_SHAPE = /^(?:(?:[a-z]+_)?…[0-9a-f]{4,}|(?:conv|turn)_[0-9a-f]{4,15}|[0-9a-f]{8})$/i;
+
 export function idShaped(value) {
   return ID_SHAPE.test(value) || ANSWER_ID_SHAPE.test(value);
+}
+
+function searchKind(search) {
+  if (!search) return null;
+  if (idShaped(search)) return 'id';
+  return TAIL_SHAPE.test(search) ? 'id_tail' : 'q';
+}
+
+function tailOf(search) {
+  // `conv_3f9a0c1d` (the ellipsis left out) is the tail of a conversation's id.
+  return search.includes('…') ? search : search.replace(/^([a-z]+)_/i, '$1_…');
+}
+
+function badRange(filters) {
+  // A To date before From: nothing can be in that range, which the page says rather than show
+  // an empty list.
+  return filters.since && filters.until && filters.until < filters.since;
 }
 
 function filtersOf(params) {
@@ -68,9 +89,10 @@ function apiQuery(filters, after) {
   const { q, since, until, ...rest } = filters;
   const search = q.trim();
   const lastDay = utcDay(until);
+  const kind = searchKind(search);
   return query({
     ...rest,
-    ...(idShaped(search) ? { id: search } : { q: search }),
+    ...(kind === 'id' ? { id: search } : kind === 'id_tail' ? { id_tail: tailOf(search) } : { q: search }),
     since: utcDay(since),
     until: lastDay === null ? null : lastDay + 86400, // the whole day
     after,
@@ -95,15 +117,25 @@ export async function conversationsPage(root, params) {
     isAdmin() ? api('/v1/gateway/teams').then((r) => r.data).catch(() => []) : [],
     isAdmin() ? api('/v1/gateway/keys').then((r) => r.data).catch(() => []) : [],
   ]);
+  const since = h('input', { type: 'date', name: 'since', value: filters.since, 'data-testid': 'filter-since' });
+  const until = h('input', {
+    type: 'date', name: 'until', value: filters.until, min: filters.since || null, 'data-testid': 'filter-until',
+  });
+  since.addEventListener('change', () => {
+    until.min = since.value;
+  });
   const controls = [
     field('Search', h('input', { type: 'search', name: 'q', value: filters.q, placeholder: 'Message text or any id', title: 'Words in any message, or exactly a conversation, turn, response or request id', 'data-testid': 'filter-q' })),
     isAdmin() ? field('Team', select('team_id', [['', 'All teams'], ...teams.map((t) => [t.id, `${t.name} (${t.id})`])], filters.team_id)) : null,
     isAdmin() ? field('Key', select('key_id', [['', 'All keys'], ...keys.map((k) => [k.id, `${k.name || k.key_prefix + '…'} · ${k.team_id}`])], filters.key_id)) : null,
     field('Model', select('model', [['', 'All models'], ...models.map((m) => [m, m])], filters.model)),
     field('Status', select('status', [['', 'Any status'], ['completed', 'Completed'], ['interrupted', 'Interrupted'], ['error', 'Error'], ['active', 'In progress']], filters.status, { 'data-testid': 'filter-status' })),
-    field('User', h('input', { name: 'user', value: filters.user, placeholder: 'end user', 'data-testid': 'filter-user' })),
-    field('From (UTC)', h('input', { type: 'date', name: 'since', value: filters.since })),
-    field('To (UTC)', h('input', { type: 'date', name: 'until', value: filters.until })),
+    field('User', h('input', {
+      name: 'user', value: filters.user, placeholder: 'end user, or a part of it', 'data-testid': 'filter-user',
+      title: 'Users whose name holds this, in any case: carol finds carol@acme.io',
+    })),
+    field('From (UTC)', since),
+    field('To (UTC)', until),
     field('Per page', select('limit', [['20', '20'], ['50', '50'], ['100', '100']], filters.limit)),
     h('fieldset', { class: 'field checks' }, h('legend', { class: 'field-label', text: 'Had' }),
       h('label', { class: 'check' }, h('input', { type: 'checkbox', name: 'stopped', value: 'true', checked: filters.stopped === 'true', 'data-testid': 'filter-stopped' }), 'a stopped turn'),
@@ -128,6 +160,19 @@ export async function conversationsPage(root, params) {
     event.preventDefault();
     go('/conversations', urlParams(fromForm(form)));
   });
+  until.addEventListener('input', () => until.setCustomValidity(''));
+  form.addEventListener('invalid', (event) => {
+    // The browser's own message for a date under `min`, said in the page's words.
+    if (event.target === until && until.validity.rangeUnderflow) {
+      until.setCustomValidity(`"To" must be on or after "From" (${since.value}).`);
+    }
+  }, true);
+  if (badRange(filters)) {
+    results.replaceChildren(panel(null, h('div', { class: 'alert alert-warn', role: 'alert', 'data-testid': 'date-range-error' },
+      `"To" (${filters.until}) is before "From" (${filters.since}): no conversation can be in that range. `
+      + 'Swap the dates, or clear one of them.')));
+    return;
+  }
   form.addEventListener('change', (event) => {
     if (event.target.tagName === 'SELECT' || event.target.type === 'checkbox') applySoon(() => form.requestSubmit(), event.target);
   });
@@ -175,8 +220,10 @@ export async function conversationsPage(root, params) {
     if (row && !event.target.closest('a, button')) go(`/conversations/${enc(row.dataset.conversationId)}`);
   });
   const search = filters.q.trim();
+  const kind = searchKind(search);
+  const found = { id: ' · looked up by id', id_tail: ' · looked up by the end of an id', q: ' · found in the messages\' text' };
   const pager = h('div', { class: 'pager' },
-    h('span', { class: 'muted', 'data-testid': 'list-summary', text: `${page.data.length} shown${page.has_more ? ', more on the next page' : ''}${search ? (idShaped(search) ? ' · looked up by id' : ' · found in the messages\' text') : ''}` }),
+    h('span', { class: 'muted', 'data-testid': 'list-summary', text: `${page.data.length} shown${page.has_more ? ', more on the next page' : ''}${kind ? found[kind] : ''}` }),
     h('div', { class: 'pager-buttons' },
       h('button', { class: 'btn btn-small', type: 'button', disabled: previous === null, onclick: () => go('/conversations', { ...urlParams(filters), after: previous }) }, '← Previous'),
       h('button', {
@@ -190,5 +237,22 @@ export async function conversationsPage(root, params) {
           go('/conversations', { ...urlParams(filters), after: cursor });
         },
       }, 'Next →')));
-  clear(results).append(panel(null, list, pager));
+  clear(results).append(panel(null, list, pager, savedSearch(filters)));
+}
+
+function savedSearch(filters) {
+  // This search as a link: its filters are the URL's, so it opens as it is now, bookmarked or
+  // sent to someone.
+  const url = new URL(href('/conversations', urlParams(filters)), location.href).href;
+  const copy = h('button', { class: 'btn btn-small btn-ghost', type: 'button', 'data-testid': 'copy-search-link' }, 'Copy link');
+  copy.addEventListener('click', async () => {
+    try {
+      await navigator.clipboard.writeText(url);
+      copy.textContent = 'Copied';
+    } catch {
+      copy.textContent = 'Select the link to copy it';
+    }
+  });
+  return h('p', { class: 'saved-search muted' }, 'Link to this search: ',
+    h('a', { href: url, 'data-testid': 'search-link', text: url }), ' ', copy);
 }
