@@ -2,15 +2,18 @@
 
 Two kinds of secret are taken out, each replaced by `[redacted]`:
 
-- **the configured ones**: each deployment's `api_key`, the credentials among its
-  `extra_headers` (the whole value, and its token after a scheme: `Bearer sk-...`), the password
-  of its `proxy`, the master key, and the passwords in `store.url` and `limits.redis_url`.
+- **the configured ones**: each deployment's `api_key`, its cloud credentials (AWS keys and
+  session token, Azure AD token and client secret, an inline Vertex key: gateway.providers.cloud),
+  the credentials among its `extra_headers` (the whole value, and its token after a scheme:
+  `Bearer sk-...`), the password of its `proxy`, the master key, and the passwords in
+  `store.url` and `limits.redis_url`.
   `learn(config)` adds a config's; they are kept for the life of the process (a secret learned
   once is never let through again). Shorter than `MIN_LENGTH` characters they would match
   ordinary words, and are left out (the relay still takes a deployment's own key of 4 or more
   characters out of that deployment's errors);
 - **anything shaped like a key**: `sk-...` and `gw-...` tokens (OpenAI, Anthropic, the
-  gateway's own virtual keys), Google's `AIza...` keys, and whatever follows `Bearer `.
+  gateway's own virtual keys), Google's `AIza...` keys, AWS access key ids (`AKIA...`,
+  `ASIA...`), and whatever follows `Bearer `.
 
 `scrub(text)` does it to a text, `scrub_json` to every string in a JSON value, `scrub_error` to
 an error in place. Where they are called, so that no text escapes them:
@@ -50,6 +53,7 @@ MIN_LENGTH = 8  # a configured secret shorter than this is not taken out of ever
 _TOKEN = re.compile(
     r"(?<![A-Za-z0-9_-])(?:sk|gw)-[A-Za-z0-9_-]{16,}"  # sk-proj-..., sk-ant-..., gw-...
     r"|(?<![A-Za-z0-9_-])AIza[A-Za-z0-9_-]{30,}"  # Google API keys
+    r"|(?<![A-Za-z0-9])(?:AKIA|ASIA)[A-Z0-9]{16}(?![A-Za-z0-9])"  # AWS access key ids
     r"|(?i:(?<![A-Za-z0-9_-])(bearer)\s+)[A-Za-z0-9._~+/=-]{8,}"  # Bearer xyz
 )
 
@@ -81,6 +85,7 @@ _SECRETS = _Secrets()
 
 def config_secrets(config: GatewayConfig) -> list[str]:
     """Every secret a config holds (of any length)."""
+    from gateway.providers import cloud
     from gateway.upstream.seam import credentials
 
     found = [config.auth.master_key or ""]
@@ -88,6 +93,7 @@ def config_secrets(config: GatewayConfig) -> list[str]:
     for model in config.models:
         for deployment in model.deployments:
             found.append(deployment.api_key or "")
+            found += cloud.secrets(deployment.__dict__)
             found += credentials(deployment.extra_headers)
             found.append(_url_password(deployment.proxy))
     return [s for s in found if s]

@@ -37,7 +37,7 @@ from gateway.errors import (
     UpstreamStreamError,
     UpstreamTimeout,
 )
-from gateway.providers import extras
+from gateway.providers import cloud, extras
 from gateway.providers.params import LITELLM_FORWARDED
 from gateway.upstream.seam import retry_after_seconds
 
@@ -215,6 +215,7 @@ class LiteLLMProvider:
         self._api_base = config.api_base
         self._api_key = config.api_key
         self._extra_headers = dict(config.extra_headers)
+        self._cloud = cloud.arguments(config.__dict__)
         timeouts = config.timeouts
         # The pipeline times first token, idle gaps and the total. litellm gets the connect
         # timeout and, as a backstop only, the total for reads. (Providers litellm drives with
@@ -239,6 +240,8 @@ class LiteLLMProvider:
             kwargs["stream_options"] = options
         if self._extra_headers:
             kwargs["extra_headers"] = self._extra_headers
+        if self._cloud:
+            kwargs.update(self._cloud)
         try:
             result = await self._litellm.acompletion(
                 model=self._model,
@@ -297,6 +300,7 @@ class LiteLLMProvider:
         }
         if self._extra_headers:
             kwargs["extra_headers"] = self._extra_headers
+        kwargs.update(self._cloud)
         content_type = "application/json"
         try:
             if call == "images.generations":
