@@ -87,4 +87,3 @@ async def test_a_total_budget_never_renews_so_says_no_time(make_gateway: MakeGat
     headers = caught.value.response.headers
     assert headers["x-should-retry"] == "false"
     assert "Retry-After" not in headers
-
