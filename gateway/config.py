@@ -153,6 +153,13 @@ class StoreConfig(_Model):
         description="Conversation store. `sqlite:///relative/path.db`, `sqlite:////abs.db`, or"
         " `postgresql://user:password@host:port/db` (several replicas share one PostgreSQL).",
     )
+    search_timeout_s: float = Field(
+        5,
+        gt=0,
+        description="How long a conversation list or search (`GET /v1/conversations`) may take,"
+        " waiting for its turn included; past it the query is stopped and answered 503"
+        " `search_timeout`. A key runs one search at a time.",
+    )
     migrate_on_start: bool = Field(
         True,
         description="Apply pending schema migrations at start (else run `gateway migrate`"
@@ -209,6 +216,42 @@ class StoreConfig(_Model):
         return Path(self.url.removeprefix("sqlite:///"))
 
 
+class BudgetAlertsConfig(_Model):
+    thresholds: list[float] = Field(
+        [0.8, 1.0],
+        description="Shares of a budget whose passing is told once a period (1.0: spent, or a"
+        " request refused by a hard budget).",
+    )
+    webhook_url: str | None = Field(
+        None, description="Where each notice is POSTed as JSON. Unset: notices are only logged."
+    )
+    webhook_secret: str | None = Field(
+        None,
+        description="Signs each notice: HMAC-SHA256 of the body, hex, in X-Gateway-Signature.",
+    )
+
+    @field_validator("thresholds")
+    @classmethod
+    def _shares(cls, value: list[float]) -> list[float]:
+        if any(not 0 < share <= 10 for share in value):
+            raise ValueError("each threshold is a share of the budget, above 0 and at most 10")
+        return sorted(set(value))
+
+    @field_validator("webhook_url")
+    @classmethod
+    def _webhook_url(cls, value: str | None) -> str | None:
+        if not value:
+            return None
+        check_url(value, ("http", "https"), "https://hooks.example.com/budget")
+        return value
+
+    @model_validator(mode="after")
+    def _signed(self) -> BudgetAlertsConfig:
+        if self.webhook_url and not self.webhook_secret:
+            raise ValueError("webhook_url needs webhook_secret, which signs every notice")
+        return self
+
+
 class LimitsConfig(_Model):
     redis_url: str | None = Field(
         None,
@@ -216,6 +259,12 @@ class LimitsConfig(_Model):
         " and deployment cooldowns (`redis://host:6379/0`). Unset: each process keeps its own.",
     )
     redis_prefix: str = Field("gw:", description="Prefix of every Redis key the gateway writes.")
+    end_user_header: str | None = Field(
+        None,
+        description="A request header naming the end user when neither the key nor the"
+        " request's `user` does: whom `end_user` limits and the usage records count.",
+    )
+    budget_alerts: BudgetAlertsConfig = Field(default_factory=BudgetAlertsConfig)
 
     @field_validator("redis_url")
     @classmethod
@@ -721,7 +770,9 @@ class LoadedConfig:
     warnings: list[str] = field(default_factory=list)
 
 
-def _interpolate(node: Any, where: str, missing: list[str]) -> Any:
+def _interpolate(node: Any, where: str, missing: list[tuple[str, str]]) -> Any:
+    """`node` with each `${NAME}` (or `${NAME:-default}`) replaced; the variables that are not
+    set, as (field path, name), into `missing`."""
     if isinstance(node, str):
 
         def replace(match: re.Match[str]) -> str:
@@ -729,7 +780,7 @@ def _interpolate(node: Any, where: str, missing: list[str]) -> Any:
             value = os.environ.get(name)
             if value is None or (value == "" and default is not None):
                 if default is None:
-                    missing.append(f"{where}: environment variable {name} is not set")
+                    missing.append((where, name))
                     return ""
                 return default
             return value
@@ -743,6 +794,11 @@ def _interpolate(node: Any, where: str, missing: list[str]) -> Any:
     if isinstance(node, list):
         return [_interpolate(v, f"{where}[{i}]", missing) for i, v in enumerate(node)]
     return node
+
+
+def _within(path: str, loc: str) -> bool:
+    """Whether the field at `path` is the one at `loc` or inside it."""
+    return loc == "(top level)" or path == loc or path.startswith((loc + ".", loc + "["))
 
 
 def _field_path(loc: tuple[int | str, ...]) -> str:
@@ -760,7 +816,12 @@ def parse_config(raw: Any, source: str = "<config>") -> LoadedConfig:
         raw = {}
     if not isinstance(raw, dict):
         raise ConfigError(f"{source}: the top level must be a mapping, got {type(raw).__name__}")
-    missing: list[str] = []
+    if "model_list" in raw and "models" not in raw:
+        raise ConfigError(
+            f"{source}: a LiteLLM proxy config (model_list), not this gateway's: convert it"
+            f" with `gateway import-litellm {source} -o gateway.yaml` (docs/migrating.md)"
+        )
+    missing: list[tuple[str, str]] = []
     data = _interpolate(raw, "", missing)
     try:
         config = GatewayConfig.model_validate(data)
@@ -771,10 +832,16 @@ def parse_config(raw: Any, source: str = "<config>") -> LoadedConfig:
             msg = err["msg"]
             if err["type"] == "extra_forbidden":
                 msg = "unknown field"
+            # The empty value an unset variable left is what failed: say so, not only that
+            # the field is wrong.
+            unset = [f"${{{name}}}" for where, name in missing if _within(where, loc)]
+            if unset:
+                msg += f" ({', '.join(unset)} {'is' if len(unset) == 1 else 'are'} not set)"
             lines.append(f"{source}: {loc}: {msg}")
         raise ConfigError("\n".join(lines)) from None
     # An empty secret is only worth a warning: the upstream will answer 401 and say so.
-    warnings = [f"{source}: {m}" for m in missing]
+    warnings = [f"{source}: {where}: environment variable {name} is not set"
+                for where, name in missing]  # fmt: skip
     return LoadedConfig(config=config, path=None, warnings=warnings)
 
 
@@ -793,6 +860,10 @@ def load_config(path: Path | str | None = None) -> LoadedConfig:
         where = f"line {mark.line + 1}, column {mark.column + 1}: " if mark else ""
         problem = getattr(exc, "problem", None) or str(exc)
         raise ConfigError(f"{path}: {where}invalid YAML: {problem}") from None
+    if raw is None:
+        # An empty file is a mistake (a volume not mounted, a template not rendered), not a
+        # request for defaults: `make run` has its own file.
+        raise ConfigError(f"{path}: the file is empty: it holds no setting (not even `models`)")
     loaded = parse_config(raw, str(path))
     try:
         environment_trust()  # read again when the upstream pool is made
