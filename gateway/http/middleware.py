@@ -168,9 +168,10 @@ def _access(
     if not logs.ACCESS.isEnabledFor(level):
         return
     if not interrupted:
-        # A write found the client gone and the handler answered all the same.
+        # The handler cut the answer itself (at shutdown, on a cancel), or a write found the
+        # client gone and the handler answered all the same.
         transport = request.transport
-        interrupted = transport is None or transport.is_closing()
+        interrupted = bool(notes.get("interrupted")) or transport is None or transport.is_closing()
     headers = response.headers if response is not None else {}
     principal = request.get(PRINCIPAL)
     key_prefix = team_id = None
@@ -195,7 +196,7 @@ def _access(
             "conversation_id": headers.get("X-Conversation-Id") or notes.get("conversation_id"),
             "turn_id": headers.get("X-Gateway-Turn-Id") or notes.get("turn_id"),
             "interrupted": interrupted,
-            "error": error_code,
+            "error": error_code or notes.get("error"),
         },
     )
 

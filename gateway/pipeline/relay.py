@@ -28,7 +28,7 @@ from typing import Any
 
 from aiohttp import web
 
-from gateway import metrics
+from gateway import logs, metrics
 from gateway.context import Gateway
 from gateway.conversations.recorder import Attempt, Segment, TurnRecorder
 from gateway.dialects.base import Dialect
@@ -686,6 +686,9 @@ class Relay:
         reset, so that they never reach it after the turn recorded it without them."""
         response = self.client.response
         assert response is not None
+        # Its access record says what the turn's record says: cut, and at shutdown with the
+        # error event the client was sent.
+        logs.annotate(interrupted=True, error="shutdown" if reason == "shutdown" else None)
         try:
             delivered, level = await self.client.end_cancelled(final, wait_s)
         except ConnectionError:

@@ -23,6 +23,7 @@ from collections.abc import Iterable, Mapping
 from dataclasses import dataclass, field, replace
 from typing import Any
 
+from gateway import logs
 from gateway.config import (
     DeploymentConfig,
     DeploymentPrice,
@@ -180,6 +181,7 @@ def estimate_tokens(body: dict[str, Any]) -> tuple[int, int]:
 
 
 _PATTERN = object()  # a deployment whose price depends on the model it is sent
+_LOGGED_NAME = 256  # characters of an unknown model's name kept for the access log
 # How many ids served by pattern aliases are kept resolved (their providers made, prices looked
 # up); the least recently used goes first.
 RESOLVED_IDS = 512
@@ -266,6 +268,8 @@ class Router:
             and principal.models is not None
             and not principal.may_use(found.model, found.config.name)
         ):
+            # The access log names what the client asked for, even when nothing serves it.
+            logs.annotate(alias=name[:_LOGGED_NAME] if isinstance(name, str) else None)
             raise ModelNotFound(
                 f"The model `{name}` does not exist or you do not have access to it.", param="model"
             )
