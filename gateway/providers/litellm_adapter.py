@@ -388,6 +388,10 @@ def chunk_frames(chunk: Any) -> bytes:
         if not isinstance(choice, dict):
             continue
         delta = _clean(choice.get("delta") or {})
+        if delta.get("content") == "" and ("reasoning_content" in delta or "tool_calls" in delta):
+            # litellm adds an empty text to Bedrock's reasoning and tool deltas; relayed, it
+            # would read as a text block starting between two pieces of the same reasoning.
+            del delta["content"]
         if "tool_calls" in delta:
             delta["tool_calls"] = _tool_calls(delta["tool_calls"])
         out: dict[str, Any] = {

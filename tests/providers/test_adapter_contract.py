@@ -4,7 +4,8 @@ Each case runs end to end over every adapter: the real `openai` SDK (AsyncOpenAI
 gateway (a real aiohttp server), which talks over loopback to a fake upstream speaking the
 adapter's own wire format (tests/fakes.py, tests/providers/upstreams.py): OpenAI-compatible chat
 completions, Azure OpenAI, Anthropic Messages and, when the litellm adapter is there, Gemini
-through litellm. Each case asserts on what the client received and on what the gateway recorded.
+and Bedrock (Converse, AWS event-stream framing, SigV4) through litellm. Each case asserts on
+what the client received and on what the gateway recorded.
 """
 
 from __future__ import annotations
@@ -64,7 +65,7 @@ def adapters(**xfail: str) -> list[ParameterSet]:
     params = []
     for name in SERVERS:
         marks: list[pytest.MarkDecorator] = []
-        if name == "litellm" and LITELLM_SKIP:
+        if SERVERS[name].provider == "litellm" and LITELLM_SKIP:
             marks.append(pytest.mark.skip(reason=LITELLM_SKIP))
         if name in xfail:
             marks.append(pytest.mark.xfail(strict=True, reason=xfail[name]))
@@ -78,7 +79,7 @@ async def fake(
 ) -> FakeServer:
     """The fake upstream for the adapter named by the test's parameter, already listening."""
     name: str = request.param
-    if name == "litellm":
+    if SERVERS[name].provider == "litellm":
         # Keep litellm offline: its price list otherwise comes from the network at import.
         monkeypatch.setenv("LITELLM_LOCAL_MODEL_COST_MAP", "True")
         try:

@@ -1,4 +1,5 @@
-"""The fake upstreams of the other wire formats: Anthropic Messages and Google Gemini.
+"""The fake upstreams of the other wire formats: Anthropic Messages, Google Gemini and (in
+tests/providers/bedrock.py) Amazon Bedrock's Converse.
 
 They share `FakeServer` (tests/fakes.py) with the OpenAI-compatible fake, `FakeUpstream`: the
 same scripted answers (`text`, `reasoning_then_text`, `tool_call`, `http_error`,
@@ -25,6 +26,7 @@ from tests.fakes import (
     Reply,
     sse,
 )
+from tests.providers.bedrock import BedrockServer
 
 # -- Anthropic Messages ------------------------------------------------------------------------
 
@@ -185,4 +187,5 @@ SERVERS: dict[str, type[FakeServer]] = {
     "azure": AzureUpstream,
     "anthropic": AnthropicServer,
     "litellm": GeminiServer,
+    "bedrock": BedrockServer,
 }
