@@ -96,13 +96,21 @@ class Conversations:
         self.threading = threading  # auto | header | off (ConversationsConfig)
         self.session_headers = tuple(session_headers)
 
-    def requested_id(self, headers: Mapping[str, str], metadata: Any) -> str | None:
+    def requested_id(
+        self, headers: Mapping[str, str], metadata: Any, session: Any = None
+    ) -> str | None:
         """The conversation a request names: `X-Conversation-Id`, a configured session header,
-        or `metadata.conversation_id`. 400 when two of them name different ones, or when
-        threading is off."""
+        `metadata.conversation_id`, or LiteLLM's `litellm_session_id` (`session`). 400 when
+        two of them name different ones, or when threading is off."""
         named = [
             (h, v) for h in ("X-Conversation-Id", *self.session_headers) if (v := headers.get(h))
         ]
+        if session is not None:
+            if not isinstance(session, str) or not session:
+                raise InvalidRequest(
+                    "'litellm_session_id' must be a non-empty string.", param="litellm_session_id"
+                )
+            named.append(("litellm_session_id", session))
         if isinstance(metadata, dict) and "conversation_id" in metadata:
             value = metadata["conversation_id"]
             if not isinstance(value, str):

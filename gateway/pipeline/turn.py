@@ -99,7 +99,9 @@ async def _run_turn(
     try:
         if joined is None:
             conversations = gateway.conversations
-            requested = conversations.requested_id(request.headers, body.get("metadata"))
+            requested = conversations.requested_id(
+                request.headers, body.get("metadata"), body.get("litellm_session_id")
+            )
             # An Anthropic deployment needs the stored answers' signed thinking back, which
             # only comparing the history with the stored one finds.
             restore = any(d.provider.wire == "anthropic" for d in plan)
@@ -172,7 +174,7 @@ async def _run_turn(
         gateway,
         request,
         recorder,
-        body=body,
+        body=_without_litellm_fields(body),
         stream=turn.stream,
         alias=alias,
         plan=plan,
@@ -265,6 +267,28 @@ def recorded_headers(request: web.Request, session_headers: tuple[str, ...]) -> 
         if values:
             found[name] = scrub(", ".join(values))[:_HEADER_CHARS]
     return found
+
+
+# What a client written for LiteLLM's proxy sends beside the request, for the proxy alone: a
+# strict provider refuses them (OpenAI's `metadata` takes strings only, LiteLLM's `tags` are a
+# list). Recorded with the turn; never sent upstream.
+_LITELLM_FIELDS = ("litellm_session_id", "litellm_trace_id", "litellm_metadata", "tags")
+
+
+def _without_litellm_fields(body: dict[str, Any]) -> dict[str, Any]:
+    metadata = body.get("metadata")
+    tagged = isinstance(metadata, dict) and "tags" in metadata
+    if not tagged and not any(name in body for name in _LITELLM_FIELDS):
+        return body  # the usual request: nothing to take out
+    body = {k: v for k, v in body.items() if k not in _LITELLM_FIELDS}
+    if tagged:
+        assert isinstance(metadata, dict)
+        rest = {k: v for k, v in metadata.items() if k != "tags"}
+        if rest:
+            body["metadata"] = rest
+        else:
+            del body["metadata"]
+    return body
 
 
 def _without_conversation_id(body: dict[str, Any]) -> dict[str, Any]:
