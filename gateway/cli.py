@@ -117,8 +117,14 @@ async def _serve(loaded: LoadedConfig, host: str, port: int, reuse_port: bool = 
     # SIGHUP reloads the config (once serving; one sent before is served by the file as read).
     stop = asyncio.Event()
     loop = asyncio.get_running_loop()
+    signalled: list[float] = []  # when: the grace runs from the signal, not from the wake-up
+
+    def stopping() -> None:
+        signalled.append(loop.time())
+        stop.set()
+
     for sig in (signal.SIGINT, signal.SIGTERM):
-        loop.add_signal_handler(sig, stop.set)
+        loop.add_signal_handler(sig, stopping)
     reloader = Reloader(app, loaded.path)
     loop.add_signal_handler(signal.SIGHUP, reloader.request)
     try:
@@ -161,7 +167,7 @@ async def _serve(loaded: LoadedConfig, host: str, port: int, reuse_port: bool = 
     # Out within server.shutdown_grace_s and a second: requests run until the deadline, the
     # streams still open then end with their dialect's shutdown event, every turn is
     # recorded and the store flushed.
-    deadline = loop.time() + config.server.shutdown_grace_s
+    deadline = signalled[0] + config.server.shutdown_grace_s
     log.info("shutting down")
     gateway = app[GATEWAY]
     if not gateway.running:
@@ -175,19 +181,17 @@ async def _serve(loaded: LoadedConfig, host: str, port: int, reuse_port: bool = 
         while not done() and (left := until - loop.time()) > 0:  # noqa: ASYNC110
             await asyncio.sleep(min(left, _SHUTDOWN_POLL_S))
 
-    # No new connection; an idle one is closed now (a request it would carry goes to another
-    # replica), a busy one once the request it carries is answered.
+    # No new connection; a busy one is closed once the request it carries is answered. An
+    # idle one stays open until the process ends: a request its client sends meanwhile gets
+    # a 503 saying `Connection: close` (gateway.http.middleware), where closing it now would
+    # race that request and reset it.
     for listening in list(runner.sites):
         await listening.stop()
     server = runner.server
     assert server is not None, "set up above"
-    busy = []
-    for connection in server.connections:
-        if awaiting_request(connection):
-            connection.force_close()
-        else:
-            busy.append(connection)
-    server.pre_shutdown()
+    busy = [c for c in server.connections if not awaiting_request(c)]
+    for connection in busy:
+        connection.close()
 
     def idle() -> bool:
         # A connection made a moment before, its first wait not begun, counted as busy: it

@@ -21,7 +21,14 @@ from aiohttp.typedefs import Handler
 from gateway import logs, metrics, scrub
 from gateway.context import GATEWAY, Gateway
 from gateway.dialects.anthropic_messages import error_body as anthropic_error_body
-from gateway.errors import GatewayError, InvalidRequest, NotFound, PayloadTooLarge, openai_body
+from gateway.errors import (
+    GatewayError,
+    InvalidRequest,
+    NotFound,
+    PayloadTooLarge,
+    ServiceUnavailable,
+    openai_body,
+)
 from gateway.http.auth import PRINCIPAL
 from gateway.ids import random_hex
 from gateway.metering.auth import presented_key
@@ -37,6 +44,8 @@ _SAFE_ID = re.compile(r"^[A-Za-z0-9._:-]{1,128}$")
 # A virtual key's first characters, as the store keeps them to recognise it
 # (gateway.metering.admin): the access log names a key by them, never by more.
 KEY_PREFIX_LENGTH = 7
+# A request that arrives once the gateway is stopping (on a connection kept alive): a 503.
+_STOPPING = "The gateway is shutting down; send the request again (another replica answers it)."
 _STORE_RETRY_AFTER = "5"  # seconds: about how long the spool's replay takes to notice the store
 
 
@@ -116,11 +125,16 @@ async def errors_and_ids(request: web.Request, handler: Handler) -> web.StreamRe
     metrics.IN_FLIGHT.inc()
     error_code: str | None = None
     try:
+        if gateway is not None and gateway.state["shutting_down"]:
+            # A request on a connection kept alive past SIGTERM: answered, not reset.
+            raise ServiceUnavailable(_STOPPING, code="shutdown")
         response = await handler(request)
     except GatewayError as error:
         tell = gateway is None or gateway.config.server.tell_clients_not_to_retry
         response = error_response(error, request.path, tell_not_to_retry=tell)
         error_code = error.code
+        if error_code == "shutdown":
+            response.force_close()  # `Connection: close`: the next request goes elsewhere
     except web.HTTPException as exc:
         if exc.status < 400:
             _access(request, gateway, notes, started, exc, None)  # a redirect
