@@ -123,7 +123,7 @@ class LiteLLMStreamResponse:
                     self.close()
                     raise upstream_error(exc, started=self._started) from None
             self._started = True
-            data = chunk_frames(chunk)
+            data = chunk_frames(chunk, self._stream)
             if data:
                 return data
 
@@ -373,12 +373,30 @@ def _tool_calls(calls: Any) -> list[dict[str, Any]]:
     return out
 
 
-def chunk_frames(chunk: Any) -> bytes:
+# Marks usage litellm counted itself (with tiktoken) because the provider sent none: the
+# record keeps it apart from a provider's own count, and so can the client.
+USAGE_SOURCE = "usage_source"
+LITELLM_COUNTED = "litellm"
+
+
+def counted_by_litellm(stream: Any) -> bool:
+    """Whether the usage at the end of this litellm stream is litellm's own count.
+
+    litellm keeps every chunk the provider sent that carried usage in `chunks`; when none did,
+    it makes up the final usage from the text (as its `_reported_total_usage` tells them apart).
+    """
+    chunks = getattr(stream, "chunks", None)
+    if not isinstance(chunks, list):
+        return False
+    return not any(getattr(chunk, "usage", None) is not None for chunk in chunks)
+
+
+def chunk_frames(chunk: Any, stream: Any = None) -> bytes:
     """One litellm stream chunk as OpenAI `chat.completion.chunk` SSE frames (b"" if empty).
 
     A chunk carrying both choices and usage is split in two, as OpenAI sends it: the usage in
     a chunk of its own with `choices: []`, which the pipeline can hold back from a client that
-    did not ask for usage.
+    did not ask for usage. Usage that litellm counted itself (`stream` tells) is marked so.
     """
     obj = _dump(chunk)
     head: dict[str, Any] = {k: obj[k] for k in _CHUNK_KEYS if obj.get(k) is not None}
@@ -407,6 +425,8 @@ def chunk_frames(chunk: Any) -> bytes:
         frames += b"data: " + orjson.dumps({**head, "choices": choices}) + b"\n\n"
     usage = obj.get("usage")
     if isinstance(usage, dict) and usage:
+        if counted_by_litellm(stream):
+            usage[USAGE_SOURCE] = LITELLM_COUNTED
         frames += b"data: " + orjson.dumps({**head, "choices": [], "usage": usage}) + b"\n\n"
     return frames
 

@@ -1,0 +1,83 @@
+"""Whose count a litellm stream's usage is: the provider's, or litellm's own.
+
+A provider that reports no usage litellm can read (Groq's `x_groq.usage`, say) still gets a
+usage chunk from litellm, counted by litellm from the text. That count is marked
+`usage_source: "litellm"` in the usage the client and the record see, never passed off as the
+provider's; the provider's own count carries no mark.
+"""
+
+from __future__ import annotations
+
+from typing import Any
+
+import pytest
+from aiohttp import web
+
+from tests.conftest import GatewayUnderTest, MakeGateway
+from tests.fakes import COMPLETION_TOKENS, PROMPT_TOKENS, FakeUpstream, MakeServer, Reply, sse
+from tests.providers.test_adapter_contract import ANSWER, LITELLM_SKIP, stream_chat
+
+pytestmark = pytest.mark.skipif(LITELLM_SKIP is not None, reason=LITELLM_SKIP or "")
+
+GROQ_SAID = {"prompt_tokens": 7000, "completion_tokens": 900, "total_tokens": 7900}
+
+
+class GroqUpstream(FakeUpstream):
+    """Groq's OpenAI-compatible stream, its usage only under `x_groq` on the last chunk."""
+
+    model = "llama-3.1-8b-instant"
+
+    def frames(self, reply: Reply, request: web.Request, body: dict[str, Any]) -> list[bytes]:
+        out = [sse(self.chunk_object({"role": "assistant", "content": ""}))]
+        for block in reply.blocks:
+            out += [sse(self.chunk_object({"content": p})) for p in block.parts]
+        out.append(sse(self.chunk_object({}, "stop", x_groq={"usage": GROQ_SAID})))
+        out.append(b"data: [DONE]\n\n")
+        return out
+
+
+async def groq_gateway(
+    make_gateway: MakeGateway, aiohttp_server: MakeServer, upstream: FakeUpstream
+) -> GatewayUnderTest:
+    await upstream.start(aiohttp_server)
+    deployment = upstream.deployment(provider="litellm", model="groq/llama-3.1-8b-instant")
+    return await make_gateway(
+        models=[{"name": "m", "retry": {"max_attempts": 1}, "deployments": [deployment]}]
+    )
+
+
+async def test_litellms_own_count_is_marked_as_litellms(
+    make_gateway: MakeGateway, aiohttp_server: MakeServer
+) -> None:
+    upstream = GroqUpstream()
+    gw = await groq_gateway(make_gateway, aiohttp_server, upstream)
+    upstream.text(ANSWER)
+    view = await stream_chat(gw, stream_options={"include_usage": True})
+    assert view.error is None
+    assert view.text == "".join(ANSWER)
+    assert view.usage is not None
+    assert (view.usage.model_extra or {}).get("usage_source") == "litellm"
+    assert view.usage.prompt_tokens != GROQ_SAID["prompt_tokens"]  # litellm's, not Groq's
+
+    events = await gw.wait_turn_end(view.conversation_id)
+    usage = events[1]["payload"]["usage"]
+    assert usage["usage_source"] == "litellm"
+    assert usage["prompt_tokens"] == view.usage.prompt_tokens
+
+
+async def test_the_providers_count_carries_no_mark(
+    make_gateway: MakeGateway, aiohttp_server: MakeServer
+) -> None:
+    upstream = FakeUpstream()  # usage in the standard chunk, as include_usage asks
+    gw = await groq_gateway(make_gateway, aiohttp_server, upstream)
+    upstream.text(ANSWER)
+    view = await stream_chat(gw, stream_options={"include_usage": True})
+    assert view.usage is not None
+    assert (view.usage.prompt_tokens, view.usage.completion_tokens) == (
+        PROMPT_TOKENS,
+        COMPLETION_TOKENS,
+    )
+    assert "usage_source" not in (view.usage.model_extra or {})
+
+    events = await gw.wait_turn_end(view.conversation_id)
+    assert "usage_source" not in events[1]["payload"]["usage"]
