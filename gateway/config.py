@@ -745,20 +745,29 @@ class GatewayConfig(_Model):
             load_price_file(value)  # ValueError: the file, the entry and what is wrong
         return value
 
-    @model_validator(mode="after")
-    def _unique_aliases(self) -> GatewayConfig:
-        seen: set[str] = set()
-        for model in self.models:
-            if model.name in seen:
-                raise ValueError(f"model alias {model.name!r} is defined twice")
-            seen.add(model.name)
-        for model in self.models:
-            for other in model.fallbacks:
-                if other not in seen:
-                    raise ValueError(
-                        f"model {model.name!r}: fallback alias {other!r} is not defined"
-                    )
-        return self
+
+def _alias_errors(models: Any) -> list[str]:
+    """What is wrong between a config's aliases (one defined twice, a fallback to none),
+    read from the raw `models` so that it is said with every other error of the file, not
+    only once those are fixed."""
+    if not isinstance(models, list):
+        return []
+    names = [m.get("name") if isinstance(m, dict) else None for m in models]
+    errors: list[str] = []
+    seen: set[Any] = set()
+    for index, name in enumerate(names):
+        if isinstance(name, str) and name in seen:
+            errors.append(f"models[{index}].name: model alias {name!r} is defined twice")
+        seen.add(name)
+    for index, model in enumerate(models):
+        fallbacks = model.get("fallbacks") if isinstance(model, dict) else None
+        for other in fallbacks if isinstance(fallbacks, list) else ():
+            if isinstance(other, str) and other not in seen:
+                errors.append(
+                    f"models[{index}].fallbacks: model {names[index]!r}: fallback alias"
+                    f" {other!r} is not defined"
+                )
+    return errors
 
 
 @dataclass(frozen=True)
@@ -823,10 +832,10 @@ def parse_config(raw: Any, source: str = "<config>") -> LoadedConfig:
         )
     missing: list[tuple[str, str]] = []
     data = _interpolate(raw, "", missing)
+    lines = [f"{source}: {error}" for error in _alias_errors(data.get("models"))]
     try:
         config = GatewayConfig.model_validate(data)
     except ValidationError as exc:
-        lines = []
         for err in exc.errors():
             loc = _field_path(tuple(err["loc"]))
             msg = err["msg"]
@@ -839,6 +848,8 @@ def parse_config(raw: Any, source: str = "<config>") -> LoadedConfig:
                 msg += f" ({', '.join(unset)} {'is' if len(unset) == 1 else 'are'} not set)"
             lines.append(f"{source}: {loc}: {msg}")
         raise ConfigError("\n".join(lines)) from None
+    if lines:
+        raise ConfigError("\n".join(lines))
     # An empty secret is only worth a warning: the upstream will answer 401 and say so.
     warnings = [f"{source}: {where}: environment variable {name} is not set"
                 for where, name in missing]  # fmt: skip

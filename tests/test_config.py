@@ -177,3 +177,23 @@ def test_a_field_an_unset_variable_left_wrong_names_the_variable(
 def test_an_empty_file_is_refused(text: str, tmp_path: Path) -> None:
     with pytest.raises(ConfigError, match="the file is empty"):
         load_config(write(tmp_path, text))
+
+
+def test_every_error_of_a_file_is_said_at_once(tmp_path: Path) -> None:
+    text = (
+        "server: {port: 99999}\n"
+        "models:\n"
+        "  - {name: a, fallbacks: [nope], deployments: [{provider: demo, bogus: 1}]}\n"
+        "  - {name: a, deployments: [{provider: demo}]}\n"
+    )
+    with pytest.raises(ConfigError) as caught:
+        load_config(write(tmp_path, text))
+    said = str(caught.value)
+    for error in (
+        "models[1].name: model alias 'a' is defined twice",
+        "models[0].fallbacks: model 'a': fallback alias 'nope' is not defined",
+        "server.port: Input should be less than or equal to 65535",
+        "models[0].deployments[0].bogus: unknown field",
+    ):
+        assert error in said
+    assert len(said.splitlines()) == 4
