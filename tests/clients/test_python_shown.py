@@ -14,12 +14,13 @@ from contextlib import AsyncExitStack, ExitStack
 from typing import Any
 
 import anthropic
+import gateway_shown
 import openai
 import pytest
 from gateway_shown import AsyncShownStream, ShownReportError, ShownStream, text_of
 
-from tests.conftest import GatewayUnderTest
-from tests.fakes import FakeUpstream
+from tests.conftest import GatewayUnderTest, MakeGateway, MakeUpstream
+from tests.fakes import DONE, FakeUpstream, chunk, paused
 
 QUESTION = "Three tips, please."
 PARTS = ["Hi 👋 ", "世界! ", "1. 🍎 Eat well. ", "2. 睡觉 ", "3. Drink water."]
@@ -185,6 +186,51 @@ async def test_a_stop_while_the_answer_streams_is_recorded_as_shown(
     assert await recorded_answer(gw, conversation_id) == shown
 
 
+async def test_a_report_sent_before_the_turn_has_ended_is_sent_again(
+    make_gateway: MakeGateway, make_upstream: MakeUpstream, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """The turn ends only once the upstream is drained (`on_client_disconnect: drain`), which
+    the test holds back until the helper's first report was answered `409 turn_in_progress`:
+    the helper asks again, and the record ends as shown."""
+    fake = await make_upstream()
+    model = {
+        "name": "m",
+        "on_client_disconnect": "drain",
+        "deployments": [{"provider": "openai", "api_base": fake.url}],
+    }
+    gw = await make_gateway(models=[model])
+    fake.push(paused([chunk("One, "), chunk("two, ")], [chunk(finish="stop"), DONE]))
+    loop = asyncio.get_running_loop()
+    refused = asyncio.Event()
+    answers: list[tuple[int, Any]] = []
+    post = gateway_shown._post
+
+    def watched_post(*args: Any) -> tuple[int, Any]:
+        status, body = post(*args)
+        answers.append((status, body))
+        if status == 409:
+            loop.call_soon_threadsafe(refused.set)
+        return status, body
+
+    monkeypatch.setattr(gateway_shown, "_post", watched_post)
+    response = await gw.client().chat.completions.create(
+        model="m", messages=[{"role": "user", "content": QUESTION}], stream=True
+    )
+    stream = AsyncShownStream(response)
+    async for item in stream:
+        if text_of(item):
+            break
+    closing = asyncio.create_task(stream.close())
+    await asyncio.wait_for(refused.wait(), 10)
+    fake.release.set()
+    truncation = await asyncio.wait_for(closing, 20)
+    assert truncation is not None and truncation["content"] == "One, "
+    assert answers[0][1]["error"]["code"] == "turn_in_progress"
+    assert answers[-1][0] == 200
+    conversation_id = response.response.headers["X-Conversation-Id"]
+    assert await recorded_answer(gw, conversation_id) == "One, "
+
+
 async def test_manual_counting_leaves_out_a_piece_taken_but_not_shown(
     gw: GatewayUnderTest, upstream: FakeUpstream
 ) -> None:
@@ -196,8 +242,8 @@ async def test_manual_counting_leaves_out_a_piece_taken_but_not_shown(
     conversation_id = response.response.headers["X-Conversation-Id"]
     shown = ""
     async with AsyncShownStream(response, manual=True) as stream:
-        async for chunk in stream:
-            text = text_of(chunk)
+        async for item in stream:
+            text = text_of(item)
             if text and shown:
                 await gw.wait_turn_end(conversation_id)
                 break  # Stop: this piece is never rendered
@@ -215,7 +261,7 @@ async def test_an_answer_read_and_shown_to_its_end_is_not_reported(
         model="fake", messages=[{"role": "user", "content": QUESTION}], stream=True
     )
     async with AsyncShownStream(response) as stream:
-        shown = "".join([text_of(chunk) async for chunk in stream])
+        shown = "".join([text_of(item) async for item in stream])
     assert shown == TEXT
     assert stream.truncation is None
     conversation_id = response.response.headers["X-Conversation-Id"]
@@ -243,8 +289,8 @@ async def test_a_refused_report_raises(gw: GatewayUnderTest, upstream: FakeUpstr
         model="fake", messages=[{"role": "user", "content": QUESTION}], stream=True
     )
     stream = AsyncShownStream(response, manual=True)
-    async for chunk in stream:
-        if text_of(chunk):
+    async for item in stream:
+        if text_of(item):
             break
     stream.shown(TEXT + "more than was ever sent")
     with pytest.raises(ShownReportError) as refused:
