@@ -15,7 +15,7 @@ INSTALL = f"pip install 'gateway[{EXTRA}]'"
 # litellm's provider name (the prefix of `provider/model`) -> (module, the package that has it).
 _GOOGLE = (("google.auth", "google-auth"),)
 _AWS = (("botocore", "botocore"), ("boto3", "boto3"))
-_NEEDS: dict[str, tuple[tuple[str, str], ...]] = {
+NEEDS: dict[str, tuple[tuple[str, str], ...]] = {
     "vertex_ai": _GOOGLE,
     "vertex_ai_beta": _GOOGLE,
     "bedrock": _AWS,
@@ -24,7 +24,7 @@ _NEEDS: dict[str, tuple[tuple[str, str], ...]] = {
 }
 # Azure AD sign-in with client credentials (`azure_tenant_id` and the rest), for azure/... models.
 ENTRA_ID = "azure Entra ID"
-_NEEDS[ENTRA_ID] = (("azure.identity", "azure-identity"),)
+NEEDS[ENTRA_ID] = (("azure.identity", "azure-identity"),)
 
 
 def provider_prefix(model: str) -> str:
@@ -38,7 +38,7 @@ def missing(provider: str) -> list[str]:
     Imported, not just found: an install missing one of their own dependencies counts too.
     """
     absent = []
-    for module, package in _NEEDS.get(provider, ()):
+    for module, package in NEEDS.get(provider, ()):
         try:
             importlib.import_module(module)
         except ImportError:

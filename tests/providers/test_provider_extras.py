@@ -59,3 +59,27 @@ def test_check_config_names_the_missing_extra(
     )
     assert installed.returncode == 0, installed.stderr
     assert "OK (1 model aliases: m)" in installed.stdout
+
+
+def test_the_extra_holds_every_package_named_and_is_installed_everywhere() -> None:
+    """Each package a provider is checked for is in the `providers` extra, and `make run`,
+    `make test` and the container image install that extra."""
+    import re
+    import tomllib
+
+    from gateway.providers import extras
+
+    root = Path(__file__).parents[2]
+    project = tomllib.loads((root / "pyproject.toml").read_text())["project"]
+    listed = {
+        re.split(r"[<>=!~;\[ ]", requirement, maxsplit=1)[0].lower()
+        for requirement in project["optional-dependencies"][extras.EXTRA]
+    }
+    named = {package for needs in extras.NEEDS.values() for _, package in needs}
+    assert named <= listed
+
+    makefile = (root / "Makefile").read_text()
+    assert "pip install --quiet -e '.[providers]'" in makefile  # make run
+    assert "pip install --quiet -e '.[dev,providers]'" in makefile  # make test
+    dockerfile = (root / "deploy" / "Dockerfile").read_text()
+    assert "pip install '.[providers]'" in dockerfile
