@@ -89,6 +89,13 @@ class ServerConfig(_Model):
     body_timeout_s: float = Field(
         60, gt=0, description="A request body must arrive whole within this long; else 408."
     )
+    client_idle_timeout_s: float | None = Field(
+        30,
+        gt=0,
+        description="A stream whose client acknowledges nothing for this long while the gateway"
+        " has sent it more (it stopped reading without closing) is reset and recorded as"
+        " interrupted at what it was delivered, reason `client_idle`. null: no limit.",
+    )
     tell_clients_not_to_retry: bool = Field(
         True,
         description="An error answered after the gateway's own retries says `x-should-retry:"

@@ -246,6 +246,17 @@ class DeliveryTracker:
                 return self.frames_ending_by(acked - self._base)
         return self.frames_ending_by(self._handed)
 
+    def progress(self, output_size: int) -> tuple[int, bool]:
+        """How far the client's side has got (bytes acknowledged; at the "sent" level, handed
+        to the kernel), and whether the response has written more than that."""
+        if self.level == "acked" and self._sock is not None:
+            acked = tcp_bytes_acked(self._sock)
+            if acked is not None:
+                return acked, acked - self._base < output_size
+        transport = self._transport
+        buffered = transport.get_write_buffer_size() if transport is not None else 0
+        return output_size - buffered, buffered > 0
+
     def reset(self) -> None:
         """Close the connection with a reset, so that what the kernel still queues for the
         client never reaches it: the client keeps what it acknowledged, which is what

@@ -7,11 +7,15 @@ acknowledged: the delivered prefix the turn records.
 
 An explicit cancel (from another connection) is a flag here: the relay checks it after every
 write and raises `ClientCancelled`, and the stream then ends cleanly after the last delta.
+
+A client that stops reading without closing is watched for (gateway.http.idle_readers): past
+`server.client_idle_timeout_s` the relay is told, and ends the stream as for a client gone.
 """
 
 from __future__ import annotations
 
 import asyncio
+from collections.abc import Callable
 
 from aiohttp import web
 
@@ -19,6 +23,7 @@ from gateway import metrics
 from gateway.conversations.recorder import TurnWrites
 from gateway.http.aiohttp_internals import EventStreamResponse, payload_output_size
 from gateway.http.delivery import DeliveryTracker
+from gateway.http.idle_readers import IdleReaderWatch
 
 
 class ClientCancelled(Exception):
@@ -26,12 +31,21 @@ class ClientCancelled(Exception):
 
 
 class ClientStream:
-    def __init__(self, request: web.Request, store: TurnWrites) -> None:
+    def __init__(
+        self,
+        request: web.Request,
+        store: TurnWrites,
+        idle_timeout_s: float | None = None,
+        on_idle: Callable[[], None] | None = None,
+    ) -> None:
         self.request = request
         self.store = store
         self.response: web.StreamResponse | None = None
         self.tracker: DeliveryTracker | None = None
         self.cancel_requested = False
+        self._idle_timeout_s = idle_timeout_s
+        self._on_idle = on_idle
+        self._idle_watch: IdleReaderWatch | None = None
 
     @property
     def frames_written(self) -> int:
@@ -54,6 +68,12 @@ class ClientStream:
         metrics.STREAMS.inc()
         await response.prepare(self.request)
         tracker.chunked = response.chunked
+        if self._idle_timeout_s is not None and self._on_idle is not None:
+            self._idle_watch = IdleReaderWatch(
+                self._idle_timeout_s,
+                lambda: tracker.progress(payload_output_size(response)),
+                self._on_idle,
+            )
         return response
 
     async def write(self, chunks: list[bytes], sizes: list[int], last: bool = False) -> None:
@@ -104,6 +124,8 @@ class ClientStream:
         return done, tracker.level
 
     def close(self) -> None:
+        if self._idle_watch is not None:
+            self._idle_watch.stop()
         if self.tracker is not None:  # made when the response started
             self.tracker.close()
             metrics.STREAMS.dec()

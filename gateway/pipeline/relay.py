@@ -114,7 +114,9 @@ class Relay:
         self.plan = plan
         self.headers = headers  # response headers decided before the upstream call
         self.dialect = dialect
-        self.client = ClientStream(request, turn.store)
+        self.client = ClientStream(
+            request, turn.store, gateway.config.server.client_idle_timeout_s, self.client_idle
+        )
         # One per response: a continuation keeps rendering the same client stream.
         self.renderer = dialect.renderer(body)
         if gateway.meter is not None:
@@ -145,6 +147,7 @@ class Relay:
         self.dropped: dict[str, list[str]] = dropped or {}
         self.trace = trace  # the turn's spans, when tracing is configured (gateway.tracing)
         self.checkpointed = 0  # the delivered frames of the last checkpoint (none before one)
+        self.idle = False  # ended because its client stopped reading (client_idle)
 
     async def serve(self, cancel_key: str, team_id: str | None) -> web.StreamResponse:
         """Run the turn to its end, however it ends; cancellable meanwhile by `cancel_key`."""
@@ -158,12 +161,12 @@ class Relay:
         except ClientCancelled:
             return await self.cancelled()
         except asyncio.CancelledError:
-            self.client_gone(self.gateway.cancel_reason())
+            self.client_gone(self._gone_reason())
             raise
         except ConnectionError:
             # A write found the client gone before aiohttp cancelled the handler. Upstream
             # faults never arrive here: the provider adapters map them to UpstreamError.
-            self.client_gone(self.gateway.cancel_reason())
+            self.client_gone(self._gone_reason())
             return self.client.response or web.Response(status=499)
         except GatewayError as error:
             error.headers.update(self.headers)
@@ -550,6 +553,18 @@ class Relay:
         if upstream is not None:
             upstream.close()
         self.turn.interrupted(attempt, delivered, level, reason, prior)
+
+    def client_idle(self) -> None:
+        """The client stopped reading without closing (gateway.http.idle_readers): its
+        connection is reset, so that nothing still queued for it arrives after the turn
+        recorded what it has, and the relay ends as for a client gone."""
+        self.idle = True
+        if self.client.tracker is not None:
+            self.client.tracker.reset()
+        self.task.cancel()
+
+    def _gone_reason(self) -> str:
+        return "client_idle" if self.idle else self.gateway.cancel_reason()
 
     def checkpoint(self) -> dict[str, Any] | None:
         """What a crash now should leave recorded (TurnRecorder.checkpoint), when the frames
