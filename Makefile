@@ -72,13 +72,13 @@ run: $(RUN_STAMP)
 	$(BIN)/gateway serve --config $(CONFIG) $(if $(PORT),--port $(PORT))
 
 test: setup system js
-	$(BIN)/ruff check gateway tests bench
+	$(BIN)/ruff check gateway tests bench clients
 	$(BIN)/mypy
 	$(BIN)/python .ci/audit
 	$(BIN)/pytest -q -p no:cacheprovider
 
 lint: setup
-	$(BIN)/ruff check gateway tests bench
+	$(BIN)/ruff check gateway tests bench clients
 
 typecheck: setup
 	$(BIN)/mypy
