@@ -163,7 +163,9 @@ export class GatewayShown {
     // The gateway's API root is where the SDK's own request went: .../v1/chat/completions,
     // .../v1/responses, .../v1/messages.
     const url = new URL(this.response.url);
-    const root = url.pathname.slice(0, url.pathname.lastIndexOf("/v1/") + "/v1".length);
+    const at = url.pathname.lastIndexOf("/v1/");
+    if (at < 0) return null;
+    const root = url.pathname.slice(0, at + "/v1".length);
     url.pathname = `${root}/conversations/${encodeURIComponent(conversationId)}/turns/${encodeURIComponent(turnId)}/truncate`;
     url.search = "";
     const request = {

@@ -107,6 +107,8 @@ class _Tracker:
         # .../v1/responses, .../v1/messages. Its key goes with the report.
         request = self.response.request
         url = urllib.parse.urlsplit(str(request.url))
+        if "/v1/" not in url.path:
+            return None
         root = url.path[: url.path.rfind("/v1/") + len("/v1")]
         path = "{}/conversations/{}/turns/{}/truncate".format(
             root, urllib.parse.quote(conversation_id, safe=":"), urllib.parse.quote(turn_id)

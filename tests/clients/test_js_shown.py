@@ -39,10 +39,11 @@ async def slow_reader(
     pieces: int,
     wait_for_the_end: bool = True,
     on_refused: Callable[[], Any] | None = None,
+    url: str | None = None,
 ) -> tuple[dict[str, Any], str]:
     """Run tests/js/shown.mjs: (its result, the turn's end status when it was told to stop, or
-    "" when told at once). With `on_refused`, the script stops at a report answered 409, which
-    is called before the script goes on."""
+    "" when told at once). The script stops at a report answered 409 until `on_refused` has
+    been called. `url`: another server than the gateway."""
     assert NODE is not None
     process = await asyncio.create_subprocess_exec(
         NODE,
@@ -53,12 +54,12 @@ async def slow_reader(
         env={
             "PATH": os.environ.get("PATH", "/usr/bin:/bin"),
             "HOME": os.environ.get("HOME", "/tmp"),
-            "GATEWAY_URL": gw.url,
+            "GATEWAY_URL": url or gw.url,
             "GATEWAY_KEY": "test-key",
             "NODE_NO_WARNINGS": "1",
             "STYLE": style,
             "PIECES": str(pieces),
-            **({"WATCH_REPORTS": "1"} if on_refused else {}),
+            "WATCH_REPORTS": "1",
         },
         stdin=asyncio.subprocess.PIPE,
         stdout=asyncio.subprocess.PIPE,
@@ -81,8 +82,9 @@ async def slow_reader(
                     await process.stdin.drain()
                 elif line.startswith("REPORT "):
                     reports.append(int(line.removeprefix("REPORT ")))
-                    if reports[-1] == 409 and on_refused is not None:
-                        on_refused()
+                    if reports[-1] == 409:
+                        if on_refused is not None:
+                            on_refused()
                         process.stdin.write(b"go on\n")
                         await process.stdin.drain()
                 elif line.startswith("RESULT "):
@@ -100,7 +102,9 @@ async def slow_reader(
     return result, status
 
 
-@pytest.mark.parametrize("style", ["openai_chat", "openai_responses", "anthropic", "vercel"])
+@pytest.mark.parametrize(
+    "style", ["openai_chat", "openai_responses", "anthropic", "anthropic_events", "vercel"]
+)
 async def test_a_slow_js_reader_that_stops_is_recorded_as_it_showed(
     gw: GatewayUnderTest, upstream: FakeUpstream, style: str
 ) -> None:
@@ -111,6 +115,7 @@ async def test_a_slow_js_reader_that_stops_is_recorded_as_it_showed(
     assert TEXT.startswith(shown) and 0 < len(shown) < len(TEXT), shown
     truncation = result["truncation"]
     assert truncation is not None and truncation["content"] == shown
+    assert result["reports"] == [200]  # the turn had ended: one report, taken
     messages = await gw.messages(truncation["conversation_id"])
     assert messages[-1] == {"role": "assistant", "content": shown}
 
@@ -124,6 +129,7 @@ async def test_a_js_stop_while_the_answer_streams_is_recorded_as_shown(
     result, _ = await slow_reader(gw, style, pieces=3, wait_for_the_end=False)
     truncation = result["truncation"]
     assert truncation is not None and truncation["content"] == result["shown"]
+    assert result["reports"][-1] == 200
     conversation_id = truncation["conversation_id"]
     events = await gw.wait_turn_end(conversation_id)
     assert next(e["payload"]["status"] for e in events if e["type"] == "turn/end") == "aborted"
@@ -152,3 +158,14 @@ async def test_a_js_report_sent_before_the_turn_has_ended_is_sent_again(
     assert result["shown"] == shown and result["truncation"]["content"] == shown
     messages = await gw.messages(result["truncation"]["conversation_id"])
     assert messages[-1] == {"role": "assistant", "content": shown}
+
+
+async def test_a_js_app_on_a_server_that_is_not_the_gateway_reports_nothing(
+    gw: GatewayUnderTest, upstream: FakeUpstream
+) -> None:
+    upstream.text(PARTS)
+    root = upstream.url.removesuffix("/v1")
+    result, _ = await slow_reader(gw, "openai_chat", pieces=2, wait_for_the_end=False, url=root)
+    assert result["shown"] == "".join(PARTS[:2])
+    assert result["truncation"] is None and result["reports"] == []
+    assert len(upstream.requests) == 1

@@ -84,6 +84,31 @@ const styles = {
         : "",
     );
   },
+  // The stream helper's events, counted by hand: a piece is shown once rendered.
+  async anthropic_events() {
+    const client = new Anthropic({ baseURL: GATEWAY_URL, apiKey: GATEWAY_KEY, maxRetries: 0 });
+    const stream = client.messages.stream({ model: MODEL, max_tokens: 200, messages });
+    const { response } = await stream.withResponse();
+    const shown = new GatewayShown({ apiKey: client.apiKey, manual: true }).attach(response);
+    let text = "";
+    let rendered = 0;
+    await new Promise((stopPressed) => {
+      stream.on("text", (delta) => {
+        if (rendered === PIECES) return; // stopped: nothing more is rendered
+        text += delta;
+        shown.shown(delta);
+        rendered += 1;
+        if (rendered === PIECES) stopPressed();
+      });
+    });
+    await readyToStop(response);
+    stream.abort();
+    await stream.done().catch((error) => {
+      if (!(error instanceof Anthropic.APIUserAbortError)) throw error;
+    });
+    await shown.report();
+    return { shown: text, truncation: shown.truncation };
+  },
   // streamText with an AbortController: the app goes on reading after abort(), as the AI SDK
   // expects (it may still hand over pieces it had buffered, which the app renders), until the
   // stream ends; the helper reports then.
