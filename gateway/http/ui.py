@@ -35,7 +35,9 @@ CSP = "; ".join(
         "default-src 'self'",
         "script-src 'self'",
         "style-src 'self'",
-        "img-src 'self'",
+        # The images a user sent: in the record as data URLs, or a remote URL loaded only when
+        # the operator asks (gateway/ui/attachments.js).
+        "img-src 'self' data: https:",
         "connect-src 'self'",
         "font-src 'self'",
         "object-src 'none'",

@@ -3,6 +3,7 @@
 
 import { append, h } from './dom.js';
 import { api, enc, isAdmin } from './api.js';
+import { userContent } from './attachments.js';
 import { composer, redraw } from './composer.js';
 import { ZONE, fmtInt, fmtTime, plural, shortId, textOf } from './format.js';
 import { folded, prettyJson, richText } from './markdown.js';
@@ -100,7 +101,7 @@ function chatTurn(conversationId, turn, index, inherited, branches, toolCalls, t
       messages.push(...syntheticResults(toolCalls));
       messages.push(h('div', { class: 'msg msg-user', 'data-seq': event.seq },
         h('div', { class: 'msg-role' }, 'User', p.name ? h('span', { class: 'muted', text: ` (${p.name})` }) : null, seqTag(event)),
-        h('div', { class: 'msg-text', text: textOf(p.content) })));
+        userContent(p.content)));
     } else if (event.type === 'tool/result') {
       toolCalls.delete(p.tool_call_id);
       messages.push(h('div', { class: p.synthetic ? 'msg msg-tool synthetic' : 'msg msg-tool', 'data-seq': event.seq },
@@ -120,6 +121,7 @@ function chatTurn(conversationId, turn, index, inherited, branches, toolCalls, t
       // Shown on the message it shortens.
     } else if (event.type === 'assistant/message') {
       messages.push(...syntheticResults(toolCalls));
+      if (p.source !== 'client') messages.push(fallbackNote(conversationId, turn, p));
       answered = true;
       const route = p.route || {};
       const truncate = truncates.get(event.seq);
@@ -144,6 +146,7 @@ function chatTurn(conversationId, turn, index, inherited, branches, toolCalls, t
   if (!answered && end) {
     const errors = turn.events.filter((e) => e.type === 'request/error');
     const last = errors[errors.length - 1];
+    if (errors.length > 1) messages.push(fallbackNote(conversationId, turn, null));
     if (end.status === 'error') {
       messages.push(h('div', { class: 'msg msg-error' },
         h('div', { class: 'msg-role' }, 'Error', seqTag(turn.end)),
@@ -231,3 +234,28 @@ function seqTag(event) {
   return h('span', { class: 'seq', title: `${event.type}, seq ${event.seq}`, text: `#${event.seq}` });
 }
 
+
+function failureText(error) {
+  const route = error.payload.route || {};
+  const what = error.payload.status || (error.payload.code || 'an error').replace(/_/g, ' ');
+  return `${route.deployment || route.model || 'a deployment'} failed with ${what}`;
+}
+
+function fallbackNote(conversationId, turn, answer) {
+  // The attempts that failed before this answer (or before the turn gave up), said where the
+  // answer is: "a failed with 529, answered by b"; the Trajectory tab has each attempt.
+  const before = (e) => !answer || e.payload.attempt < answer.attempt;
+  const errors = turn.events.filter((e) => e.type === 'request/error' && before(e));
+  if (!errors.length) return null;
+  const by = answer?.route?.deployment;
+  const failed = errors.map(failureText);
+  const again = by && errors.every((e) => e.payload.route?.deployment === by);
+  let outcome = `answered by ${by || 'another deployment'}`;
+  if (!answer) outcome = 'no attempt answered';
+  else if (again) outcome = `retried, answered by ${by}`;
+  return h('div', { class: 'attempt-note', role: 'note', 'data-testid': 'fallback-note' },
+    h('span', { class: 'attempt-note-icon', 'aria-hidden': 'true' }, '↻'),
+    h('span', { text: `${failed.join('; ')}; ${outcome}. ` }),
+    h('a', { href: href(`/conversations/${enc(conversationId)}`, { view: 'trajectory' }) },
+      'Each attempt in Trajectory'));
+}

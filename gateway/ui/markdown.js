@@ -20,6 +20,49 @@ export function inlineMarkdown(text) {
   return out;
 }
 
+// A GFM table: a header row, a row of `---` cells (a colon says how a column aligns), body rows.
+const TABLE_ROW = /^\s*\|?.*\|.*\|?\s*$/;
+const TABLE_RULE = /^\s*\|?\s*:?-+:?\s*(\|\s*:?-+:?\s*)*\|?\s*$/;
+
+function cells(line) {
+  // A row's cells: split on pipes not escaped, the outer ones optional.
+  const inner = line.trim().replace(/^\|/, '').replace(/(?<!\\)\|$/, '');
+  return inner.split(/(?<!\\)\|/).map((cell) => cell.trim().replace(/\\\|/g, '|'));
+}
+
+function table(lines, start) {
+  // The table starting at `start` (its header), and the index of the line after it; null when
+  // the lines there are no table.
+  if (!TABLE_ROW.test(lines[start]) || start + 1 >= lines.length || !TABLE_RULE.test(lines[start + 1])) return null;
+  const head = cells(lines[start]);
+  const align = cells(lines[start + 1]).map((rule) => {
+    if (rule.startsWith(':') && rule.endsWith(':')) return 'center';
+    return rule.endsWith(':') ? 'right' : rule.startsWith(':') ? 'left' : null;
+  });
+  if (align.length !== head.length) return null;
+  let end = start + 2;
+  const rows = [];
+  while (end < lines.length && lines[end].trim() && lines[end].includes('|')) rows.push(cells(lines[end++]));
+  const cell = (tag, text, i) => h(tag, {
+    class: align[i] ? `md-align-${align[i]}` : null, ...(tag === 'th' ? { scope: 'col' } : {}),
+  }, inlineMarkdown(text || ''));
+  const node = h('div', { class: 'md-table-wrap', tabindex: '0', role: 'region', 'aria-label': 'Table' },
+    h('table', { class: 'md-table', 'data-testid': 'md-table' },
+      h('thead', {}, h('tr', {}, head.map((text, i) => cell('th', text, i)))),
+      h('tbody', {}, rows.map((row) => h('tr', {}, head.map((_, i) => cell('td', row[i], i)))))));
+  return { node, end };
+}
+
+function listItem(text) {
+  // A task list's item (`[ ]` or `[x]`) shows its box, checked or not, which cannot be changed.
+  const task = text.match(/^\[([ xX])\]\s+(.*)$/);
+  if (!task) return h('li', {}, inlineMarkdown(text));
+  const done = task[1] !== ' ';
+  return h('li', { class: 'md-task' },
+    h('input', { type: 'checkbox', disabled: true, checked: done, 'aria-label': done ? 'done' : 'not done' }),
+    ' ', inlineMarkdown(task[2]));
+}
+
 export function markdown(text) {
   const root = h('div', { class: 'md' });
   const lines = text.split('\n');
@@ -44,6 +87,13 @@ export function markdown(text) {
       root.append(h('pre', { class: 'code', 'data-lang': fence[1] || null, text: fence[1] === 'json' ? prettyJson(body) : body }));
       continue;
     }
+    const grid = line.includes('|') ? table(lines, i) : null;
+    if (grid) {
+      flush();
+      root.append(grid.node);
+      i = grid.end;
+      continue;
+    }
     const heading = line.match(/^(#{1,6})\s+(.*)$/);
     const item = line.match(/^\s*([-*+]|\d+[.)])\s+(.*)$/);
     if (heading) {
@@ -56,7 +106,7 @@ export function markdown(text) {
       while (i < lines.length) {
         const next = lines[i].match(/^\s*([-*+]|\d+[.)])\s+(.*)$/);
         if (!next || /\d/.test(next[1]) !== ordered) break;
-        list.append(h('li', {}, inlineMarkdown(next[2])));
+        list.append(listItem(next[2]));
         i++;
       }
       root.append(list);
@@ -90,7 +140,7 @@ export function richText(text) {
       toggle.textContent = showRaw ? 'Rendered' : 'Raw';
     },
   }, 'Raw');
-  return h('div', { class: 'rich' }, rendered, raw, /[*_`#[\]>\n-]/.test(text) ? toggle : null);
+  return h('div', { class: 'rich' }, rendered, raw, /[*_`#[\]>\n|-]/.test(text) ? toggle : null);
 }
 
 export function folded(node, length) {
