@@ -103,7 +103,7 @@ async def test_the_chat_shows_what_was_sent_and_answered_as_it_looked(
     thumb = inline.get_by_test_id("image-thumb")
     await expect(thumb).to_be_visible()
     facts = inline.get_by_test_id("image-facts")
-    await expect(facts).to_have_text(f"PNG · {len(image)} B · 40×30 · detail: low")
+    await expect(facts).to_have_text(f"PNG · {len(image)} B · 40\u00d730 · detail: low")
     assert await thumb.evaluate("(img) => img.complete && img.naturalWidth") == 40
     await thumb.click()
     full = page.get_by_test_id("image-full")
