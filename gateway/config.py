@@ -670,6 +670,19 @@ class ConversationsConfig(_Model):
         description="With X-Conversation-Id, put back an interrupted answer that the client's"
         " history leaves out at its place (header X-Gateway-History-Repaired: 1).",
     )
+    record_max_text_chars: int = Field(
+        4_000_000,
+        ge=1,
+        description="Most characters of text and reasoning an attempt's record keeps; past"
+        " them the stream is still relayed whole, but its record is cut there and marked"
+        " `truncated_record` (metric gateway_truncated_records_total).",
+    )
+    record_max_tool_argument_chars: int = Field(
+        4_000_000,
+        ge=1,
+        description="Most characters of tool-call arguments an attempt's record keeps; past"
+        " them, as for text.",
+    )
 
 
 class LoggingConfig(_Model):

@@ -309,6 +309,15 @@ COST = Counter(
 )
 
 
+TRUNCATED_RECORDS = Counter(
+    "gateway_truncated_records_total",
+    "Attempts whose record was cut at conversations.record_max_text_chars or"
+    " record_max_tool_argument_chars, by kind (text: text and reasoning; tool_call): the"
+    " stream was relayed whole, its record marked `truncated_record`.",
+    ["kind"],
+)
+
+
 USAGE_CLAMPED = Counter(
     "gateway_usage_clamped_total",
     "Token counts a provider reported wrong (negative, not a number, absurd), by deployment"
@@ -369,6 +378,8 @@ STORE_WRITE_ERRORS = Counter(
 # start: a series that first appears at its first event, already at its value, is no increase
 # to Prometheus, so the first crash recovery or refused budget would never alert.
 TURNS.labels("aborted", "crash_recovered")
+for _kind in ("text", "tool_call"):
+    TRUNCATED_RECORDS.labels(_kind)
 for _outcome in ("refused", "rate_limited"):
     AUTH_FAILURES.labels(_outcome)
 for _scope in ("key", "team"):

@@ -517,6 +517,8 @@ class TurnRecorder:
             "finish_reason": assembler.finish_reason,
             "usage": assembler.usage,
         }
+        if attempt.log.truncated:  # cut at a cap (gateway.stream.attempt_log)
+            payload["truncated_record"] = True
         return _with_upstream_id(attempt, payload)
 
     def _attempt_payload(self, attempt: Attempt, reason: str) -> dict[str, Any]:
@@ -528,6 +530,8 @@ class TurnRecorder:
             "route": attempt.route,
             "usage": attempt.usage,
         }
+        if attempt.log.truncated:
+            payload["truncated_record"] = True
         _with_upstream_id(attempt, payload)
         return _stored(payload, deferred)
 

@@ -238,6 +238,8 @@ class Relay:
     async def _attempt(self, deployment: Deployment) -> web.StreamResponse:
         self.deployment = deployment
         attempt = self.attempt = self.turn.new_attempt(deployment.route)
+        recorded = self.gateway.config.conversations
+        attempt.log.cap(recorded.record_max_text_chars, recorded.record_max_tool_argument_chars)
         if self.trace is not None:
             self.trace.attempt(attempt, deployment)  # its span, named in the upstream request
         health = deployment.health

@@ -22,6 +22,13 @@ read, then zeros, cheaper than the time repeated), and holds far less for a long
 a 4-byte time each: most of what stood between a long stream and its memory target
 (docs/performance.md).
 
+What is recorded is capped per kind (`cap`): text and reasoning deltas together, and tool-call
+arguments, each up to a number of characters. A delta past its kind's cap is counted as an
+event (the frames written to the client keep their marks) but its text is not kept, nor any
+later delta of that kind: the record ends there, marked `truncated` (the relay still sends
+every byte). The delta that crosses the cap keeps the part that fits. Below the cap a delta
+costs one subtraction and a comparison more.
+
 Everything a turn's end needs is read from that, up to any mark (the delivered prefix): the
 events with each run merged into one delta (what BlockAssembler needs, one string per run
 rather than per part), the provider's usage, and the compact timed stream (docs/recording.md)
@@ -38,13 +45,25 @@ from itertools import accumulate, pairwise
 from time import monotonic
 from typing import Any, NamedTuple, overload
 
+from gateway import metrics
 from gateway.stream.assembler import BlockAssembler
 from gateway.stream.compact import BATCH, CompactRecords, Parts, Timed
-from gateway.stream.events import BlockDelta, BlockEnd, BlockStart, Finish, StreamEvent, Usage
+from gateway.stream.events import (
+    TOOL_CALL,
+    BlockDelta,
+    BlockEnd,
+    BlockStart,
+    Finish,
+    StreamEvent,
+    Usage,
+)
 from gateway.stream.narrow import Items, widened
 
 _JOIN_AT = 256  # delta strings waiting before they are joined into one piece of the buffer
 _BOUNDS = (BlockStart, BlockEnd)  # (a tuple: `A | B` makes a union object every time)
+UNCAPPED = 2**62  # characters: a cap no stream reaches
+_TEXT, _TOOL = 0, 1  # the kinds a cap counts apart: text and reasoning, tool-call arguments
+_KIND_NAMES = ("text", TOOL_CALL)
 
 
 class _Clock:
@@ -135,9 +154,12 @@ class AttemptLog:
         "_full",
         "_full_n",
         "_gaps",
+        "_lane",
         "_last_t",
         "_late_at",
         "_late_gap",
+        "_left",
+        "_lefts",
         "_lens",
         "_mark_at",
         "_mark_off",
@@ -146,9 +168,11 @@ class AttemptLog:
         "_others",
         "_pending",
         "_runs",
+        "_tools",
         "count",
         "first_ms",
         "started",
+        "truncated",
     )
 
     def __init__(self, started: float | None = None) -> None:
@@ -177,6 +201,20 @@ class AttemptLog:
         self._mark_at: array[int] = array("q")
         self._mark_off: array[int] = array("q")
         self._offset: int | None = None  # the last frame's
+        # Characters each kind may still record (`cap`): the kind of the run under way's in
+        # `_left`, the others' in `_lefts`; -1 once a kind was cut. Tool-call blocks by index.
+        self._lefts = [UNCAPPED, UNCAPPED]
+        self._lane = _TEXT
+        self._left = UNCAPPED
+        self._tools: set[int] = set()
+        self.truncated: list[str] = []  # the kinds whose record was cut, in order
+
+    def cap(self, text_chars: int, tool_argument_chars: int) -> None:
+        """Record at most this many characters of text and reasoning, and of tool-call
+        arguments (before anything is received)."""
+        self._lefts = [text_chars, tool_argument_chars]
+        self._lane = _TEXT
+        self._left = text_chars
 
     # -- while streaming (once per upstream frame: kept lean) ----------------------------
 
@@ -192,6 +230,8 @@ class AttemptLog:
             if event.__class__ is BlockDelta:
                 self.delta(event.index, event.text, t_ms)
             else:
+                if event.__class__ is BlockStart and event.kind == TOOL_CALL:
+                    self._tools.add(event.index)
                 self._others.append(Other(self.count, t_ms, event))
                 self.count += 1
                 self._open = None  # a delta after this starts a new run, as in compact()
@@ -202,15 +242,26 @@ class AttemptLog:
         if self.first_ms is None:
             self.first_ms = t_ms
         if index != self._open:
+            self._switch(index)
+        n = len(text)
+        left = self._left - n
+        if left < 0:
+            if self._left <= 0:
+                self._cut()
+                return
+            text, n, left = text[: self._left], self._left, -1  # the part that fits
+            self._cut_kind()
+        self._left = left
+        if index != self._open:
             self._runs.extend((self.count, len(self._lens), index))
             self._open = index
         self.count += 1
         pending = self._pending
         pending.append(text)
         try:
-            self._lens.append(len(text))
+            self._lens.append(n)
         except (ValueError, OverflowError):  # bytes, then wider items (gateway.stream.narrow)
-            self._lens = widened(self._lens, [len(text)])
+            self._lens = widened(self._lens, [n])
         t = round(t_ms)
         try:
             self._gaps.append(t - self._last_t)
@@ -226,15 +277,22 @@ class AttemptLog:
         each carried one more piece of block `index`, received together and written as they
         came (the relay's fast path, once a read)."""
         t, count, n = round(t_ms), self.count, len(texts)
+        if index != self._open:
+            self._switch(index)
+        lens = list(map(len, texts))
+        left = self._left - sum(lens)
         first = len(self._lens)
         try:
-            self._lens.extend(map(len, texts))
+            if left < 0:  # past the cap: `delta` keeps what fits
+                raise ValueError
+            self._lens.extend(lens)
         except (ValueError, OverflowError):  # a length past what an item holds
             del self._lens[first:]  # (a bytearray takes all or none; an array what fit)
             for text in texts:
                 self.delta(index, text, t_ms)
                 self.mark()
             return
+        self._left = left
         if self.first_ms is None:
             self.first_ms = t_ms
         if index != self._open:
@@ -258,6 +316,27 @@ class AttemptLog:
         if len(pending) >= _JOIN_AT:
             self._done.append("".join(pending))
             pending.clear()
+
+    def _switch(self, index: int) -> None:
+        """A run of block `index` starts: the cap of its kind counts from here."""
+        self._lefts[self._lane] = self._left
+        self._lane = _TOOL if index in self._tools else _TEXT
+        self._left = self._lefts[self._lane]
+
+    def _cut(self) -> None:
+        """A delta past its kind's cap: an event the record does not keep, nor any later delta
+        of that kind."""
+        self.count += 1
+        self._open = None
+        if self._left >= 0:
+            self._cut_kind()
+
+    def _cut_kind(self) -> None:
+        """The kind of the run under way records nothing more."""
+        self._left = self._lefts[self._lane] = -1
+        kind = _KIND_NAMES[self._lane]
+        self.truncated.append(kind)
+        metrics.TRUNCATED_RECORDS.labels(kind).inc()
 
     def mark(self) -> None:
         """A frame was written to the client: everything received so far went into it."""

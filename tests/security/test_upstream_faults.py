@@ -401,7 +401,7 @@ async def test_invalid_json_in_a_chunk_is_a_protocol_error(
 # -- size ----------------------------------------------------------------------------------------
 
 
-async def test_a_10_mb_chunk_is_relayed_and_recorded(
+async def test_a_10_mb_chunk_is_relayed_and_recorded_up_to_the_cap(
     make_gateway: MakeGateway, make_upstream: MakeUpstream
 ) -> None:
     r = await rig(make_gateway, make_upstream)
@@ -412,7 +412,10 @@ async def test_a_10_mb_chunk_is_relayed_and_recorded(
     assert answer.text() == big
     events = await r.gw.wait_turn_end(answer.conversation)
     message = next(e for e in events if e["type"] == "assistant/message")
-    assert message["payload"]["content"] == [{"type": "text", "text": big}]
+    # conversations.record_max_text_chars (tests/stream/test_record_caps.py)
+    cap = r.gw.gateway.config.conversations.record_max_text_chars
+    assert message["payload"]["content"] == [{"type": "text", "text": big[:cap]}]
+    assert message["payload"]["truncated_record"] is True
     await still_serving(r)
 
 
