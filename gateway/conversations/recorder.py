@@ -290,6 +290,8 @@ class TurnRecorder:
         self.prior_keys: list[tuple[Any, ...]] | None = None
         # The request asked the model to reason (its reasoning may be hidden from the stream).
         self.reasoning = False
+        # The request's metadata tags as JSON, kept on its usage rows (gateway.metering.reports).
+        self.tags: str | None = None
         # The id of the answer the client was sent (its first frame's), kept with the turn's end
         # so that it finds the turn.
         self.response_id: str | None = None

@@ -475,12 +475,42 @@ def paths() -> dict[str, dict[str, Operation]]:
                 _ok(listing, extra={"text/csv": {"type": "string"}}),
                 (*_AUTH, 400),
                 params=[
-                    query("group_by", {"enum": ["team", "key", "user", "model", "deployment"]}),
+                    query(
+                        "group_by",
+                        {
+                            "anyOf": [
+                                {"enum": ["team", "key", "user", "model", "deployment"]},
+                                {"type": "string", "pattern": "^tag:[A-Za-z0-9_.:-]{1,64}$"},
+                            ]
+                        },
+                        "A grouping, or tag:<key> of the requests' metadata",
+                    ),
                     query("granularity", {"enum": ["hour", "day"]}),
                     query("from", _TIME),
                     query("to", _TIME),
                     query("team_id", {"type": "string"}, "The master key's filter"),
                     query("format", {"enum": ["json", "csv"]}),
+                ],
+            )
+        },
+        "/v1/usage/requests": {
+            "get": op(
+                "Every usage record of a range, for a bill (CSV or JSON Lines, streamed)",
+                {
+                    "200": {
+                        "description": "OK",
+                        "content": {
+                            "text/csv": {"schema": {"type": "string"}},
+                            "application/jsonl": {"schema": {"type": "string"}},
+                        },
+                    }
+                },
+                (*_AUTH, 400),
+                params=[
+                    query("from", _TIME),
+                    query("to", _TIME),
+                    query("team_id", {"type": "string"}, "The master key's filter"),
+                    query("format", {"enum": ["csv", "jsonl"]}),
                 ],
             )
         },

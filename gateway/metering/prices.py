@@ -111,6 +111,22 @@ FREE = Price(0.0, 0.0, 0.0, 0.0, 0.0, source="free")
 
 
 @cache
+def price_columns(price: Price) -> tuple[str, str]:
+    """A usage row's `prices` (the unit prices it is charged at, USD per token, as JSON: each
+    kind of token at what `Price.cost` bills it) and `price_source` (`Price.where`), made once
+    a price: what a report shows and re-rates a row by."""
+    write = price.cache_write if price.cache_write is not None else price.input
+    units = {
+        "input": price.input,
+        "output": price.output,
+        "cache_read": price.cache_read if price.cache_read is not None else price.input,
+        "cache_write_5m": write,
+        "cache_write_1h": price.cache_write_1h if price.cache_write_1h is not None else write,
+    }
+    return orjson.dumps(units).decode(), price.where
+
+
+@cache
 def price_map() -> dict[str, Any]:
     spec = importlib.util.find_spec("litellm")
     if spec is None or not spec.submodule_search_locations:

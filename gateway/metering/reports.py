@@ -6,6 +6,7 @@ import csv
 import io
 import logging
 import math
+import re
 from datetime import UTC, datetime
 from typing import Any, TypeVar
 
@@ -25,6 +26,9 @@ GROUPS = {
     "deployment": "deployment",
 }
 GRANULARITY = {"hour": 3600, "day": 86400}
+# `group_by=tag:<key>`: the value of one key of the requests' metadata (a usage row's `tags`).
+TAG_PREFIX = "tag:"
+TAG_KEY = re.compile(r"^[A-Za-z0-9_.:-]{1,64}$")
 # What each field of a report row means (docs/api.md, "Usage reports"). Counts of requests are
 # turns (an embeddings call is one too), each counted once, in the group and period of its last
 # attempt (for `deployment`: the deployment that answered, or last failed); attempts, tokens and
@@ -91,8 +95,10 @@ class UsageStore:
         granularity: str,
         team_id: str | None,
     ) -> list[dict[str, Any]]:
-        column = GROUPS[group_by]
         bucket = GRANULARITY[granularity]
+        if group_by.startswith(TAG_PREFIX):
+            return await self._tag_report(group_by[len(TAG_PREFIX) :], start, end, bucket, team_id)
+        column = GROUPS[group_by]
         if bucket != USAGE_DAY:
 
             async def hours(db: Db) -> list[dict[str, Any]]:
@@ -128,6 +134,31 @@ class UsageStore:
             return records
 
         return await self._in_snapshot(days)
+
+    async def _tag_report(
+        self, key: str, start: float, end: float, bucket: int, team_id: str | None
+    ) -> list[dict[str, Any]]:
+        """Grouped by one metadata tag: read from the usage rows alone (usage_days keeps no
+        tag), by the same rules as every other grouping. `key` matches `TAG_KEY`, so it can be
+        written into the query."""
+        if not TAG_KEY.match(key):
+            raise ValueError(f"not a tag key: {key!r}")
+
+        async def op(db: Db) -> list[dict[str, Any]]:
+            column = (
+                f"json_extract(tags, '$.\"{key}\"')"
+                if db.dialect == "sqlite"
+                else f"(CAST(tags AS jsonb) ->> '{key}')"
+            )
+            sql, args = _report_sql(db.dialect, column, bucket, [(start, end)], team_id)
+            records, by_key = _records(await db.fetch(sql, *args))
+            if bucket == USAGE_DAY:  # a turn with attempts on several days counted once
+                first = _whole_days(start, end)[0]
+                span = (start, end)
+                await _across_days(db, by_key, column, span, team_id, (first, first), [span])
+            return records
+
+        return await self._in_snapshot(op)
 
     async def _in_snapshot(self, op: Op[T]) -> T:
         """`op` reading one state of the store throughout: which days are filled, and the
@@ -552,11 +583,12 @@ def to_csv(rows: list[dict[str, Any]]) -> str:
     buffer = io.StringIO()
     writer = csv.DictWriter(buffer, fieldnames=COLUMNS)
     writer.writeheader()
-    writer.writerows({k: _inert(v) for k, v in row.items()} for row in rows)
+    writer.writerows({k: inert(v) for k, v in row.items()} for row in rows)
     return buffer.getvalue()
 
 
-def _inert(value: Any) -> Any:
+def inert(value: Any) -> Any:
+    """A CSV cell a spreadsheet shows as it is: a `'` before text it would run as a formula."""
     if isinstance(value, str) and value.startswith(_FORMULA_START):
         return "'" + value
     return value

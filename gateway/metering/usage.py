@@ -16,8 +16,10 @@ from collections.abc import Callable, Iterable
 from dataclasses import dataclass
 from typing import TYPE_CHECKING, Any, NamedTuple
 
+import orjson
+
 from gateway import metrics
-from gateway.metering.prices import Price
+from gateway.metering.prices import Price, price_columns
 from gateway.metering.tokens import count_messages, count_text, vendor_of
 from gateway.stream.assembler import BlockAssembler
 from gateway.stream.events import TOOL_CALL, StreamEvent
@@ -62,9 +64,21 @@ class UsageRecord:
     endpoint: str | None = None
     units: str | None = None
     error: str | None = None
+    # What the row was charged at (gateway.metering.prices.price_columns): the unit prices as
+    # JSON and where they came from; and the request's metadata tags as JSON.
+    prices: str | None = None
+    price_source: str | None = None
+    tags: str | None = None
 
     def row(self) -> dict[str, Any]:
         return dict(self.__dict__)  # flat fields: asdict's deep copy costs 20x more
+
+
+def tags_json(metadata: dict[str, Any]) -> str | None:
+    """A request's `metadata` as its usage rows keep it (their `tags`): its text values by
+    key, as JSON; None when it has none."""
+    tags = {k: v for k, v in metadata.items() if isinstance(v, str) and isinstance(k, str)}
+    return orjson.dumps(tags, option=orjson.OPT_SORT_KEYS).decode() if tags else None
 
 
 # From the most exact to the least: `provider_clamped` is the provider's count with the parts
@@ -332,6 +346,7 @@ class Meter:
             source = "estimated_lower_bound"
         price = self._price_of(deployment, str(route.get("model")))
         cost = price.cost(prompt, completion, cached, write_5m, write_1h) if price else None
+        prices, price_source = price_columns(price) if price is not None else (None, None)
         return UsageRecord(
             id=f"{turn_id}:{attempt['number']}",
             turn_id=turn_id,
@@ -356,6 +371,8 @@ class Meter:
             duration_ms=attempt["duration_ms"],
             cache_write_5m_tokens=write_5m,
             cache_write_1h_tokens=write_1h,
+            prices=prices,
+            price_source=price_source,
         )
 
     def _record(self, records: list[UsageRecord]) -> dict[str, Any]:
@@ -427,6 +444,7 @@ class Meter:
             if price is not None
             else None
         )
+        prices, price_source = price_columns(price) if price is not None else (None, None)
         ended = attempt.ended or time.monotonic()
         return UsageRecord(
             id=f"{turn.turn_id}:{attempt.number}",
@@ -454,6 +472,9 @@ class Meter:
             duration_ms=round((ended - attempt.started) * 1000.0, 2),
             cache_write_5m_tokens=write_5m,
             cache_write_1h_tokens=write_1h,
+            prices=prices,
+            price_source=price_source,
+            tags=turn.tags,
         )
 
     @staticmethod

@@ -27,6 +27,7 @@ from gateway.dialects.base import Dialect
 from gateway.dialects.requests import Shape
 from gateway.errors import InvalidRequest
 from gateway.metering.keys import Principal
+from gateway.metering.usage import tags_json
 from gateway.pipeline.admission import admit
 from gateway.pipeline.relay import Relay
 from gateway.providers.params import ANTHROPIC_EXTRAS, PRIVATE, check_plan
@@ -151,6 +152,8 @@ async def _run_turn(
     recorder.reasoning = bool(body.get("reasoning_effort")) or (
         isinstance(thinking, dict) and thinking.get("type") not in (None, "disabled")
     )
+    if isinstance(metadata := body.get("metadata"), dict):
+        recorder.tags = tags_json(metadata)  # what usage reports group by
     if turn.on_turn is not None:
         turn.on_turn(recorder)
     recorder.begin(

@@ -583,6 +583,17 @@ def _budget_notices(real: str) -> tuple[str, ...]:
     )
 
 
+# What each usage row was charged at, so that a report can show it and re-rate it: the unit
+# prices used (JSON, USD per token: input, output, cache_read, cache_write_5m, cache_write_1h),
+# where they came from (`config`, `price file (<entry>)`, `bundled map (<entry>)`, `free`), and
+# the request's metadata tags (JSON), which `group_by=tag:<key>` groups by.
+_USAGE_PRICES = (
+    "ALTER TABLE usage ADD COLUMN prices TEXT",
+    "ALTER TABLE usage ADD COLUMN price_source TEXT",
+    "ALTER TABLE usage ADD COLUMN tags TEXT",
+)
+
+
 # -- usage by day -----------------------------------------------------------------------------
 
 # The usage report's sums (gateway.metering.reports), kept per whole day for each grouping: a
@@ -720,6 +731,7 @@ MIGRATIONS: dict[Dialect, tuple[Migration, ...]] = {
         Migration(14, "the request that continues each turn", _CONTINUED_BY),
         Migration(15, "budget notices told", _budget_notices("REAL")),
         Migration(16, "the provider's id of each turn's answer", _UPSTREAM_IDS),
+        Migration(17, "usage: unit prices, their source, metadata tags", _USAGE_PRICES),
     ),
     "postgresql": (
         Migration(1, "the whole schema", _POSTGRES_V1),
@@ -748,6 +760,7 @@ MIGRATIONS: dict[Dialect, tuple[Migration, ...]] = {
             "the provider's id of each turn's answer; users by prefix",
             _UPSTREAM_IDS + _USERS_BY_PREFIX,
         ),
+        Migration(14, "usage: unit prices, their source, metadata tags", _USAGE_PRICES),
     ),
 }
 

@@ -131,6 +131,9 @@ USAGE_COLUMNS = (
     "duration_ms",
     "cache_write_5m_tokens",
     "cache_write_1h_tokens",
+    "prices",
+    "price_source",
+    "tags",
 )
 # An API call's usage row (gateway.pipeline.calls): a turn's attempt's columns, and the call's
 # endpoint, what it was billed by and its error, which a turn's attempts leave NULL.

@@ -193,6 +193,10 @@ TABLE: list[Probe] = [
     Probe("GET", "/v1/usage", LISTED, path="/v1/usage?group_by=user"),
     Probe("GET", "/v1/usage", LISTED, path="/v1/usage?group_by=model&granularity=hour"),
     Probe("GET", "/v1/usage", LISTED, path=lambda i: f"/v1/usage?team_id={ALPHA}&format=csv"),
+    Probe("GET", "/v1/usage", LISTED, path=lambda i: f"/v1/usage?team_id={ALPHA}&group_by=tag:p"),
+    Probe("GET", "/v1/usage/requests", LISTED),
+    Probe("GET", "/v1/usage/requests", LISTED,
+          path=lambda i: f"/v1/usage/requests?team_id={ALPHA}&format=jsonl"),
     # -- about the caller -----------------------------------------------------------------------
     Probe("GET", "/v1/requests", LISTED),
     Probe("GET", "/v1/requests", LISTED, path=lambda i: f"/v1/requests?team_id={ALPHA}"),
