@@ -323,7 +323,12 @@ async def test_http_error_before_streaming(
     assert events[3]["payload"]["reason"] == "provider_error"
 
 
-@pytest.mark.parametrize("fake", adapters(), indirect=True)
+# litellm's Groq stream parser raises OpenAIError(status_code=error["code"]), and Groq's code is
+# a string (`tool_use_failed`): int() fails, and the ValueError carries none of Groq's message.
+GROQ_ERROR_CODE = "litellm reads a Groq in-band error's string `code` as an HTTP status"
+
+
+@pytest.mark.parametrize("fake", adapters(groq=GROQ_ERROR_CODE), indirect=True)
 async def test_error_event_mid_stream(make_gateway: MakeGateway, fake: FakeServer) -> None:
     """An in-band error after some content (an OpenAI-compatible `{"error": ...}` chunk,
     Anthropic's `event: error`) reaches the client as an `APIError` raised by its stream after

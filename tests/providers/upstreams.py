@@ -2,11 +2,11 @@
 
 Each speaks its provider's own wire format, in its own module: Anthropic Messages
 (anthropic.py), the Gemini API (google.py), Vertex AI's Gemini and Anthropic endpoints
-(vertex.py) and Amazon Bedrock's Converse (bedrock.py), beside the OpenAI-compatible
-`FakeUpstream` (tests/fakes.py). They share `FakeServer`: the same scripted answers (`text`,
-`reasoning_then_text`, `tool_call`, `http_error`, `error_mid_stream`, `cut_after`,
-`stall_after`), each rendered in the format's own frames, the same record of requests, and the
-same `stalled` / `release` / `disconnected` events.
+(vertex.py), Amazon Bedrock's Converse (bedrock.py) and Groq (groq.py), beside the
+OpenAI-compatible `FakeUpstream` (tests/fakes.py). They share `FakeServer`: the same scripted
+answers (`text`, `reasoning_then_text`, `tool_call`, `http_error`, `error_mid_stream`,
+`cut_after`, `stall_after`), each rendered in the format's own frames, the same record of
+requests, and the same `stalled` / `release` / `disconnected` events.
 """
 
 from __future__ import annotations
@@ -15,6 +15,7 @@ from tests.fakes import AzureUpstream, FakeServer, FakeUpstream
 from tests.providers.anthropic import AnthropicServer
 from tests.providers.bedrock import BedrockServer
 from tests.providers.google import GeminiServer
+from tests.providers.groq import GroqServer
 from tests.providers.vertex import VertexAnthropicServer, VertexGeminiServer
 
 __all__ = ["SERVERS", "AnthropicServer", "GeminiServer"]
@@ -27,4 +28,5 @@ SERVERS: dict[str, type[FakeServer]] = {
     "bedrock": BedrockServer,
     "vertex-gemini": VertexGeminiServer,
     "vertex-anthropic": VertexAnthropicServer,
+    "groq": GroqServer,
 }
