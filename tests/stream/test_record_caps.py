@@ -16,6 +16,7 @@ from aiohttp import web
 from gateway.stream.attempt_log import AttemptLog
 from gateway.stream.events import BlockDelta, BlockStart, Finish
 from tests.fakes import DONE, FakeUpstream, chunk
+from tests.floods import while_flooding
 from tests.test_cli import free_port
 from tests.test_process import start
 
@@ -76,12 +77,20 @@ async def test_a_hostile_stream_is_relayed_whole_recorded_cut_and_memory_stays_b
                 await response.read()
             before = _high_water_mb(process.pid)
             upstream.push(script)
-            received = 0
-            async with session.post(url + "/v1/chat/completions", json=question) as response:
-                assert response.status == 200
-                conversation = response.headers["X-Conversation-Id"]
-                async for piece in response.content.iter_any():
-                    received += piece.count(b"A")
+
+            async def hostile() -> tuple[int, str]:
+                received = 0
+                async with session.post(url + "/v1/chat/completions", json=question) as answer:
+                    assert answer.status == 200
+                    async for piece in answer.content.iter_any():
+                        received += piece.count(b"A")
+                    return received, answer.headers["X-Conversation-Id"]
+
+            async def live() -> None:
+                async with session.get(url + "/health/live") as response:
+                    assert response.status == 200
+
+            [(received, conversation)], seen = await while_flooding([hostile()], {"live": live})
             async with session.get(f"{url}/v1/conversations/{conversation}/events") as response:
                 assert response.status == 200, await response.text()
                 events = (await response.json())["data"]
@@ -93,6 +102,10 @@ async def test_a_hostile_stream_is_relayed_whole_recorded_cut_and_memory_stays_b
         await asyncio.wait_for(process.wait(), 30)
     assert received == sent  # the client got every byte
     assert grown < GROWTH_MB, f"the gateway grew by {grown:.0f} MB"
+    # Relaying 120 MB keeps the loop busy, a read's frames at a time; no record's work is
+    # in its way any more (unbounded, /health/live waited over a second at the turn's end).
+    assert seen.median("live") < 0.05, seen.times
+    assert seen.worst("live") < 1.0, seen.times
     answer = next(e for e in events if e["type"] == "assistant/message")
     assert answer["payload"]["truncated_record"] is True
     call = answer["payload"]["content"][0]
