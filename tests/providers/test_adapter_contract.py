@@ -326,9 +326,14 @@ async def test_http_error_before_streaming(
 # litellm's Groq stream parser raises OpenAIError(status_code=error["code"]), and Groq's code is
 # a string (`tool_use_failed`): int() fails, and the ValueError carries none of Groq's message.
 GROQ_ERROR_CODE = "litellm reads a Groq in-band error's string `code` as an HTTP status"
+# Mistral documents no in-band error; its error object, sent as a data frame, is no `{"error":
+# ...}` chunk to litellm, which skips it and reports only that the stream ended unfinished.
+MISTRAL_ERROR_OBJECT = 'litellm skips Mistral\'s {"object": "error"} chunk mid-stream'
 
 
-@pytest.mark.parametrize("fake", adapters(groq=GROQ_ERROR_CODE), indirect=True)
+@pytest.mark.parametrize(
+    "fake", adapters(groq=GROQ_ERROR_CODE, mistral=MISTRAL_ERROR_OBJECT), indirect=True
+)
 async def test_error_event_mid_stream(make_gateway: MakeGateway, fake: FakeServer) -> None:
     """An in-band error after some content (an OpenAI-compatible `{"error": ...}` chunk,
     Anthropic's `event: error`) reaches the client as an `APIError` raised by its stream after

@@ -2,9 +2,9 @@
 
 Each speaks its provider's own wire format, in its own module: Anthropic Messages
 (anthropic.py), the Gemini API (google.py), Vertex AI's Gemini and Anthropic endpoints
-(vertex.py), Amazon Bedrock's Converse (bedrock.py) and Groq (groq.py), beside the
-OpenAI-compatible `FakeUpstream` (tests/fakes.py). They share `FakeServer`: the same scripted
-answers (`text`, `reasoning_then_text`, `tool_call`, `http_error`, `error_mid_stream`,
+(vertex.py), Amazon Bedrock's Converse (bedrock.py), Groq (groq.py) and Mistral (mistral.py),
+beside the OpenAI-compatible `FakeUpstream` (tests/fakes.py). They share `FakeServer`: the same
+scripted answers (`text`, `reasoning_then_text`, `tool_call`, `http_error`, `error_mid_stream`,
 `cut_after`, `stall_after`), each rendered in the format's own frames, the same record of
 requests, and the same `stalled` / `release` / `disconnected` events.
 """
@@ -16,6 +16,7 @@ from tests.providers.anthropic import AnthropicServer
 from tests.providers.bedrock import BedrockServer
 from tests.providers.google import GeminiServer
 from tests.providers.groq import GroqServer
+from tests.providers.mistral import MistralServer
 from tests.providers.vertex import VertexAnthropicServer, VertexGeminiServer
 
 __all__ = ["SERVERS", "AnthropicServer", "GeminiServer"]
@@ -29,4 +30,5 @@ SERVERS: dict[str, type[FakeServer]] = {
     "vertex-gemini": VertexGeminiServer,
     "vertex-anthropic": VertexAnthropicServer,
     "groq": GroqServer,
+    "mistral": MistralServer,
 }
