@@ -80,6 +80,9 @@ class NewEvent:
     # A `turn/end`'s: the history after the turn, for automatic threading (stored with the
     # turn, not in the payload).
     fingerprint: str | None = None
+    # An interrupted answer's `turn/end`'s: the history before the answer (its request's), which
+    # a client that dropped the partial answer sends (history repair, threading.py).
+    start_fingerprint: str | None = None
 
 
 @dataclass(slots=True)

@@ -34,7 +34,7 @@ from gateway.conversations.events import (
     NewEvent,
     TurnStart,
 )
-from gateway.conversations.threading import end_fingerprint
+from gateway.conversations.threading import end_fingerprint, start_fingerprint
 from gateway.errors import GatewayError, UpstreamError
 from gateway.scrub import scrub, scrub_json
 from gateway.storage.payload import DeferredPayload
@@ -296,6 +296,7 @@ class TurnRecorder:
         # so that it finds the turn.
         self.response_id: str | None = None
         self._answer: list[dict[str, Any]] | None = None  # the recorded answer's blocks
+        self._cut = False  # the answer recorded is interrupted
         self.attempts: list[Attempt] = []
         self.ended = False
         self._on_end: asyncio.Future[None] | None = None  # made by a first `wait_ended`
@@ -389,6 +390,7 @@ class TurnRecorder:
             payload = self._message_payload(attempt, assembler, stream, interrupted=True)
             payload = _with_segments(payload, parts)
             payload["content"] = self._answer = [b.to_content() for b in blocks]
+            self._cut = True
             payload["delivery"] = level
             # What the provider generated and bills (known when the stream was drained), not
             # just what was delivered.
@@ -568,6 +570,10 @@ class TurnRecorder:
             end.fingerprint = end_fingerprint(
                 self.key_id, self.user, self.prompt, answer, self.prior_keys
             )
+            if self._cut:
+                end.start_fingerprint = start_fingerprint(
+                    self.key_id, self.user, self.prompt, self.prior_keys
+                )
         self.store.append(end)
         if self._on_end is not None and not self._on_end.done():
             self._on_end.set_result(None)

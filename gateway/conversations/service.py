@@ -14,7 +14,12 @@ from gateway.conversations.events import TURN_END, Conversation, Event, new_id
 from gateway.conversations.history import HISTORY_ROLES, match_history
 from gateway.conversations.path import history_path
 from gateway.conversations.recorder import TurnRecorder
-from gateway.conversations.threading import fingerprint, history_keys, prior_history
+from gateway.conversations.threading import (
+    fingerprint,
+    history_keys,
+    prior_history,
+    repair_history,
+)
 from gateway.errors import Conflict, InvalidRequest, NotFound
 from gateway.metering.keys import Principal
 from gateway.storage.db import StoreUnavailable
@@ -292,25 +297,45 @@ class Conversations:
         if self.threading != "auto":
             return _Threaded()
         prior = prior_history(messages)
-        if not prior:
+        # A client that dropped an interrupted answer sends the history that turn began with
+        # and a new message: looked up in the same read (history repair, threading.py).
+        began = repair_history(messages) if self.repair_interrupted else None
+        if not prior and not began:
             return _Threaded()
         keys = history_keys(prior)
-        history_print = fingerprint(principal.key_id, user, messages, prior, keys)
+        history_print = (
+            fingerprint(principal.key_id, user, messages, prior, keys) if prior else None
+        )
+        start_print = None
+        if began:
+            began_keys = [*keys, *history_keys(began[len(prior) :])]
+            start_print = fingerprint(principal.key_id, user, messages, began, began_keys)
         found = [
             c
-            for c in await self.store.threads_of(history_print)
+            for c in await self.store.threads_of(history_print, start_print)
             if c.deleted_at is None and principal.sees(c.team_id)
         ]
+        found = list({c.id: c for c in found}.values())  # (one conversation may match both)
         if len(found) > 1:
             ends = await self.store.last_fingerprints([c.id for c in found])
-            at_end = [c for c in found if ends.get(c.id) == history_print]
+            at_end = [
+                c
+                for c in found
+                if (end := ends.get(c.id)) is not None
+                and (
+                    (history_print is not None and end[0] == history_print)
+                    or (start_print is not None and end[1] == start_print)
+                )
+            ]
             if len(at_end) != 1:
                 return _Threaded(keys=keys, ambiguous=[c.id for c in found])
             found = at_end
         if not found:
             return _Threaded(keys=keys)
         conversation = found[0]
-        continued = len(prior) if self.store.ends_at(conversation.id, history_print) else None
+        continued = None
+        if history_print is not None and self.store.ends_at(conversation.id, history_print):
+            continued = len(prior)
         return _Threaded(conversation, continued, keys)
 
     async def open(self, requested_id: str, principal: Principal) -> tuple[Joined, list[Event]]:

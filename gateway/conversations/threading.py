@@ -9,6 +9,11 @@ match continues that conversation, or branches it when the conversation has move
 string or as parts, tool-call arguments as the JSON they hold), so a client that re-serialises
 what it got back still matches.
 
+An interrupted answer's turn also stores the fingerprint of the history it began with: a chat
+UI that drops a partial answer when the user presses Stop sends that history and a new user
+message, which finds the turn by it (`repair_history`), in the same read, and has the partial
+answer put back (history repair), a first turn's too.
+
 A fingerprint also covers the key and the end user the turn was made for, and the request's
 instructions (system and developer messages, which providers treat alike): two keys, or two
 users of one key, sending identical histories never meet, and neither do two agents with
@@ -35,6 +40,19 @@ def prior_history(messages: list[dict[str, Any]]) -> list[dict[str, Any]]:
         if history[i].get("role") == "assistant":
             return history[: i + 1]
     return []
+
+
+def repair_history(messages: list[dict[str, Any]]) -> list[dict[str, Any]] | None:
+    """The history an interrupted turn began with, if this request may be that turn's
+    follow-up from a client that dropped the partial answer (docs/recording.md, "History
+    repair"): its history but a last user message, when what precedes that is not an answer.
+    None for any other request: a first message, or one that continues after an answer."""
+    history = [m for m in messages if m.get("role") in HISTORY_ROLES]
+    if len(history) < 2 or history[-1].get("role") != "user":
+        return None
+    if history[-2].get("role") == "assistant":
+        return None
+    return history[:-1]
 
 
 def fingerprint(
@@ -77,6 +95,20 @@ def end_fingerprint(
     done = prior_keys or []
     keys = [*done, *history_keys(history[len(done) :]), message_key(answer)]
     history.append(answer)
+    return fingerprint(key_id, user, prompt, history, keys)
+
+
+def start_fingerprint(
+    key_id: str | None,
+    user: str | None,
+    prompt: list[dict[str, Any]],
+    prior_keys: list[tuple[Any, ...]] | None = None,
+) -> str:
+    """The fingerprint of the history a turn began with (its request's), as `repair_history`
+    finds it for a request that dropped the turn's answer."""
+    history = [m for m in prompt if m.get("role") in HISTORY_ROLES]
+    done = prior_keys or []
+    keys = [*done, *history_keys(history[len(done) :])]
     return fingerprint(key_id, user, prompt, history, keys)
 
 

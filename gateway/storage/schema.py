@@ -132,6 +132,14 @@ _FINGERPRINTS = (
     " WHERE fingerprint IS NOT NULL",
 )
 
+# History repair without a header (gateway.conversations.threading): an interrupted answer's
+# turn is found by the history it began with too. Partial: only interrupted turns have one.
+_START_FINGERPRINTS = (
+    "ALTER TABLE turns ADD COLUMN start_fingerprint TEXT",
+    "CREATE INDEX turns_by_start_fingerprint ON turns (start_fingerprint, ended_at)"
+    " WHERE start_fingerprint IS NOT NULL",
+)
+
 # Prompt tokens written to a provider's cache, by how long they stay (Anthropic's 5-minute and
 # 1-hour writes), each at its own price. Nullable with a default: a usage row spooled by an
 # older gateway, before these columns, is replayed with NULLs, which reports sum as nothing.
@@ -732,6 +740,7 @@ MIGRATIONS: dict[Dialect, tuple[Migration, ...]] = {
         Migration(15, "budget notices told", _budget_notices("REAL")),
         Migration(16, "the provider's id of each turn's answer", _UPSTREAM_IDS),
         Migration(17, "usage: unit prices, their source, metadata tags", _USAGE_PRICES),
+        Migration(18, "where interrupted turns began, for history repair", _START_FINGERPRINTS),
     ),
     "postgresql": (
         Migration(1, "the whole schema", _POSTGRES_V1),
@@ -761,6 +770,7 @@ MIGRATIONS: dict[Dialect, tuple[Migration, ...]] = {
             _UPSTREAM_IDS + _USERS_BY_PREFIX,
         ),
         Migration(14, "usage: unit prices, their source, metadata tags", _USAGE_PRICES),
+        Migration(15, "where interrupted turns began, for history repair", _START_FINGERPRINTS),
     ),
 }
 

@@ -52,6 +52,16 @@ _THREADS_KEPT = 8192
 # The conversations a threading lookup returns at most: two tell that a history is ambiguous;
 # a few more are there to link to.
 _CANDIDATES = 4
+# The newest turns that ended with a fingerprint, and those whose interrupted answer began at
+# one (`Store.threads_of`): each through its own index.
+_ENDED = (
+    "SELECT conversation_id, ended_at FROM turns WHERE fingerprint = ?"
+    f" ORDER BY ended_at DESC LIMIT {_CANDIDATES}"
+)
+_STARTED = (
+    "SELECT conversation_id, ended_at FROM turns WHERE start_fingerprint = ?"
+    f" ORDER BY ended_at DESC LIMIT {_CANDIDATES}"
+)
 # How far the database may fall behind the journal (writes not yet committed) before a turn
 # waits for its commit instead: a few batches, so that the batch being committed and the one
 # gathering meanwhile never make turns wait on a store that keeps up (at 64 streams at once
@@ -343,6 +353,9 @@ class Store:
         if fingerprint is not None:  # a turn's end, or a later change to what it ended with
             row["fingerprint"] = fingerprint
             self._remember_thread(fingerprint, event.conversation_id)
+        if (start := event.start_fingerprint) is not None:  # an interrupted answer's turn end
+            row["start_fingerprint"] = start
+            self._remember_thread(start, event.conversation_id)
         if event.type == TURN_END and (running := self._open.get(event.conversation_id)):
             running.discard(event.turn_id)
             if not running:
@@ -801,25 +814,36 @@ class Store:
         process writes) anywhere. False whenever that is not known."""
         return not self.shared and self._ends.get(conversation_id) == fingerprint
 
-    async def threads_of(self, fingerprint: str) -> list[Conversation]:
-        """The conversations of the newest turns that ended with this fingerprint, newest
-        first (a few at most), as stored: one read, which is also the conversations' read.
+    async def threads_of(
+        self, fingerprint: str | None, start: str | None = None
+    ) -> list[Conversation]:
+        """The conversations of the newest turns that ended with this fingerprint, or whose
+        interrupted answer began at the history `start` is the fingerprint of, newest first (a
+        few at most of each), as stored: one read, which is also the conversations' read.
 
         A fingerprint this process wrote lately is read after its writes are in; any other
         was committed long ago, so the database is read without waiting for the writer: a
         request with a history that matches nothing (few-shot examples) never queues behind
         other turns' writes. A store that cannot be read matches nothing (the turn starts a
         conversation)."""
-        known = fingerprint in self._threads
-        if not known and fingerprint in self._no_threads:
+        prints = [p for p in (fingerprint, start) if p is not None]
+        known = any(p in self._threads for p in prints)
+        if not known and all(p in self._no_threads for p in prints):
             return []
+        if fingerprint is None:
+            turns, args = _STARTED, [start]
+        elif start is None:
+            turns, args = _ENDED, [fingerprint]
+        else:
+            # (A compound's members are ordered and limited only as subqueries.)
+            turns = f"SELECT * FROM ({_ENDED}) AS e UNION ALL SELECT * FROM ({_STARTED}) AS s"
+            args = [fingerprint, start]
 
         async def read(db: Db) -> list[Conversation]:
             rows = await db.fetch(
-                f"SELECT {_CONVERSATION_COLUMNS} FROM (SELECT conversation_id, ended_at FROM turns"
-                f" WHERE fingerprint = ? ORDER BY ended_at DESC LIMIT {_CANDIDATES}) AS m"
+                f"SELECT {_CONVERSATION_COLUMNS} FROM ({turns}) AS m"
                 " JOIN conversations c ON c.id = m.conversation_id ORDER BY m.ended_at DESC",
-                fingerprint,
+                *args,
             )
             found: dict[str, Conversation] = {}
             for row in rows:
@@ -834,23 +858,29 @@ class Store:
         except StoreUnavailable as exc:
             log.warning("store unavailable (%s): a request could not be threaded", exc)
             return []
-        if not found and not self.shared and fingerprint not in self._threads:
-            _keep(self._no_threads, fingerprint, None)  # (unless written while it was read)
+        if not found and not self.shared:
+            for p in prints:
+                if p not in self._threads:  # (unless written while it was read)
+                    _keep(self._no_threads, p, None)
         return found
 
-    async def last_fingerprints(self, conversation_ids: list[str]) -> dict[str, str | None]:
-        """Each conversation's end: the fingerprint of the turn its last event belongs to,
-        None while that turn runs (or when it has none)."""
+    async def last_fingerprints(
+        self, conversation_ids: list[str]
+    ) -> dict[str, tuple[str | None, str | None]]:
+        """Each conversation's end: the fingerprints of the turn its last event belongs to,
+        of its end and (an interrupted answer's) its start; None while that turn runs (or
+        when it has none)."""
 
-        async def read(db: Db) -> dict[str, str | None]:
-            ends: dict[str, str | None] = {}
+        async def read(db: Db) -> dict[str, tuple[str | None, str | None]]:
+            ends: dict[str, tuple[str | None, str | None]] = {}
             for conversation_id in conversation_ids:
                 row = await db.fetchrow(
-                    "SELECT t.fingerprint FROM events e JOIN turns t ON t.id = e.turn_id"
+                    "SELECT t.fingerprint, t.start_fingerprint FROM events e"
+                    " JOIN turns t ON t.id = e.turn_id"
                     " WHERE e.conversation_id = ? ORDER BY e.seq DESC LIMIT 1",
                     conversation_id,
                 )
-                ends[conversation_id] = row[0] if row is not None else None
+                ends[conversation_id] = (row[0], row[1]) if row is not None else (None, None)
             return ends
 
         return await self.run(read)

@@ -145,10 +145,19 @@ _SQL = {
     # NULLs; one stored already (a replay) takes an end it did not have, and keeps the one it has.
     "turn": _insert(
         "turns",
-        (*_TURN, "ended_at", "status", "fingerprint", "response_id", "upstream_id"),
+        (
+            *_TURN,
+            "ended_at",
+            "status",
+            "fingerprint",
+            "response_id",
+            "upstream_id",
+            "start_fingerprint",
+        ),
         "ON CONFLICT (id) DO UPDATE SET ended_at = COALESCE(excluded.ended_at, turns.ended_at),"
         " status = COALESCE(excluded.status, turns.status),"
         " fingerprint = COALESCE(excluded.fingerprint, turns.fingerprint),"
+        " start_fingerprint = COALESCE(excluded.start_fingerprint, turns.start_fingerprint),"
         " response_id = COALESCE(excluded.response_id, turns.response_id),"
         " upstream_id = COALESCE(excluded.upstream_id, turns.upstream_id)",
     ),
@@ -201,9 +210,9 @@ _EVENT = {
 }
 _END_TURN = (
     "UPDATE turns SET ended_at = ?, status = ?, fingerprint = ?, response_id = ?,"
-    " upstream_id = ? WHERE id = ?"
+    " upstream_id = ?, start_fingerprint = ? WHERE id = ?"
 )
-_NOT_ENDED = (None, None, None, None, None)
+_NOT_ENDED = (None, None, None, None, None, None)
 _FINGERPRINT = "UPDATE turns SET fingerprint = ? WHERE id = ?"
 # A conversation's totals over its attempts' usage records, which the list sorts and filters by
 # (gateway.conversations.listing): made again from its rows whenever a batch writes one of its
@@ -300,7 +309,7 @@ async def apply_batch(db: Db, writes: list[Write]) -> None:
         if kind != "event":
             rows = _values(kind, group)
             if kind == "turn":  # and its end, if the batch has it
-                rows = [v + ends.pop(v[0], _NOT_ENDED)[:5] for v in rows]
+                rows = [v + ends.pop(v[0], _NOT_ENDED)[:6] for v in rows]
             await db.executemany(_SQL[kind], rows)
         else:
             rows = [_event_args(w.row, db.dialect) for w in group]
@@ -352,6 +361,7 @@ def _end_args(row: dict[str, Any]) -> tuple[Any, ...]:
         row.get("fingerprint"),
         row.get("response_id"),
         row.get("upstream_id"),
+        row.get("start_fingerprint"),
         row["turn_id"],
     )
 
