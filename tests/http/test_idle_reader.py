@@ -10,6 +10,7 @@ import json
 import socket
 from typing import Any
 
+from gateway.http.idle_readers import IdleReaderWatch
 from tests.client_bytes import dechunk
 from tests.conftest import MakeGateway
 from tests.fakes import FakeUpstream
@@ -79,3 +80,40 @@ async def test_a_client_that_stops_reading_is_recorded_at_what_it_received(
         received += data
     sock.close()
     assert frames_text(received.partition(b"\r\n\r\n")[2]) == text
+
+
+async def looks(progress: list[tuple[int, bool]], timeout_s: float = 0.02) -> tuple[int, int]:
+    """Run a watch whose client's side reports `progress` at each look, one after the other;
+    how many looks it took, and at which look it called the client idle (0: never)."""
+    done = asyncio.Event()
+    seen = [0, 0]
+
+    def look() -> tuple[int, bool]:
+        seen[0] += 1
+        if seen[0] == len(progress):
+            done.set()
+        return progress[min(seen[0], len(progress)) - 1]
+
+    def idle() -> None:
+        seen[1] = seen[0]
+        done.set()
+
+    watch = IdleReaderWatch(timeout_s, look, idle)
+    await asyncio.wait_for(done.wait(), 5)
+    watch.stop()
+    return seen[0], seen[1]
+
+
+async def test_a_slow_reader_or_a_waiting_stream_is_never_idle() -> None:
+    slow = [(n, True) for n in range(24)]  # more sent than taken, but it takes some
+    assert await looks(slow) == (24, 0)
+    waiting = [(100, False)] * 24  # everything acknowledged, the upstream quiet
+    assert await looks(waiting) == (24, 0)
+
+
+async def test_a_reader_that_takes_nothing_more_is_idle_once_past_the_timeout() -> None:
+    stuck = [(1, True), (2, True)] + [(2, True)] * 40
+    taken, idle_at = await looks(stuck)
+    # Its last byte at the second look; idle a timeout later: 4 looks on, or fewer when the
+    # loop ran the looks late, never before the next look; and looked at no more after it.
+    assert 3 <= idle_at <= 7 and taken == idle_at
