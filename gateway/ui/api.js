@@ -7,6 +7,11 @@
 // device, until sign-out) and sent as `Authorization: Bearer` on every API call. No cookies
 // are used, so a browser never attaches a credential on its own: a request forged by another
 // site carries no key, and there is no CSRF surface.
+//
+// A tab opened from a signed-in one (Ctrl-click, a new tab on a link) starts without the key,
+// since sessionStorage does not follow it: it asks the gateway's other open tabs of this browser
+// for it over a BroadcastChannel (same origin only; nothing leaves the browser) and, given one
+// that still works, keeps it as its own. Signing out in one tab signs every tab out.
 
 const KEY_STORAGE = 'gateway.admin.key';
 // The gateway's root as this page sees it ("/" or a proxy's prefix): the page is at <root>ui/.
@@ -120,22 +125,69 @@ export async function signIn(key, remember) {
 }
 
 export async function restore() {
-  // This tab's key, or one remembered on this device (opted in at sign-in).
-  const key = sessionStorage.getItem(KEY_STORAGE) ?? localStorage.getItem(KEY_STORAGE);
+  // This tab's key, or one remembered on this device (opted in at sign-in), or one another open
+  // tab of this browser is signed in with.
+  let key = sessionStorage.getItem(KEY_STORAGE) ?? localStorage.getItem(KEY_STORAGE);
+  const fromTab = key === null;
+  if (fromTab) key = await askOtherTabs();
   if (key === null) return false;
   session.key = key || null;
   try {
     session.me = await api('/v1/me', { login: true });
-    return true;
   } catch {
-    forget();
+    forget({ everywhere: !fromTab });
     return false;
   }
+  if (fromTab) sessionStorage.setItem(KEY_STORAGE, key);
+  return true;
 }
 
-export function forget() {
+export function forget({ everywhere = true } = {}) {
   sessionStorage.removeItem(KEY_STORAGE);
   localStorage.removeItem(KEY_STORAGE);
+  const was = session.me !== null;
   session.key = null;
   session.me = null;
+  if (everywhere && was) tabs?.postMessage({ type: 'signed-out' });
+}
+
+// -- the other tabs ---------------------------------------------------------------------------
+
+const tabs = 'BroadcastChannel' in window ? new BroadcastChannel('gateway.admin.session') : null;
+const TAB_ANSWER_MS = 300; // how long a new tab waits for a signed-in one to answer
+let onSignedOutElsewhere = () => {};
+
+export function whenSignedOutElsewhere(handler) {
+  onSignedOutElsewhere = handler;
+}
+
+tabs?.addEventListener('message', (event) => {
+  const message = event.data || {};
+  if (message.type === 'key?' && session.me) {
+    tabs.postMessage({ type: 'key', key: session.key || '', ask: message.ask });
+  }
+  if (message.type === 'signed-out' && session.me) {
+    forget({ everywhere: false });
+    onSignedOutElsewhere();
+  }
+});
+
+function askOtherTabs() {
+  // The key of a signed-in tab of this browser, or null when none answers in time.
+  if (!tabs) return Promise.resolve(null);
+  const ask = Math.random().toString(36).slice(2);
+  return new Promise((resolve) => {
+    const done = (key) => {
+      tabs.removeEventListener('message', listen);
+      clearTimeout(timer);
+      resolve(key);
+    };
+    const listen = (event) => {
+      const answer = event.data || {};
+      if (answer.type === 'key' && answer.ask === ask && typeof answer.key === 'string') done(answer.key);
+    };
+    const timer = setTimeout(() => done(null), TAB_ANSWER_MS);
+    tabs.addEventListener('message', listen);
+    tabs.postMessage({ type: 'key?', ask });
+  });
 }

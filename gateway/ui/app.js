@@ -6,13 +6,13 @@
 // markdown.js. This module draws the frame around the views.
 
 import { clear, h } from './dom.js';
-import { ApiError, isAdmin, ownTeamName, restore, session, whenRefused } from './api.js';
+import { isAdmin, ownTeamName, restore, session, whenRefused, whenSignedOutElsewhere } from './api.js';
 import { callsPage } from './calls.js';
 import { conversationPage } from './conversation.js';
 import { deploymentsPage } from './deployments.js';
 import { keysPage } from './keys.js';
 import { conversationsPage } from './list.js';
-import { href, start } from './router.js';
+import { go, href, start } from './router.js';
 import { loginPage, signOut } from './signin.js';
 import { usagePage } from './usage.js';
 import { errorBox, icon, notice, pageHeader } from './widgets.js';
@@ -37,7 +37,10 @@ async function drawRoute(app, route) {
   clear(app).append(shell(section, content));
   document.title = `${page ? page.label : 'Not found'} · Gateway admin`;
   try {
-    if (!page) throw new ApiError(404, `There is no page '${route.path}'.`, 'not_found');
+    if (!page) {
+      content.append(notFound(`There is no page ${route.path} in the admin UI.`));
+      return;
+    }
     if (page.admin && !isAdmin()) {
       content.append(
         pageHeader(page.label),
@@ -49,8 +52,20 @@ async function drawRoute(app, route) {
   } catch (error) {
     // Whatever was still loading when it failed stops saying so.
     for (const spinner of content.querySelectorAll('.loading')) spinner.remove();
-    content.append(errorBox(error));
+    if (error.status === 404 && section === 'conversations' && route.parts[1]) {
+      // Named as it was asked for: the API's message holds the id as stored (a team's `~team`).
+      content.replaceChildren(notFound(`There is no conversation ${route.parts[1]} that this key can see.`));
+    } else {
+      content.append(errorBox(error));
+    }
   }
+}
+
+export function notFound(text) {
+  // A page that is not there: said plainly, with the way back (and no internal id).
+  return h('div', { class: 'not-found', 'data-testid': 'not-found' },
+    pageHeader('Not found', text),
+    h('p', {}, h('a', { href: href('/conversations') }, 'Back to the conversations')));
 }
 
 function shell(section, content) {
@@ -84,4 +99,5 @@ function skipLink() {
 }
 
 whenRefused(signOut);
+whenSignedOutElsewhere(() => go('/login', { reason: 'You signed out in another tab.' }));
 start(drawRoute);

@@ -28,20 +28,18 @@ export function fmtMs(ms) {
   return `${(ms / 1000).toFixed(ms < 10000 ? 2 : 1)} s`;
 }
 
-export function fmtUsd(value, digits) {
+export function fmtUsd(value) {
+  // Every cost the UI shows, by one rule: from $1 up, to the cent (`$12.35`); under $1, as exact
+  // as the price makes it, up to six decimals and never fewer than two (`$0.25`, `$0.022`,
+  // `$0.000165`).
   if (value === null || value === undefined) return '—';
-  if (digits === undefined) digits = value !== 0 && Math.abs(value) < 0.01 ? 6 : 2;
-  return '$' + value.toFixed(digits);
-}
-
-export function fmtUsdExact(value) {
-  // One call's cost, as exact as the price makes it: `$0.022`, `$0.000165`, `$1.50` (up to six
-  // decimals, never fewer than two).
-  if (value === null || value === undefined) return '—';
-  const text = value.toFixed(Math.abs(value) >= 1 ? 4 : 6).replace(/0+$/, '');
+  if (Math.abs(value) >= 1) return `$${value.toFixed(2)}`;
+  const text = value.toFixed(6).replace(/0+$/, '');
   const [whole, fraction = ''] = text.split('.');
   return `$${whole}.${fraction.padEnd(2, '0')}`;
 }
+
+export const fmtUsdExact = fmtUsd;
 
 export function fmtInt(value) {
   if (value === null || value === undefined) return '—';

@@ -117,7 +117,7 @@ export async function keysPage(root) {
     { label: 'Active keys', num: true, cell: (t) => String(keyCount(t.id)) },
     { label: 'Limits', cell: (t) => limitsText(t.limits) },
     { label: `Created (${ZONE})`, cell: (t) => fmtTime(t.created_at, false) },
-    { label: '', cell: (t) => editLimitsButton(`/v1/gateway/teams/${enc(t.id)}`, t.limits, root) },
+    { label: '', cell: (t) => editLimitsButton(`/v1/gateway/teams/${enc(t.id)}`, t.limits, root, `team ${t.name}`) },
   ], teams.map((t) => ({ ...t, attrs: { 'data-team-id': t.id } })), 'No teams yet.')));
 
   // -- keys
@@ -133,11 +133,62 @@ export async function keysPage(root) {
     { label: 'Spend this month (UTC)', num: true, sort: (k) => keyUse.get(k.id)?.month ?? 0, cell: (k) => h('span', { 'data-col': 'spend', text: fmtUsd(keyUse.get(k.id)?.month ?? 0) }) },
     { label: `Expires (${ZONE})`, cell: (k) => (k.expires_at ? fmtTime(k.expires_at, false) : 'never') },
     { label: `Created (${ZONE})`, cell: (k) => fmtTime(k.created_at, false) },
-    { label: '', cell: (k) => h('div', { class: 'row-actions' }, k.revoked_at ? null : editLimitsButton(`/v1/gateway/keys/${enc(k.id)}`, k.limits, root), k.revoked_at ? null : revokeButton(k, root)) },
+    { label: '', cell: (k) => h('div', { class: 'row-actions' }, k.revoked_at ? null : [
+      editLimitsButton(`/v1/gateway/keys/${enc(k.id)}`, k.limits, root, keyLabel(k, teamName)),
+      state(k) === 'active' ? rotateButton(k, root, keyLabel(k, teamName)) : null,
+      revokeButton(k, root)]) },
   ], keys.sort((a, b) => b.created_at - a.created_at).map((k) => ({ ...k, attrs: { 'data-key-id': k.id } })), 'No keys yet.')));
 }
 
+function keyLabel(key, teamName) {
+  // A key as a dialog names it: its name (or prefix) and its team's name.
+  const team = teamName.get(key.team_id) || key.team_id;
+  return `key ${key.name ? `"${key.name}"` : `${key.key_prefix}…`} of team ${team}`;
+}
+
+function rotateButton(key, root, label) {
+  // A new key like this one (team, name, models, limits), shown once; the old one keeps working
+  // for the overlap chosen, so the applications using it can move over, then expires.
+  const wrap = h('span', { class: 'popover-anchor' });
+  const open = h('button', {
+    class: 'btn btn-small', type: 'button', 'data-testid': 'rotate',
+    onclick: () => {
+      const overlap = select('overlap_s', [['3600', 'for an hour'], ['86400', 'for a day'], ['604800', 'for a week'],
+        ['0', 'not at all: it expires now']], '3600', { 'data-testid': 'rotate-overlap' });
+      const form = h('form', { class: 'limits-form' },
+        h('p', {}, 'A new key with the same team, name, models, limits and expiry; its secret is shown once.'),
+        field('The old key keeps working', overlap),
+        h('div', { class: 'filter-actions' },
+          h('button', { class: 'btn btn-small btn-primary', type: 'submit', 'data-testid': 'rotate-confirm' },
+            'Rotate'),
+          h('button', { class: 'btn btn-small btn-ghost', type: 'button', onclick: () => dialog.close() }, 'Cancel')));
+      const title = `Rotate ${label}`;
+      const dialog = h('dialog', { class: 'popover', 'aria-label': title, 'data-testid': 'rotate-dialog' },
+        h('h2', { class: 'popover-title', text: title }), form);
+      dialog.addEventListener('close', () => dialog.remove());
+      form.addEventListener('submit', async (event) => {
+        event.preventDefault();
+        try {
+          const body = { overlap_s: Number(overlap.value) };
+          const made = await api(`/v1/gateway/keys/${enc(key.id)}/rotate`, { method: 'POST', body });
+          await keysPage(clear(root));
+          showSecret(root.querySelector('[data-testid="secret-box"]'), made);
+        } catch (error) {
+          form.append(errorBox(error));
+        }
+      });
+      wrap.append(dialog);
+      dialog.showModal();
+    },
+  }, 'Rotate…');
+  wrap.append(open);
+  return wrap;
+}
+
 function showSecret(box, made) {
+  const old = made.rotated_from; // a rotation's: the key it replaces
+  const named = made.name ? `"${made.name}" ` : '';
+  const until = old?.expires_at ? `works until ${fmtTime(old.expires_at)}` : 'has expired';
   const secret = h('code', { class: 'secret', 'data-testid': 'new-secret', text: made.key });
   const copy = h('button', {
     class: 'btn btn-small', type: 'button',
@@ -151,7 +202,9 @@ function showSecret(box, made) {
     },
   }, 'Copy');
   clear(box).append(h('div', { class: 'alert alert-success secret-alert', role: 'status' },
-    h('div', {}, h('strong', { text: `Key ${made.name ? `"${made.name}" ` : ''}created for team ${made.team_id}.` }), ' Copy it now: this is the only time it is shown (the gateway keeps only its hash).'),
+    h('div', {}, h('strong', { text: `Key ${named}${old ? 'rotated' : 'created'} for team ${made.team_id}.` }),
+      old ? ` The old key (${old.key_prefix}…) ${until}.` : '',
+      ' Copy it now: this is the only time it is shown (the gateway keeps only its hash).'),
     h('div', { class: 'secret-row' }, secret, copy,
       h('button', { class: 'btn btn-small btn-ghost', type: 'button', onclick: () => clear(box) }, 'Done'))));
 }
@@ -181,7 +234,7 @@ function revokeButton(key, root) {
   return wrap;
 }
 
-function editLimitsButton(path, limits, root) {
+function editLimitsButton(path, limits, root, label) {
   const wrap = h('span', { class: 'popover-anchor' });
   const open = h('button', {
     class: 'btn btn-small', type: 'button', 'data-testid': 'edit-limits',
@@ -191,8 +244,11 @@ function editLimitsButton(path, limits, root) {
           h('button', { class: 'btn btn-small btn-primary', type: 'submit' }, 'Save limits'),
           h('button', { class: 'btn btn-small btn-ghost', type: 'button', onclick: () => dialog.close() }, 'Cancel')));
       // A modal dialog: in the top layer, so no scrolling table clips it; Escape closes it.
-      const dialog = h('dialog', { class: 'popover', 'aria-label': 'Limits and budget', 'data-testid': 'limits-dialog' },
-        h('div', { class: 'popover-title', text: 'Limits and budget (empty clears)' }), form);
+      // Named after what it edits: two dialogs open one after the other never read alike.
+      const title = `Limits and budget of ${label}`;
+      const dialog = h('dialog', { class: 'popover', 'aria-label': title, 'data-testid': 'limits-dialog' },
+        h('h2', { class: 'popover-title', text: title }),
+        h('p', { class: 'muted', text: 'An empty field clears that limit.' }), form);
       dialog.addEventListener('close', () => dialog.remove());
       form.addEventListener('submit', async (event) => {
         event.preventDefault();

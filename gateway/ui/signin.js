@@ -35,11 +35,16 @@ export function loginPage(reason) {
     },
   }, field('API key', input), rememberField, button, error);
   setTimeout(() => input.focus(), 0);
-  return h('div', { class: 'login' }, h('div', { class: 'login-card' },
-    h('div', { class: 'brand brand-dark' }, h('img', { src: 'favicon.svg', alt: '', width: 28, height: 28 }), h('span', { text: 'Gateway admin' })),
+  // The page's main landmark and its heading, as every other page has.
+  return h('main', { class: 'login', id: 'main' }, h('div', { class: 'login-card' },
+    h('h1', { class: 'brand brand-dark' }, h('img', { src: 'favicon.svg', alt: '', width: 28, height: 28 }),
+      h('span', { text: 'Sign in to the gateway admin' })),
     h('p', { class: 'login-lead' }, 'Sign in with the master key to manage everything, or with a team\'s virtual key for a read-only view of that team\'s conversations, API calls and usage.'),
     form,
-    h('p', { class: 'login-note' }, 'The key stays in this browser tab (sessionStorage), or on this device (localStorage) if you ask, until you sign out; it is sent only to this gateway, as a bearer token. A gateway running without a master key accepts an empty key.')));
+    h('p', { class: 'login-note' }, 'The key stays in this browser tab (sessionStorage), or on this device '
+      + '(localStorage) if you ask, until you sign out; it is sent only to this gateway, as a bearer token. '
+      + 'Tabs of this browser you open from a signed-in one are signed in too. '
+      + 'A gateway running without a master key accepts an empty key.')));
 }
 
 export function signOut(reason) {

@@ -59,8 +59,12 @@ const STATUS_KIND = {
   expired: 'warn',
 };
 
+// The words a state is shown by, the same on every page (the API's `active` is a turn in progress).
+const STATUS_WORD = { active: 'in progress', aborted: 'interrupted' };
+
 export function statusBadge(status) {
-  return badge(status || 'empty', STATUS_KIND[status] || 'neutral', { 'data-status': status || '' });
+  const word = STATUS_WORD[status] || status || 'empty';
+  return badge(word, STATUS_KIND[status] || 'neutral', { 'data-status': status || '' });
 }
 
 export function panel(title, ...children) {

@@ -488,7 +488,11 @@ async def test_errors_stop_the_spinner_and_say_what_failed(
         ("#/conversations?status=bogus", "400", "24b-error-bad-filter"),
     ):
         await page.goto(f"{gw.url}/ui/{route}")
-        await expect(page.get_by_test_id("api-error")).to_contain_text(shown)
+        if shown == "404":  # a page of its own, naming the conversation as it was asked for
+            found = page.get_by_test_id("not-found")
+            await expect(found).to_contain_text("There is no conversation conv_no_such_one")
+        else:
+            await expect(page.get_by_test_id("api-error")).to_contain_text(shown)
         await expect(page.locator(".loading")).to_have_count(0)
         # Every read the page made has been answered (a view may make more than one, each
         # refused alike), so none is logged after the refusals are counted.
@@ -498,7 +502,8 @@ async def test_errors_stop_the_spinner_and_say_what_failed(
     team_page = await signed_in(browser, gw, key["key"], viewport=VIEWPORTS[width], bypass_csp=True)
     team_shots = Shots(team_page, tmp_path)
     await team_page.goto(f"{gw.url}/ui/#/conversations/conv_admin_only")
-    await expect(team_page.get_by_test_id("api-error")).to_be_visible()
+    await expect(team_page.get_by_test_id("not-found")).to_contain_text("conv_admin_only")
+    assert "~" not in (await team_page.locator("main").text_content() or "")
     await expect(team_page.locator(".loading")).to_have_count(0)
     await team_page.wait_for_load_state("networkidle")
     provoked(team_shots, 404)  # another team's conversation: not found, as if it were not there
