@@ -48,6 +48,11 @@ CACHE_READ = "cache_read_input_token_cost"
 CACHE_WRITE = "cache_creation_input_token_cost"  # Anthropic's 5-minute cache write
 CACHE_WRITE_1H = "cache_creation_input_token_cost_above_1hr"  # its 1-hour cache write
 MAX_OUTPUT = "max_output_tokens"
+# A price for prompts above a number of tokens (`input_cost_per_token_above_200k_tokens`), for
+# each kind of token; a service tier's or batch's own (`..._priority`) is not read.
+_TIER_KEY = re.compile(
+    rf"^({CACHE_WRITE_1H}|{CACHE_WRITE}|{CACHE_READ}|{INPUT}|{OUTPUT})_above_(\d+)(k?)_tokens$"
+)
 PRICE_FIELDS = (INPUT, OUTPUT, CACHE_READ, CACHE_WRITE, CACHE_WRITE_1H)
 
 # The prefix a provider's entries carry in litellm's map, and the `litellm_provider` they name.
@@ -57,6 +62,18 @@ _OWN_ENTRIES_ONLY = {"anthropic": ("anthropic",), "azure": ("azure", "azure_text
 _DATED = re.compile(r"^(.+?)(?:-\d{8}|-\d{4}-\d{2}-\d{2})$")
 
 SOURCES = {"map": "bundled map", "file": "price file", "config": "config", "free": "free"}
+
+
+@dataclass(frozen=True)
+class Tier:
+    """The prices of a prompt of more than `above` tokens, each kind of token that has one."""
+
+    above: int
+    input: float | None = None
+    output: float | None = None
+    cache_read: float | None = None
+    cache_write: float | None = None
+    cache_write_1h: float | None = None
 
 
 @dataclass(frozen=True)
@@ -72,6 +89,32 @@ class Price:
     max_output_tokens: int | None = None
     source: str = "map"  # map | file | config | free
     entry: str | None = None  # the id of the map's or the file's entry
+    # Dearer prices for longer prompts (Gemini's above 200k tokens), by `above`, lowest first.
+    tiers: tuple[Tier, ...] = ()
+
+    def at(self, prompt: int) -> Price:
+        """The flat price a prompt of `prompt` tokens is billed at: the highest tier it is above
+        (as litellm's cost_per_token picks it), each kind of token the tier does not price at
+        this price's own."""
+        tier = None
+        for candidate in self.tiers:
+            if prompt > candidate.above:
+                tier = candidate
+        if tier is None:
+            return self
+
+        def pick(own: float | None, base: float | None) -> float | None:
+            return own if own is not None else base
+
+        return replace(
+            self,
+            input=pick(tier.input, self.input) or 0.0,
+            output=pick(tier.output, self.output) or 0.0,
+            cache_read=pick(tier.cache_read, self.cache_read),
+            cache_write=pick(tier.cache_write, self.cache_write),
+            cache_write_1h=pick(tier.cache_write_1h, self.cache_write_1h),
+            tiers=(),
+        )
 
     @property
     def where(self) -> str:
@@ -89,20 +132,21 @@ class Price:
     ) -> float:
         """The cost of `prompt` input tokens, of which `cached` were read from the cache and
         `cache_write` / `cache_write_1h` written to it (5 minutes, 1 hour), and `completion`
-        output tokens (reasoning included: it is output)."""
+        output tokens (reasoning included: it is output), at the tier the prompt is in."""
+        flat = self.at(prompt) if self.tiers else self
         cached = max(0, min(cached, prompt))
         cache_write = max(0, min(cache_write, prompt - cached))
         cache_write_1h = max(0, min(cache_write_1h, prompt - cached - cache_write))
         plain = prompt - cached - cache_write - cache_write_1h
-        write = self.cache_write if self.cache_write is not None else self.input
-        write_1h = self.cache_write_1h if self.cache_write_1h is not None else write
-        read = self.cache_read if self.cache_read is not None else self.input
+        write = flat.cache_write if flat.cache_write is not None else flat.input
+        write_1h = flat.cache_write_1h if flat.cache_write_1h is not None else write
+        read = flat.cache_read if flat.cache_read is not None else flat.input
         total = (
-            plain * self.input
+            plain * flat.input
             + cached * read
             + cache_write * write
             + cache_write_1h * write_1h
-            + completion * self.output
+            + completion * flat.output
         )
         return round(total, 10)
 
@@ -171,7 +215,32 @@ def price_of_entry(entry: Mapping[str, Any], source: str, name: str | None) -> P
         max_output_tokens=limit if isinstance(limit, int) and limit > 0 else None,
         source=source,
         entry=name,
+        tiers=_tiers(entry),
     )
+
+
+_TIER_FIELDS = {
+    INPUT: "input",
+    OUTPUT: "output",
+    CACHE_READ: "cache_read",
+    CACHE_WRITE: "cache_write",
+    CACHE_WRITE_1H: "cache_write_1h",
+}
+
+
+def _tiers(entry: Mapping[str, Any]) -> tuple[Tier, ...]:
+    """An entry's prices above a prompt length, by length (none for most entries)."""
+    found: dict[int, dict[str, float]] = {}
+    for key in entry:
+        if "_above_" not in key or not key.endswith("_tokens"):  # the usual key: no regex
+            continue
+        match = _TIER_KEY.match(key)
+        value = _number(entry, key)
+        if match is None or value is None:
+            continue
+        above = int(match.group(2)) * (1000 if match.group(3) else 1)
+        found.setdefault(above, {})[_TIER_FIELDS[match.group(1)]] = value
+    return tuple(Tier(above, **prices) for above, prices in sorted(found.items()))
 
 
 def candidates(model: str, provider: str) -> list[tuple[str, str | None]]:

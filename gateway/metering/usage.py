@@ -346,7 +346,10 @@ class Meter:
             source = "estimated_lower_bound"
         price = self._price_of(deployment, str(route.get("model")))
         cost = price.cost(prompt, completion, cached, write_5m, write_1h) if price else None
-        prices, price_source = price_columns(price) if price is not None else (None, None)
+        # The unit prices of the tier the prompt fell in: what it was charged at.
+        prices, price_source = (
+            price_columns(price.at(prompt)) if price is not None else (None, None)
+        )
         return UsageRecord(
             id=f"{turn_id}:{attempt['number']}",
             turn_id=turn_id,
@@ -444,7 +447,10 @@ class Meter:
             if price is not None
             else None
         )
-        prices, price_source = price_columns(price) if price is not None else (None, None)
+        # The unit prices of the tier the prompt fell in: what it was charged at.
+        prices, price_source = (
+            price_columns(price.at(prompt)) if price is not None else (None, None)
+        )
         ended = attempt.ended or time.monotonic()
         return UsageRecord(
             id=f"{turn.turn_id}:{attempt.number}",
