@@ -65,7 +65,13 @@ class ServerConfig(_Model):
         " wait their turn).",
     )
     large_bodies_per_key: int = Field(
-        1, ge=1, description="Large request bodies of one key handled at once; more wait."
+        1, ge=1, description="Large request bodies of one key started at once; more wait."
+    )
+    large_body_hold_s: float = Field(
+        10,
+        gt=0,
+        description="How long a large request keeps its place among its key's"
+        " `large_bodies_per_key` at most: its start, not its whole answer.",
     )
     max_messages: int = Field(
         10_000, ge=1, description="Most messages a completion request may carry; more gets 413."

@@ -1,5 +1,5 @@
 """Request bodies of `server.large_body_kb` or more: parsed on a thread, and at most
-`server.large_bodies_per_key` of one key's handled at once.
+`server.large_bodies_per_key` of one key's started at once.
 
 Parsing and validating megabytes of JSON holds the interpreter for tens of milliseconds a
 megabyte. On the event loop that is time no other request gets, whoever sent it; on a thread
@@ -9,9 +9,11 @@ the body's size, so a key's large requests take turns in its own lane (gateway.l
 flood of them queues behind itself, and each key adds at most its lane's width of them to the
 loop's work. The lane is taken before the body is read when `Content-Length` tells the size,
 so the bodies that wait stay in their sockets, not in memory; a body without one (chunked) is
-taken to be large.
+taken to be large. A request leaves the lane when it is answered, or
+`server.large_body_hold_s` after it took it, whichever comes first: that covers its start,
+and a team's agents, who share a key, still stream their long answers side by side.
 
-Below the threshold a request pays one comparison of its declared length and one of the
+Below the threshold a request pays one comparison of its declared length, and one of the
 length read.
 """
 
@@ -44,7 +46,8 @@ def laned(handler: Handler) -> Handler:
             return await handler(request)
         principal = request[PRINCIPAL]
         lane = principal.key_id or principal.team_id or principal.kind
-        async with gateway.body_lanes.hold(lane, server.large_bodies_per_key):
+        width, hold_s = server.large_bodies_per_key, server.large_body_hold_s
+        async with gateway.body_lanes.hold(lane, width, hold_s=hold_s):
             return await handler(request)
 
     return run
