@@ -161,7 +161,8 @@ class Reloader:
             log.warning("%s", warning)
         warn_unverified(router.deployments())
         auth = gateway.auth
-        if config.auth != old.auth:
+        keys_read = ("master_key", "key_cache_s", "key_stale_s")  # what the authenticator holds
+        if any(getattr(config.auth, f) != getattr(old.auth, f) for f in keys_read):
             auth = Authenticator(
                 config.auth.master_key,
                 gateway.keys,

@@ -232,3 +232,37 @@ def test_the_chart_rolls_pods_on_a_config_change_unless_told_to_leave_them() -> 
 
     assert "checksum/config" in annotations(None)
     assert "checksum/config" not in annotations({"rollOnConfigChange": False})
+
+
+async def test_sighup_rotates_the_master_key(tmp_path: Path, upstream: FakeUpstream) -> None:
+    config = tmp_path / "gw.yaml"
+    old_key, new_key = "old-master-key-0123456789", "new-master-key-0123456789"
+
+    def write_keyed(key: str) -> None:
+        write(config, tmp_path, [alias("m", upstream, "first", 1.0)])
+        keyed = json.loads(config.read_text())
+        config.write_text(json.dumps({**keyed, "auth": {"master_key": key}}))
+
+    write_keyed(old_key)
+    port = free_port()
+    process = await start(config, port)
+    log = Log(process)
+
+    async def status(key: str) -> int:
+        async with aiohttp.ClientSession() as session:
+            url = f"http://127.0.0.1:{port}/v1/models"
+            headers = {"Authorization": f"Bearer {key}"}
+            async with session.get(url, headers=headers) as response:
+                return response.status
+
+    try:
+        assert (await status(old_key), await status(new_key)) == (200, 401)
+        write_keyed(new_key)
+        process.send_signal(signal.SIGHUP)
+        [reloaded] = await log.wait_for("config reloaded")
+        assert "auth changed" in reloaded
+        assert (await status(old_key), await status(new_key)) == (401, 200)
+    finally:
+        code = await stop(process, log)
+    assert code == 0, "".join(log.lines)
+    assert not any(key in line for line in log.lines for key in (old_key, new_key))
