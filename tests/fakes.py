@@ -9,8 +9,8 @@ connection while an answer is being sent, so tests can prove it closed the upstr
 Scripts come two ways. Byte-level ones (`replay`, `frames`, `paused`, `status`, ...) say exactly
 what goes on the wire. Format-neutral ones (`text`, `reasoning_then_text`, `tool_call`,
 `http_error`, `error_mid_stream`, `cut_after`, `stall_after`) are rendered by each format's
-`frames()`, so one test reads the same against every format (tests/providers/upstreams.py has
-the Anthropic and Gemini formats; the adapter contract suite runs over all of them).
+`frames()`, so one test reads the same against every format (tests/providers/ has the other
+providers' formats, upstreams.py names them all; the adapter contract suite runs over them).
 
 `FakeUpstream` is the one fake OpenAI-compatible upstream: chat completions (streamed and not),
 embeddings, responses, and Azure OpenAI's deployment paths. With nothing queued it replays a real

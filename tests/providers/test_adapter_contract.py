@@ -3,9 +3,10 @@
 Each case runs end to end over every adapter: the real `openai` SDK (AsyncOpenAI) talks to the
 gateway (a real aiohttp server), which talks over loopback to a fake upstream speaking the
 adapter's own wire format (tests/fakes.py, tests/providers/upstreams.py): OpenAI-compatible chat
-completions, Azure OpenAI, Anthropic Messages and, when the litellm adapter is there, Gemini
-and Bedrock (Converse, AWS event-stream framing, SigV4) through litellm. Each case asserts on
-what the client received and on what the gateway recorded.
+completions, Azure OpenAI, Anthropic Messages and, when the litellm adapter is there, through
+litellm: the Gemini API, Vertex AI's Gemini and Anthropic endpoints, Bedrock (Converse, AWS
+event-stream framing, SigV4), Groq, Mistral and Cohere's v2 chat. Each case asserts on what the
+client received and on what the gateway recorded.
 """
 
 from __future__ import annotations
@@ -65,7 +66,8 @@ COHERE_STREAM = {"cohere": "litellm json-decodes each raw line of Cohere's v2 SS
 
 
 def adapters(**xfail: str) -> list[ParameterSet]:
-    """Every adapter as a `fake` parameter; `xfail` maps an adapter to the gateway bug it hits."""
+    """Every adapter as a `fake` parameter; `xfail` maps an adapter to the bug it hits (the
+    gateway's, or litellm's for a provider reached through it)."""
     params = []
     for name in SERVERS:
         marks: list[pytest.MarkDecorator] = []
