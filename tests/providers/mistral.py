@@ -81,3 +81,27 @@ class MistralServer(FakeUpstream):
     def error_body(self, status: int, message: str) -> dict[str, Any]:
         kind = "invalid_request_error" if status < 500 else "internal_server_error"
         return {"object": "error", "message": message, "type": kind, "param": None, "code": None}
+
+    def whole(self, reasoning: str, text: str) -> None:
+        """A whole (non-streaming) Magistral answer: its content a thinking part and a text
+        part, finished with "stop", with usage."""
+
+        async def script(request: web.Request) -> web.StreamResponse:
+            content = [*thinking(reasoning), {"type": "text", "text": text}]
+            content[0]["closed"] = True
+            message = {"role": "assistant", "tool_calls": None, "content": content}
+            body = {
+                "id": "cmpl-e5cc70bb28c444948073e77776eb30ef",
+                "object": "chat.completion",
+                "created": 1759752086,
+                "model": self.mistral_model,
+                "usage": {
+                    "prompt_tokens": PROMPT_TOKENS,
+                    "total_tokens": PROMPT_TOKENS + COMPLETION_TOKENS,
+                    "completion_tokens": COMPLETION_TOKENS,
+                },
+                "choices": [{"index": 0, "finish_reason": "stop", "message": message}],
+            }
+            return web.json_response(body)
+
+        self.push(script)
