@@ -44,6 +44,10 @@ class Bill:
     prompt_tokens: int = 0
     completion_tokens: int = 0
     source: str = "provider"  # provider | estimated
+    # The unit prices and their source, where one token price made the cost (embeddings):
+    # the usage row's `prices` and `price_source` (gateway.metering.prices.price_columns).
+    prices: str | None = None
+    price_source: str | None = None
 
 
 def _number(entry: Mapping[str, Any] | None, name: str) -> float | None:

@@ -303,6 +303,8 @@ def call_record(
         endpoint=endpoint,
         units=orjson.dumps(bill.units).decode() if bill.units else None,
         error=error_text(error) if error is not None else None,
+        prices=bill.prices,
+        price_source=bill.price_source,
     )
 
 

@@ -25,6 +25,7 @@ from gateway.errors import InvalidRequest, UpstreamError, UpstreamTimeout
 from gateway.metering.call_prices import Bill
 from gateway.metering.keys import Principal
 from gateway.metering.limits import Lease
+from gateway.metering.prices import price_columns
 from gateway.metering.tokens import count_embedding_input
 from gateway.metering.usage import cost_header
 from gateway.pipeline.admission import admit
@@ -138,7 +139,10 @@ def _meter(
         tokens, source = count_embedding_input(body.get("input")), "estimated"
     price = deployment.price
     cost = price.cost(tokens, 0) if price is not None else None
-    bill = Bill({}, cost, prompt_tokens=tokens, source=source)
+    prices, price_source = price_columns(price.at(tokens)) if price is not None else (None, None)
+    bill = Bill(
+        {}, cost, prompt_tokens=tokens, source=source, prices=prices, price_source=price_source
+    )
     meter_call(
         gateway,
         principal,

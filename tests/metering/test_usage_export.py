@@ -188,3 +188,16 @@ async def test_usage_grouped_by_a_metadata_tag(
     ):
         assert r.status == 400
         assert (await r.json())["error"]["param"] == "group_by"
+
+
+async def test_an_embeddings_row_keeps_its_prices(
+    make_gateway: MakeGateway, upstream: FakeUpstream, backend: dict[str, Any]
+) -> None:
+    gw, keys = await billed(make_gateway, upstream, backend)
+    await gw.client(api_key=keys["b"]).embeddings.create(model="fake", input="Hello")
+    await gw.flush()
+    [row] = [r for r in await export(gw, "") if r["endpoint"] == "embeddings"]
+    assert row["team_name"] == "Team B" and row["prompt_tokens"] == 3
+    assert row["price_source"] == "config"
+    assert row["prices"]["input"] == pytest.approx(INPUT)
+    assert row["cost_usd"] == pytest.approx(row["prompt_tokens"] * row["prices"]["input"])
