@@ -47,8 +47,7 @@ def imported(name: str, tmp_path: Path) -> tuple[dict[str, Any], list[str]]:
 
 def served(config: dict[str, Any]) -> dict[str, list[tuple[str, str]]]:
     return {
-        m["name"]: [(d["provider"], d["model"]) for d in m["deployments"]]
-        for m in config["models"]
+        m["name"]: [(d["provider"], d["model"]) for d in m["deployments"]] for m in config["models"]
     }
 
 

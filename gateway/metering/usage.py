@@ -82,8 +82,10 @@ def tags_json(metadata: dict[str, Any]) -> str | None:
 
 
 # From the most exact to the least: `provider_clamped` is the provider's count with the parts
-# it got wrong (negative, not a number, absurd) replaced by the gateway's estimate.
-_SOURCES = ("provider", "provider_clamped", "estimated", "estimated_lower_bound")
+# it got wrong (negative, not a number, absurd) replaced by the gateway's estimate; `litellm`,
+# litellm's own count of a provider that sent none it reads (gateway.providers.litellm_adapter).
+_SOURCES = ("provider", "provider_clamped", "litellm", "estimated", "estimated_lower_bound")
+LITELLM = "litellm"
 CLAMPED = "provider_clamped"
 
 # A count no request comes near (the largest context windows hold 10 million tokens): a
@@ -326,7 +328,7 @@ class Meter:
         deployment = str(route.get("deployment"))
         estimated_prompt = attempt.get("prompt_tokens") or 0
         if usage is not None and "partial" not in usage:
-            source = "provider"
+            source = LITELLM if usage.get("usage_source") == LITELLM else "provider"
             checked = self._checked(usage, deployment)
             prompt, completion, reasoning, cached, write_5m, write_1h = checked.counts
             if checked.wrong:
@@ -406,7 +408,7 @@ class Meter:
         deployment = str(attempt.route.get("deployment"))
         write_5m = write_1h = 0
         if usage is not None and "partial" not in usage:
-            source = "provider"
+            source = LITELLM if usage.get("usage_source") == LITELLM else "provider"
             checked = self._checked(usage, deployment)
             prompt, completion, reasoning, cached, write_5m, write_1h = checked.counts
             if checked.wrong:

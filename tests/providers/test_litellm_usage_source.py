@@ -63,6 +63,10 @@ async def test_litellms_own_count_is_marked_as_litellms(
     usage = events[1]["payload"]["usage"]
     assert usage["usage_source"] == "litellm"
     assert usage["prompt_tokens"] == view.usage.prompt_tokens
+    # And the bill says who counted: the usage row and the turn's metered totals.
+    assert events[-1]["payload"]["metered"]["usage_source"] == "litellm"
+    await gw.flush()
+    assert gw.query("SELECT usage_source FROM usage") == [("litellm",)]
 
 
 async def test_the_providers_count_carries_no_mark(

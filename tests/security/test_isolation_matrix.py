@@ -165,8 +165,8 @@ TABLE: list[Probe] = [
     Probe("POST", "/v1/conversations/{id}/branches", OWNED, owner=201,
           path=lambda i: f"/v1/conversations/{i.chat}/branches",
           body=lambda i: {"at_seq": i.at_seq}),
-    # The owner's turn completed: only an interrupted answer can be truncated (409).
-    Probe("POST", "/v1/conversations/{id}/turns/{turn_id}/truncate", OWNED, owner=409,
+    # The owner's turn completed: its owner can truncate it to what was shown (200).
+    Probe("POST", "/v1/conversations/{id}/turns/{turn_id}/truncate", OWNED, owner=200,
           path=lambda i: f"/v1/conversations/{i.chat}/turns/{i.turn}/truncate",
           body=lambda i: {"content_chars": 0}),
     # The owner's turn has ended: a cancel of it is a 409, another team's a 404.
