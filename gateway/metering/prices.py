@@ -58,7 +58,11 @@ PRICE_FIELDS = (INPUT, OUTPUT, CACHE_READ, CACHE_WRITE, CACHE_WRITE_1H)
 # The prefix a provider's entries carry in litellm's map, and the `litellm_provider` they name.
 _NAMESPACE = {"openai": "openai", "azure": "azure", "anthropic": "anthropic"}
 # Entries an `anthropic` or `azure` deployment may take; the others call any model by its id.
-_OWN_ENTRIES_ONLY = {"anthropic": ("anthropic",), "azure": ("azure", "azure_text")}
+_OWN_ENTRIES_ONLY = {
+    "anthropic": ("anthropic",),
+    "azure": ("azure", "azure_text"),
+    "bedrock": ("bedrock", "bedrock_converse"),
+}
 _DATED = re.compile(r"^(.+?)(?:-\d{8}|-\d{4}-\d{2}-\d{2})$")
 
 SOURCES = {"map": "bundled map", "file": "price file", "config": "config", "free": "free"}
@@ -243,12 +247,22 @@ def _tiers(entry: Mapping[str, Any]) -> tuple[Tier, ...]:
     return tuple(Tier(above, **prices) for above, prices in sorted(found.items()))
 
 
+# Route segments litellm puts between a provider's prefix and the model id.
+_ROUTES = {"bedrock": ("converse", "invoke", "converse_like")}
+
+
 def candidates(model: str, provider: str) -> list[tuple[str, str | None]]:
     """The ids a model is looked up as, in order, each with the provider whose entries alone
     may price it when found that way (None: any entry)."""
     own = provider if provider in _OWN_ENTRIES_ONLY else None
     namespace = _NAMESPACE.get(provider)
     names = [model]
+    prefix, slash, rest = model.partition("/")
+    route, slash2, routed = rest.partition("/")
+    if slash and slash2 and route in _ROUTES.get(prefix, ()):
+        # litellm's choice of the provider's API (`bedrock/converse/...`), not the model's id:
+        # the map prices the model as `bedrock/<model>` or `<model>`.
+        names = [f"{prefix}/{routed}"]
     dated = _DATED.match(model)
     if dated is not None:
         names.append(dated.group(1))  # the undated family, only if the table has it

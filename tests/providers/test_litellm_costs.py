@@ -39,18 +39,13 @@ PRICED_AS = {
 }
 
 
-# The price lookup (gateway.metering.prices) takes off a provider's prefix, not litellm's
-# `bedrock/converse/` route, so the map's `anthropic.claude-...` entry is never found for it.
-UNPRICED = {"bedrock": "the price lookup keeps litellm's bedrock/converse/ route prefix"}
-
-
 def litellm_fakes() -> list[ParameterSet]:
     params = []
     for name, server in SERVERS.items():
         if server.provider != "litellm":
             continue
         marks = []
-        if reason := {**COHERE_STREAM, **UNPRICED}.get(name):
+        if reason := COHERE_STREAM.get(name):
             marks.append(pytest.mark.xfail(strict=True, reason=reason))
         params.append(pytest.param(name, marks=marks, id=name))
     return params
