@@ -19,7 +19,7 @@ from typing import TYPE_CHECKING, Any, NamedTuple
 import orjson
 
 from gateway import metrics
-from gateway.metering.prices import Price, price_columns
+from gateway.metering.prices import Price, map_entry, price_columns
 from gateway.metering.tokens import count_messages, count_text, vendor_of
 from gateway.stream.assembler import BlockAssembler
 from gateway.stream.events import TOOL_CALL, StreamEvent
@@ -255,6 +255,21 @@ def _tokens_of(blocks: list[dict[str, Any]]) -> tuple[int, int]:
     return other + reasoning, reasoning
 
 
+# How much each new report moves a deployment's usual reasoning (an exponential average).
+_REASONING_WEIGHT = 0.2
+
+
+def reasons_unasked(model: str, provider: str) -> bool:
+    """Whether the model reasons whether or not it is asked (OpenAI's o-series and gpt-5, by
+    the bundled map's `supports_reasoning`), its reasoning hidden from the stream."""
+    entry = map_entry(model, provider)
+    return bool(entry and entry.get("supports_reasoning")) and provider in _HIDDEN_REASONING
+
+
+# Providers whose reasoning never reaches the stream (Anthropic's and others' only when asked).
+_HIDDEN_REASONING = ("openai", "azure")
+
+
 def cost_header(cost: float) -> str:
     """`X-Gateway-Cost-USD`: dollars in plain decimal notation (never `3.5e-05`), to the
     micro-cent the usage row keeps."""
@@ -286,6 +301,10 @@ class Meter:
         self._price_of = price_of  # (deployment name, upstream model) -> price
         self._write = write
         self._counters: dict[tuple[str, str, str], tuple[tuple[Any, ...], Any]] = {}
+        # Each deployment's reasoning tokens per answer, as its provider reported them (a
+        # moving average): what a cancelled answer of a model that reasons out of sight is
+        # taken to have spent on it.
+        self._reasoning: dict[str, float] = {}
 
     def cost_of(self, route: dict[str, Any], usage: dict[str, Any]) -> float | None:
         """What a provider's whole usage report costs at its deployment's price (None when
@@ -411,6 +430,11 @@ class Meter:
             source = LITELLM if usage.get("usage_source") == LITELLM else "provider"
             checked = self._checked(usage, deployment)
             prompt, completion, reasoning, cached, write_5m, write_1h = checked.counts
+            if reasoning and outcome == "completed":
+                seen = self._reasoning.get(deployment)
+                self._reasoning[deployment] = (
+                    reasoning if seen is None else seen + (reasoning - seen) * _REASONING_WEIGHT
+                )
             if checked.wrong:
                 # What the provider got wrong is estimated, as if it had never said it.
                 source = CLAMPED
@@ -435,8 +459,16 @@ class Meter:
                 prompt = _prompt_estimate(turn, attempt) if billed else 0
                 cached = 0
             # Reasoning the provider hides (or only summarises) is in no event received: an
-            # estimate of a turn that asked for it can only be a floor.
-            source = "estimated_lower_bound" if turn.reasoning else "estimated"
+            # estimate of a turn that asked for it, or of a model that reasons unasked, can
+            # only be a floor. The deployment's usual reasoning, as its provider reported it,
+            # is counted for the part not seen.
+            model = str(attempt.route.get("model"))
+            reasons = turn.reasoning or reasons_unasked(model, str(attempt.route.get("provider")))
+            source = "estimated_lower_bound" if reasons else "estimated"
+            usual = self._reasoning.get(deployment) if reasons and received else None
+            if usual is not None and usual > reasoning:
+                completion += round(usual) - reasoning
+                reasoning = round(usual)
         if outcome == "completed":
             delivered = completion
         elif attempt.delivered:  # interrupted, or failed after part of it reached the client
