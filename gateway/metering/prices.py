@@ -48,6 +48,8 @@ CACHE_READ = "cache_read_input_token_cost"
 CACHE_WRITE = "cache_creation_input_token_cost"  # Anthropic's 5-minute cache write
 CACHE_WRITE_1H = "cache_creation_input_token_cost_above_1hr"  # its 1-hour cache write
 MAX_OUTPUT = "max_output_tokens"
+AUDIO_INPUT = "input_cost_per_audio_token"
+AUDIO_OUTPUT = "output_cost_per_audio_token"
 # A price for prompts above a number of tokens (`input_cost_per_token_above_200k_tokens`), for
 # each kind of token; a service tier's or batch's own (`..._priority`) is not read.
 _TIER_KEY = re.compile(
@@ -95,6 +97,9 @@ class Price:
     entry: str | None = None  # the id of the map's or the file's entry
     # Dearer prices for longer prompts (Gemini's above 200k tokens), by `above`, lowest first.
     tiers: tuple[Tier, ...] = ()
+    # Audio tokens (inside the prompt's and the completion's counts), where they cost more.
+    audio_input: float | None = None
+    audio_output: float | None = None
 
     def at(self, prompt: int) -> Price:
         """The flat price a prompt of `prompt` tokens is billed at: the highest tier it is above
@@ -133,15 +138,27 @@ class Price:
         cached: int = 0,
         cache_write: int = 0,
         cache_write_1h: int = 0,
+        audio_in: int = 0,
+        audio_out: int = 0,
     ) -> float:
-        """The cost of `prompt` input tokens, of which `cached` were read from the cache and
-        `cache_write` / `cache_write_1h` written to it (5 minutes, 1 hour), and `completion`
-        output tokens (reasoning included: it is output), at the tier the prompt is in."""
+        """The cost of `prompt` input tokens, of which `cached` were read from the cache,
+        `cache_write` / `cache_write_1h` written to it (5 minutes, 1 hour) and `audio_in` were
+        audio, and `completion` output tokens (reasoning included: it is output), `audio_out`
+        of them audio, at the tier the prompt is in."""
         flat = self.at(prompt) if self.tiers else self
         cached = max(0, min(cached, prompt))
         cache_write = max(0, min(cache_write, prompt - cached))
         cache_write_1h = max(0, min(cache_write_1h, prompt - cached - cache_write))
         plain = prompt - cached - cache_write - cache_write_1h
+        audio = 0.0
+        if audio_in and self.audio_input is not None:
+            audio_in = min(audio_in, plain)
+            plain -= audio_in
+            audio += audio_in * self.audio_input
+        if audio_out and self.audio_output is not None:
+            audio_out = min(audio_out, completion)
+            completion -= audio_out
+            audio += audio_out * self.audio_output
         write = flat.cache_write if flat.cache_write is not None else flat.input
         write_1h = flat.cache_write_1h if flat.cache_write_1h is not None else write
         read = flat.cache_read if flat.cache_read is not None else flat.input
@@ -151,6 +168,7 @@ class Price:
             + cache_write * write
             + cache_write_1h * write_1h
             + completion * flat.output
+            + audio
         )
         return round(total, 10)
 
@@ -220,6 +238,8 @@ def price_of_entry(entry: Mapping[str, Any], source: str, name: str | None) -> P
         source=source,
         entry=name,
         tiers=_tiers(entry),
+        audio_input=_number(entry, AUDIO_INPUT),
+        audio_output=_number(entry, AUDIO_OUTPUT),
     )
 
 

@@ -270,6 +270,14 @@ def reasons_unasked(model: str, provider: str) -> bool:
 _HIDDEN_REASONING = ("openai", "azure")
 
 
+def audio_counts(usage: dict[str, Any]) -> tuple[int, int]:
+    """The audio tokens inside a provider's prompt and completion counts (OpenAI's
+    `prompt_tokens_details.audio_tokens`, `completion_tokens_details.audio_tokens`)."""
+    prompt = _details(usage, "prompt_tokens_details").get("audio_tokens")
+    completion = _details(usage, "completion_tokens_details").get("audio_tokens")
+    return max(_count(prompt), 0), max(_count(completion), 0)  # a wrong one counts as text
+
+
 def cost_header(cost: float) -> str:
     """`X-Gateway-Cost-USD`: dollars in plain decimal notation (never `3.5e-05`), to the
     micro-cent the usage row keeps."""
@@ -313,7 +321,8 @@ class Meter:
         if price is None:
             return None
         prompt, completion, _, cached, write_5m, write_1h = checked_counts(usage).counts
-        return round(price.cost(prompt, completion, cached, write_5m, write_1h), 10)
+        cost = price.cost(prompt, completion, cached, write_5m, write_1h, *audio_counts(usage))
+        return round(cost, 10)
 
     def turn(self, turn: TurnRecorder) -> dict[str, Any]:
         """Record every attempt of an ending turn; return the turn's metered totals."""
@@ -366,7 +375,8 @@ class Meter:
                     prompt = max(prompt, estimated_prompt)
             source = "estimated_lower_bound"
         price = self._price_of(deployment, str(route.get("model")))
-        cost = price.cost(prompt, completion, cached, write_5m, write_1h) if price else None
+        audio = audio_counts(usage) if usage is not None else (0, 0)
+        cost = price.cost(prompt, completion, cached, write_5m, write_1h, *audio) if price else None
         # The unit prices of the tier the prompt fell in: what it was charged at.
         prices, price_source = (
             price_columns(price.at(prompt)) if price is not None else (None, None)
@@ -476,8 +486,9 @@ class Meter:
         else:
             delivered = 0
         price = self._price_of(deployment, str(attempt.route.get("model")))
+        audio = audio_counts(usage) if usage is not None else (0, 0)
         cost = (
-            price.cost(prompt, completion, cached, write_5m, write_1h)
+            price.cost(prompt, completion, cached, write_5m, write_1h, *audio)
             if price is not None
             else None
         )
