@@ -100,6 +100,23 @@ class Price:
     # Audio tokens (inside the prompt's and the completion's counts), where they cost more.
     audio_input: float | None = None
     audio_output: float | None = None
+    # OpenAI's service tiers the entry prices (`priority`, `flex`): (tier, input, output,
+    # cache read), a price the tier does not give being the default tier's.
+    service_tiers: tuple[tuple[str, float | None, float | None, float | None], ...] = ()
+
+    def for_service_tier(self, tier: object) -> Price:
+        """The price of an answer the provider says it served at `tier` (its `service_tier`);
+        this one for the default tier, or a tier the entry does not price."""
+        for name, input_price, output_price, cache_read in self.service_tiers:
+            if name == tier:
+                return replace(
+                    self,
+                    input=input_price if input_price is not None else self.input,
+                    output=output_price if output_price is not None else self.output,
+                    cache_read=cache_read if cache_read is not None else self.cache_read,
+                    service_tiers=(),
+                )
+        return self
 
     def at(self, prompt: int) -> Price:
         """The flat price a prompt of `prompt` tokens is billed at: the highest tier it is above
@@ -240,7 +257,27 @@ def price_of_entry(entry: Mapping[str, Any], source: str, name: str | None) -> P
         tiers=_tiers(entry),
         audio_input=_number(entry, AUDIO_INPUT),
         audio_output=_number(entry, AUDIO_OUTPUT),
+        service_tiers=_service_tiers(entry),
     )
+
+
+# The service tiers OpenAI answers with that its entries price, by their fields' suffix.
+_SERVICE_TIERS = ("priority", "flex")
+
+
+def _service_tiers(
+    entry: Mapping[str, Any],
+) -> tuple[tuple[str, float | None, float | None, float | None], ...]:
+    out = []
+    for tier in _SERVICE_TIERS:
+        prices = (
+            _number(entry, f"{INPUT}_{tier}"),
+            _number(entry, f"{OUTPUT}_{tier}"),
+            _number(entry, f"{CACHE_READ}_{tier}"),
+        )
+        if any(price is not None for price in prices):
+            out.append((tier, *prices))
+    return tuple(out)
 
 
 _TIER_FIELDS = {

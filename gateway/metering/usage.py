@@ -320,6 +320,8 @@ class Meter:
         price = self._price_of(str(route.get("deployment")), str(route.get("model")))
         if price is None:
             return None
+        if price.service_tiers:
+            price = price.for_service_tier(usage.get("service_tier"))
         prompt, completion, _, cached, write_5m, write_1h = checked_counts(usage).counts
         cost = price.cost(prompt, completion, cached, write_5m, write_1h, *audio_counts(usage))
         return round(cost, 10)
@@ -486,6 +488,8 @@ class Meter:
         else:
             delivered = 0
         price = self._price_of(deployment, str(attempt.route.get("model")))
+        if price is not None and price.service_tiers and usage is not None:
+            price = price.for_service_tier(usage.get("service_tier"))
         audio = audio_counts(usage) if usage is not None else (0, 0)
         cost = (
             price.cost(prompt, completion, cached, write_5m, write_1h, *audio)

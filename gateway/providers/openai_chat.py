@@ -171,7 +171,7 @@ class ChatStreamParser:
                 out.append(Finish(str(reason)))
         usage = obj.get("usage")
         if isinstance(usage, dict):
-            out.append(Usage(usage))
+            out.append(Usage(_with_tier(usage, obj)))
         return out
 
     def _delta(
@@ -229,7 +229,7 @@ def parse_completion(obj: dict[str, Any]) -> list[StreamEvent]:
             out += (BlockEnd(0), Finish(str(reason)))
         usage = obj.get("usage")
         if isinstance(usage, dict):
-            out.append(Usage(usage))
+            out.append(Usage(_with_tier(usage, obj)))
         return out
     parser = ChatStreamParser()
     out = []
@@ -250,8 +250,17 @@ def parse_completion(obj: dict[str, Any]) -> list[StreamEvent]:
             {"choices": [{"index": 0, "delta": {}, "finish_reason": choice.get("finish_reason")}]}
         )
     if isinstance(obj.get("usage"), dict):
-        out.append(Usage(obj["usage"]))
+        out.append(Usage(_with_tier(obj["usage"], obj)))
     return out
+
+
+def _with_tier(usage: dict[str, Any], obj: dict[str, Any]) -> dict[str, Any]:
+    """The usage, with the service tier other than the default the answer says it was served
+    at (OpenAI's `service_tier`, beside the usage in the same object): it is priced at it."""
+    tier = obj.get("service_tier")
+    if not isinstance(tier, str) or tier in ("default", "auto", "standard"):
+        return usage
+    return {**usage, "service_tier": tier}
 
 
 def _plain_text(choice: Any) -> tuple[str, Any] | None:
