@@ -68,10 +68,11 @@ async def test_a_flood_of_slow_searches_holds_no_other_team(tmp_path: Path, url:
             [search() for _ in range(FLOOD)], {"other": other_team, "live": live(teams)}
         )
         # Unbounded, each of these searches ran for about a second, one after another on
-        # SQLite's one thread, holding every other read and write behind them.
-        assert [(status, code) for status, code, _ in answers] == [
-            (503, "search_timeout")
-        ] * FLOOD, answers
+        # SQLite's one thread, holding every other read and write behind them. Bounded, each
+        # is answered within its time: stopped, or (a warm cache) done.
+        outcomes = {(status, code) for status, code, _ in answers}
+        assert (503, "search_timeout") in outcomes, answers
+        assert outcomes <= {(503, "search_timeout"), (200, None)}, answers
         assert max(took for _, _, took in answers) < TIMEOUT_S + 1.5, answers
         assert seen.median("other") < 0.1, seen.times
         assert seen.worst("other") < 0.5, seen.times
