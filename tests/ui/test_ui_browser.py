@@ -829,6 +829,8 @@ async def test_every_view_passes_the_accessibility_check(
     problems = {"login": await serious_violations(page)}
     await page.get_by_test_id("login-key").fill(MASTER)
     await page.get_by_test_id("login-submit").click()
+    # Signed in only once the list shows: navigating sooner races the sign-in request.
+    await expect(page.locator("[data-page=conversations] [data-testid=filter-q]")).to_be_visible()
     views = {
         "conversations": ("#/conversations", "tr[data-conversation-id]"),
         "chat": (f"#/conversations/{conversation_id}", "[data-testid=chat]"),
