@@ -12,6 +12,8 @@ tool-call arguments as the JSON they parse to; fields clients commonly drop or a
 
 from __future__ import annotations
 
+import ast
+import re
 from dataclasses import dataclass
 from typing import Any
 
@@ -50,6 +52,57 @@ def _arguments(arguments: Any) -> Any:
     return orjson.dumps(parsed, option=orjson.OPT_SORT_KEYS).decode()
 
 
+# Frameworks that send a tool call back as assistant text (docs/recording.md, "Equal
+# histories"): smolagents' ToolCallingAgent writes the upstream's native calls as
+# "Calling tools:\n" and the Python repr of their list; LlamaIndex's ReActAgent writes the
+# model's "Thought/Action/Action Input" answer again with the input as a Python dict.
+_SMOLAGENTS_CALLS = "Calling tools:\n["
+_REACT = re.compile(r"Thought: (.*?)\n+Action: ([^\n]+?)\n+Action Input: (\{.*\})\s*", re.DOTALL)
+
+
+def _literal(text: str) -> Any:
+    """JSON, else a Python literal (what `str()` of a dict gives); None when it is neither."""
+    try:
+        return orjson.loads(text)
+    except orjson.JSONDecodeError:
+        pass
+    try:
+        return ast.literal_eval(text)
+    except (ValueError, TypeError, SyntaxError, MemoryError, RecursionError):
+        return None
+
+
+def _text_calls(text: str) -> tuple[Any, ...] | None:
+    """The tool calls smolagents wrote as text, as `message_key` keys native ones; None for
+    any other text."""
+    calls = _literal(text[len(_SMOLAGENTS_CALLS) - 1 :])
+    if not isinstance(calls, list) or not calls:
+        return None
+    keys = []
+    for call in calls:
+        function = call.get("function") if isinstance(call, dict) else None
+        if not isinstance(function, dict):
+            return None
+        arguments = function.get("arguments")
+        if not isinstance(arguments, str):  # smolagents keeps them parsed
+            arguments = orjson.dumps(arguments, option=orjson.OPT_SORT_KEYS).decode()
+        keys.append((call.get("id"), function.get("name"), _arguments(arguments)))
+    return tuple(keys)
+
+
+def _react_text(text: str) -> str:
+    """A ReAct action ("Thought: ...\nAction: ...\nAction Input: {...}") with its input as
+    canonical JSON, so the model's JSON and a framework's Python dict of it compare equal."""
+    match = _REACT.fullmatch(text)
+    if match is None:
+        return text
+    arguments = _literal(match[3])
+    if not isinstance(arguments, dict):
+        return text
+    canonical = orjson.dumps(arguments, option=orjson.OPT_SORT_KEYS).decode()
+    return f"Thought: {match[1].strip()}\nAction: {match[2].strip()}\nAction Input: {canonical}"
+
+
 def message_key(message: dict[str, Any]) -> tuple[Any, ...]:
     role = message.get("role")
     if role == "assistant":
@@ -62,7 +115,17 @@ def message_key(message: dict[str, Any]) -> tuple[Any, ...]:
             for call in message.get("tool_calls") or ()
             if isinstance(call, dict)
         )
-        return ("assistant", text_of(message.get("content")), calls)
+        text = text_of(message.get("content"))
+        if not calls and text.startswith(_SMOLAGENTS_CALLS):
+            calls = _text_calls(text) or ()
+            text = "" if calls else text
+        elif text.startswith("Thought: "):
+            text = _react_text(text)
+        if len(calls) > 1:
+            # One round's parallel calls: frameworks that run them concurrently list them as
+            # they finished (smolagents).
+            calls = tuple(sorted(calls, key=repr))
+        return ("assistant", text, calls)
     if role == "tool":
         return ("tool", message.get("tool_call_id"), text_of(message.get("content")))
     return (role, text_of(message.get("content")))

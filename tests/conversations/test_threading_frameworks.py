@@ -1,0 +1,54 @@
+"""Histories frameworks send back in their own shape compare equal to what the gateway
+recorded (docs/recording.md, "Equal histories"), and only to that."""
+
+from __future__ import annotations
+
+from typing import Any
+
+from gateway.conversations.history import message_key
+
+
+def native(*calls: tuple[str, str, str]) -> dict[str, Any]:
+    return {
+        "role": "assistant",
+        "content": None,
+        "tool_calls": [
+            {"id": i, "type": "function", "function": {"name": n, "arguments": a}}
+            for i, n, a in calls
+        ],
+    }
+
+
+def text(content: str) -> dict[str, Any]:
+    return {"role": "assistant", "content": [{"type": "text", "text": content}]}
+
+
+PARIS = ("call_1", "get_weather", '{"city":"Paris"}')
+LONDON = ("call_2", "get_weather", '{"city":"London"}')
+
+
+def test_smolagents_calls_as_text_are_the_calls() -> None:
+    sent = "Calling tools:\n[{'id': 'call_1', 'type': 'function', 'function': {'name': 'get_weather', 'arguments': {'city': 'Paris'}}}]"  # noqa: E501
+    assert message_key(text(sent)) == message_key(native(PARIS))
+    both = (
+        "Calling tools:\n[{'id': 'call_2', 'type': 'function', 'function': {'name':"
+        " 'get_weather', 'arguments': {'city': 'London'}}}, {'id': 'call_1', 'type':"
+        " 'function', 'function': {'name': 'get_weather', 'arguments': '{\"city\": \"Paris\"}'}}]"
+    )
+    assert message_key(text(both)) == message_key(native(PARIS, LONDON))
+    # Another argument, id or call is another message; text that only looks alike is text.
+    assert message_key(text(sent.replace("Paris", "Lyon"))) != message_key(native(PARIS))
+    assert message_key(text(sent.replace("call_1", "call_9"))) != message_key(native(PARIS))
+    assert message_key(text(sent)) != message_key(native(PARIS, LONDON))
+    for other in ("Calling tools:\n[not python]", "Calling tools:\n[]", "Calling tools:\n[1]"):
+        assert message_key(text(other)) == ("assistant", other, ())
+
+
+def test_a_react_action_compares_by_its_input() -> None:
+    model = 'Thought: I need the weather.\nAction: get_weather\nAction Input: {"city": "Paris"}'
+    resent = "Thought: I need the weather.\nAction: get_weather\nAction Input: {'city': 'Paris'}"
+    assert message_key(text(resent)) == message_key(text(model))
+    assert message_key(text(resent.replace("Paris", "Lyon"))) != message_key(text(model))
+    assert message_key(text(resent.replace("weather.", "time."))) != message_key(text(model))
+    answer = "Thought: I can answer.\nAnswer: Sunny."
+    assert message_key(text(answer)) == ("assistant", answer, ())

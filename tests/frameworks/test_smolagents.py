@@ -1,0 +1,81 @@
+"""smolagents against the gateway: a `ToolCallingAgent` on `OpenAIServerModel` (Chat
+Completions). smolagents asks for native tool calls but sends each step back as text: the
+calls as an assistant message "Calling tools:\\n[...]" (their Python repr), the results as a
+user message "Observation:\\n...". The gateway reads such a message as the calls it holds
+(docs/recording.md, "Equal histories"), so a run is one conversation."""
+
+from __future__ import annotations
+
+import asyncio
+
+from smolagents import OpenAIServerModel, ToolCallingAgent, tool
+
+from tests.conftest import GatewayUnderTest
+from tests.fakes import FakeUpstream
+from tests.frameworks import story
+from tests.frameworks.scripts import Call, reply
+
+
+@tool
+def get_weather(city: str) -> str:
+    """The current weather in a city.
+
+    Args:
+        city: The city's name.
+    """
+    return story.get_weather(city)
+
+
+@tool
+def get_time(city: str) -> str:
+    """The local time in a city.
+
+    Args:
+        city: The city's name.
+    """
+    return story.get_time(city)
+
+
+def queue_run(upstream: FakeUpstream, rounds: list[list[Call]], answer: str, final: str) -> None:
+    """The tool rounds, then smolagents' own way to end a run: a `final_answer` call."""
+    for calls in rounds:
+        upstream.push(reply(calls=calls))
+    upstream.push(reply(calls=[Call(final, "final_answer", {"answer": answer})]))
+
+
+async def test_tool_loop_is_one_conversation(gw: GatewayUnderTest, upstream: FakeUpstream) -> None:
+    model = OpenAIServerModel(model_id="fake", api_base=gw.url + "/v1", api_key="test-key")
+    agent = ToolCallingAgent(tools=[get_weather, get_time], model=model, verbosity_level=0)
+    queue_run(upstream, story.ROUNDS, story.ANSWER, "call_final")
+    # smolagents is synchronous: it runs on a thread, beside the gateway's event loop.
+    assert await asyncio.to_thread(agent.run, story.QUESTION) == story.ANSWER
+
+    # Each step sent the earlier calls back as text, their results as "Observation:" messages.
+    last = upstream.requests[len(story.ROUNDS)]["messages"]
+    assert [m["role"] for m in last] == ["system", "user", *["assistant", "user"] * 3]
+    assert story.text_of(last[2]["content"]).startswith("Calling tools:\n[{'id': 'call_w_paris'")
+    assert story.text_of(last[3]["content"]) == "Observation:\nParis: 21 C, sunny"
+
+    [conversation_id] = await story.check_one_conversation_per_run(gw, [4])
+    events = await gw.wait_turn_end(conversation_id, count=4)
+    assert [e["type"] for e in events] == [
+        "user/message",
+        *["assistant/message", "turn/end", "user/message"] * 3,
+        *["assistant/message", "turn/end"],
+    ]
+    answers = [e["payload"] for e in events if e["type"] == "assistant/message"]
+    calls = [[(b["id"], b["name"]) for b in a["content"]] for a in answers]
+    assert calls == [[(c.id, c.name) for c in r] for r in story.ROUNDS] + [
+        [("call_final", "final_answer")]
+    ]
+    observations = [e["payload"]["content"] for e in events if e["type"] == "user/message"][1:]
+    # (A round's parallel calls run concurrently: their results are listed as they finished.)
+    assert [sorted(story.text_of(o).splitlines()) for o in observations] == [
+        sorted(["Observation:", *map(story.result, calls)]) for calls in story.ROUNDS
+    ]
+
+    # The same agent, asked afresh: a second conversation.
+    again = [[Call("call_w_paris_2", "get_weather", {"city": "Paris"})]]
+    queue_run(upstream, again, "Sunny.", "call_final_2")
+    assert await asyncio.to_thread(agent.run, story.SECOND_QUESTION) == "Sunny."
+    await story.check_one_conversation_per_run(gw, [4, 2])
