@@ -6,6 +6,7 @@ from __future__ import annotations
 from typing import Any
 
 from gateway.conversations.history import message_key
+from gateway.conversations.threading import fingerprint
 
 
 def native(*calls: tuple[str, str, str]) -> dict[str, Any]:
@@ -52,3 +53,20 @@ def test_a_react_action_compares_by_its_input() -> None:
     assert message_key(text(resent.replace("weather.", "time."))) != message_key(text(model))
     answer = "Thought: I can answer.\nAnswer: Sunny."
     assert message_key(text(answer)) == ("assistant", answer, ())
+
+
+def test_merged_tool_steps_have_the_steps_fingerprint() -> None:
+    user = {"role": "user", "content": "Paris and London?"}
+    results = [
+        {"role": "tool", "tool_call_id": "call_1", "content": "18"},
+        {"role": "tool", "tool_call_id": "call_2", "content": "12"},
+    ]
+    steps = [user, native(PARIS), results[0], native(LONDON), results[1], text("Done.")]
+    merged = [user, native(PARIS, LONDON), *results, text("Done.")]
+    assert fingerprint("key", None, merged, merged) == fingerprint("key", None, steps, steps)
+    # Only calls with their results are steps: another result, or one missing, is not.
+    other = [user, native(PARIS, LONDON), results[0], {**results[1], "content": "13"}]
+    assert fingerprint("key", None, other, other) != fingerprint("key", None, steps, steps[:5])
+    short = [user, native(PARIS, LONDON), results[0], text("Done.")]
+    unmerged = [user, native(PARIS), results[0], native(LONDON), text("Done.")]
+    assert fingerprint("key", None, short, short) != fingerprint("key", None, unmerged, unmerged)
