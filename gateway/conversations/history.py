@@ -149,7 +149,11 @@ def resent(history: list[dict[str, Any]], new: list[dict[str, Any]]) -> int:
     ):
         return 0
     users = [i for i, m in enumerate(history) if m.get("role") == "user"]
-    turn = history[users[-1] if users else 0 :]
+    return _repeated(history[users[-1] if users else 0 :], new)[0]
+
+
+def _repeated(turn: list[dict[str, Any]], new: list[dict[str, Any]]) -> tuple[int, int]:
+    """How many of `new` repeat `turn` from its start, and how much of `turn` they cover."""
     n = t = 0
     while n < len(new) and t < len(turn):
         if message_key(new[n]) == message_key(turn[t]):
@@ -158,7 +162,26 @@ def resent(history: list[dict[str, Any]], new: list[dict[str, Any]]) -> int:
             t += 1  # the client left out the answer it continues
         else:
             break
-    return n
+    return n, t
+
+
+def resends(moved: list[dict[str, Any]], new: list[dict[str, Any]]) -> bool:
+    """Whether a request on a stored response, whose conversation has moved on since by the
+    messages `moved`, is the next step of the turn that moved it: the Vercel AI SDK sends
+    one `previous_response_id` with every step of a tool loop, each step's input the turn's
+    question, its calls so far and their results. True only when `moved` is one turn (a
+    question and what answered it) ending with tool calls, `new` repeats all of it, and
+    goes on with a result for one of those calls; then `resent` takes the repeated part as
+    already recorded."""
+    if not moved or moved[0].get("role") != "user" or moved[-1].get("role") != "assistant":
+        return False
+    calls = {c.get("id") for c in moved[-1].get("tool_calls") or () if isinstance(c, dict)}
+    if not calls or any(m.get("role") == "user" for m in moved[1:]):
+        return False
+    n, t = _repeated(moved, new)
+    return t == len(moved) and any(
+        m.get("role") == "tool" and m.get("tool_call_id") in calls for m in new[n:]
+    )
 
 
 @dataclass(frozen=True)

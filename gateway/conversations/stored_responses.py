@@ -23,6 +23,7 @@ from gateway.conversations.events import (
     Event,
     new_id,
 )
+from gateway.conversations.history import resends
 from gateway.conversations.path import history_path
 from gateway.conversations.service import Conversations, Joined
 from gateway.errors import InvalidRequest, NotFound
@@ -108,11 +109,14 @@ class ResponseStore:
         previous_response_id: str | None,
         conversation_id: str | None,
         header_id: str | None = None,
+        new_messages: list[dict[str, Any]] | None = None,
     ) -> tuple[Joined, list[dict[str, Any]]]:
         """Where the new response goes, and the model history it continues (tool calls left
         unanswered: the new input may answer them; see `close_unanswered`). `header_id`, the
         request's `X-Conversation-Id`, names the conversation as it does for chat: with
-        `previous_response_id` or `conversation` it must name the same one."""
+        `previous_response_id` or `conversation` it must name the same one. `new_messages`,
+        the request's input: a previous response's next tool step, sent on that response
+        again, continues the conversation it moved on (`resends`) rather than fork it."""
         named = self._conversations.named
         shown_header = header_id
         if header_id is not None:
@@ -148,6 +152,10 @@ class ResponseStore:
                 return Joined(previous.conversation_id, None, []), derive_messages(
                     upto_path, synthesize=False
                 )
+            if new_messages and self._next_step(previous.conversation_id, path, upto, new_messages):
+                return Joined(previous.conversation_id, None, []), derive_messages(
+                    path, synthesize=False
+                )
             # The conversation moved on since that response: fork it there.
             source = await self._store.get_conversation(previous.conversation_id)
             branch = Conversation(
@@ -169,6 +177,21 @@ class ResponseStore:
             new_id("conv"), time.time(), team_id=principal.team_id, key_id=principal.key_id
         )
         return Joined(conversation.id, conversation, []), []
+
+    def _next_step(
+        self,
+        conversation_id: str,
+        path: list[Event],
+        upto: int,
+        new_messages: list[dict[str, Any]],
+    ) -> bool:
+        """Whether the request is the next step of the turn that moved the conversation on
+        from the previous response (`resends`), that turn having ended and nothing else
+        running in the conversation: a step another request is taking forks, as before."""
+        if path[-1].type != TURN_END or self._store.open_turns(conversation_id):
+            return False
+        moved = derive_messages((e for e in path if e.seq > upto), synthesize=False)
+        return resends(moved, new_messages)
 
 
 def answer_of(events: list[Event]) -> tuple[str, list[dict[str, Any]], dict[str, Any] | None]:
