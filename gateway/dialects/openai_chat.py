@@ -11,7 +11,7 @@ from collections.abc import Callable
 from typing import Any, Literal
 
 import orjson
-from pydantic import BaseModel, ConfigDict, Field, field_validator
+from pydantic import BaseModel, ConfigDict, Field, ValidationError, field_validator
 
 from gateway.conversations.derive import assistant_message
 from gateway.dialects.requests import Shape, check_shape, parse_json_object, validated
@@ -82,13 +82,52 @@ class ChatCompletionRequest(BaseModel):
     stream: bool | None = False
 
 
-def parse_chat_request(
-    raw: bytes, shape: Shape | None = None
-) -> tuple[dict[str, Any], ChatCompletionRequest]:
+_ROLES = frozenset(("system", "developer", "user", "assistant", "tool", "function"))
+_PLAIN_KEYS = frozenset(("role", "content"))
+
+
+def parse_chat_request(raw: bytes, shape: Shape | None = None) -> tuple[dict[str, Any], bool]:
+    """The request's body, checked as `ChatCompletionRequest` checks it, and whether it asks
+    for a stream."""
     body = parse_json_object(raw)
     if shape is not None:
         check_shape(body, *shape)  # before the messages are validated one by one
-    return body, validated(ChatCompletionRequest, body)
+    if not _passes_as_is(body):
+        return body, bool(validated(ChatCompletionRequest, body).stream)
+    return body, body.get("stream") is True
+
+
+def _passes_as_is(body: dict[str, Any]) -> bool:
+    """Whether `ChatCompletionRequest` would take the body and coerce nothing in it, told
+    without building the model, which costs in the history's length: the model an exact
+    string, `stream` an exact bool if any, and each message either plain (a role and text)
+    or taken by `ChatMessage` on its own. False sends the body through the model, for the
+    same answer or the error its field path names."""
+    stream = body.get("stream")
+    messages = body.get("messages")
+    if (
+        type(body.get("model")) is not str
+        or (stream is not None and type(stream) is not bool)
+        or type(messages) is not list
+        or not messages
+    ):
+        return False
+    for message in messages:
+        if type(message) is not dict:
+            return False
+        role, content = message.get("role"), message.get("content")
+        plain = (
+            type(role) is str
+            and role in _ROLES
+            and (content is None or type(content) is str)
+            and _PLAIN_KEYS.issuperset(message)
+        )
+        if not plain:
+            try:
+                ChatMessage.model_validate(message)
+            except ValidationError:
+                return False
+    return True
 
 
 # The finish reason of the last chunk of a stream stopped by an explicit cancel.

@@ -18,8 +18,8 @@ from gateway.pipeline.turn import TurnRequest, run_turn, shape_of
 
 async def chat_completions(request: web.Request) -> web.StreamResponse:
     shape = shape_of(request)
-    body, parsed = await read_parsed(request, lambda raw: parse_chat_request(raw, shape))
-    turn = TurnRequest(body, bool(parsed.stream), OPENAI_CHAT, request[REQUEST_ID])
+    body, stream = await read_parsed(request, lambda raw: parse_chat_request(raw, shape))
+    turn = TurnRequest(body, stream, OPENAI_CHAT, request[REQUEST_ID])
     return await run_turn(request.app[GATEWAY], request, request[PRINCIPAL], turn)
 
 
