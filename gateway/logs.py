@@ -163,9 +163,12 @@ def access_level(path: str) -> int:
     return logging.INFO
 
 
-def log_access(level: int, fields: dict[str, Any]) -> None:
-    """One access record: `fields` are ACCESS_FIELDS (the caller checks the level first)."""
-    fields["path"] = path = scrub(fields["path"])
+def log_access(level: int, fields: dict[str, Any], *, path_is_route: bool = False) -> None:
+    """One access record: `fields` are ACCESS_FIELDS (the caller checks the level first).
+    `path_is_route`: the path is a route's own, fixed in the code, so it holds no secret."""
+    path = fields["path"]
+    if not path_is_route:
+        fields["path"] = path = scrub(path)
     handler = _handler
     if (
         handler.__class__ is _Stderr
@@ -198,11 +201,6 @@ class RequestIdFilter(logging.Filter):
 
 
 _IN_MESSAGE = frozenset({"method", "path", "status"})  # an access record's message says these
-
-
-def _text_value(value: Any) -> str:
-    text = str(value)
-    return f'"{text}"' if not text or " " in text else text
 
 
 # Every character a terminal or a log shipper may take for a line's end or a control sequence:
@@ -266,11 +264,14 @@ class TextFormatter(logging.Formatter):
 
 def _text_fields(access: dict[str, Any]) -> str:
     # Escaped with the line they go on (`format` escapes its head, `access_line` its line).
-    return " ".join(
-        f"{name}={_text_value(value)}"
-        for name, value in access.items()
-        if value is not None and value is not False and name not in _IN_MESSAGE
-    )
+    # A value that is empty or holds a space is quoted.
+    parts = []
+    for name, value in access.items():
+        if value is None or value is False or name in _IN_MESSAGE:
+            continue
+        text = str(value)
+        parts.append(f'{name}="{text}"' if not text or " " in text else f"{name}={text}")
+    return " ".join(parts)
 
 
 _second: tuple[int, str] = (0, "")

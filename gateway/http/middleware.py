@@ -161,7 +161,7 @@ async def errors_and_ids(request: web.Request, handler: Handler) -> web.StreamRe
     finally:
         metrics.IN_FLIGHT.dec()
     metrics.REQUESTS.labels(route, str(response.status)).inc()
-    _access(request, gateway, notes, started, response, error_code)
+    _access(request, gateway, notes, started, response, error_code, route=route)
     return response
 
 
@@ -174,6 +174,7 @@ def _access(
     error_code: str | None,
     *,
     interrupted: bool = False,
+    route: str | None = None,
 ) -> None:
     """The request's access record (gateway.logs), when `logging.access_log` is on."""
     if gateway is not None and not gateway.config.logging.access_log:
@@ -212,6 +213,8 @@ def _access(
             "interrupted": interrupted,
             "error": error_code or notes.get("error"),
         },
+        # A path that is its route's own (no parameter in it) is the code's, not the client's.
+        path_is_route=route == request.path,
     )
 
 
