@@ -167,6 +167,35 @@ def checked_counts(usage: dict[str, Any]) -> CheckedCounts:
     - Reasoning is output, inside `completion_tokens` as OpenAI counts it; a provider that counts
       it beside them (reasoning more than the completion, or a total that adds it) has it added.
     """
+    if _CACHE_FIELDS.isdisjoint(usage):
+        prompt_details = _details(usage, "prompt_tokens_details")
+        if _CACHE_DETAILS.isdisjoint(prompt_details):
+            # The usual report (OpenAI's own shape, no cache writes): the same counts, read
+            # without the fields that cannot be there.
+            prompt = _count(usage.get("prompt_tokens"))
+            completion = _count(usage.get("completion_tokens"))
+            reasoning = _count(_details(usage, "completion_tokens_details").get("reasoning_tokens"))
+            cached = _count(prompt_details.get("cached_tokens"))
+            total = _count(usage.get("total_tokens"))
+            if min(prompt, completion, reasoning, cached, total) >= 0:
+                if reasoning and (
+                    reasoning > completion or total == prompt + completion + reasoning
+                ):
+                    completion += reasoning
+                counts = ProviderCounts(max(prompt, cached), completion, reasoning, cached, 0, 0)
+                return CheckedCounts(counts, (), False, False)
+    return _checked_counts(usage)
+
+
+# What only a report with cache reads in Anthropic's names, or cache writes, has.
+_CACHE_FIELDS = frozenset(
+    ("provider_usage", "cache_read_input_tokens", "cache_creation_input_tokens", "cache_creation")
+)
+_CACHE_DETAILS = frozenset(("cache_creation_tokens", "cache_creation_token_details"))
+
+
+def _checked_counts(usage: dict[str, Any]) -> CheckedCounts:
+    """`checked_counts` of any report."""
     prompt_details = _details(usage, "prompt_tokens_details")
     provider = _details(usage, "provider_usage")
     raw = provider or usage
