@@ -326,7 +326,7 @@ class Relay:
         attempt.first_token_ms = (time.monotonic() - attempt.started) * 1000
         if events and isinstance(events[0], StreamFailure):
             raise UpstreamStreamError(events[0].message, upstream=events[0].upstream)
-        if not any(isinstance(e, Finish) for e in events):
+        if Finish not in map(type, events):
             raise UpstreamIncompleteStream("the upstream answer has no finish_reason")
         if deployment.provider.wire != self.dialect.wire:
             self.turn.response_id = self.renderer.response_id

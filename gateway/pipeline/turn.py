@@ -275,13 +275,13 @@ def recorded_headers(request: web.Request, session_headers: tuple[str, ...]) -> 
 # What a client written for LiteLLM's proxy sends beside the request, for the proxy alone: a
 # strict provider refuses them (OpenAI's `metadata` takes strings only, LiteLLM's `tags` are a
 # list). Recorded with the turn; never sent upstream.
-_LITELLM_FIELDS = ("litellm_session_id", "litellm_trace_id", "litellm_metadata", "tags")
+_LITELLM_FIELDS = frozenset(("litellm_session_id", "litellm_trace_id", "litellm_metadata", "tags"))
 
 
 def _without_litellm_fields(body: dict[str, Any]) -> dict[str, Any]:
     metadata = body.get("metadata")
     tagged = isinstance(metadata, dict) and "tags" in metadata
-    if not tagged and not any(name in body for name in _LITELLM_FIELDS):
+    if not tagged and _LITELLM_FIELDS.isdisjoint(body):
         return body  # the usual request: nothing to take out
     body = {k: v for k, v in body.items() if k not in _LITELLM_FIELDS}
     if tagged:

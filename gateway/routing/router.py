@@ -364,6 +364,12 @@ class Router:
 
     def plan(self, alias: Alias, body: dict[str, Any]) -> list[Deployment]:
         """Every deployment worth trying, best first."""
+        if not alias.config.fallbacks and len(alias.deployments) == 1:
+            # Tried whatever its health, as the only one: asking moves one that has cooled
+            # down to half-open, so that this request is its probe.
+            only = alias.deployments[0]
+            only.health.available()
+            return [only]
         ordered: list[Deployment] = []
         seen: set[str] = set()
         groups = [alias]
