@@ -493,6 +493,19 @@ def paths() -> dict[str, dict[str, Operation]]:
                 ],
             )
         },
+        "/v1/usage/latency": {
+            "get": op(
+                "Time to first token and duration percentiles (p50, p95, p99), grouped",
+                _ok(listing),
+                (*_AUTH, 400),
+                params=[
+                    query("group_by", {"enum": ["team", "key", "user", "model", "deployment"]}),
+                    query("from", _TIME),
+                    query("to", _TIME),
+                    query("team_id", {"type": "string"}, "The master key's filter"),
+                ],
+            )
+        },
         "/v1/usage/requests": {
             "get": op(
                 "Every usage record of a range, for a bill (CSV or JSON Lines, streamed)",

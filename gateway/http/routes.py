@@ -98,6 +98,7 @@ def add_routes(app: web.Application) -> None:
     app.router.add_get("/v1/models/{id:.+}", system.model)
     app.router.add_get("/v1/me", ui.me)
     app.router.add_get("/v1/usage", usage.usage)
+    app.router.add_get("/v1/usage/latency", usage.latency)
     app.router.add_get("/v1/usage/requests", usage.requests)
     app.router.add_get("/v1/requests", request_log.list_)
     app.router.add_post("/v1/conversations", conversations.create)

@@ -1,19 +1,35 @@
 """GET /v1/usage: usage grouped by team, key, user, model, deployment or a metadata tag, per hour
-or day. GET /v1/usage/requests: every usage record of a range, for a bill, as CSV or JSON Lines."""
+or day. GET /v1/usage/latency: time to first token and duration percentiles by group.
+GET /v1/usage/requests: every usage record of a range, for a bill, as CSV or JSON Lines."""
 
 from __future__ import annotations
 
+import re
 import time
+from datetime import UTC, datetime
 
 from aiohttp import web
 
 from gateway.context import GATEWAY
-from gateway.errors import InvalidRequest
+from gateway.errors import InvalidRequest, ServiceUnavailable
 from gateway.http.auth import PRINCIPAL
 from gateway.metering import usage_export
-from gateway.metering.reports import GRANULARITY, GROUPS, TAG_KEY, TAG_PREFIX, parse_time, to_csv
+from gateway.metering.reports import (
+    GRANULARITY,
+    GROUPS,
+    TAG_KEY,
+    TAG_PREFIX,
+    Name,
+    Names,
+    parse_time,
+    to_csv,
+)
+from gateway.storage.db import ReadTimeout
 
 _MONTH = 31 * 86400
+# Percentiles sort every attempt of the range: a long range at scale may take seconds, so
+# they are read beside the writer, and stopped past this.
+_LATENCY_TIMEOUT_S = 15.0
 
 
 async def usage(request: web.Request) -> web.StreamResponse:
@@ -35,7 +51,12 @@ async def usage(request: web.Request) -> web.StreamResponse:
         group_by=group_by, start=start, end=end, granularity=granularity, team_id=team
     )
     if query.get("format") == "csv":
-        return web.Response(text=to_csv(rows), content_type="text/csv")
+        names, every = await _names(request, group_by, team)
+        return web.Response(
+            text=to_csv(rows, names, every),
+            content_type="text/csv",
+            headers={"Content-Disposition": _attachment(f"usage-by-{group_by}", start, end, "csv")},
+        )
     return web.json_response(
         {
             "object": "list",
@@ -45,6 +66,28 @@ async def usage(request: web.Request) -> web.StreamResponse:
             "to": end,
             "data": rows,
         }
+    )
+
+
+async def latency(request: web.Request) -> web.StreamResponse:
+    """Time to first token and duration percentiles of the attempts of a range, by group."""
+    group_by = request.query.get("group_by", "model")
+    if group_by not in GROUPS:
+        raise InvalidRequest(f"'group_by' must be one of {', '.join(GROUPS)}.", param="group_by")
+    start, end = _range(request)
+    team = _team(request)
+    try:
+        rows = await request.app[GATEWAY].usage.latency(
+            group_by=group_by, start=start, end=end, team_id=team, timeout_s=_LATENCY_TIMEOUT_S
+        )
+    except ReadTimeout:
+        raise ServiceUnavailable(
+            f"The percentiles took longer than {_LATENCY_TIMEOUT_S:g} s and were stopped:"
+            " ask for a shorter range, or one team's.",
+            code="report_timeout",
+        ) from None
+    return web.json_response(
+        {"object": "list", "group_by": group_by, "from": start, "to": end, "data": rows}
     )
 
 
@@ -63,7 +106,7 @@ async def requests(request: web.Request) -> web.StreamResponse:
     response = web.StreamResponse(
         headers={
             "Content-Type": "text/csv; charset=utf-8" if kind == "csv" else "application/jsonl",
-            "Content-Disposition": f'attachment; filename="usage.{kind}"',
+            "Content-Disposition": _attachment("usage-requests", start, end, kind),
         }
     )
     await response.prepare(request)
@@ -94,3 +137,34 @@ def _team(request: web.Request) -> str | None:
     """A team key reads its own team's usage only; the admin reads all, or one team."""
     principal = request[PRINCIPAL]
     return principal.team_id if not principal.is_admin else request.query.get("team_id")
+
+
+async def _names(request: web.Request, group_by: str, team: str | None) -> tuple[Names, Name]:
+    """Each group's name and team, for the CSV: a team's or a key's name, and a key's team;
+    and the team of every group when the report is of one team."""
+    keys = request.app[GATEWAY].keys
+    teams = {t.id: t.name for t in await keys.teams()}
+    every: Name = (None, team, teams.get(team)) if team is not None else (None, None, None)
+    if group_by == "team":
+        return {i: (name, i, name) for i, name in teams.items()}, every
+    if group_by == "key":
+        named: Names = {
+            k.id: (k.name, k.team_id, teams.get(k.team_id)) for k in await keys.keys(team)
+        }
+        return named, every
+    return {}, every
+
+
+def _attachment(name: str, start: float, end: float, extension: str) -> str:
+    """A download's file name that says its range: `<name>-<from>_<to>.<extension>`, whole
+    UTC days as dates (the last day in it, as a date picker says it), else minutes."""
+    days = start % 86400 == 0 and end % 86400 == 0
+    first = _moment(start, days)
+    last = _moment(end - 86400 if days else end, days)
+    safe = re.sub(r"[^A-Za-z0-9._-]", "-", name)
+    return f'attachment; filename="{safe}-{first}_{last}.{extension}"'
+
+
+def _moment(seconds: float, day: bool) -> str:
+    moment = datetime.fromtimestamp(seconds, UTC)
+    return moment.strftime("%Y-%m-%d" if day else "%Y-%m-%dT%H%MZ")

@@ -135,6 +135,20 @@ class UsageStore:
 
         return await self._in_snapshot(days)
 
+    async def latency(
+        self, *, group_by: str, start: float, end: float, team_id: str | None, timeout_s: float
+    ) -> list[dict[str, Any]]:
+        """Time to first token and duration percentiles of the attempts in [start, end), per
+        group (`GROUPS`): a long read, out of the writer's way (`ReadTimeout` past
+        `timeout_s`)."""
+        sql, times = latency_sql(GROUPS[group_by], team_id)
+        args = [start, end, *([team_id] if team_id is not None else [])] * times
+
+        async def op(db: Db) -> list[Row]:
+            return await db.fetch(sql, *args)
+
+        return latency_rows(await self._store.read(op, timeout_s))
+
     async def _tag_report(
         self, key: str, start: float, end: float, bucket: int, team_id: str | None
     ) -> list[dict[str, Any]]:
@@ -576,14 +590,36 @@ def _count_turn(
     record["unpriced_requests"] += sign * any(row[7] is None for row in attempts)
 
 
-def to_csv(rows: list[dict[str, Any]]) -> str:
-    """The rows as CSV, every text cell a spreadsheet would run as a formula (`=`, `+`, `-`,
-    `@`, a tab or a carriage return first: a key's name, a user) made inert with a `'` first,
-    as OWASP advises."""
+# The CSV's columns: the report's, with who each group is by name (`group_name`; a key's or
+# team's) and the team it belongs to (a key's team, or the team the report is of; empty for a
+# report of every team grouped by something teams share), after the group.
+CSV_COLUMNS = [*COLUMNS[:2], "group_name", "team_id", "team_name", *COLUMNS[2:]]
+# What the CSV's last row adds up; a rate is left to the spreadsheet.
+_TOTALLED = [name for name in COLUMNS if name not in ("period_start", "group")]
+Name = tuple[str | None, str | None, str | None]  # a group's name, its team's id and name
+Names = dict[Any, Name]
+
+
+def to_csv(
+    rows: list[dict[str, Any]], names: Names | None = None, every: Name = (None, None, None)
+) -> str:
+    """The rows as CSV, each with its group's name and team (`names`, by group; `every`
+    for a group not there, and the totals), then a row `total` of every count and the
+    cost; every text
+    cell a spreadsheet would run as a formula (`=`, `+`, `-`, `@`, a tab or a carriage return
+    first: a key's name, a user) made inert with a `'` first, as OWASP advises."""
+    names = names or {}
     buffer = io.StringIO()
-    writer = csv.DictWriter(buffer, fieldnames=COLUMNS)
+    writer = csv.DictWriter(buffer, fieldnames=CSV_COLUMNS)
     writer.writeheader()
-    writer.writerows({k: inert(v) for k, v in row.items()} for row in rows)
+    for row in rows:
+        group_name, team_id, team_name = names.get(row["group"], every)
+        named = row | {"group_name": group_name, "team_id": team_id, "team_name": team_name}
+        writer.writerow({k: inert(v) for k, v in named.items()})
+    total: dict[str, Any] = {name: sum(row[name] or 0 for row in rows) for name in _TOTALLED}
+    costs = [row["cost_usd"] for row in rows if row["cost_usd"] is not None]
+    total["cost_usd"] = round(sum(costs), 10) if costs else None
+    writer.writerow({"period_start": "total", "team_id": every[1], "team_name": every[2], **total})
     return buffer.getvalue()
 
 
@@ -612,3 +648,55 @@ def parse_time(value: str | None, default: float) -> float:
     if moment.tzinfo is None:
         moment = moment.replace(tzinfo=UTC)
     return moment.timestamp()
+
+
+# -- latency percentiles ----------------------------------------------------------------------
+
+PERCENTILES = (50, 95, 99)
+LATENCIES = ("ttft_ms", "duration_ms")
+
+
+def latency_sql(column: str, team_id: str | None) -> tuple[str, int]:
+    """Per group and latency: how many attempts measured it, its nearest-rank percentiles
+    (`PERCENTILES`: the smallest value at least that share of them reach, so always a value
+    some attempt had) and mean. Window functions, so both stores compute the same numbers;
+    the rank `ceil(p * n / 100)` in integer arithmetic, which both divide the same way. The
+    arguments: `[start, end]` (and the team) once for each latency, their number returned."""
+    team = " AND team_id = ?" if team_id is not None else ""
+    parts = [
+        f"SELECT CAST('{name}' AS TEXT) AS metric, {column} AS grp, {name} AS x,"
+        f" ROW_NUMBER() OVER (PARTITION BY {column} ORDER BY {name}) AS k,"
+        f" COUNT(*) OVER (PARTITION BY {column}) AS n FROM usage"
+        f" WHERE created_at >= ? AND created_at < ?{team} AND {name} IS NOT NULL"
+        for name in LATENCIES
+    ]
+    picks = ", ".join(f"MAX(CASE WHEN k = ({p} * n + 99) / 100 THEN x END)" for p in PERCENTILES)
+    sql = (
+        f"SELECT metric, grp, CAST(MAX(n) AS BIGINT), {picks}, AVG(x)"
+        f" FROM ({' UNION ALL '.join(parts)}) v GROUP BY metric, grp"
+    )
+    return sql, len(LATENCIES)
+
+
+def latency_rows(rows: list[Row]) -> list[dict[str, Any]]:
+    """The percentiles' rows as one record a group, ordered by group (none last)."""
+    by_group: dict[Any, dict[str, Any]] = {}
+    for metric, group, count, *values in rows:
+        record = by_group.setdefault(
+            group, {"group": group, **{name: _no_latency() for name in LATENCIES}}
+        )
+        *percentiles, mean = values
+        record[metric] = {
+            "count": int(count),
+            **{f"p{p}": _ms(v) for p, v in zip(PERCENTILES, percentiles, strict=True)},
+            "mean": _ms(mean),
+        }
+    return sorted(by_group.values(), key=lambda r: (r["group"] is None, str(r["group"])))
+
+
+def _no_latency() -> dict[str, Any]:
+    return {"count": 0, **{f"p{p}": None for p in PERCENTILES}, "mean": None}
+
+
+def _ms(value: Any) -> float | None:
+    return None if value is None else round(float(value), 3)

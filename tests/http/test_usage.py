@@ -193,6 +193,7 @@ async def test_usage_reports_group_and_stay_within_the_team(
     assert [(r["group"], r["requests"]) for r in body["data"]] == [("demo", 2)]
     _, text = await report(MASTER, "?group_by=key&format=csv")
     rows = list(csv.DictReader(io.StringIO(text)))
-    assert len(rows) == 2 and set(rows[0]) >= {"period_start", "group", "requests", "cost_usd"}
+    assert len(rows) == 3 and set(rows[0]) >= {"period_start", "group", "requests", "cost_usd"}
+    assert rows[-1]["period_start"] == "total"
     status_code, body = await report(MASTER, "?group_by=colour")
     assert status_code == 400 and body["error"]["param"] == "group_by"

@@ -248,7 +248,8 @@ async def walk_through(
         await page.get_by_test_id("usage-csv").click()
     download = await download_info.value
     csv = (await download.path()).read_text()
-    assert csv.startswith("period_start,group,requests") and ",m," in csv
+    assert csv.startswith("period_start,group,group_name,team_id,team_name,requests")
+    assert ",m," in csv and "\ntotal," in csv
     await page.get_by_test_id("usage-group-by").select_option("deployment")
     for name in ("a", "b"):
         bar = page.locator(f'svg.chart[data-chart="tokens"] rect.bar[data-group="{name}"]')
