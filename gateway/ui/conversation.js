@@ -1,5 +1,5 @@
-// The gateway's admin UI: one conversation, its chat or its trajectory, its branches, followed
-// live while a turn is in progress (an ES module of the page; no build step).
+// The gateway's admin UI: one conversation, its chat, its trajectory or its timeline, its
+// branches, followed live while a turn is in progress (an ES module of the page; no build step).
 
 import { clear, h } from './dom.js';
 import { adminKeyName, api, enc, isAdmin, names, ownTeamName, query, session } from './api.js';
@@ -9,6 +9,7 @@ import { ZONE, fmtTime, shortId } from './format.js';
 import { listLink } from './list.js';
 import { requestsOf } from './request.js';
 import { href, onLeave } from './router.js';
+import { timelineView } from './timeline.js';
 import { trajectoryView } from './trajectory.js';
 import { idCell, loading, metaItem, panel, statusBadge } from './widgets.js';
 
@@ -29,7 +30,7 @@ function groupTurns(events) {
 }
 
 export async function conversationPage(root, id, params) {
-  const view = params.get('view') === 'trajectory' ? 'trajectory' : 'chat';
+  const view = ['trajectory', 'timeline'].includes(params.get('view')) ? params.get('view') : 'chat';
   root.append(loading());
   const [events, info, branches, usage, retrieved, known] = await Promise.all([
     api(`/v1/conversations/${enc(id)}/events`),
@@ -49,7 +50,7 @@ export async function conversationPage(root, id, params) {
   const ambiguous = events.data.find((e) => e.type === 'conversation/note' && e.payload.note === 'thread_ambiguous');
 
   const tabs = h('div', { class: 'tabs', role: 'tablist' },
-    [['chat', 'Chat'], ['trajectory', 'Trajectory']].map(([name, label]) =>
+    [['chat', 'Chat'], ['trajectory', 'Trajectory'], ['timeline', 'Timeline']].map(([name, label]) =>
       h('a', { href: href(`/conversations/${enc(id)}`, name === 'chat' ? {} : { view: name }), role: 'tab', class: view === name ? 'tab active' : 'tab', 'aria-selected': view === name ? 'true' : 'false', 'data-testid': `tab-${name}` }, label)));
   const meta = h('dl', { class: 'meta' },
     metaItem('Status', statusBadge(conversation.status)),
@@ -72,7 +73,8 @@ export async function conversationPage(root, id, params) {
   const side = h('aside', { class: 'conv-side' }, branchesPanel(conversation, branches.data));
   root.append(h('div', { class: 'conv-layout' }, body, side));
   if (view === 'chat') chatView(body, id, turns, branches.data, lastAlias, requestsOf(events, retrieved));
-  else trajectoryView(body, id, turns, usageById);
+  else if (view === 'trajectory') trajectoryView(body, id, turns, usageById);
+  else timelineView(body, id, turns, usageById);
   if (turns.some((t) => t.conversation_id === id && !t.end)) liveRefresh(root, id, events.data.length);
 }
 

@@ -6,7 +6,7 @@ import { fmtInt, fmtMs, fmtTime, fmtUsd, shortId } from './format.js';
 import { onLeave } from './router.js';
 import { badge, icon, metaItem, statusBadge, turnBadge } from './widgets.js';
 
-function attemptsOf(turn, usageById) {
+export function attemptsOf(turn, usageById) {
   const attempts = new Map();
   const get = (number) => {
     if (!attempts.has(number)) attempts.set(number, { number, events: [] });
@@ -69,7 +69,7 @@ export function trajectoryView(root, conversationId, turns, usageById) {
   root.append(list);
 }
 
-function attemptTiming(attempt) {
+export function attemptTiming(attempt) {
   // Wall-clock end: when the event recording the attempt was written; start: end - duration.
   const span = streamSpan(attempt.stream);
   const duration = attempt.usage?.duration_ms ?? span.last;

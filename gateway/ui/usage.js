@@ -5,7 +5,7 @@ import { clear, h } from './dom.js';
 import { api, errorOf, isAdmin, names, ownTeamName, query, request, session } from './api.js';
 import { budgetsPanel, ownBudgetPanel } from './budgets.js';
 import { meter, stackedBars } from './charts.js';
-import { fmtCompact, fmtInt, fmtPct, fmtUsd, pad, plural, shortId, utcDay } from './format.js';
+import { fmtCompact, fmtInt, fmtMs, fmtPct, fmtUsd, pad, plural, shortId, utcDay } from './format.js';
 import { applySoon, go } from './router.js';
 import { errorBox, field, loading, pageHeader, panel, select, stat, table } from './widgets.js';
 
@@ -65,8 +65,10 @@ export async function usagePage(root, params) {
     field('Granularity', select('granularity', [['hour', 'Hour'], ['day', 'Day']], granularity)),
     isAdmin() ? field('Team', select('team_id', [['', 'All teams'], ...teams.map((t) => [t.id, `${t.name} (${t.id})`])], team)) : null),
   h('div', { class: 'filter-actions' },
-    h('button', { class: 'btn btn-small', type: 'button', 'data-testid': 'usage-csv', onclick: (event) => downloadCsv(event.currentTarget, usageQuery) }, 'Export CSV'),
-    h('span', { class: 'field-hint', text: 'The same filters as GET /v1/usage.' })));
+    h('button', { class: 'btn btn-small', type: 'button', 'data-testid': 'usage-csv', onclick: (event) => download(event.currentTarget, '/v1/usage' + query({ ...usageQuery, format: 'csv' })) }, 'Export CSV'),
+    h('button', { class: 'btn btn-small', type: 'button', 'data-testid': 'requests-csv', onclick: (event) => download(event.currentTarget, '/v1/usage/requests' + query({ from, to, team_id: team, format: 'csv' })) }, 'Export requests (CSV)'),
+    h('button', { class: 'btn btn-small btn-ghost', type: 'button', 'data-testid': 'requests-jsonl', onclick: (event) => download(event.currentTarget, '/v1/usage/requests' + query({ from, to, team_id: team, format: 'jsonl' })) }, 'Requests (JSON Lines)'),
+    h('span', { class: 'field-hint', text: 'The report as shown (GET /v1/usage), or every request of the range one by one with its tokens, cost and prices (GET /v1/usage/requests).' })));
   form.addEventListener('change', (event) => applySoon(() => {
     const data = Object.fromEntries(new FormData(form).entries());
     if (event.target.name === 'range') {
@@ -85,7 +87,11 @@ export async function usagePage(root, params) {
   const body = h('div', {}, loading());
   root.append(panel(null, form), body);
 
-  const report = await api('/v1/usage' + query(usageQuery));
+  const latencyGroup = ['model', 'deployment', 'team', 'key', 'user'].includes(groupBy) ? groupBy : 'model';
+  const [report, latency] = await Promise.all([
+    api('/v1/usage' + query(usageQuery)),
+    api('/v1/usage/latency' + query({ group_by: latencyGroup, from, to, team_id: team })).catch((error) => error),
+  ]);
   const rows = report.data;
   clear(body);
   const COUNTS = ['requests', 'attempts', 'failed_attempts', 'interrupted', 'errors', 'unpriced_requests'];
@@ -180,18 +186,37 @@ export async function usagePage(root, params) {
       { label: 'Failed attempts', num: true, cell: (g) => h('span', { class: g.failed_attempts ? 'text-bad' : null, 'data-testid': 'rate-failed-attempts', text: `${fmtInt(g.failed_attempts)} (${fmtPct(g.failed_attempts, g.attempts)})` }) },
       { label: 'Delivered', num: true, cell: (g) => fmtPct(g.delivered, g.completion) },
     ], ranked.map((g) => ({ ...g, attrs: { 'data-group': g.group } })), 'No usage in this range.'),
-    h('p', { class: 'field-hint', text: 'Requests are turns, counted once in the group of their last attempt: errors are requests that failed, interrupted those cut short by their client. Attempts count every upstream call (a retry or fallback is one more); failed attempts include those a fallback then recovered. Delivered is the share of generated tokens that reached the client.' }))));
+    h('p', { class: 'field-hint', text: 'Requests are turns, counted once in the group of their last attempt: errors are requests that failed, interrupted those cut short by their client. Attempts count every upstream call (a retry or fallback is one more); failed attempts include those a fallback then recovered. Delivered is the share of generated tokens that reached the client.' })),
+    latencyPanel(latency, latencyGroup, nameOf)));
   if (isAdmin()) body.append(await budgetsPanel(teams, team));
   else if (session.me.kind === 'key') body.append(await ownBudgetPanel(session.me));
 }
 
-async function downloadCsv(button, params) {
+function latencyPanel(latency, groupBy, nameOf) {
+  // Time to first token and duration percentiles of the range's attempts, by the same grouping.
+  const title = `Latency by ${groupBy} (every attempt)`;
+  if (latency instanceof Error) return panel(title, errorBox(latency));
+  const cell = (field, p) => (g) => h('span', { 'data-col': `${field.replace('_ms', '')}-${p}`, text: fmtMs(g[field][p]) });
+  const rows = [...latency.data].sort((a, b) => b.duration_ms.count - a.duration_ms.count)
+    .map((g) => ({ ...g, attrs: { 'data-group': g.group ?? '(none)' } }));
+  return panel(title, h('div', { 'data-testid': 'latency' }, table([
+    { label: groupBy[0].toUpperCase() + groupBy.slice(1), cell: (g) => h('span', { class: 'clip', title: nameOf(g.group ?? '(none)'), text: nameOf(g.group ?? '(none)') }) },
+    { label: 'Attempts', num: true, cell: (g) => fmtInt(g.duration_ms.count) },
+    ...['p50', 'p95', 'p99'].map((p) => ({ label: `TTFT ${p}`, num: true, cell: cell('ttft_ms', p) })),
+    ...['p50', 'p95', 'p99'].map((p) => ({ label: `Duration ${p}`, num: true, cell: cell('duration_ms', p) })),
+  ], rows, 'No attempts in this range.')),
+  h('p', { class: 'field-hint', text: 'Percentiles by nearest rank over the attempts that measured them (GET /v1/usage/latency): TTFT is the time to the first token, duration the whole attempt; a retry or fallback counts once per attempt, in its own group.' }));
+}
+
+async function download(button, path) {
+  // The gateway names the file, with its range (Content-Disposition).
   button.disabled = true;
   try {
-    const response = await request('/v1/usage' + query({ ...params, format: 'csv' }), { headers: { Accept: 'text/csv' } });
+    const response = await request(path, { headers: { Accept: path.includes('jsonl') ? 'application/jsonl' : 'text/csv' } });
     if (!response.ok) throw await errorOf(response);
+    const named = /filename="([^"]+)"/.exec(response.headers.get('Content-Disposition') || '');
     const url = URL.createObjectURL(await response.blob());
-    const link = h('a', { href: url, download: `usage-${params.group_by}-${params.granularity}.csv` });
+    const link = h('a', { href: url, download: named ? named[1] : 'usage.csv' });
     document.body.append(link);
     link.click();
     link.remove();

@@ -177,6 +177,7 @@ async def test_every_view_has_no_serious_accessibility_finding(
         "list": ("#/conversations", "[data-page=conversations] tr[data-conversation-id]"),
         "chat": (f"#/conversations/{conversation_id}", "[data-testid=fallback-note]"),
         "trajectory": (f"#/conversations/{conversation_id}?view=trajectory", ".page .panel"),
+        "timeline": (f"#/conversations/{conversation_id}?view=timeline", ".tl-attempt"),
         "calls": ("#/requests", "[data-page=requests] .panel"),
         "usage": ("#/usage", "[data-page=usage] .panel"),
         "keys": ("#/keys", "tr[data-key-id]"),
