@@ -14,6 +14,7 @@ from gateway.conversations.events import TURN_END, Conversation, Event, new_id
 from gateway.conversations.history import HISTORY_ROLES, match_history
 from gateway.conversations.path import history_path
 from gateway.conversations.recorder import TurnRecorder
+from gateway.conversations.reshaped import dspy_view
 from gateway.conversations.threading import (
     fingerprint,
     history_keys,
@@ -62,6 +63,9 @@ class _Threaded:
     keys: list[tuple[Any, ...]] | None = None
     # The conversations the history matches when it cannot tell which one it continues.
     ambiguous: list[str] | None = None
+    # The request is a fresh prompt holding its history (reshaped.py): the fingerprint of
+    # that history, which the conversation's last turn must have ended with.
+    reshaped: str | None = None
 
 
 def _check_id(requested_id: str, where: str = "X-Conversation-Id") -> None:
@@ -213,6 +217,11 @@ class Conversations:
                 if threaded.ambiguous:
                     note = {"note": "thread_ambiguous", "candidates": threaded.ambiguous}
                 return Joined(*new, history, prior_keys=keys, keyed=messages, note=note)
+            if threaded.reshaped is not None:
+                if await self._at_end(existing.id, threaded):
+                    return Joined(existing.id, None, history, prior_keys=keys, keyed=messages)
+                new = self._new(new_id("conv"), principal)
+                return Joined(*new, history, prior_keys=keys, keyed=messages)
             if threaded.continued is not None and not restore_thinking:
                 continues = history[threaded.continued :]
                 return Joined(existing.id, None, continues, prior_keys=keys, keyed=messages)
@@ -296,10 +305,13 @@ class Conversations:
         the wrong one would put one user's turn in another's conversation."""
         if self.threading != "auto":
             return _Threaded()
+        view = dspy_view(messages)
+        if view is not None:
+            messages = view  # a fresh prompt: the history it holds (reshaped.py)
         prior = prior_history(messages)
         # A client that dropped an interrupted answer sends the history that turn began with
         # and a new message: looked up in the same read (history repair, threading.py).
-        began = repair_history(messages) if self.repair_interrupted else None
+        began = repair_history(messages) if self.repair_interrupted and view is None else None
         if not prior and not began:
             return _Threaded()
         keys = history_keys(prior)
@@ -336,7 +348,21 @@ class Conversations:
         continued = None
         if history_print is not None and self.store.ends_at(conversation.id, history_print):
             continued = len(prior)
-        return _Threaded(conversation, continued, keys)
+        reshaped = history_print if view is not None else None
+        return _Threaded(conversation, continued, keys, reshaped=reshaped)
+
+    async def _at_end(self, conversation_id: str, threaded: _Threaded) -> bool:
+        """Whether a fresh prompt's history is where the conversation is now: its last turn
+        ended with it and nothing runs in it. Its prompt shares no message with the stored
+        ones, so it cannot be compared with them: it continues the conversation there, or
+        starts one of its own (a step taken again, or taken twice at once)."""
+        if self.store.open_turns(conversation_id):
+            return False
+        if threaded.continued is not None:
+            return True
+        ends = await self.store.last_fingerprints([conversation_id])
+        end = ends.get(conversation_id)
+        return end is not None and end[0] == threaded.reshaped
 
     async def open(self, requested_id: str, principal: Principal) -> tuple[Joined, list[Event]]:
         """A conversation named by `X-Conversation-Id` for a client that keeps no history (the

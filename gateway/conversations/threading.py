@@ -28,6 +28,7 @@ from typing import Any
 import orjson
 
 from gateway.conversations.history import HISTORY_ROLES, message_key, text_of
+from gateway.conversations.reshaped import dspy_answer, dspy_view
 
 _INSTRUCTION_ROLES = frozenset({"system", "developer"})
 
@@ -122,6 +123,9 @@ def end_fingerprint(
     """The fingerprint of the history after a turn: its request's history and its answer.
     `prior_keys`: the canonical forms of the first messages of that history, made when the
     request was threaded (the rest are made here)."""
+    view = dspy_view(prompt)
+    if view is not None:  # a fresh prompt holding its history (reshaped.py)
+        prompt, answer = view, dspy_answer(answer)
     history = [m for m in prompt if m.get("role") in HISTORY_ROLES]
     done = prior_keys or []
     keys = [*done, *history_keys(history[len(done) :]), message_key(answer)]
@@ -137,6 +141,7 @@ def start_fingerprint(
 ) -> str:
     """The fingerprint of the history a turn began with (its request's), as `repair_history`
     finds it for a request that dropped the turn's answer."""
+    prompt = dspy_view(prompt) or prompt
     history = [m for m in prompt if m.get("role") in HISTORY_ROLES]
     done = prior_keys or []
     keys = [*done, *history_keys(history[len(done) :])]

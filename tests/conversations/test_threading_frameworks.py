@@ -6,7 +6,8 @@ from __future__ import annotations
 from typing import Any
 
 from gateway.conversations.history import message_key
-from gateway.conversations.threading import fingerprint
+from gateway.conversations.reshaped import dspy_view
+from gateway.conversations.threading import end_fingerprint, fingerprint, prior_history
 
 
 def native(*calls: tuple[str, str, str]) -> dict[str, Any]:
@@ -70,3 +71,43 @@ def test_merged_tool_steps_have_the_steps_fingerprint() -> None:
     short = [user, native(PARIS, LONDON), results[0], text("Done.")]
     unmerged = [user, native(PARIS), results[0], native(LONDON), text("Done.")]
     assert fingerprint("key", None, short, short) != fingerprint("key", None, unmerged, unmerged)
+
+
+SIGNATURE = "Your input fields are:\n1. `question` (str): \n2. `trajectory` (str):\nYour output"
+
+
+def dspy_prompt(trajectory: str, question: str = "Paris?") -> list[dict[str, Any]]:
+    user = f"[[ ## question ## ]]\n{question}\n\n[[ ## trajectory ## ]]\n{trajectory}"
+    return [
+        {"role": "system", "content": SIGNATURE},
+        {"role": "user", "content": f"{user}\n\nRespond with the corresponding output fields."},
+    ]
+
+
+def test_a_dspy_step_continues_the_step_before() -> None:
+    first = dspy_prompt("")
+    answer = text(
+        "[[ ## next_thought ## ]]\nLook it up.\n\n[[ ## next_tool_name ## ]]\nget_weather"
+        '\n\n[[ ## next_tool_args ## ]]\n{"city":"Paris"}\n\n[[ ## completed ## ]]'
+    )
+    entry = (
+        "[[ ## thought_0 ## ]]\nLook it up.\n\n[[ ## tool_name_0 ## ]]\nget_weather\n\n"
+        '[[ ## tool_args_0 ## ]]\n{"city": "Paris"}\n\n[[ ## observation_0 ## ]]\nSunny'
+    )
+    view = dspy_view(dspy_prompt(entry))
+    assert view is not None and [m["role"] for m in view] == [
+        *["system", "user", "assistant", "user"]
+    ]
+    after_first = end_fingerprint("key", None, first, answer)
+    assert fingerprint("key", None, view, prior_history(view)) == after_first
+    # Another question, another action, or another user's: another history.
+    for other in (
+        dspy_view(dspy_prompt(entry, question="London?")),
+        dspy_view(dspy_prompt(entry.replace("Paris", "Lyon"))),
+    ):
+        assert other is not None
+        assert fingerprint("key", None, other, prior_history(other)) != after_first
+    assert fingerprint("key", "ann", view, prior_history(view)) != after_first
+    # Not DSPy's shape: no view.
+    assert dspy_view([{"role": "user", "content": "[[ ## trajectory ## ]]\n"}]) is None
+    assert dspy_view(dspy_prompt(entry.replace("thought_0", "thought_1"))) is None
