@@ -151,7 +151,8 @@ async def test_redis_down_keeps_cooldowns_local(
 ) -> None:
     errors = poll_errors()
     with caplog.at_level(logging.WARNING, logger="gateway.routing.cooldowns"):
-        one = await replica(url=f"redis://127.0.0.1:{unused_tcp_port}/0")
+        # A cooldown that outlasts the polls waited for, however slow the machine.
+        one = await replica(url=f"redis://127.0.0.1:{unused_tcp_port}/0", cooldown_s=60.0)
         one.health(A).failed("http_500")
         one.health(A).failed("http_500")
         assert one.plan() == [B]
