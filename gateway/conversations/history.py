@@ -73,8 +73,8 @@ def _literal(text: str) -> Any:
 
 
 def _text_calls(text: str) -> tuple[Any, ...] | None:
-    """The tool calls smolagents wrote as text, as `message_key` keys native ones; None for
-    any other text."""
+    """The tool calls smolagents wrote as text ("Calling tools:\n[...]"), as `message_key`
+    keys native ones; None for any other text."""
     calls = _literal(text[len(_SMOLAGENTS_CALLS) - 1 :])
     if not isinstance(calls, list) or not calls:
         return None
@@ -116,9 +116,12 @@ def message_key(message: dict[str, Any]) -> tuple[Any, ...]:
             if isinstance(call, dict)
         )
         text = text_of(message.get("content"))
-        if not calls and text.startswith(_SMOLAGENTS_CALLS):
-            calls = _text_calls(text) or ()
-            text = "" if calls else text
+        if not calls and text.endswith("]"):
+            # smolagents writes the model's text, if any, and its calls as one message.
+            at = text.rfind(_SMOLAGENTS_CALLS)
+            if at == 0 or (at > 0 and text[at - 1] == "\n"):
+                calls = _text_calls(text[at:]) or ()
+                text = text[:at].strip() if calls else text
         elif text.startswith("Thought: "):
             text = _react_text(text)
         if len(calls) > 1:

@@ -38,6 +38,10 @@ def test_smolagents_calls_as_text_are_the_calls() -> None:
         " 'function', 'function': {'name': 'get_weather', 'arguments': '{\"city\": \"Paris\"}'}}]"
     )
     assert message_key(text(both)) == message_key(native(PARIS, LONDON))
+    # The model's text with its calls: smolagents sends both in one message.
+    said = {**native(PARIS), "content": "Let me look."}
+    assert message_key(text(f"Let me look.\n{sent}")) == message_key(said)
+    assert message_key(text(f"Let me look.{sent}")) != message_key(said)
     # Another argument, id or call is another message; text that only looks alike is text.
     assert message_key(text(sent.replace("Paris", "Lyon"))) != message_key(native(PARIS))
     assert message_key(text(sent.replace("call_1", "call_9"))) != message_key(native(PARIS))

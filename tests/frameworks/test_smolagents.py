@@ -37,9 +37,10 @@ def get_time(city: str) -> str:
 
 
 def queue_run(upstream: FakeUpstream, rounds: list[list[Call]], answer: str, final: str) -> None:
-    """The tool rounds, then smolagents' own way to end a run: a `final_answer` call."""
-    for calls in rounds:
-        upstream.push(reply(calls=calls))
+    """The tool rounds (the model says something with the first), then smolagents' own way
+    to end a run: a `final_answer` call."""
+    for n, calls in enumerate(rounds):
+        upstream.push(reply("" if n else "Let me look.", calls=calls))
     upstream.push(reply(calls=[Call(final, "final_answer", {"answer": answer})]))
 
 
@@ -53,7 +54,8 @@ async def test_tool_loop_is_one_conversation(gw: GatewayUnderTest, upstream: Fak
     # Each step sent the earlier calls back as text, their results as "Observation:" messages.
     last = upstream.requests[len(story.ROUNDS)]["messages"]
     assert [m["role"] for m in last] == ["system", "user", *["assistant", "user"] * 3]
-    assert story.text_of(last[2]["content"]).startswith("Calling tools:\n[{'id': 'call_w_paris'")
+    said = "Let me look.\nCalling tools:\n[{'id': 'call_w_paris'"
+    assert story.text_of(last[2]["content"]).startswith(said)
     assert story.text_of(last[3]["content"]) == "Observation:\nParis: 21 C, sunny"
 
     [conversation_id] = await story.check_one_conversation_per_run(gw, [4])
@@ -64,7 +66,7 @@ async def test_tool_loop_is_one_conversation(gw: GatewayUnderTest, upstream: Fak
         *["assistant/message", "turn/end"],
     ]
     answers = [e["payload"] for e in events if e["type"] == "assistant/message"]
-    calls = [[(b["id"], b["name"]) for b in a["content"]] for a in answers]
+    calls = [[(b["id"], b["name"]) for b in a["content"] if "id" in b] for a in answers]
     assert calls == [[(c.id, c.name) for c in r] for r in story.ROUNDS] + [
         [("call_final", "final_answer")]
     ]
