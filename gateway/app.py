@@ -5,15 +5,16 @@ from __future__ import annotations
 import asyncio
 import logging
 import time
-from collections.abc import AsyncIterator
+from collections.abc import AsyncIterator, Callable
 
 from aiohttp import web
 
 from gateway import metrics
 from gateway.config import GatewayConfig
 from gateway.context import GATEWAY, Gateway
-from gateway.conversations.recovery import PeerWatch, recover_open_turns
+from gateway.conversations.recovery import recover_open_turns
 from gateway.conversations.service import Conversations
+from gateway.heartbeat import keep_alive
 from gateway.http.auth import authenticate
 from gateway.http.auth_failures import FAILED_KEYS, FailedKeys
 from gateway.http.conversations import CANCEL_BUS
@@ -33,7 +34,6 @@ from gateway.pipeline.checkpoints import Checkpoints
 from gateway.reload import COOLDOWN_SYNC
 from gateway.routing.router import Router
 from gateway.storage.backends import instance_id, make_store
-from gateway.storage.db import StoreUnavailable
 from gateway.tracing import TRACING
 from gateway.tracing import start as start_tracing
 from gateway.upstream.pool import UpstreamPool
@@ -104,22 +104,68 @@ def create_app(config: GatewayConfig, *, instance: str | None = None) -> web.App
         app[CANCEL_BUS] = CancelBus(config.limits.redis_url, config.limits.redis_prefix, gateway)
     if (tracing := start_tracing(config.tracing)) is not None:  # tracing.otlp_endpoint is set
         app[TRACING] = tracing
-    app.cleanup_ctx.append(_resources)
+    app.cleanup_ctx.extend(_cleanup_contexts())
     app.on_response_prepare.append(add_request_id)
     add_routes(app)
     return app
 
 
-async def _resources(app: web.Application) -> AsyncIterator[None]:
+# One cleanup context per resource, in the order they start: aiohttp closes those that started,
+# in reverse, whether the app stops or a later one fails to start.
+def _cleanup_contexts() -> list[Callable[[web.Application], AsyncIterator[None]]]:
+    return [
+        _tracing,
+        _limits,
+        _store,
+        _upstreams,
+        _recovery_and_heartbeat,
+        _checkpoints,
+        _shared_through_redis,
+        _tokenizer,
+        _background,
+    ]
+
+
+async def _tracing(app: web.Application) -> AsyncIterator[None]:
+    yield
+    if (tracing := app.get(TRACING)) is not None:
+        await tracing.close()  # every turn has ended: their spans are exported now
+
+
+async def _limits(app: web.Application) -> AsyncIterator[None]:
+    yield
+    limiter = app[GATEWAY].limiter
+    await limiter.close()  # the limits' settles still under way
+    if limiter.watch is not None:
+        await limiter.watch.close()  # budget notices still being told
+
+
+async def _store(app: web.Application) -> AsyncIterator[None]:
+    store = app[GATEWAY].store
+    await store.start()
+    yield
+    await store.close()
+
+
+async def _upstreams(app: web.Application) -> AsyncIterator[None]:
     gateway = app[GATEWAY]
-    await gateway.store.start()
-    started = time.time()
     # One pool for every upstream: kept-alive connections, no per-request TLS handshakes.
     # (It reads SSL_CERT_FILE and SSL_CERT_DIR now, and the router's endpoints their proxies.)
-    gateway.upstreams = UpstreamPool()
-    gateway.router = Router(gateway.config, gateway.upstreams)
-    warn_unverified(gateway.router.deployments())  # once each, for `tls.verify: false`
-    gateway.meter = Meter(gateway.router.price_of, gateway.usage.write)
+    gateway.upstreams = upstreams = UpstreamPool()
+    try:
+        gateway.router = Router(gateway.config, upstreams)
+        warn_unverified(gateway.router.deployments())  # once each, for `tls.verify: false`
+        gateway.meter = Meter(gateway.router.price_of, gateway.usage.write)
+    except BaseException:
+        await upstreams.close()
+        raise
+    yield
+    await upstreams.close()
+
+
+async def _recovery_and_heartbeat(app: web.Application) -> AsyncIterator[None]:
+    gateway = app[GATEWAY]
+    started = time.time()
     if gateway.store.connected.is_set():
         await gateway.store.heartbeat(started)
         recovered = await recover_open_turns(gateway.store, gateway.meter, at_start=True)
@@ -130,74 +176,61 @@ async def _resources(app: web.Application) -> AsyncIterator[None]:
     else:
         # Started during a store outage (serving from the spool): this process's own turns
         # would be indistinguishable from its previous life's by then, so those are closed at
-        # its next start; other replicas' are swept by the heartbeat below as usual.
+        # its next start; other replicas' are swept by the heartbeat as usual.
         log.warning("store unreachable at start: turns a previous run left open stay open")
-    keeper = asyncio.create_task(_keep_alive(gateway, started), name="store-heartbeat")
-    checkpoints = asyncio.create_task(Checkpoints(gateway).run(), name="checkpoints")
-    cooldowns = None
-    if (redis_url := gateway.config.limits.redis_url) is not None:
-        from gateway.routing.cooldowns import CooldownSync
+    beating = asyncio.create_task(keep_alive(gateway, started), name="store-heartbeat")
+    yield
+    await _cancelled(beating)
 
-        # A deployment cooling down on one replica is skipped by all of them.
-        healths = [d.health for d in gateway.router.deployments()]
-        cooldowns = CooldownSync(redis_url, gateway.config.limits.redis_prefix, healths)
-        cooldowns.start()
-        app[COOLDOWN_SYNC] = cooldowns  # a reload's deployments are shared from then on
-        app[CANCEL_BUS].start()
+
+async def _checkpoints(app: web.Application) -> AsyncIterator[None]:
+    saving = asyncio.create_task(Checkpoints(app[GATEWAY]).run(), name="checkpoints")
+    yield
+    await _cancelled(saving)
+
+
+async def _shared_through_redis(app: web.Application) -> AsyncIterator[None]:
+    """With `limits.redis_url`: deployment cooldowns shared by every replica, and cancels that
+    reach the replica running the turn."""
+    gateway = app[GATEWAY]
+    if (redis_url := gateway.config.limits.redis_url) is None:
+        yield
+        return
+    from gateway.routing.cooldowns import CooldownSync
+
+    # A deployment cooling down on one replica is skipped by all of them.
+    healths = [d.health for d in gateway.routes.deployments()]
+    cooldowns = CooldownSync(redis_url, gateway.config.limits.redis_prefix, healths)
+    cooldowns.start()
+    app[COOLDOWN_SYNC] = cooldowns  # a reload's deployments are shared from then on
+    bus = app[CANCEL_BUS]
+    try:
+        bus.start()
+    except BaseException:
+        await cooldowns.close()
+        raise
+    yield
+    await cooldowns.close()
+    await bus.close()
+
+
+async def _tokenizer(app: web.Application) -> AsyncIterator[None]:
     # The tokenizer for estimates is slow to load: in the background from the start, not
     # on the first cancel, and without holding up the first request (cold start).
     warming = asyncio.create_task(asyncio.to_thread(tokens.warm), name="tokenizer-warm")
     yield
     await warming
-    keeper.cancel()
-    checkpoints.cancel()
+
+
+async def _background(app: web.Application) -> AsyncIterator[None]:
+    """What handlers left running (a stream drained after its client left): done before the
+    upstreams and the store it needs close."""
+    yield
+    gateway = app[GATEWAY]
     if gateway.background:
         await asyncio.gather(*gateway.background, return_exceptions=True)
-    await gateway.upstreams.close()
-    await gateway.store.close()
-    if cooldowns is not None:
-        await cooldowns.close()
-        await app[CANCEL_BUS].close()
-    await gateway.limiter.close()  # the limits' settles still under way
-    if gateway.limiter.watch is not None:
-        await gateway.limiter.watch.close()  # budget notices still being told
-    if (tracing := app.get(TRACING)) is not None:
-        await tracing.close()  # every turn has ended: their spans are exported now
 
 
-async def _keep_alive(gateway: Gateway, started: float) -> None:
-    """Heartbeat, and close the open turns of replicas that died and did not come back.
-
-    A replica is taken for dead two heartbeats after its last, and the sweep runs at every
-    beat: its turns are closed within `store.recovery_s` of its death. Two beats this replica
-    made: after an outage of the store, the others get that long to beat again (PeerWatch)."""
-    beat_s = gateway.config.store.recovery_s / 3
-    watch = PeerWatch(beat_s)
-    failing = False  # said once when the beats start failing, once when they come back
-    while True:
-        await asyncio.sleep(beat_s)
-        try:
-            await gateway.store.heartbeat(started)
-            if failing:
-                failing = False
-                log.info("store heartbeat succeeds again")
-            if not watch.beat(time.time()):
-                continue
-            recovered = await recover_open_turns(
-                gateway.store, gateway.meter, at_start=False, stale_s=watch.stale_s
-            )
-            watch.reached(time.time())
-            if recovered:
-                log.warning("closed %d turns of a stopped replica (crash_recovered)", recovered)
-        except Exception as exc:
-            # A store outage, not a bug: the writes go to the spool, which says so itself.
-            watch.missed()
-            reason = str(exc) if isinstance(exc, StoreUnavailable) else repr(exc)
-            if failing:
-                log.debug("store heartbeat failed again: %s", reason)
-            else:
-                failing = True
-                log.warning(
-                    "store heartbeat failed: %s (not logged again until it succeeds)", reason
-                )
-            log.debug("store heartbeat failure", exc_info=True)
+async def _cancelled(task: asyncio.Task[None]) -> None:
+    task.cancel()
+    await asyncio.gather(task, return_exceptions=True)
