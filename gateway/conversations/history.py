@@ -57,6 +57,8 @@ def _arguments(arguments: Any) -> Any:
 # "Calling tools:\n" and the Python repr of their list; LlamaIndex's ReActAgent writes the
 # model's "Thought/Action/Action Input" answer again with the input as a Python dict.
 _SMOLAGENTS_CALLS = "Calling tools:\n["
+_SMOLAGENTS_CODE = "python_interpreter"
+_CODE_END = "</code>"
 _REACT = re.compile(r"Thought: (.*?)\n+Action: ([^\n]+?)\n+Action Input: (\{.*\})\s*", re.DOTALL)
 
 
@@ -119,11 +121,19 @@ def message_key(message: dict[str, Any]) -> tuple[Any, ...]:
         if not calls and text.endswith("]"):
             # smolagents writes the model's text, if any, and its calls as one message.
             at = text.rfind(_SMOLAGENTS_CALLS)
-            if at == 0 or (at > 0 and text[at - 1] == "\n"):
-                calls = _text_calls(text[at:]) or ()
-                text = text[:at].strip() if calls else text
+            after_line = at == 0 or (at > 0 and text[at - 1] == "\n")
+            decoded = _text_calls(text[at:]) if after_line else None
+            if decoded is not None:
+                text = text[:at].strip()
+                # Its CodeAgent's record of running the code the model wrote: no model's call.
+                if any(c[1] != _SMOLAGENTS_CODE for c in decoded):
+                    calls = decoded
         elif text.startswith("Thought: "):
             text = _react_text(text)
+        if text.endswith(_CODE_END):
+            # smolagents stops the model at its code's closing tag, then writes it in itself;
+            # a model given no stop sequence writes it.
+            text = text[: -len(_CODE_END)]
         if len(calls) > 1:
             # One round's parallel calls: frameworks that run them concurrently list them as
             # they finished (smolagents).

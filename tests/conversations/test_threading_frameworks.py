@@ -42,6 +42,12 @@ def test_smolagents_calls_as_text_are_the_calls() -> None:
     said = {**native(PARIS), "content": "Let me look."}
     assert message_key(text(f"Let me look.\n{sent}")) == message_key(said)
     assert message_key(text(f"Let me look.{sent}")) != message_key(said)
+    # CodeAgent's code, its closing tag written in by smolagents, and its own record of it.
+    code = 'Thought: Look.\n<code>\nprint(get_weather(city="Paris"))\n'
+    ran = "Calling tools:\n[{'id': 'call_1', 'type': 'function', 'function': {'name': 'python_interpreter', 'arguments': 'print(1)'}}]"  # noqa: E501
+    for answer in (code, f"{code}</code>"):  # the model stopped at the tag, or wrote it
+        assert message_key(text(f"{code}</code>\n{ran}")) == message_key(text(answer))
+    assert message_key(text(f"{code}</code>\n{ran}")) != message_key(text(code + "# more\n"))
     # Another argument, id or call is another message; text that only looks alike is text.
     assert message_key(text(sent.replace("Paris", "Lyon"))) != message_key(native(PARIS))
     assert message_key(text(sent.replace("call_1", "call_9"))) != message_key(native(PARIS))

@@ -8,7 +8,7 @@ from __future__ import annotations
 
 import asyncio
 
-from smolagents import OpenAIServerModel, ToolCallingAgent, tool
+from smolagents import CodeAgent, OpenAIServerModel, ToolCallingAgent, tool
 
 from tests.conftest import GatewayUnderTest
 from tests.fakes import FakeUpstream
@@ -81,3 +81,29 @@ async def test_tool_loop_is_one_conversation(gw: GatewayUnderTest, upstream: Fak
     queue_run(upstream, again, "Sunny.", "call_final_2")
     assert await asyncio.to_thread(agent.run, story.SECOND_QUESTION) == "Sunny."
     await story.check_one_conversation_per_run(gw, [4, 2])
+
+
+async def test_code_agent_run_is_one_conversation(
+    gw: GatewayUnderTest, upstream: FakeUpstream
+) -> None:
+    """smolagents' default agent writes code, not calls: it stops the model at the closing
+    tag (a stop sequence, so the answer comes without it), adds the tag back, and sends the
+    code again followed by a "python_interpreter" call of its own making."""
+    model = OpenAIServerModel(model_id="fake", api_base=gw.url + "/v1", api_key="test-key")
+    agent = CodeAgent(tools=[get_weather], model=model, verbosity_level=0)
+    upstream.push(
+        reply('Thought: Look it up.\n<code>\nprint(get_weather(city="Paris"))\n'),
+        reply('Thought: I have it.\n<code>\nfinal_answer("Sunny in Paris.")\n'),
+    )
+    assert await asyncio.to_thread(agent.run, "Weather in Paris?") == "Sunny in Paris."
+    assert "</code>" in upstream.requests[0]["stop"]
+    sent = story.text_of(upstream.requests[1]["messages"][2]["content"])
+    assert sent.startswith(
+        'Thought: Look it up.\n<code>\nprint(get_weather(city="Paris"))\n</code>'
+    )
+    assert "\nCalling tools:\n[{'id': 'call_1', 'type': 'function'" in sent
+    assert "'name': 'python_interpreter'" in sent
+
+    [conversation_id] = await story.check_one_conversation_per_run(gw, [2])
+    events = await gw.wait_turn_end(conversation_id, count=2)
+    assert [e["type"] for e in events] == [*["user/message", "assistant/message", "turn/end"] * 2]
