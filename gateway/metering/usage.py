@@ -19,6 +19,7 @@ from typing import TYPE_CHECKING, Any, NamedTuple
 import orjson
 
 from gateway import metrics
+from gateway.metering.choices import other_choices
 from gateway.metering.prices import Price, map_entry, price_columns
 from gateway.metering.tokens import count_messages, count_text, vendor_of
 from gateway.stream.assembler import BlockAssembler
@@ -490,6 +491,9 @@ class Meter:
             # say (Anthropic's input and cache counts come first), estimate the rest.
             received = attempt.log.count
             completion, reasoning = _generated_tokens(attempt.log.events(received))
+            if (others := other_choices(attempt.id_from)) is not None:  # n > 1
+                more, more_reasoning = others.tokens()
+                completion, reasoning = completion + more, reasoning + more_reasoning
             if usage is not None:
                 checked = self._checked(usage, deployment)
                 prompt, _, _, cached, write_5m, write_1h = checked.counts
@@ -514,6 +518,8 @@ class Meter:
             delivered = completion
         elif attempt.delivered:  # interrupted, or failed after part of it reached the client
             delivered = _generated_tokens(attempt.log.events(attempt.delivered))[0]
+            if (others := other_choices(attempt.id_from)) is not None:  # n > 1
+                delivered += others.tokens(attempt.delivered)[0]
         else:
             delivered = 0
         price = self._price_of(deployment, str(attempt.route.get("model")))

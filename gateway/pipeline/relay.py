@@ -42,6 +42,7 @@ from gateway.errors import (
     UpstreamProtocolError,
     UpstreamStreamError,
 )
+from gateway.metering.choices import OtherChoices, other_choices
 from gateway.metering.usage import cost_header
 from gateway.pipeline.body import read_json
 from gateway.pipeline.client import ClientCancelled, ClientStream
@@ -224,7 +225,11 @@ class Relay:
     def _delivered_by_attempt(self) -> tuple[int, str]:
         """The frames of the attempt under way that the client's side has, as of now."""
         delivered, level = self.client.delivered()
-        return max(0, delivered - sum(n for _, n in self.segments)), level
+        delivered = max(0, delivered - sum(n for _, n in self.segments))
+        attempt = self.attempt
+        if attempt is not None and (others := other_choices(attempt.id_from)) is not None:
+            others.delivered_frames = delivered  # n > 1
+        return delivered, level
 
     def _request_body(self, deployment: Deployment) -> dict[str, Any]:
         """The request for this attempt: the client's, or a continuation of what was sent."""
@@ -355,6 +360,10 @@ class Relay:
         attempt.id_from = parser  # the upstream's id for its answer, once a frame says it
         # The upstream speaks the client's dialect: relay its bytes unchanged.
         self.passthrough = deployment.provider.wire == self.dialect.wire
+        if self.body.get("n") not in (None, 1) and isinstance(parser, ChatStreamParser):
+            # n > 1: the choices after the first are metered too (once per attempt, never
+            # per chunk; the parser hands them over only on its general way).
+            parser.others = OtherChoices(attempt.log, self.passthrough)
         # Chat chunks relayed unchanged: most are one more piece of the open text, read
         # without events (the chat renderer tracks nothing, so no events are needed for it).
         text_delta = (
@@ -592,6 +601,8 @@ class Relay:
         attempt = self.attempt
         if attempt is None and prior:
             attempt, delivered = prior.pop()
+        if attempt is not None and (others := other_choices(attempt.id_from)) is not None:
+            others.delivered_frames = delivered  # n > 1
         return attempt, delivered, prior
 
     async def _drain(

@@ -8,7 +8,7 @@ side by side until text, reasoning or the finish arrives.
 
 from __future__ import annotations
 
-from typing import Any, Literal
+from typing import TYPE_CHECKING, Any, Literal
 
 import msgspec
 import orjson
@@ -28,6 +28,9 @@ from gateway.stream.events import (
     Usage,
 )
 from gateway.stream.sse import SSEFrame
+
+if TYPE_CHECKING:
+    from gateway.metering.choices import OtherChoices
 
 
 def _error_message(error: Any) -> str:
@@ -75,6 +78,8 @@ class ChatStreamParser:
         self.done = False  # saw `data: [DONE]`
         self.finished = False  # saw a finish_reason
         self.response_id: str | None = None  # the first chunk's `id`
+        # n > 1: where the other choices go, for metering (set by the relay only then).
+        self.others: OtherChoices | None = None
 
     def feed(self, frame: SSEFrame) -> tuple[list[StreamEvent], FrameKind]:
         data = frame.data
@@ -148,7 +153,10 @@ class ChatStreamParser:
         choices = obj.get("choices")
         for choice in choices if isinstance(choices, list) else ():  # else malformed: no choice
             if not isinstance(choice, dict) or choice.get("index", 0) != 0:
-                continue  # n > 1: only the first choice is assembled
+                # n > 1: only the first choice is assembled; the others are only metered.
+                if self.others is not None and isinstance(choice, dict):
+                    self.others.add(choice)
+                continue
             delta = choice.get("delta")
             if isinstance(delta, dict):
                 reasoning = delta.get("reasoning_content")

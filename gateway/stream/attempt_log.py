@@ -338,6 +338,11 @@ class AttemptLog:
         self.truncated.append(kind)
         metrics.TRUNCATED_RECORDS.labels(kind).inc()
 
+    @property
+    def frames(self) -> int:
+        """The frames written so far."""
+        return self._frames
+
     def mark(self) -> None:
         """A frame was written to the client: everything received so far went into it."""
         frames = self._frames = self._frames + 1
