@@ -12,6 +12,7 @@ from aiohttp import web
 from gateway.config import GatewayConfig
 from gateway.conversations.recorder import TurnRecorder
 from gateway.conversations.service import Conversations
+from gateway.dialects.base import Dialect
 from gateway.lanes import KeyLanes
 from gateway.metering.auth import Authenticator
 from gateway.metering.key_store import KeyStore
@@ -140,3 +141,6 @@ class Gateway:
 
 
 GATEWAY = web.AppKey("gateway", Gateway)
+# The routes whose clients speak another API than OpenAI's, by that API's dialect: their errors,
+# the middleware's and the handlers', come in its shape (gateway.http.middleware).
+ERROR_DIALECTS: web.AppKey[dict[web.AbstractRoute, Dialect]] = web.AppKey("error_dialects")

@@ -10,7 +10,11 @@
     ├── NotFound                      404 (unknown conversation, route, ...)
     │   └── ModelNotFound             404 model_not_found
     ├── Conflict                      409
-    ├── ServiceUnavailable            503 (the store is not ready, shutting down)
+    ├── TooManyFailedKeys             429 too_many_failed_keys: wrong keys from one address
+    ├── LimitExceeded                 429 rate_limit_exceeded: a rate limit of a key or team
+    │   └── BudgetExceeded            429 budget_exceeded (insufficient_quota)
+    ├── ServiceUnavailable            503 (shutting down)
+    │   └── StoreUnreachable          503 store_unavailable: what needs the store, retried soon
     └── UpstreamError                 502 a provider fault; `retryable` says if another try may help
         ├── UpstreamHTTPError         the provider's own status (429, 500, 400, ...)
         ├── UpstreamConnectError      502 connection refused, DNS, TLS
@@ -28,6 +32,7 @@ then tells the client's SDK not to retry it again (`x-should-retry: false`).
 
 from __future__ import annotations
 
+import math
 from typing import Any
 
 
@@ -153,10 +158,50 @@ class Conflict(GatewayError):
     code = "conflict"
 
 
+class TooManyFailedKeys(GatewayError):
+    """Past `auth.max_failures` wrong keys from one address (gateway.http.auth_failures)."""
+
+    status = 429
+    type = "rate_limit_error"
+    code = "too_many_failed_keys"
+
+    def __init__(self, retry_after_s: float) -> None:
+        seconds = max(1, math.ceil(retry_after_s))
+        super().__init__(f"Too many wrong API keys from this address: try again in {seconds} s.")
+        self.headers["Retry-After"] = str(seconds)
+
+
+class LimitExceeded(GatewayError):
+    """A rate limit of the key, team or end user (gateway.metering.limits)."""
+
+    status = 429
+    type = "rate_limit_error"
+    code = "rate_limit_exceeded"
+
+
+class BudgetExceeded(LimitExceeded):
+    type = "insufficient_quota"
+    code = "budget_exceeded"
+
+
 class ServiceUnavailable(GatewayError):
     status = 503
     type = "server_error"
     code = "service_unavailable"
+
+
+class StoreUnreachable(ServiceUnavailable):
+    """What needed the store and could not do without it (a read, a key's first lookup): worth
+    retrying shortly. Writes alone never get here: they wait in the spool."""
+
+    code = "store_unavailable"
+    retryable = True
+    # About how long the spool's replay takes to notice the store is back.
+    RETRY_AFTER_S = 5
+
+    def __init__(self) -> None:
+        super().__init__("The gateway's store is unavailable right now; retry shortly.")
+        self.headers["Retry-After"] = str(self.RETRY_AFTER_S)
 
 
 class UpstreamError(GatewayError):

@@ -22,9 +22,10 @@ import aiohttp
 import pytest
 
 from gateway.context import GATEWAY
+from gateway.errors import LimitExceeded
 from gateway.http import system
 from gateway.metering import redis_limits
-from gateway.metering.limits import Limiter, LimitExceeded, Limits
+from gateway.metering.limits import Limiter, Limits
 from gateway.metering.redis_limits import RedisLimiter
 from gateway.metering.shared_limits import LimitServer, SharedLimiter
 from gateway.pipeline import cancel_bus

@@ -6,8 +6,8 @@ from aiohttp import web
 from aiohttp.typedefs import Handler
 
 from gateway.context import GATEWAY
-from gateway.errors import Forbidden, Unauthorized
-from gateway.http.auth_failures import FAILED_KEYS, TooManyFailedKeys
+from gateway.errors import Forbidden, TooManyFailedKeys, Unauthorized
+from gateway.http.auth_failures import FAILED_KEYS
 from gateway.http.cors import CORS
 from gateway.metering.keys import Principal
 

@@ -15,29 +15,16 @@ refusals during a block are only counted (`gateway_auth_failures_total`).
 from __future__ import annotations
 
 import logging
-import math
 import time
 
 from aiohttp import web
 
 from gateway import metrics
-from gateway.errors import GatewayError
 
 log = logging.getLogger(__name__)
 
 # Addresses remembered at most: past it, those whose window has ended are forgotten.
 _ADDRESSES_MAX = 10_000
-
-
-class TooManyFailedKeys(GatewayError):
-    status = 429
-    type = "rate_limit_error"
-    code = "too_many_failed_keys"
-
-    def __init__(self, retry_after_s: float) -> None:
-        seconds = max(1, math.ceil(retry_after_s))
-        super().__init__(f"Too many wrong API keys from this address: try again in {seconds} s.")
-        self.headers["Retry-After"] = str(seconds)
 
 
 class FailedKeys:

@@ -11,7 +11,6 @@ from __future__ import annotations
 import logging
 import re
 import time
-from collections.abc import Callable
 from typing import Any
 
 import orjson
@@ -19,14 +18,15 @@ from aiohttp import web
 from aiohttp.typedefs import Handler
 
 from gateway import logs, metrics, scrub
-from gateway.context import GATEWAY, Gateway
-from gateway.dialects.anthropic_messages import error_body as anthropic_error_body
+from gateway.context import ERROR_DIALECTS, GATEWAY, Gateway
+from gateway.dialects.base import Dialect
 from gateway.errors import (
     GatewayError,
     InvalidRequest,
     NotFound,
     PayloadTooLarge,
     ServiceUnavailable,
+    StoreUnreachable,
     openai_body,
 )
 from gateway.http.auth import PRINCIPAL
@@ -46,26 +46,23 @@ _SAFE_ID = re.compile(r"^[A-Za-z0-9._:-]{1,128}$")
 KEY_PREFIX_LENGTH = 7
 # A request that arrives once the gateway is stopping (on a connection kept alive): a 503.
 _STOPPING = "The gateway is shutting down; send the request again (another replica answers it)."
-_STORE_RETRY_AFTER = "5"  # seconds: about how long the spool's replay takes to notice the store
 
 
-# Routes whose clients speak another dialect get their errors in that dialect's shape.
-_ERROR_SHAPES: dict[str, Callable[[GatewayError], dict[str, Any]]] = {
-    "/v1/messages": anthropic_error_body,
-    "/v1/messages/count_tokens": anthropic_error_body,
-}
+def _dialect(request: web.Request) -> Dialect | None:
+    dialects = request.app.get(ERROR_DIALECTS)
+    return dialects.get(request.match_info.route) if dialects else None
 
 
 def error_response(
-    error: GatewayError, path: str = "", *, tell_not_to_retry: bool = True
+    error: GatewayError, dialect: Dialect | None = None, *, tell_not_to_retry: bool = True
 ) -> web.Response:
-    """`tell_not_to_retry` (`server.tell_clients_not_to_retry`): an error the gateway already
+    """The error in the shape of the route's `dialect` (ERROR_DIALECTS), else OpenAI's.
+    `tell_not_to_retry` (`server.tell_clients_not_to_retry`): an error the gateway already
     retried as far as its retry policy goes says `x-should-retry: false`, which the OpenAI and
     Anthropic SDKs obey before their own retry rules (a `Retry-After` passed on stays)."""
-    shape = _ERROR_SHAPES.get(path)
     # No secret in any error answered: an upstream's message or body quoting its key, a key
     # a client sent echoed back in a message (gateway.scrub).
-    body = scrub.scrub_json(shape(error) if shape is not None else openai_body(error))
+    body = scrub.scrub_json(dialect.error_body(error) if dialect else openai_body(error))
     headers = error.headers
     if tell_not_to_retry and error.retries_spent:
         headers = {**headers, "x-should-retry": "false"}
@@ -75,16 +72,6 @@ def error_response(
         content_type="application/json",
         headers=headers,
     )
-
-
-def store_unavailable() -> GatewayError:
-    error = GatewayError(
-        "The gateway's store is unavailable right now; retry shortly.", code="store_unavailable"
-    )
-    error.status = 503
-    error.retryable = True
-    error.headers["Retry-After"] = _STORE_RETRY_AFTER
-    return error
 
 
 def _from_http_exception(exc: web.HTTPException) -> GatewayError:
@@ -131,7 +118,7 @@ async def errors_and_ids(request: web.Request, handler: Handler) -> web.StreamRe
         response = await handler(request)
     except GatewayError as error:
         tell = gateway is None or gateway.config.server.tell_clients_not_to_retry
-        response = error_response(error, request.path, tell_not_to_retry=tell)
+        response = error_response(error, _dialect(request), tell_not_to_retry=tell)
         error_code = error.code
         if error_code == "shutdown":
             response.force_close()  # `Connection: close`: the next request goes elsewhere
@@ -140,19 +127,19 @@ async def errors_and_ids(request: web.Request, handler: Handler) -> web.StreamRe
             _access(request, gateway, notes, started, exc, None)  # a redirect
             raise
         gateway_error = _from_http_exception(exc)
-        response = error_response(gateway_error, request.path)
+        response = error_response(gateway_error, _dialect(request))
         error_code = gateway_error.code
     except StoreUnavailable as exc:
         # What needed the store and could not do without it: worth retrying shortly (writes
         # alone never get here, they wait in the spool).
         log.warning("store unavailable on %s %s: %s", request.method, request.path, exc)
-        unavailable = store_unavailable()
-        response = error_response(unavailable, request.path)
+        unavailable = StoreUnreachable()
+        response = error_response(unavailable, _dialect(request))
         error_code = unavailable.code
     except Exception:
         log.exception("unhandled error on %s %s", request.method, request.path)
         failed = GatewayError("The gateway failed to handle the request.")
-        response = error_response(failed, request.path)
+        response = error_response(failed, _dialect(request))
         error_code = failed.code
     except BaseException:
         # Cancelled: the client left (or the server stopped) before the response was done.

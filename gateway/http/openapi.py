@@ -13,9 +13,8 @@ from aiohttp import web
 
 from gateway.context import GATEWAY
 from gateway.conversations.listing import SORTS
-from gateway.errors import Unauthorized
+from gateway.errors import TooManyFailedKeys, Unauthorized
 from gateway.http.auth import principal_of
-from gateway.http.auth_failures import TooManyFailedKeys
 from gateway.http.openapi_schemas import Schema, components, ref
 
 JSON = "application/json"

@@ -1,4 +1,4 @@
-"""The route table: paths only."""
+"""The route table: paths, and the API dialect of the routes that speak another than OpenAI's."""
 
 from __future__ import annotations
 
@@ -7,6 +7,9 @@ from importlib import import_module
 from aiohttp import web
 from aiohttp.typedefs import Handler
 
+from gateway.context import ERROR_DIALECTS
+from gateway.dialects.anthropic_messages import ANTHROPIC_MESSAGES
+from gateway.dialects.base import Dialect
 from gateway.http import (
     chat,
     completions,
@@ -69,8 +72,15 @@ def add_routes(app: web.Application) -> None:
     app.router.add_post("/v1/chat/completions", laned(chat.chat_completions))
     app.router.add_post("/v1/chat/completions/{request_id}/cancel", chat.cancel)
     app.router.add_post("/v1/completions", laned(completions.completions))
-    app.router.add_post("/v1/messages", laned(messages.messages))
-    app.router.add_post("/v1/messages/count_tokens", messages.count_tokens)
+    # Anthropic's Messages API: its clients get its errors' shape.
+    anthropic: dict[web.AbstractRoute, Dialect] = {
+        route: ANTHROPIC_MESSAGES
+        for route in (
+            app.router.add_post("/v1/messages", laned(messages.messages)),
+            app.router.add_post("/v1/messages/count_tokens", messages.count_tokens),
+        )
+    }
+    app[ERROR_DIALECTS] = anthropic
     app.router.add_post("/v1/responses", laned(responses.create))
     app.router.add_get("/v1/responses/{id}", responses.retrieve)
     app.router.add_delete("/v1/responses/{id}", responses.delete)

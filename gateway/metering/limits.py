@@ -30,7 +30,7 @@ from typing import TYPE_CHECKING, Any, Literal, Protocol
 from pydantic import BaseModel, ConfigDict, Field
 
 from gateway import metrics
-from gateway.errors import GatewayError
+from gateway.errors import BudgetExceeded, LimitExceeded
 
 if TYPE_CHECKING:
     from gateway.metering.request_tokens import PromptExtras
@@ -68,17 +68,6 @@ class Limits(EndUserLimits):
 # An end user's scope under its key or team: the kind, and its ident's owner and user joined by
 # ":" (which no key or team id holds).
 USER_SCOPES = {"key": "key.user", "team": "team.user"}
-
-
-class LimitExceeded(GatewayError):
-    status = 429
-    type = "rate_limit_error"
-    code = "rate_limit_exceeded"
-
-
-class BudgetExceeded(LimitExceeded):
-    type = "insufficient_quota"
-    code = "budget_exceeded"
 
 
 def period_start(period: str, now: float) -> float:

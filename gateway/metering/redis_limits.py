@@ -46,12 +46,12 @@ from prometheus_client import Counter
 from redis.asyncio import Redis
 
 from gateway import metrics
+from gateway.errors import LimitExceeded
 from gateway.metering.limits import (
     Budget,
     BudgetWatch,
     Lease,
     Limiter,
-    LimitExceeded,
     Limits,
     ScopeState,
     SpendLoader,

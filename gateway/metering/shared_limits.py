@@ -46,11 +46,11 @@ import orjson
 from prometheus_client import Counter
 
 from gateway import metrics
+from gateway.errors import LimitExceeded
 from gateway.metering.limits import (
     BudgetWatch,
     Lease,
     Limiter,
-    LimitExceeded,
     Limits,
     ScopeState,
     SpendLoader,

@@ -12,7 +12,8 @@ import aiohttp
 import openai
 import pytest
 
-from gateway.metering.limits import Budget, BudgetExceeded, Lease, LimitExceeded, Limits
+from gateway.errors import BudgetExceeded, LimitExceeded
+from gateway.metering.limits import Budget, Lease, Limits
 from gateway.metering.redis_limits import RedisLimiter
 from gateway.metrics import REGISTRY
 from tests.conftest import GatewayUnderTest, MakeGateway

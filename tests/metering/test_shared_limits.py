@@ -10,7 +10,8 @@ from pathlib import Path
 
 import pytest
 
-from gateway.metering.limits import BudgetExceeded, LimitExceeded, Limits
+from gateway.errors import BudgetExceeded, LimitExceeded
+from gateway.metering.limits import Limits
 from gateway.metering.shared_limits import LimitServer, SharedLimiter
 from gateway.metrics import REGISTRY
 
