@@ -18,7 +18,7 @@ M = TypeVar("M", bound=BaseModel)
 
 # orjson reads JSON nested up to 1024 levels deep but writes at most 254, and the gateway writes
 # every body again (forwarded upstream, recorded inside its own envelopes): a body nested deeper
-# than it can write used to fail later as a 500. Bodies deeper than this are refused up front.
+# than it can write would fail later as a 500. Bodies deeper than this are refused up front.
 MAX_JSON_DEPTH = 128
 _ORJSON_MAX_DEPTH = 254
 
