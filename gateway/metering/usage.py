@@ -21,6 +21,7 @@ import orjson
 from gateway import metrics
 from gateway.metering.choices import other_choices
 from gateway.metering.prices import Price, map_entry, price_columns
+from gateway.metering.prompt_cache import PromptCacheReads
 from gateway.metering.tokens import count_messages, count_text, vendor_of
 from gateway.stream.assembler import BlockAssembler
 from gateway.stream.events import TOOL_CALL, StreamEvent
@@ -252,6 +253,12 @@ def _prompt_estimate(turn: TurnRecorder, attempt: Attempt) -> int:
     return prompt + extras.tokens(vendor) if extras is not None else prompt
 
 
+def _extras(turn: TurnRecorder) -> list[Any] | None:
+    """What the turn's request sent besides its messages (tools, schemas), as sent."""
+    extras = turn.lease.extras if turn.lease is not None else None
+    return extras.values if extras is not None else None
+
+
 def _generated_tokens(events: Iterable[StreamEvent]) -> tuple[int, int]:
     """(completion, reasoning) tokens of some received or delivered events, by tokenizer."""
     blocks = BlockAssembler.of(events).blocks()
@@ -343,6 +350,9 @@ class Meter:
         # moving average): what a cancelled answer of a model that reasons out of sight is
         # taken to have spent on it.
         self._reasoning: dict[str, float] = {}
+        # Each conversation's last report of cache reads: what a cancelled turn's repeated
+        # prompt is known to have read from the cache (gateway.metering.prompt_cache).
+        self._cache_reads = PromptCacheReads()
 
     def cost_of(self, route: dict[str, Any], usage: dict[str, Any]) -> float | None:
         """What a provider's whole usage report costs at its deployment's price (None when
@@ -472,6 +482,10 @@ class Meter:
             source = LITELLM if usage.get("usage_source") == LITELLM else "provider"
             checked = self._checked(usage, deployment)
             prompt, completion, reasoning, cached, write_5m, write_1h = checked.counts
+            if cached and outcome == "completed" and turn.lease is not None:
+                self._cache_reads.reported(
+                    turn.conversation_id, deployment, _extras(turn), turn.prompt, cached
+                )
             if reasoning and outcome == "completed":
                 seen = self._reasoning.get(deployment)
                 self._reasoning[deployment] = (
@@ -503,6 +517,11 @@ class Meter:
                 billed = received or outcome != "error"  # else refused before generating
                 prompt = _prompt_estimate(turn, attempt) if billed else 0
                 cached = 0
+                if billed and turn.lease is not None:
+                    known = self._cache_reads.known(
+                        turn.conversation_id, deployment, _extras(turn), turn.prompt
+                    )
+                    cached = min(known, prompt)
             # Reasoning the provider hides (or only summarises) is in no event received: an
             # estimate of a turn that asked for it, or of a model that reasons unasked, can
             # only be a floor. The deployment's usual reasoning, as its provider reported it,
