@@ -144,6 +144,37 @@ def message_key(message: dict[str, Any]) -> tuple[Any, ...]:
     return (role, text_of(message.get("content")))
 
 
+def steps(keys: list[tuple[Any, ...]]) -> list[tuple[Any, ...]]:
+    """The history with each answer of several tool calls, followed by a result for each,
+    written as one step per call (that call, then its result), in the order of the results.
+    Mastra sends the steps of a tool loop back merged into one assistant message; the gateway
+    recorded them as the steps they were; both read the same here."""
+    if not any(k[0] == "assistant" and len(k[2]) > 1 for k in keys):
+        return keys
+    out: list[tuple[Any, ...]] = []
+    i = 0
+    while i < len(keys):
+        key = keys[i]
+        calls = key[2] if key[0] == "assistant" else ()
+        end = i + 1 + len(calls)
+        results = keys[i + 1 : end]
+        by_id = {call[0]: call for call in calls}
+        if (
+            len(calls) > 1
+            and len(results) == len(calls)
+            and all(r[0] == "tool" for r in results)
+            and {r[1] for r in results} == by_id.keys()
+        ):
+            for n, result in enumerate(results):
+                out.append(("assistant", key[1] if n == 0 else "", (by_id[result[1]],)))
+                out.append(result)
+            i = end
+            continue
+        out.append(key)
+        i += 1
+    return out
+
+
 def resent(history: list[dict[str, Any]], new: list[dict[str, Any]]) -> int:
     """How many of a stateful request's new messages repeat its stored history's last turn.
 
@@ -210,6 +241,21 @@ class HistoryMatch:
     restored: list[dict[str, Any]] | None = None
 
 
+def _merged_steps(surface: list[Event], s: int, history: list[dict[str, Any]], h: int) -> int:
+    """How many tool steps the request's message at `h` merges (see `steps`), when it and
+    the results after it are the stored steps from `s`; 0 when they are not."""
+    if h >= len(history) or len(history[h].get("tool_calls") or ()) < 2:
+        return 0
+    count = len(history[h]["tool_calls"])
+    sent = [message_key(m) for m in history[h : h + 1 + count]]
+    stored = [surface_message(e) for e in surface[s : s + 2 * count]]
+    if len(stored) < 2 * count or any(m is None for m in stored):
+        return 0
+    if steps(sent) != [message_key(m) for m in stored if m is not None]:
+        return 0
+    return count
+
+
 def _dropped_interrupted(event: Event) -> bool:
     return event.type == ASSISTANT_MESSAGE and bool(event.payload.get("interrupted"))
 
@@ -239,6 +285,10 @@ def match_history(
             if "thinking_blocks" in stored_message and not history[h].get("thinking_blocks"):
                 thinking.append((positions[h], stored_message["thinking_blocks"]))
             s, h = s + 1, h + 1
+            continue
+        merged = _merged_steps(surface, s, history, h)
+        if merged:
+            s, h = s + 2 * merged, h + 1 + merged
             continue
         # A different assistant message at this place is an edit, not an omission; a request
         # that ends where the interrupted answer was asks for it again (a regenerate).

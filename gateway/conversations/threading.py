@@ -27,7 +27,7 @@ from typing import Any
 
 import orjson
 
-from gateway.conversations.history import HISTORY_ROLES, message_key, text_of
+from gateway.conversations.history import HISTORY_ROLES, message_key, steps, text_of
 from gateway.conversations.reshaped import dspy_answer, dspy_view
 
 _INSTRUCTION_ROLES = frozenset({"system", "developer"})
@@ -71,40 +71,9 @@ def fingerprint(
     ]
     if keys is None:
         keys = history_keys(history)
-    canonical = [key_id, user, instructions, _steps(keys)]
+    canonical = [key_id, user, instructions, steps(keys)]
     data = orjson.dumps(canonical, option=orjson.OPT_SORT_KEYS)
     return hashlib.blake2b(data, digest_size=16).hexdigest()
-
-
-def _steps(keys: list[tuple[Any, ...]]) -> list[tuple[Any, ...]]:
-    """The history with each answer of several tool calls, followed by a result for each,
-    written as one step per call (that call, then its result), in the order of the results.
-    Mastra sends the steps of a tool loop back merged into one assistant message; the gateway
-    recorded them as the steps they were; both read the same here."""
-    if not any(k[0] == "assistant" and len(k[2]) > 1 for k in keys):
-        return keys
-    out: list[tuple[Any, ...]] = []
-    i = 0
-    while i < len(keys):
-        key = keys[i]
-        calls = key[2] if key[0] == "assistant" else ()
-        end = i + 1 + len(calls)
-        results = keys[i + 1 : end]
-        by_id = {call[0]: call for call in calls}
-        if (
-            len(calls) > 1
-            and len(results) == len(calls)
-            and all(r[0] == "tool" for r in results)
-            and {r[1] for r in results} == by_id.keys()
-        ):
-            for n, result in enumerate(results):
-                out.append(("assistant", key[1] if n == 0 else "", (by_id[result[1]],)))
-                out.append(result)
-            i = end
-            continue
-        out.append(key)
-        i += 1
-    return out
 
 
 def history_keys(history: list[dict[str, Any]]) -> list[tuple[Any, ...]]:

@@ -5,9 +5,14 @@ from __future__ import annotations
 
 from typing import Any
 
+import pytest
+
 from gateway.conversations.history import message_key
 from gateway.conversations.reshaped import dspy_view
 from gateway.conversations.threading import end_fingerprint, fingerprint, prior_history
+from tests.conftest import MakeGateway
+from tests.fakes import FakeUpstream
+from tests.frameworks.scripts import Call, reply
 
 
 def native(*calls: tuple[str, str, str]) -> dict[str, Any]:
@@ -121,3 +126,50 @@ def test_a_dspy_step_continues_the_step_before() -> None:
     # Not DSPy's shape: no view.
     assert dspy_view([{"role": "user", "content": "[[ ## trajectory ## ]]\n"}]) is None
     assert dspy_view(dspy_prompt(entry.replace("thought_0", "thought_1"))) is None
+
+
+@pytest.mark.parametrize("backend", ["sqlite", "postgresql"])
+async def test_merged_tool_steps_continue_on_either_backend(
+    request: pytest.FixtureRequest, make_gateway: MakeGateway, upstream: FakeUpstream, backend: str
+) -> None:
+    """Mastra's second run, its first run's steps merged: one conversation, also where the
+    history is compared with the stored one message by message (PostgreSQL, or named)."""
+    store = {} if backend == "sqlite" else {"url": request.getfixturevalue("pg_url")}
+    gw = await make_gateway(upstream=upstream, store=store)
+    paris, london = Call(*PARIS[:2], {"city": "Paris"}), Call(*LONDON[:2], {"city": "London"})
+    upstream.push(reply(calls=[paris]), reply(calls=[london]), reply("Done."), reply("Rome."))
+    user = {"role": "user", "content": "Paris and London?"}
+    results = [
+        {"role": "tool", "tool_call_id": "call_1", "content": "18"},
+        {"role": "tool", "tool_call_id": "call_2", "content": "12"},
+    ]
+    runs = [
+        [user],
+        [user, native(PARIS), results[0]],
+        [user, native(PARIS), results[0], native(LONDON), results[1]],
+        [
+            user,
+            native(PARIS, LONDON),
+            *results,
+            text("Done."),
+            {"role": "user", "content": "Rome?"},
+        ],
+    ]
+    client = gw.client()
+    named = []
+    for messages in runs:
+        raw = await client.chat.completions.with_raw_response.create(
+            model="fake", messages=messages
+        )
+        named.append(raw.headers["X-Conversation-Id"])
+        await gw.flush()
+    assert len(set(named)) == 1, named
+    # Named, the merged form continues the conversation too.
+    upstream.push(reply("Still Rome."))
+    again = [*runs[-1][:-1], {"role": "user", "content": "Rome?"}, text("Rome."), user]
+    raw = await client.chat.completions.with_raw_response.create(
+        model="fake",
+        messages=again,
+        extra_headers={"X-Conversation-Id": named[0]},
+    )
+    assert raw.headers["X-Conversation-Id"] == named[0]
