@@ -51,5 +51,5 @@ async def embeddings(request: web.Request) -> web.Response:
         raise InvalidRequest(
             "Invalid value for 'dimensions': expected a positive integer.", param="dimensions"
         )
-    raw, headers = await run_embeddings(request.app[GATEWAY], request[PRINCIPAL], body)
+    raw, headers = await run_embeddings(request.app[GATEWAY], request[PRINCIPAL], body, request)
     return web.Response(body=raw, content_type="application/json", headers=headers)

@@ -62,6 +62,20 @@ class Call:
     stream: bool = False  # relay the answer's bytes as they come (a binary answer: speech)
 
 
+def end_user(
+    gateway: Gateway, principal: Principal, user: str | None, request: web.Request | None
+) -> str | None:
+    """Whom a call is for, as for a turn (gateway.pipeline.turn.turn_user): the key's own
+    user, else the request's `user`, else the header `limits.end_user_header` names. Its
+    `end_user` limits and budgets admit the call, and its usage row names it."""
+    if principal.user or user:
+        return principal.user or user
+    header = gateway.config.limits.end_user_header
+    if header and request is not None:
+        return request.headers.get(header) or None
+    return None
+
+
 def serves(deployment: Deployment, endpoint: str) -> bool:
     check = getattr(deployment.provider, "serves", None)
     return bool(check is not None and check(endpoint))
@@ -81,6 +95,7 @@ async def run_call(
             param="model",
         )
     prices = {d.name: router.call_prices(d) for d in plan}
+    call.user = end_user(gateway, principal, call.user, request)
     lease = await _admit(gateway, principal, call, plan, prices)
     logs.annotate(alias=alias.name)
     try:

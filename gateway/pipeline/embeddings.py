@@ -19,6 +19,7 @@ import time
 from typing import Any
 
 import orjson
+from aiohttp import web
 
 from gateway.context import Gateway
 from gateway.errors import InvalidRequest, UpstreamError, UpstreamTimeout
@@ -29,13 +30,16 @@ from gateway.metering.prices import price_columns
 from gateway.metering.tokens import count_embedding_input
 from gateway.metering.usage import cost_header
 from gateway.pipeline.admission import admit
-from gateway.pipeline.calls import meter_call
+from gateway.pipeline.calls import end_user, meter_call
 from gateway.routing.retry import RetryPlan
 from gateway.routing.router import Alias, Deployment
 
 
 async def run_embeddings(
-    gateway: Gateway, principal: Principal, body: dict[str, Any]
+    gateway: Gateway,
+    principal: Principal,
+    body: dict[str, Any],
+    request: web.Request | None = None,
 ) -> tuple[bytes, dict[str, str]]:
     """The upstream's JSON answer and the response headers; the last `UpstreamError` when
     every deployment failed.
@@ -50,10 +54,10 @@ async def run_embeddings(
         raise InvalidRequest(
             f"The model `{alias.name}` has no deployment that serves embeddings.", param="model"
         )
-    user = principal.user or _user(body)
+    user = end_user(gateway, principal, _user(body), request)
     lease = await admit(gateway.limiter, principal, body, plan, embeddings=True, user=user)
     try:
-        raw, headers = await _attempts(gateway, principal, body, alias, plan, lease)
+        raw, headers = await _attempts(gateway, principal, body, alias, plan, lease, user)
     finally:
         lease.release()  # a no-op once the answer settled it
     headers.update(lease.headers)
@@ -67,6 +71,7 @@ async def _attempts(
     alias: Alias,
     plan: list[Deployment],
     lease: Lease,
+    user: str | None,
 ) -> tuple[bytes, dict[str, str]]:
     started = time.monotonic()
     retries = RetryPlan(alias, plan)
@@ -93,9 +98,9 @@ async def _attempts(
         try:
             raw, usage = conform(raw, body, deployment.name)
         except InvalidRequest:  # answered, and billed, but not as asked: metered all the same
-            _meter(gateway, principal, body, alias, deployment, lease, None, started)
+            _meter(gateway, principal, body, alias, deployment, lease, None, started, user)
             raise
-        cost = _meter(gateway, principal, body, alias, deployment, lease, usage, started)
+        cost = _meter(gateway, principal, body, alias, deployment, lease, usage, started, user)
         headers = {
             "X-Gateway-Deployment": deployment.name,
             "X-Gateway-Attempts": str(retries.attempts),
@@ -113,7 +118,7 @@ async def _attempts(
         "embeddings",
         alias=alias.name,
         started=started,
-        user=_user(body),
+        user=user,
         error=last,
     )
     last.headers["X-Gateway-Attempts"] = str(retries.attempts)
@@ -129,6 +134,7 @@ def _meter(
     lease: Lease,
     usage: Any,
     started: float,
+    user: str | None,
 ) -> float | None:
     """Write the request's usage row (its input tokens, the provider's count or an estimate,
     and their cost) and settle its lease to them; the cost (None: unpriced)."""
@@ -150,7 +156,7 @@ def _meter(
         "embeddings",
         alias=alias.name,
         started=started,
-        user=_user(body),
+        user=user,
         bill=bill,
     )
     lease.settle(cost, tokens)
