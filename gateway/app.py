@@ -17,7 +17,6 @@ from gateway.conversations.service import Conversations
 from gateway.heartbeat import keep_alive
 from gateway.http.auth import authenticate
 from gateway.http.auth_failures import FAILED_KEYS, FailedKeys
-from gateway.http.conversations import CANCEL_BUS
 from gateway.http.cors import CORS, Cors
 from gateway.http.host_guard import HostGuard
 from gateway.http.middleware import add_request_id, errors_and_ids
@@ -30,6 +29,7 @@ from gateway.metering.key_store import KeyStore
 from gateway.metering.limits import Limiter
 from gateway.metering.reports import UsageStore
 from gateway.metering.usage import Meter
+from gateway.pipeline.cancel import CANCEL_BUS
 from gateway.pipeline.checkpoints import Checkpoints
 from gateway.reload import COOLDOWN_SYNC
 from gateway.routing.router import Router

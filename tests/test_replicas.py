@@ -341,6 +341,65 @@ async def test_a_cancel_landing_on_the_other_replica_stops_the_turn(
             assert r.status == 409, await r.text()
 
 
+async def test_a_chat_cancel_by_request_id_on_the_other_replica_stops_the_stream(
+    replicas: StartReplicas, make_upstream: MakeUpstream, redis_url: str, tmp_path: Path
+) -> None:
+    """`POST /v1/chat/completions/{request_id}/cancel` is the same cancel: sent to the replica
+    that does not run the stream, it stops it, and the record keeps what the client got."""
+    a, b, key, prefix = await stalling_replicas(replicas, make_upstream, tmp_path)
+    redis = Redis.from_url(redis_url)
+    try:
+        await listening(redis, prefix, 2)
+    finally:
+        await redis.aclose()
+    stream = await a.client(key).chat.completions.with_raw_response.create(
+        model="fake", messages=HELLO, stream=True, extra_headers={"X-Request-Id": "stop-me-1"}
+    )
+    received, finish = "", None
+    chunks = stream.parse()
+    async for chunk in chunks:
+        received += (chunk.choices[0].delta.content or "") if chunk.choices else ""
+        if received == "Hello there ":
+            break
+    cancelled = await b.call("POST", "/v1/chat/completions/stop-me-1/cancel", key=key)
+    assert cancelled == {
+        "id": "stop-me-1",
+        "object": "chat.completion.cancellation",
+        "status": "cancelled",
+    }
+    async for chunk in chunks:  # the stream ends, as a cancel on its own replica ends it
+        if chunk.choices and chunk.choices[0].finish_reason:
+            finish = chunk.choices[0].finish_reason
+    assert finish == "cancelled"
+    await kept_interrupted(b, key, stream.headers["X-Conversation-Id"], received)
+
+
+async def test_a_response_cancel_on_the_other_replica_stops_the_response(
+    replicas: StartReplicas, make_upstream: MakeUpstream, redis_url: str, tmp_path: Path
+) -> None:
+    """`POST /v1/responses/{id}/cancel` likewise, whichever replica it lands on."""
+    a, b, key, prefix = await stalling_replicas(replicas, make_upstream, tmp_path)
+    redis = Redis.from_url(redis_url)
+    try:
+        await listening(redis, prefix, 2)
+    finally:
+        await redis.aclose()
+    events = await a.client(key).responses.create(model="fake", input="hello", stream=True)
+    response_id, received = None, ""
+    async for event in events:
+        if event.type == "response.created":
+            response_id = event.response.id
+        elif event.type == "response.output_text.delta":
+            received += event.delta
+        if received == "Hello there ":
+            break
+    assert response_id is not None
+    cancelled = await b.call("POST", f"/v1/responses/{response_id}/cancel", key=key)
+    assert (cancelled["id"], cancelled["status"]) == (response_id, "cancelled")
+    async for _ in events:  # the response's stream ends
+        pass
+
+
 async def test_a_cancel_sent_while_the_runner_was_not_listening_still_stops_the_turn(
     replicas: StartReplicas, make_upstream: MakeUpstream, redis_url: str, tmp_path: Path
 ) -> None:

@@ -2,8 +2,7 @@
 
 from __future__ import annotations
 
-import asyncio
-from typing import TYPE_CHECKING, Any
+from typing import Any
 
 import orjson
 from aiohttp import web
@@ -16,14 +15,9 @@ from gateway.conversations.truncate import branch_point, content_chars_of, event
 from gateway.dialects.requests import parse_json_object
 from gateway.errors import Conflict, InvalidRequest, NotFound
 from gateway.http.auth import PRINCIPAL
-from gateway.storage.db import Db, Row
+from gateway.pipeline.cancel import CANCEL_BUS, Outcome, stop
+from gateway.storage.db import Db
 from gateway.storage.store import Store
-
-if TYPE_CHECKING:
-    from gateway.pipeline.cancel_bus import CancelBus
-
-# Set when replicas share Redis: a cancel of a turn another replica runs goes through it.
-CANCEL_BUS: web.AppKey[CancelBus] = web.AppKey("cancel_bus")
 
 
 async def events(request: web.Request) -> web.Response:
@@ -112,93 +106,46 @@ async def truncate_turn(request: web.Request) -> web.Response:
     return web.json_response(result)
 
 
-# How long a cancel waits for its turn to end: a cancelled stream ends once its last frames are
-# acknowledged by the client, or after a short grace when they are not.
-_END_WAIT_S = 10.0
-# A turn another replica runs: its end is read from the store, which it reaches a commit later.
-_REMOTE_END_WAIT_S = 5.0
-_REMOTE_POLL_S = 0.05
-
-
 async def cancel_turn(request: web.Request) -> web.Response:
     """POST /v1/conversations/{id}/turns/{turn_id}/cancel: a Stop button that names the turn.
 
-    The turn ends as a client's cancel ends it: interrupted, with what its client received. Only
-    a turn running in this process can be stopped (404 `turn_not_in_flight` elsewhere)."""
+    The turn ends as a client's cancel ends it: interrupted, with what its client received,
+    wherever it runs (gateway.pipeline.cancel); answered once it has ended."""
     gateway, principal = request.app[GATEWAY], request[PRINCIPAL]
     turn_id = request.match_info["turn_id"]
     conversation = await gateway.conversations.get(request.match_info["id"], principal)
-    entry = gateway.in_flight_turn(turn_id, principal)
-    if entry is None or entry.turn.conversation_id != conversation.id:
-        return await _cancel_elsewhere(request, conversation.id, turn_id)
-    if not entry.cancel():
-        raise _ended(turn_id)
-    try:
-        async with asyncio.timeout(_END_WAIT_S):
-            await entry.turn.wait_ended()
-    except TimeoutError:
+    here = gateway.in_flight_turn(turn_id, principal)
+    if here is not None and here.turn.conversation_id != conversation.id:
+        here = None
+    done = await stop(
+        gateway,
+        request.app.get(CANCEL_BUS),
+        principal,
+        here=here,
+        turn_id=turn_id,
+        conversation_id=conversation.id,
+    )
+    if done.outcome in (Outcome.FINISHING, Outcome.ENDED):
+        raise Conflict(f"Turn '{turn_id}' has already ended.", code="turn_ended")
+    if done.outcome is Outcome.NOT_ENDED:
         raise Conflict(
             f"Turn '{turn_id}' was cancelled but has not ended yet.", code="turn_in_progress"
-        ) from None
-    state = await _turn_state(gateway.store, turn_id)
-    return _cancelled(conversation.id, turn_id, state[2] if state is not None else None)
-
-
-async def _cancel_elsewhere(
-    request: web.Request, conversation_id: str, turn_id: str
-) -> web.Response:
-    """A turn this process does not run: another replica may (gateway.pipeline.cancel_bus)."""
-    store = request.app[GATEWAY].store
-    state = await _turn_state(store, turn_id)
-    not_here = NotFound(
-        f"Turn '{turn_id}' of conversation '{conversation_id}' is not in progress here.",
-        code="turn_not_in_flight",
-    )
-    if state is None or state[0] != conversation_id:
-        raise not_here
-    if state[1] is not None:
-        raise _ended(turn_id)
-    bus = request.app.get(CANCEL_BUS)
-    if bus is None or not await bus.publish(turn_id):
-        raise not_here
-    try:
-        async with asyncio.timeout(_REMOTE_END_WAIT_S):
-            while state is not None and state[1] is None:
-                await asyncio.sleep(_REMOTE_POLL_S)
-                state = await _turn_state(store, turn_id)
-    except TimeoutError:
-        # Open in the store, yet no replica ended it: none runs it (its process died and it
-        # awaits recovery), or the cancel was lost on the way.
-        raise not_here from None
-    return _cancelled(conversation_id, turn_id, state[2] if state is not None else None)
-
-
-def _cancelled(conversation_id: str, turn_id: str, status: str | None) -> web.Response:
+        )
+    if done.outcome is Outcome.NOT_RUNNING:
+        raise NotFound(
+            f"Turn '{turn_id}' of conversation '{conversation.id}' is not in progress.",
+            code="turn_not_in_flight",
+        )
     return web.json_response(
         {
             "object": "conversation.turn.cancellation",
-            "conversation_id": conversation_id,
+            "conversation_id": conversation.id,
             "turn_id": turn_id,
             # As the conversation list names them: `interrupted` unless the client had already
             # received the whole answer, finish included.
-            "status": "interrupted" if status == "aborted" else status,
+            "status": "interrupted" if done.status == "aborted" else done.status,
         }
     )
-
-
-def _ended(turn_id: str) -> Conflict:
-    return Conflict(f"Turn '{turn_id}' has already ended.", code="turn_ended")
-
-
-async def _turn_state(store: Store, turn_id: str) -> Row | None:
-    """(conversation id, ended_at, status) of a recorded turn."""
-
-    async def read(db: Db) -> Row | None:
-        return await db.fetchrow(
-            "SELECT conversation_id, ended_at, status FROM turns WHERE id = ?", turn_id
-        )
-
-    return await store.run(read)
 
 
 def _conversation(conversation: Conversation) -> dict[str, Any]:

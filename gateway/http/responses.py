@@ -16,7 +16,7 @@ from gateway.conversations.items import path_items
 from gateway.conversations.recorder import TurnRecorder
 from gateway.conversations.service import Joined
 from gateway.conversations.stored_responses import ResponseStore, StoredResponse, answer_of
-from gateway.conversations.truncate import cancel_content_chars, truncate_cancelled
+from gateway.conversations.truncate import cancel_content_chars
 from gateway.dialects.openai_responses import (
     Responses,
     ResponsesRequest,
@@ -29,6 +29,7 @@ from gateway.errors import Conflict
 from gateway.http.auth import PRINCIPAL
 from gateway.http.large_bodies import read_parsed
 from gateway.http.middleware import REQUEST_ID
+from gateway.pipeline.cancel import CANCEL_BUS, Outcome, stop, truncated
 from gateway.pipeline.turn import TurnRequest, run_turn, shape_of, turn_user
 
 
@@ -161,23 +162,24 @@ async def cancel(request: web.Request) -> web.Response:
     """Stop an in-flight response from another connection (a Stop button). With
     `{"content_chars": N}`, once its turn has ended its interrupted output is truncated to what
     the client showed (docs/recording.md, "What the user saw"): the answer shows it."""
+    gateway, principal = request.app[GATEWAY], request[PRINCIPAL]
     response_id = request.match_info["id"]
-    principal = request[PRINCIPAL]
     content_chars = cancel_content_chars(await request.read())
-    store = _store(request)
-    stored = await store.get(response_id, principal)
-    entry = request.app[GATEWAY].in_flight(response_id, principal)
-    if entry is None or not entry.cancel():
+    stored = await _store(request).get(response_id, principal)
+    # Running here, else perhaps on another replica (gateway.pipeline.cancel).
+    here = gateway.in_flight(response_id, principal)
+    bus = request.app.get(CANCEL_BUS)
+    turn_id = stored.turn_id if here is None and bus is not None else None
+    done = await stop(gateway, bus, principal, here=here, turn_id=turn_id, wait=False)
+    if done.outcome is not Outcome.CANCELLED:
         raise Conflict(
             f"The response '{response_id}' is not in progress; only an in-flight response can be"
             " cancelled.",
             code="response_not_in_progress",
         )
     if content_chars is not None:
-        await truncate_cancelled(
-            request.app[GATEWAY].conversations, entry.turn, content_chars, principal
-        )
-    await request.app[GATEWAY].store.flush()
+        await truncated(gateway, here, done, content_chars, principal)
+    await gateway.store.flush()
     response = await _object(request, stored)
     response["status"] = "cancelled"
     return web.json_response(response)

@@ -22,6 +22,7 @@ import os
 import time
 from collections import OrderedDict, deque
 from collections.abc import Awaitable, Callable, Iterable
+from dataclasses import dataclass
 from itertools import islice
 from typing import Any, Protocol, TypeVar
 
@@ -107,6 +108,15 @@ class Backend(Protocol):
 
 class SchemaBehind(schema.SchemaMismatch):
     """Older than the code, with `migrate_on_start: false`: `gateway migrate` first."""
+
+
+@dataclass(frozen=True, slots=True)
+class TurnState:
+    turn_id: str
+    conversation_id: str
+    team_id: str | None
+    ended_at: float | None
+    status: str | None  # as its end recorded it: completed, aborted, failed
 
 
 class _Unwritable(Exception):
@@ -916,6 +926,32 @@ class Store:
         async def read(db: Db) -> bool:
             ended = await db.fetchrow("SELECT ended_at FROM turns WHERE id = ?", turn_id)
             return ended is not None and ended[0] is not None
+
+        return await self.run(read)
+
+    async def turn_state(self, turn_id: str) -> TurnState | None:
+        """Where a recorded turn is and whether it has ended: None when no turn has that id."""
+
+        async def read(db: Db) -> TurnState | None:
+            row = await db.fetchrow(
+                "SELECT conversation_id, team_id, ended_at, status FROM turns WHERE id = ?",
+                turn_id,
+            )
+            return None if row is None else TurnState(turn_id, *row)
+
+        return await self.run(read)
+
+    async def open_turn_of_request(self, request_id: str, team_id: str | None) -> str | None:
+        """The newest turn still open that a request with this id started, for this team (None:
+        any team's, for the admin): what a cancel by request id names on another replica."""
+
+        async def read(db: Db) -> str | None:
+            sql = "SELECT id FROM turns WHERE request_id = ? AND ended_at IS NULL"
+            args: tuple[Any, ...] = (request_id,)
+            if team_id is not None:
+                sql, args = sql + " AND team_id = ?", (request_id, team_id)
+            row = await db.fetchrow(sql + " ORDER BY started_at DESC LIMIT 1", *args)
+            return None if row is None else str(row[0])
 
         return await self.run(read)
 
