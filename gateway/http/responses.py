@@ -65,7 +65,11 @@ async def create(request: web.Request) -> web.StreamResponse:
         )
     else:
         joined, history = await store.history(
-            principal, parsed.previous_response_id, parsed.conversation_id, named
+            principal,
+            parsed.previous_response_id,
+            parsed.conversation_id,
+            named,
+            new_messages=new_messages,
         )
         # One history: what the input repeats of the stored last turn is not recorded twice.
         new_messages = new_messages[resent(history, new_messages) :]

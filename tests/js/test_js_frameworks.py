@@ -5,8 +5,6 @@ from __future__ import annotations
 
 import json
 
-import pytest
-
 from tests.conftest import GatewayUnderTest
 from tests.fakes import FakeUpstream
 from tests.js.test_js_clients import call, chat_json, node, of_type, only_conversation, pytestmark
@@ -47,11 +45,6 @@ async def test_mastra_agent_with_merged_tool_steps_is_one_conversation(
     assert [r["tool_call_id"] for r in results] == ["call_p", "call_l", "call_r"]
 
 
-@pytest.mark.xfail(
-    strict=True,
-    reason="gateway/http/responses.py does not yet pass the request's input to"
-    " ResponseStore.history (new_messages=), which the rule needs to tell a next step from a fork",
-)
 async def test_vercel_previous_response_id_tool_loop_is_one_conversation(
     gw: GatewayUnderTest, upstream: FakeUpstream
 ) -> None:
