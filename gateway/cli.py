@@ -433,7 +433,11 @@ def _admin_commands(sub: Any) -> None:
     spool_sub = spool.add_subparsers(dest="action", required=True)
     spool_status = spool_sub.add_parser("status", help="Spooled writes not yet replayed.")
     usage = sub.add_parser("usage", help="Usage and cost from the store, as a table.")
-    usage.add_argument("--group-by", default="team", help="team, key, user, model or deployment.")
+    usage.add_argument(
+        "--group-by",
+        default="team",
+        help="team, key, user, model, deployment, or tag:KEY (a metadata tag's values).",
+    )
     usage.add_argument("--granularity", default="day", help="hour or day.")
     usage.add_argument(
         "--from", dest="start", help="Unix seconds or ISO date (default: 31 days ago)."
@@ -520,11 +524,21 @@ async def _admin(args: argparse.Namespace, loaded: LoadedConfig) -> int:
 async def _usage(args: argparse.Namespace, loaded: LoadedConfig) -> int:
     import time
 
-    from gateway.metering.reports import GRANULARITY, GROUPS, UsageStore, parse_time
+    from gateway.metering.reports import (
+        GRANULARITY,
+        GROUPS,
+        TAG_KEY,
+        TAG_PREFIX,
+        UsageStore,
+        parse_time,
+    )
 
-    if args.group_by not in GROUPS or args.granularity not in GRANULARITY:
+    group, tag = args.group_by, args.group_by.removeprefix(TAG_PREFIX)
+    grouped = group in GROUPS or (tag != group and TAG_KEY.match(tag) is not None)
+    if not grouped or args.granularity not in GRANULARITY:
         print(
-            f"error: --group-by takes {', '.join(GROUPS)}; --granularity hour or day",
+            f"error: --group-by takes {', '.join(GROUPS)} or tag:KEY (a metadata key: letters,"
+            " digits, '_', '.', ':', '-', at most 64); --granularity hour or day",
             file=sys.stderr,
         )
         return 2
@@ -550,7 +564,7 @@ async def _usage(args: argparse.Namespace, loaded: LoadedConfig) -> int:
     table = [header] + [
         (
             r["period_start"][: 13 if args.granularity == "hour" else 10],
-            str(r["group"]),
+            "-" if r["group"] is None else str(r["group"]),  # no such tag, or no user
             *(str(r[k]) for k in counts),
             "-" if r["cost_usd"] is None else f"{r['cost_usd']:.6f}",
         )
