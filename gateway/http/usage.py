@@ -47,16 +47,27 @@ async def usage(request: web.Request) -> web.StreamResponse:
         raise InvalidRequest("'granularity' must be hour or day.", param="granularity")
     start, end = _range(request)
     team = _team(request)
-    rows = await request.app[GATEWAY].usage.report(
-        group_by=group_by, start=start, end=end, granularity=granularity, team_id=team
-    )
+    reports = request.app[GATEWAY].usage
     if query.get("format") == "csv":
-        names, every = await _names(request, group_by, team)
+        # Every team's report, by something teams share: each team's rows apart, so that
+        # each row can name its team.
+        if team is None and group_by not in ("team", "key"):
+            rows = await reports.report_by_team(
+                group_by=group_by, start=start, end=end, granularity=granularity
+            )
+        else:
+            rows = await reports.report(
+                group_by=group_by, start=start, end=end, granularity=granularity, team_id=team
+            )
+        names, every, teams = await _names(request, group_by, team)
         return web.Response(
-            text=to_csv(rows, names, every),
+            text=to_csv(rows, names, every, teams),
             content_type="text/csv",
             headers={"Content-Disposition": _attachment(f"usage-by-{group_by}", start, end, "csv")},
         )
+    rows = await reports.report(
+        group_by=group_by, start=start, end=end, granularity=granularity, team_id=team
+    )
     return web.json_response(
         {
             "object": "list",
@@ -139,20 +150,22 @@ def _team(request: web.Request) -> str | None:
     return principal.team_id if not principal.is_admin else request.query.get("team_id")
 
 
-async def _names(request: web.Request, group_by: str, team: str | None) -> tuple[Names, Name]:
-    """Each group's name and team, for the CSV: a team's or a key's name, and a key's team;
-    and the team of every group when the report is of one team."""
+async def _names(
+    request: web.Request, group_by: str, team: str | None
+) -> tuple[Names, Name, dict[str, str]]:
+    """For the CSV: each group's name and team (a team's or a key's name, and a key's
+    team); the team of every group when the report is of one team; every team's name."""
     keys = request.app[GATEWAY].keys
     teams = {t.id: t.name for t in await keys.teams()}
     every: Name = (None, team, teams.get(team)) if team is not None else (None, None, None)
     if group_by == "team":
-        return {i: (name, i, name) for i, name in teams.items()}, every
+        return {i: (name, i, name) for i, name in teams.items()}, every, teams
     if group_by == "key":
         named: Names = {
             k.id: (k.name, k.team_id, teams.get(k.team_id)) for k in await keys.keys(team)
         }
-        return named, every
-    return {}, every
+        return named, every, teams
+    return {}, every, teams
 
 
 def _attachment(name: str, start: float, end: float, extension: str) -> str:

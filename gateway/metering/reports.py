@@ -7,6 +7,7 @@ import io
 import logging
 import math
 import re
+from collections.abc import Callable
 from datetime import UTC, datetime
 from typing import Any, TypeVar
 
@@ -149,21 +150,52 @@ class UsageStore:
 
         return latency_rows(await self._store.read(op, timeout_s))
 
+    async def report_by_team(
+        self, *, group_by: str, start: float, end: float, granularity: str
+    ) -> list[dict[str, Any]]:
+        """The report of every team with each group's rows apart for each team (`team_id` on
+        every row: the team, or None): read from the usage rows alone, as a tag's report is,
+        since usage_days sums each grouping of every team together."""
+        tag = group_by[len(TAG_PREFIX) :] if group_by.startswith(TAG_PREFIX) else None
+
+        def column(dialect: Dialect) -> str:
+            # The team and the group in one text: team ids hold no '|' (key_store), and a
+            # group is marked present with '=' so that None stays apart from ''.
+            inner = _tag_column(dialect, tag) if tag is not None else GROUPS[group_by]
+            return (
+                f"(COALESCE(team_id, '') || '|' || CASE WHEN {inner} IS NULL THEN ''"
+                f" ELSE '=' || CAST({inner} AS TEXT) END)"
+            )
+
+        records = await self._raw_report(column, start, end, GRANULARITY[granularity], None)
+        for record in records:
+            team, _, group = record["group"].partition("|")
+            record["group"] = group[1:] if group else None
+            record["team_id"] = team or None
+        return records
+
     async def _tag_report(
         self, key: str, start: float, end: float, bucket: int, team_id: str | None
     ) -> list[dict[str, Any]]:
         """Grouped by one metadata tag: read from the usage rows alone (usage_days keeps no
-        tag), by the same rules as every other grouping. `key` matches `TAG_KEY`, so it can be
-        written into the query."""
-        if not TAG_KEY.match(key):
-            raise ValueError(f"not a tag key: {key!r}")
+        tag), by the same rules as every other grouping."""
+        return await self._raw_report(
+            lambda dialect: _tag_column(dialect, key), start, end, bucket, team_id
+        )
+
+    async def _raw_report(
+        self,
+        column_of: Callable[[Dialect], str],
+        start: float,
+        end: float,
+        bucket: int,
+        team_id: str | None,
+    ) -> list[dict[str, Any]]:
+        """Grouped by a column's expression (`column_of` the store's dialect), from the usage
+        rows alone, by the same rules as every other grouping."""
 
         async def op(db: Db) -> list[dict[str, Any]]:
-            column = (
-                f"json_extract(tags, '$.\"{key}\"')"
-                if db.dialect == "sqlite"
-                else f"(CAST(tags AS jsonb) ->> '{key}')"
-            )
+            column = column_of(db.dialect)
             sql, args = _report_sql(db.dialect, column, bucket, [(start, end)], team_id)
             records, by_key = _records(await db.fetch(sql, *args))
             if bucket == USAGE_DAY:  # a turn with attempts on several days counted once
@@ -241,6 +273,16 @@ class UsageStore:
             except Exception as exc:  # the days not summed are read from their records
                 log.warning("usage report: could not sum the usage of %s: %r", _date(day), exc)
                 return
+
+
+def _tag_column(dialect: Dialect, key: str) -> str:
+    """The value of one key of a usage row's tags. `key` must match `TAG_KEY`, so that it
+    can be written into the query."""
+    if not TAG_KEY.match(key):
+        raise ValueError(f"not a tag key: {key!r}")
+    if dialect == "sqlite":
+        return f"json_extract(tags, '$.\"{key}\"')"
+    return f"(CAST(tags AS jsonb) ->> '{key}')"
 
 
 _FILL_LOCK = 7426174  # pg_advisory_xact_lock: the fillers of usage_days
@@ -601,19 +643,25 @@ Names = dict[Any, Name]
 
 
 def to_csv(
-    rows: list[dict[str, Any]], names: Names | None = None, every: Name = (None, None, None)
+    rows: list[dict[str, Any]],
+    names: Names | None = None,
+    every: Name = (None, None, None),
+    teams: dict[str, str] | None = None,
 ) -> str:
     """The rows as CSV, each with its group's name and team (`names`, by group; `every`
-    for a group not there, and the totals), then a row `total` of every count and the
-    cost; every text
-    cell a spreadsheet would run as a formula (`=`, `+`, `-`, `@`, a tab or a carriage return
-    first: a key's name, a user) made inert with a `'` first, as OWASP advises."""
+    for a group not there, and the totals; a row's own `team_id` named from `teams`), then
+    a row `total` of every count and the cost; every text cell a spreadsheet would run as a
+    formula (`=`, `+`, `-`, `@`, a tab or a carriage return first: a key's name, a user)
+    made inert with a `'` first, as OWASP advises."""
     names = names or {}
     buffer = io.StringIO()
     writer = csv.DictWriter(buffer, fieldnames=CSV_COLUMNS)
     writer.writeheader()
     for row in rows:
         group_name, team_id, team_name = names.get(row["group"], every)
+        if "team_id" in row:  # a report split by team (`report_by_team`)
+            team_id = row["team_id"]
+            team_name = (teams or {}).get(team_id) if team_id is not None else None
         named = row | {"group_name": group_name, "team_id": team_id, "team_name": team_name}
         writer.writerow({k: inert(v) for k, v in named.items()})
     total: dict[str, Any] = {name: sum(row[name] or 0 for row in rows) for name in _TOTALLED}

@@ -84,6 +84,34 @@ async def test_percentiles_are_nearest_rank_on_both_stores(store: Store) -> None
     assert [(r["group"], r["duration_ms"]["count"]) for r in rows] == [("blue", 3)]
 
 
+async def test_a_report_split_by_team_adds_up_to_each_teams_own(store: Store) -> None:
+    usage = UsageStore(store)
+    # A turn retried across midnight (counted once, at its last attempt), in each of two
+    # teams and with no team (the master key's); one attempt with no alias.
+    for n, team in enumerate(["red", "blue", None]):
+        usage.write(record(n, team_id=team, created_at=11 * DAY - 10, status="error"))
+        usage.write(record(n, id=f"t{n}:2", team_id=team, created_at=11 * DAY + 10))
+    usage.write(record(9, team_id="red", alias=None))
+    await store.flush()
+    for granularity in ("day", "hour"):
+        span = {"start": 0, "end": 20 * DAY, "granularity": granularity}
+        split = await usage.report_by_team(group_by="model", **span)
+        for team in ("red", "blue"):
+            own = await usage.report(group_by="model", team_id=team, **span)
+            mine = [{k: v for k, v in r.items() if k != "team_id"} for r in split]
+            theirs = [r for r, s in zip(mine, split, strict=True) if s["team_id"] == team]
+            assert sorted(theirs, key=str) == sorted(own, key=str)
+        whole = await usage.report(group_by="model", team_id=None, **span)
+        for name in ("requests", "attempts", "failed_attempts", "prompt_tokens"):
+            assert sum(r[name] for r in split) == sum(r[name] for r in whole), name
+        assert {(r["team_id"], r["group"]) for r in split} == {
+            ("red", "m"),
+            ("red", None),
+            ("blue", "m"),
+            (None, "m"),
+        }
+
+
 async def test_latency_and_csv_over_http(make_gateway: MakeGateway) -> None:
     gw = await make_gateway(auth={"master_key": MASTER})
     admin = {"Authorization": f"Bearer {MASTER}"}
@@ -138,6 +166,14 @@ async def test_latency_and_csv_over_http(make_gateway: MakeGateway) -> None:
     total = rows[-1]
     assert total["period_start"] == "total" and total["requests"] == "3"
     assert float(total["cost_usd"] or 0) == sum(float(r["cost_usd"] or 0) for r in rows[:-1])
+    # Every team's report by model: each team's rows apart, by name.
+    _, text, _ = await get(MASTER, "/v1/usage?group_by=model&format=csv")
+    rows = list(csv.DictReader(io.StringIO(text)))
+    assert [(r["group"], r["team_id"], r["team_name"], r["requests"]) for r in rows] == [
+        ("demo", "blue", "'=Blue", "1"),
+        ("demo", "red", "Red team", "2"),
+        ("", "", "", "3"),
+    ]
     # A team's report names its team on every row.
     _, text, _ = await get(keys["red"], "/v1/usage?group_by=model&format=csv")
     rows = list(csv.DictReader(io.StringIO(text)))
