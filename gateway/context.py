@@ -35,6 +35,10 @@ class InFlight(Protocol):
         """Stop it; False when it is already finishing."""
         ...
 
+    def shown(self) -> list[dict[str, Any]] | None:
+        """The answer's blocks as its client has them now; None for a whole answer."""
+        ...
+
     def shut_down(self, now: bool = False) -> None:
         """The gateway is stopping and its grace is over: end the answer with the client's
         shutdown event, its turn recorded with reason `shutdown`; `now`: cancel it wherever

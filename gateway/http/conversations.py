@@ -1,7 +1,8 @@
-"""Read a conversation's events and derived messages; make a branch; stop a turn."""
+"""Read a conversation's events and derived messages; make a branch; stop a turn, or watch it."""
 
 from __future__ import annotations
 
+import asyncio
 from typing import Any
 
 import orjson
@@ -146,6 +147,58 @@ async def cancel_turn(request: web.Request) -> web.Response:
             "status": "interrupted" if done.status == "aborted" else done.status,
         }
     )
+
+
+# How often a live view looks at what its turn's client has.
+LIVE_S = 0.25
+
+
+async def live_turn(request: web.Request) -> web.StreamResponse:
+    """GET /v1/conversations/{id}/turns/{turn_id}/live: a streaming turn's answer as its client
+    has it, as server-sent events: `answer` (the blocks delivered so far) whenever they grew,
+    then `end` (how the turn ended). Only where the turn runs (another replica: 404
+    `turn_not_in_flight`); a turn that has ended answers its `end` at once."""
+    gateway, principal = request.app[GATEWAY], request[PRINCIPAL]
+    turn_id = request.match_info["turn_id"]
+    conversation = await gateway.conversations.get(request.match_info["id"], principal)
+    here = gateway.in_flight_turn(turn_id, principal)
+    if here is None or here.turn.conversation_id != conversation.id:
+        state = await gateway.store.turn_state(turn_id)
+        if state is None or state.conversation_id != conversation.id:
+            raise NotFound(
+                f"No turn found with id '{turn_id}' in conversation '{conversation.id}'."
+            )
+        if state.ended_at is None:
+            raise NotFound(
+                f"Turn '{turn_id}' of conversation '{conversation.id}' is not in progress here.",
+                code="turn_not_in_flight",
+            )
+    response = web.StreamResponse(
+        headers={"Content-Type": "text/event-stream", "Cache-Control": "no-cache"}
+    )
+    await response.prepare(request)
+    if here is not None:
+        shown: list[dict[str, Any]] | None = None
+        while not here.turn.ended:
+            now = here.shown()
+            if now is not None and now != shown:
+                await response.write(_event("answer", {"content": now}))
+                shown = now
+            try:
+                await asyncio.wait_for(here.turn.wait_ended(), LIVE_S)
+            except TimeoutError:
+                pass
+    state = await gateway.store.turn_state(turn_id)
+    status = state.status if state is not None else None
+    await response.write(
+        _event("end", {"status": "interrupted" if status == "aborted" else status})
+    )
+    await response.write_eof()
+    return response
+
+
+def _event(name: str, data: dict[str, Any]) -> bytes:
+    return b"event: " + name.encode() + b"\ndata: " + orjson.dumps(data) + b"\n\n"
 
 
 def _conversation(conversation: Conversation) -> dict[str, Any]:

@@ -644,9 +644,19 @@ def paths() -> dict[str, dict[str, Operation]]:
         },
         "/v1/conversations/{id}/turns/{turn_id}/cancel": {
             "post": op(
-                "Stop a turn in flight on this replica; recorded as a client's cancel",
+                "Stop a turn in flight, on whichever replica runs it; recorded as a client's"
+                " cancel",
                 _ok(ref("TurnCancellation")),
                 (*_AUTH, 404, 409),
+                params=[*_ID, path_param("turn_id", "The turn's X-Gateway-Turn-Id")],
+            )
+        },
+        "/v1/conversations/{id}/turns/{turn_id}/live": {
+            "get": op(
+                "A streaming turn's answer as its client has it, as server-sent events"
+                " (`answer`, then `end`), on the replica running it",
+                {"200": {"description": _REASONS[200], "content": _STREAM}},
+                (*_AUTH, 404),
                 params=[*_ID, path_param("turn_id", "The turn's X-Gateway-Turn-Id")],
             )
         },

@@ -125,6 +125,7 @@ def add_routes(app: web.Application) -> None:
         "/v1/conversations/{id}/turns/{turn_id}/truncate", conversations.truncate_turn
     )
     app.router.add_post("/v1/conversations/{id}/turns/{turn_id}/cancel", conversations.cancel_turn)
+    app.router.add_get("/v1/conversations/{id}/turns/{turn_id}/live", conversations.live_turn)
     app.router.add_get("/v1/conversations/{id}/usage", conversations_list.usage)
     app.router.add_get("/v1/gateway/deployments", admin.deployments)
     app.router.add_post("/v1/gateway/teams", admin.create_team)

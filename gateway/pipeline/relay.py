@@ -590,6 +590,17 @@ class Relay:
         attempt, delivered, prior = self._split_delivery(delivered)
         return self.turn.checkpoint(attempt, delivered, level, prior)
 
+    def shown(self) -> list[dict[str, Any]] | None:
+        """The answer's blocks as its client has them now (a live view; nothing recorded, and
+        the checkpoints' own bookkeeping left alone); None for a whole answer, or once the
+        turn has ended."""
+        if not self.stream or self.turn.ended or (self.attempt is None and not self.segments):
+            return None
+        delivered, level = self.client.delivered()
+        attempt, delivered, prior = self._split_delivery(delivered)
+        message = self.turn.checkpoint(attempt, delivered, level, prior)["message"]
+        return message["content"] if message is not None else []
+
     def _split_delivery(self, delivered: int) -> tuple[Attempt | None, int, list[Segment]]:
         """The first `delivered` frames by attempt: how many of each earlier segment's, and of
         the attempt they end in (the current one, or, between a failed segment and its

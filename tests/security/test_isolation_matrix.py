@@ -172,6 +172,9 @@ TABLE: list[Probe] = [
     # The owner's turn has ended: a cancel of it is a 409, another team's a 404.
     Probe("POST", "/v1/conversations/{id}/turns/{turn_id}/cancel", OWNED, owner=409,
           path=lambda i: f"/v1/conversations/{i.chat}/turns/{i.turn}/cancel"),
+    # The owner's turn has ended: its live view answers the end at once.
+    Probe("GET", "/v1/conversations/{id}/turns/{turn_id}/live", OWNED,
+          path=lambda i: f"/v1/conversations/{i.chat}/turns/{i.turn}/live"),
     Probe("GET", "/v1/conversations/{id}/usage", OWNED,
           path=lambda i: f"/v1/conversations/{i.chat}/usage"),
     Probe("GET", "/v1/conversations/{id}/usage", OWNED,
