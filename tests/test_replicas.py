@@ -273,6 +273,15 @@ async def listening(redis: Redis, prefix: str, replicas: int) -> None:
             await asyncio.sleep(0.05)
 
 
+async def both_listening(redis_url: str, prefix: str) -> None:
+    """Until both replicas listen for cancels."""
+    redis = Redis.from_url(redis_url)
+    try:
+        await listening(redis, prefix, 2)
+    finally:
+        await redis.aclose()
+
+
 async def stalling_replicas(
     replicas: StartReplicas, make_upstream: MakeUpstream, tmp_path: Path
 ) -> tuple[Replica, Replica, str, str]:
@@ -320,11 +329,7 @@ async def test_a_cancel_landing_on_the_other_replica_stops_the_turn(
     """The admin UI's Stop button lands on either replica: the one that does not run the turn
     passes the cancel on through Redis, and answers once the turn has ended."""
     a, b, key, prefix = await stalling_replicas(replicas, make_upstream, tmp_path)
-    redis = Redis.from_url(redis_url)
-    try:
-        await listening(redis, prefix, 2)
-    finally:
-        await redis.aclose()
+    await both_listening(redis_url, prefix)
     conversation, turn, received, chunks = await stalled_stream(a, key)
     path = f"/v1/conversations/{conversation}/turns/{turn}/cancel"
     cancelled = await b.call("POST", path, key=key)
@@ -347,11 +352,7 @@ async def test_a_chat_cancel_by_request_id_on_the_other_replica_stops_the_stream
     """`POST /v1/chat/completions/{request_id}/cancel` is the same cancel: sent to the replica
     that does not run the stream, it stops it, and the record keeps what the client got."""
     a, b, key, prefix = await stalling_replicas(replicas, make_upstream, tmp_path)
-    redis = Redis.from_url(redis_url)
-    try:
-        await listening(redis, prefix, 2)
-    finally:
-        await redis.aclose()
+    await both_listening(redis_url, prefix)
     stream = await a.client(key).chat.completions.with_raw_response.create(
         model="fake", messages=HELLO, stream=True, extra_headers={"X-Request-Id": "stop-me-1"}
     )
@@ -379,11 +380,7 @@ async def test_a_response_cancel_on_the_other_replica_stops_the_response(
 ) -> None:
     """`POST /v1/responses/{id}/cancel` likewise, whichever replica it lands on."""
     a, b, key, prefix = await stalling_replicas(replicas, make_upstream, tmp_path)
-    redis = Redis.from_url(redis_url)
-    try:
-        await listening(redis, prefix, 2)
-    finally:
-        await redis.aclose()
+    await both_listening(redis_url, prefix)
     events = await a.client(key).responses.create(model="fake", input="hello", stream=True)
     response_id, received = None, ""
     async for event in events:
