@@ -19,8 +19,9 @@ from typing import Any
 import orjson
 
 from bench.upstream import COMPLETION_BODY
-from gateway.conversations.events import Conversation, NewEvent, TurnStart, new_id
+from gateway.conversations.events import Conversation, NewEvent, TurnStart
 from gateway.conversations.recorder import TurnRecorder
+from gateway.ids import new_id
 from gateway.metering.usage import Meter
 from gateway.providers.wire import OPENAI_CHAT, parse_body
 

@@ -33,8 +33,9 @@ async def record(turns: int) -> None:
 
     from bench.upstream import COMPLETION_BODY
     from gateway.config import StoreConfig
-    from gateway.conversations.events import Conversation, new_id
+    from gateway.conversations.events import Conversation
     from gateway.conversations.recorder import TurnRecorder
+    from gateway.ids import new_id
     from gateway.metering.reports import UsageStore
     from gateway.metering.usage import Meter
     from gateway.providers.wire import OPENAI_CHAT, parse_body

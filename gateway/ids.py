@@ -8,6 +8,7 @@ time and handed out in order.
 from __future__ import annotations
 
 import os
+import time
 
 _ENTROPY_BYTES = 4096
 _entropy = b""
@@ -33,3 +34,24 @@ def _forget_entropy() -> None:
 
 
 os.register_at_fork(after_in_child=_forget_entropy)
+
+
+def sortable_hex() -> str:
+    """32 hex digits: the time in milliseconds, then 80 random bits.
+
+    Ids that grow with time land at the right edge of the store's indexes, so a turn's inserts
+    touch a few index pages instead of one random page per index and row (which the write-ahead
+    log then writes whole); 80 random bits keep them as unguessable as any id needs to be.
+    """
+    global _ms, _ms_hex
+    ms = time.time_ns() // 1_000_000
+    if ms != _ms:  # a request makes five ids, in the same millisecond: formatted once
+        _ms, _ms_hex = ms, f"{ms:012x}"
+    return _ms_hex + random_hex(10)
+
+
+_ms, _ms_hex = -1, ""
+
+
+def new_id(prefix: str) -> str:
+    return f"{prefix}_{sortable_hex()}"

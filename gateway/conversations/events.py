@@ -6,7 +6,7 @@ import time
 from dataclasses import dataclass, field
 from typing import Any
 
-from gateway.ids import random_hex
+from gateway.ids import sortable_hex
 
 USER_MESSAGE = "user/message"
 TOOL_RESULT = "tool/result"
@@ -23,27 +23,6 @@ CONVERSATION_NOTE = "conversation/note"
 
 # Only these make up model history.
 SURFACE_TYPES = frozenset({USER_MESSAGE, TOOL_RESULT, ASSISTANT_MESSAGE})
-
-
-def sortable_hex() -> str:
-    """32 hex digits: the time in milliseconds, then 80 random bits.
-
-    Ids that grow with time land at the right edge of the store's indexes, so a turn's inserts
-    touch a few index pages instead of one random page per index and row (which the write-ahead
-    log then writes whole); 80 random bits keep them as unguessable as any id needs to be.
-    """
-    global _ms, _ms_hex
-    ms = time.time_ns() // 1_000_000
-    if ms != _ms:  # a request makes five ids, in the same millisecond: formatted once
-        _ms, _ms_hex = ms, f"{ms:012x}"
-    return _ms_hex + random_hex(10)
-
-
-_ms, _ms_hex = -1, ""
-
-
-def new_id(prefix: str) -> str:
-    return f"{prefix}_{sortable_hex()}"
 
 
 @dataclass(slots=True)

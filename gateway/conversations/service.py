@@ -10,7 +10,7 @@ from dataclasses import dataclass, replace
 from typing import Any
 
 from gateway.conversations.derive import derive_messages
-from gateway.conversations.events import TURN_END, Conversation, Event, new_id
+from gateway.conversations.events import TURN_END, Conversation, Event
 from gateway.conversations.history import HISTORY_ROLES, match_history
 from gateway.conversations.path import history_path
 from gateway.conversations.recorder import TurnRecorder
@@ -22,6 +22,7 @@ from gateway.conversations.threading import (
     repair_history,
 )
 from gateway.errors import Conflict, InvalidRequest, NotFound
+from gateway.ids import new_id
 from gateway.metering.keys import Principal
 from gateway.storage.db import StoreUnavailable
 from gateway.storage.store import Store

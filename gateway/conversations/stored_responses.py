@@ -21,12 +21,12 @@ from gateway.conversations.events import (
     TURN_END,
     Conversation,
     Event,
-    new_id,
 )
 from gateway.conversations.history import resends
 from gateway.conversations.path import history_path
 from gateway.conversations.service import Conversations, Joined
 from gateway.errors import InvalidRequest, NotFound
+from gateway.ids import new_id
 from gateway.metering.keys import Principal
 from gateway.storage.db import Db, Row
 from gateway.storage.store import Store

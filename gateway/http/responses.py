@@ -9,7 +9,6 @@ from aiohttp import web
 
 from gateway.context import GATEWAY
 from gateway.conversations.derive import close_unanswered
-from gateway.conversations.events import new_id
 from gateway.conversations.history import resent
 from gateway.conversations.item_refs import resolve_item_references
 from gateway.conversations.items import path_items
@@ -29,6 +28,7 @@ from gateway.errors import Conflict
 from gateway.http.auth import PRINCIPAL
 from gateway.http.large_bodies import read_parsed
 from gateway.http.middleware import REQUEST_ID
+from gateway.ids import new_id
 from gateway.pipeline.cancel import CANCEL_BUS, Outcome, stop, truncated
 from gateway.pipeline.turn import TurnRequest, run_turn, shape_of, turn_user
 

@@ -10,8 +10,8 @@ from typing import Any
 
 from pydantic import BaseModel, ConfigDict, Field
 
-from gateway.conversations.events import new_id
 from gateway.errors import Conflict, InvalidRequest, NotFound
+from gateway.ids import new_id
 from gateway.metering.auth import Authenticator
 from gateway.metering.key_store import KeyStore
 from gateway.metering.keys import KeyRecord, Team, generate_key, hash_key

@@ -28,9 +28,9 @@ from aiohttp import web
 
 from gateway import logs
 from gateway.context import Gateway
-from gateway.conversations.events import new_id
 from gateway.errors import GatewayError, InvalidRequest, UpstreamError, UpstreamTimeout
 from gateway.http.forms import Form
+from gateway.ids import new_id
 from gateway.metering.call_prices import Bill, CallPrices
 from gateway.metering.keys import Principal
 from gateway.metering.limits import Lease, scopes_of

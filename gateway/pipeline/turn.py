@@ -20,12 +20,12 @@ from aiohttp import web
 
 from gateway import logs
 from gateway.context import GATEWAY, Gateway
-from gateway.conversations.events import new_id
 from gateway.conversations.recorder import TurnRecorder
 from gateway.conversations.service import Joined
 from gateway.dialects.base import Dialect
 from gateway.dialects.requests import Shape
 from gateway.errors import InvalidRequest
+from gateway.ids import new_id
 from gateway.metering.keys import Principal
 from gateway.metering.usage import tags_json
 from gateway.pipeline.admission import admit
