@@ -172,7 +172,12 @@ class Reloader:
         # One step, no await: every request from here on sees the new config whole.
         gateway.config = config
         gateway.router = router
-        gateway.meter = Meter(router.price_of, gateway.usage.write)
+        meter = gateway.meter
+        gateway.meter = (
+            meter.repriced(router.price_of)
+            if meter is not None
+            else Meter(router.price_of, gateway.usage.write)
+        )
         gateway.auth = auth
         failed = self._app[FAILED_KEYS]
         failed.max_failures, failed.window_s = (

@@ -354,6 +354,13 @@ class Meter:
         # prompt is known to have read from the cache (gateway.metering.prompt_cache).
         self._cache_reads = PromptCacheReads()
 
+    def repriced(self, price_of: Callable[[str, str], Price | None]) -> Meter:
+        """A meter at new prices (a reload) that keeps what this one learnt from providers'
+        reports: each deployment's usual reasoning, each conversation's cache reads."""
+        meter = Meter(price_of, self._write)
+        meter._reasoning, meter._cache_reads = self._reasoning, self._cache_reads
+        return meter
+
     def cost_of(self, route: dict[str, Any], usage: dict[str, Any]) -> float | None:
         """What a provider's whole usage report costs at its deployment's price (None when
         unpriced): the cost a stream's usage chunk carries to the client."""

@@ -5,6 +5,8 @@ the input price."""
 
 from __future__ import annotations
 
+import json
+from pathlib import Path
 from typing import Any
 from unittest import mock
 
@@ -16,6 +18,7 @@ from aiohttp import web
 from gateway.metering import prompt_cache
 from gateway.metering.prompt_cache import PromptCacheReads
 from gateway.providers.litellm_adapter import load_litellm
+from gateway.reload import Reloader
 from tests.conftest import GatewayUnderTest, MakeGateway
 from tests.fakes import FakeUpstream, chunk, frames
 
@@ -87,17 +90,24 @@ def litellm_cost(prompt: int, cached: int, completion: int) -> float:
     return float(prompt_cost + completion_cost)
 
 
+@pytest.mark.parametrize("reload", [False, True])
 async def test_a_cancel_counts_the_cache_reads_its_conversation_reported(
-    make_gateway: MakeGateway, upstream: FakeUpstream
+    make_gateway: MakeGateway, upstream: FakeUpstream, tmp_path: Path, reload: bool
 ) -> None:
-    deployment = {**upstream.deployment(), "model": MODEL}
-    gw = await make_gateway([{"name": "lease", "deployments": [deployment]}])
+    models = [{"name": "lease", "deployments": [{**upstream.deployment(), "model": MODEL}]}]
+    gw = await make_gateway(models)
     upstream.push(answer_with_cache_reads())
     raw = await gw.client().chat.completions.with_raw_response.create(
         model="lease",
         messages=FIRST,  # type: ignore[arg-type]
     )
     conversation_id = raw.headers["X-Conversation-Id"]
+    if reload:  # new prices: what providers reported before is still known
+        config = tmp_path / "gateway.json"
+        config.write_text(
+            json.dumps({"store": {"url": f"sqlite:///{gw.db_path}"}, "models": models})
+        )
+        assert await Reloader(gw.app, config).reload()
     upstream.push(frames(chunk("Also "), chunk("the roof."), then="stall"))
     follow = [*FIRST, {"role": "assistant", "content": ANSWER}, {"role": "user", "content": "And?"}]
     await cancelled(gw, follow, conversation_id)
