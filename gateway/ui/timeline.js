@@ -7,7 +7,20 @@ import { ZONE, fmtInt, fmtMs, fmtTime, fmtUsd, plural, shortId } from './format.
 import { attemptTiming, attemptsOf } from './trajectory.js';
 import { badge, turnBadge } from './widgets.js';
 
-const TICK_STEPS_MS = [1, 2, 5, 10, 20, 50, 100, 200, 500, 1000, 2000, 5000, 10000, 15000, 30000, 60000, 120000, 300000, 600000, 900000, 1800000, 3600000, 7200000, 21600000, 43200000, 86400000];
+const MINUTE = 60000;
+const HOUR = 60 * MINUTE;
+const DAY = 24 * HOUR;
+const TICK_STEPS_MS = [1, 2, 5, 10, 20, 50, 100, 200, 500, 1000, 2000, 5000, 10000, 15000, 30000, MINUTE, 2 * MINUTE, 5 * MINUTE, 10 * MINUTE, 15 * MINUTE, 30 * MINUTE, HOUR, 2 * HOUR, 6 * HOUR, 12 * HOUR, DAY, 2 * DAY, 7 * DAY, 14 * DAY, 28 * DAY];
+
+function fmtSpan(ms) {
+  // A session may go on for days: past a minute, in minutes, hours and days.
+  if (ms === null || ms === undefined || ms < MINUTE) return fmtMs(ms);
+  const whole = Math.round(ms / 1000);
+  const [d, h, m, s] = [Math.floor(whole / 86400), Math.floor(whole / 3600) % 24, Math.floor(whole / 60) % 60, whole % 60];
+  if (d) return h ? `${d} d ${h} h` : `${d} d`;
+  if (h) return m ? `${h} h ${m} min` : `${h} h`;
+  return s ? `${m} min ${s} s` : `${m} min`;
+}
 
 function toolCalls(attempt) {
   // The tool calls the attempt's answer made (an answer that failed keeps what it delivered).
@@ -52,14 +65,14 @@ export function timelineView(root, conversationId, turns, usageById) {
   const tokens = all.reduce((sum, a) => sum + (tokensOf(a.usage) || 0), 0);
   const tools = all.reduce((sum, a) => sum + toolCalls(a).length, 0);
   box.append(h('p', { class: 'tl-summary', 'data-testid': 'timeline-summary' },
-    `${plural(rows.length, 'turn')} · ${plural(all.length, 'attempt')} over ${fmtMs(span)} from ${fmtTime(origin / 1000)} (${ZONE}) · ${fmtInt(tokens)} tokens · ${fmtUsd(cost)} · ${plural(tools, 'tool call')}`));
+    `${plural(rows.length, 'turn')} · ${plural(all.length, 'attempt')} over ${fmtSpan(span)} from ${fmtTime(origin / 1000)} (${ZONE}) · ${fmtInt(tokens)} tokens · ${fmtUsd(cost)} · ${plural(tools, 'tool call')}`));
 
   const step = TICK_STEPS_MS.find((s) => span / s <= 6) || TICK_STEPS_MS[TICK_STEPS_MS.length - 1];
   const ticks = [];
   for (let t = 0; t <= span; t += step) ticks.push(t);
   box.append(h('div', { class: 'tl-row tl-axis-row', 'aria-hidden': 'true' },
     h('div', { class: 'tl-label' }),
-    h('div', { class: 'tl-axis' }, ticks.map((t) => h('span', { class: t / span > 0.85 ? 'tl-tick tl-tick-end' : 'tl-tick', style: { left: `${(t / span) * 100}%` }, text: `+${fmtMs(t)}` })))));
+    h('div', { class: 'tl-axis' }, ticks.map((t) => h('span', { class: t / span > 0.85 ? 'tl-tick tl-tick-end' : 'tl-tick', style: { left: `${(t / span) * 100}%` }, text: `+${fmtSpan(t)}` })))));
 
   for (const row of rows) {
     const { turn, index, attempts } = row;
@@ -73,13 +86,13 @@ export function timelineView(root, conversationId, turns, usageById) {
       h('div', { class: 'tl-label' },
         h('div', { class: 'tl-name' }, h('strong', { text: `Turn ${index + 1}` }), ' ', h('code', { class: 'muted', title: turn.id, text: shortId(turn.id) }), ' ', turnBadge(turn, end, inherited), inherited ? badge('inherited', 'neutral') : null),
         h('div', { class: 'tl-facts' },
-          h('span', { 'data-testid': 'tl-offset', text: `+${fmtMs(row.start - origin)}` }),
-          h('span', { 'data-testid': 'tl-duration', text: fmtMs(duration) }),
+          h('span', { 'data-testid': 'tl-offset', text: `+${fmtSpan(row.start - origin)}` }),
+          h('span', { 'data-testid': 'tl-duration', text: fmtSpan(duration) }),
           h('span', { text: `${fmtInt(turnTokens)} tokens` }),
           h('span', { text: fmtUsd(turnCost) }),
           turnTools.length ? h('span', { text: plural(turnTools.length, 'tool call') }) : null)),
       h('div', { class: 'tl-track' },
-        h('div', { class: `tl-bar tl-bar-turn tl-${end ? end.status : 'open'}`, 'data-testid': 'tl-bar', style: { left: `${at(row.start)}%`, width: `${widthOf(row.start, row.end)}%` }, title: `Turn ${index + 1}: ${fmtMs(duration)}` }))));
+        h('div', { class: `tl-bar tl-bar-turn tl-${end ? end.status : 'open'}`, 'data-testid': 'tl-bar', style: { left: `${at(row.start)}%`, width: `${widthOf(row.start, row.end)}%` }, title: `Turn ${index + 1}: ${fmtSpan(duration)}` }))));
 
     for (const attempt of attempts) {
       const t = attempt.timing;
