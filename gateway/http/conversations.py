@@ -156,8 +156,8 @@ LIVE_S = 0.25
 async def live_turn(request: web.Request) -> web.StreamResponse:
     """GET /v1/conversations/{id}/turns/{turn_id}/live: a streaming turn's answer as its client
     has it, as server-sent events: `answer` (the blocks delivered so far) whenever they grew,
-    then `end` (how the turn ended). Only where the turn runs (another replica: 404
-    `turn_not_in_flight`); a turn that has ended answers its `end` at once."""
+    then `end` (how the turn ended). Only where the turn runs: a turn that has ended answers
+    its `end` at once, one open but not run by this process (another replica's) `elsewhere`."""
     gateway, principal = request.app[GATEWAY], request[PRINCIPAL]
     turn_id = request.match_info["turn_id"]
     conversation = await gateway.conversations.get(request.match_info["id"], principal)
@@ -167,11 +167,6 @@ async def live_turn(request: web.Request) -> web.StreamResponse:
         if state is None or state.conversation_id != conversation.id:
             raise NotFound(
                 f"No turn found with id '{turn_id}' in conversation '{conversation.id}'."
-            )
-        if state.ended_at is None:
-            raise NotFound(
-                f"Turn '{turn_id}' of conversation '{conversation.id}' is not in progress here.",
-                code="turn_not_in_flight",
             )
     response = web.StreamResponse(
         headers={"Content-Type": "text/event-stream", "Cache-Control": "no-cache"}
@@ -189,10 +184,12 @@ async def live_turn(request: web.Request) -> web.StreamResponse:
             except TimeoutError:
                 pass
     state = await gateway.store.turn_state(turn_id)
-    status = state.status if state is not None else None
-    await response.write(
-        _event("end", {"status": "interrupted" if status == "aborted" else status})
-    )
+    if state is not None and state.ended_at is None:  # another replica runs it, or none does
+        await response.write(_event("elsewhere", {}))
+    else:
+        status = state.status if state is not None else None
+        ended = "interrupted" if status == "aborted" else status
+        await response.write(_event("end", {"status": ended}))
     await response.write_eof()
     return response
 

@@ -6,6 +6,7 @@ import { api, enc, isAdmin } from './api.js';
 import { userContent } from './attachments.js';
 import { composer, redraw } from './composer.js';
 import { ZONE, fmtInt, fmtTime, plural, shortId, textOf } from './format.js';
+import { liveAnswer } from './live.js';
 import { folded, prettyJson, richText } from './markdown.js';
 import { requestPanel } from './request.js';
 import { go, href } from './router.js';
@@ -156,6 +157,10 @@ function chatTurn(conversationId, turn, index, inherited, branches, toolCalls, t
         h('div', { class: 'msg-role' }, 'Assistant', seqTag(turn.end)),
         h('div', { class: 'stopped', 'data-testid': 'stopped-marker' }, h('span', { class: 'stopped-icon', 'aria-hidden': 'true' }, '■'), 'Stopped', h('span', { class: 'stopped-detail', text: ' · before anything was delivered' }))));
     }
+  }
+  if (!answered && !turn.end && !inherited) {
+    // Still streaming: what its client has been delivered so far, as it grows.
+    messages.push(liveAnswer(conversationId, turn.id, (blocks) => contentBlocks(blocks, { interrupted: true })));
   }
   const started = turn.events[0] ? turn.events[0].created_at : null;
   const branchesHere = branches.filter((b) => {

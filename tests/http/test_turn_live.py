@@ -8,6 +8,7 @@ from typing import Any
 import aiohttp
 import orjson
 
+from gateway.conversations.events import TurnStart
 from tests.conftest import GatewayUnderTest, MakeGateway
 from tests.fakes import FakeUpstream, chunk, frames
 from tests.http.test_turn_cancel import QUESTION, _call, _gateway
@@ -87,7 +88,7 @@ async def test_the_view_grows_with_what_the_client_has_then_ends(
         assert await Live(response).next() == ("end", {"status": "interrupted"})
 
 
-async def test_a_turn_that_is_not_running_here_is_404(
+async def test_a_turn_unknown_is_404_and_one_run_elsewhere_says_so(
     make_gateway: MakeGateway, upstream: FakeUpstream
 ) -> None:
     gw: GatewayUnderTest
@@ -105,3 +106,14 @@ async def test_a_turn_that_is_not_running_here_is_404(
         session.get(f"{gw.url}/v1/conversations/{conversation_id}/turns/turn_nope/live") as r,
     ):
         assert r.status == 404
+    # A turn the store has open that no task here runs (another replica's): said at once.
+    store = gw.gateway.store
+    store.start_turn(TurnStart("turn_elsewhere", conversation_id, 1.0, {"model": "fake"}, "a"))
+    await store.flush()
+    path = f"/v1/conversations/{conversation_id}/turns/turn_elsewhere/live"
+    async with (
+        aiohttp.ClientSession(headers=headers) as session,
+        session.get(gw.url + path) as response,
+    ):
+        assert response.status == 200
+        assert await Live(response).next() == ("elsewhere", {})

@@ -1,0 +1,82 @@
+"""A streaming turn's answer on its conversation's page, in a real Chromium: it shows what the
+client has been delivered while the turn runs, so an admin presses Stop on what the user sees."""
+
+from __future__ import annotations
+
+import asyncio
+from pathlib import Path
+from typing import Any
+
+import pytest
+from aiohttp import web
+
+from tests.conftest import GatewayUnderTest
+from tests.fakes import FAKE, FakeUpstream, chunk
+from tests.ui.harness import MASTER, VIEWPORTS, Shots, checked, expect, signed_in
+
+pytestmark = pytest.mark.timeout(90)
+Scene = tuple[GatewayUnderTest, FakeUpstream, FakeUpstream]
+
+
+@pytest.mark.parametrize("width", [1440, 390])
+async def test_a_running_answer_grows_on_its_page(
+    scene: Scene, browser: Any, tmp_path: Path, width: int
+) -> None:
+    gw, a, _b = scene
+    first, more = ["Tea, ", "then "], ["toast, ", "then jam."]
+
+    async def two_parts(request: web.Request) -> web.StreamResponse:
+        """`first`, then `more` once the test lets it go on, then nothing until stopped."""
+        fake = request.app[FAKE]
+        response = await fake.start_sse(request)
+        for part in first:
+            await fake.write(response, chunk(part))
+        await fake.release.wait()
+        for part in more:
+            await fake.write(response, chunk(part))
+        await fake.stall()
+        return response
+
+    a.push(two_parts)
+    raw = await gw.client(MASTER).chat.completions.with_raw_response.create(
+        model="m", messages=[{"role": "user", "content": "Breakfast, in order?"}], stream=True
+    )
+    conversation_id, turn_id = raw.headers["X-Conversation-Id"], raw.headers["X-Gateway-Turn-Id"]
+    received: list[str] = []
+    had_first, had_all = asyncio.Event(), asyncio.Event()
+
+    async def read() -> None:
+        async for part in raw.parse():
+            if part.choices:
+                received.append(part.choices[0].delta.content or "")
+                if "".join(received) == "".join(first):
+                    had_first.set()
+                if "".join(received) == "".join(first + more):
+                    had_all.set()
+
+    reader = asyncio.create_task(read())
+    try:
+        await asyncio.wait_for(had_first.wait(), 10)
+        await gw.gateway.store.flush()
+        page = await signed_in(browser, gw, viewport=VIEWPORTS[width], bypass_csp=True)
+        shots = Shots(page, tmp_path)
+        await page.goto(f"{gw.url}/ui/#/conversations/{conversation_id}")
+        live = page.get_by_test_id("live-answer")
+        await expect(live).to_contain_text("".join(first))
+        await checked(page, shots, f"48-live-answer-{width}")
+        # The answer goes on: the box grows with what the client gets, the turn still open.
+        a.release.set()
+        await asyncio.wait_for(had_all.wait(), 10)
+        await expect(live).to_contain_text("".join(first + more))
+        assert turn_id in gw.gateway.cancels.by_turn
+        async with page.expect_response(lambda r: r.url.endswith("/cancel")) as answer:
+            await page.get_by_test_id("cancel-turn").click()
+        assert (await answer.value).status == 200
+        await expect(page.get_by_test_id("live-answer")).to_have_count(0)
+        await expect(page.get_by_test_id("assistant-text")).to_have_text("".join(first + more))
+        await checked(page, shots, f"49-live-answer-stopped-{width}")
+        await page.context.close()
+        await asyncio.wait_for(reader, 10)
+    finally:
+        reader.cancel()
+    assert "".join(received) == "".join(first + more)
