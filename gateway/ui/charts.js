@@ -32,7 +32,7 @@ export function stackedBars(options) {
   return box;
 }
 
-function drawBars({ periods, groups, data, colour, format, tick, name }, width) {
+function drawBars({ periods, groups, data, colour, format, tick, name, label = String }, width) {
   const height = CHART_HEIGHT;
   const m = { top: 14, right: 12, bottom: 28, left: 64 };
   const plotW = width - m.left - m.right;
@@ -59,7 +59,7 @@ function drawBars({ periods, groups, data, colour, format, tick, name }, width) 
       const v = data.get(`${t}|${g}`) || 0;
       if (v <= 0) continue;
       const rect = s('rect', { x: x.toFixed(2), y: y(base + v).toFixed(2), width: barW.toFixed(2), height: Math.max(((v / top) * plotH), 0.5).toFixed(2), fill: colour(g), class: 'bar', 'data-value': v, 'data-group': g, rx: 1.5 },
-        s('title', {}, `${g} · ${tick(t)}: ${format(v)}`));
+        s('title', {}, `${label(g)} · ${tick(t)}: ${format(v)}`));
       chart.append(rect);
       base += v;
     }

@@ -162,8 +162,8 @@ export async function usagePage(root, params) {
     const d = new Date(t * 1000);
     return granularity === 'hour' ? `${pad(d.getUTCHours())}:00` : `${pad(d.getUTCMonth() + 1)}-${pad(d.getUTCDate())}`;
   };
-  const spendChart = stackedBars({ periods, groups, data: series((r) => r.cost_usd || 0), colour: (g) => (g === 'other' ? PALETTE[PALETTE.length - 1] : colour(g)), format: (v) => `$${Number(v.toPrecision(3))}`, tick: fmtTick, name: 'spend' });
-  const tokenChart = stackedBars({ periods, groups, data: series((r) => (r.prompt_tokens || 0) + (r.completion_tokens || 0)), colour: (g) => (g === 'other' ? PALETTE[PALETTE.length - 1] : colour(g)), format: fmtCompact, tick: fmtTick, name: 'tokens' });
+  const spendChart = stackedBars({ periods, groups, data: series((r) => r.cost_usd || 0), colour: (g) => (g === 'other' ? PALETTE[PALETTE.length - 1] : colour(g)), format: (v) => `$${Number(v.toPrecision(3))}`, tick: fmtTick, name: 'spend', label: nameOf });
+  const tokenChart = stackedBars({ periods, groups, data: series((r) => (r.prompt_tokens || 0) + (r.completion_tokens || 0)), colour: (g) => (g === 'other' ? PALETTE[PALETTE.length - 1] : colour(g)), format: fmtCompact, tick: fmtTick, name: 'tokens', label: nameOf });
   body.append(h('div', { class: 'grid-2' },
     panel(`Spend by ${groupBy} (USD, ${granularity === 'hour' ? 'hours' : 'days'} in UTC)`, totals.cost ? spendChart : h('div', { class: 'empty', text: rows.length ? 'No cost recorded: these deployments have no price.' : 'No usage in this range.' }), legend.cloneNode(true)),
     panel(`Tokens by ${groupBy} (${granularity === 'hour' ? 'hours' : 'days'} in UTC)`, rows.length ? tokenChart : h('div', { class: 'empty', text: 'No usage in this range.' }), legend)));

@@ -1,6 +1,7 @@
 """A conversation over time and latency by group, in a real Chromium: the Timeline tab puts each
 turn and attempt on one time axis, in order, with its durations; the Usage page shows p50, p95
-and p99 per group; its exports are named for their range and carry names, teams and a total."""
+and p99 per group, and its chart hovers name keys; its exports are named for their range and
+carry names, teams and a total."""
 
 from __future__ import annotations
 
@@ -180,6 +181,9 @@ async def test_timeline_percentiles_and_named_exports(
         await expect(page.get_by_test_id("latency").locator("tr[data-group]")).to_contain_text(
             ["bot"]
         )
+        # A bar's hover names its key too.
+        bar = page.locator('svg.chart[data-chart="spend"] rect.bar').last
+        await expect(bar.locator("title")).to_contain_text("bot (key_")
         name, text = await downloaded(page, "usage-csv")
         stamp = r"\d{4}-\d\d-\d\dT\d{4}Z"
         assert re.fullmatch(rf"usage-by-key-{stamp}_{stamp}\.csv", name), name
