@@ -11,7 +11,7 @@ import pytest
 from aiohttp import web
 
 from tests.conftest import GatewayUnderTest
-from tests.fakes import FAKE, FakeUpstream, chunk
+from tests.fakes import FAKE, FakeUpstream, chunk, completion
 from tests.ui.harness import MASTER, VIEWPORTS, Shots, checked, expect, signed_in
 
 pytestmark = pytest.mark.timeout(90)
@@ -80,3 +80,27 @@ async def test_a_running_answer_grows_on_its_page(
     finally:
         reader.cancel()
     assert "".join(received) == "".join(first + more)
+
+
+@pytest.mark.parametrize("width", [1440, 390])
+async def test_the_list_refreshes_itself_once_asked(
+    scene: Scene, browser: Any, tmp_path: Path, width: int
+) -> None:
+    gw, a, _b = scene
+    page = await signed_in(browser, gw, viewport=VIEWPORTS[width], bypass_csp=True)
+    shots = Shots(page, tmp_path)
+    rows = page.locator("tr[data-conversation-id]")
+    before = await rows.count()
+    toggle = page.get_by_test_id("auto-refresh")
+    await expect(toggle).not_to_be_checked()  # off until asked
+    await toggle.check()
+    a.push(completion("Fresh."))
+    await gw.client(MASTER).chat.completions.create(
+        model="m", messages=[{"role": "user", "content": "A new question"}]
+    )
+    await gw.gateway.store.flush()
+    # Drawn again on its own, the toggle still on.
+    await expect(rows).to_have_count(before + 1, timeout=15_000)
+    await expect(page.get_by_test_id("auto-refresh")).to_be_checked()
+    await checked(page, shots, f"50-auto-refresh-{width}")
+    await page.context.close()
