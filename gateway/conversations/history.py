@@ -257,7 +257,12 @@ def _merged_steps(surface: list[Event], s: int, history: list[dict[str, Any]], h
 
 
 def _dropped_interrupted(event: Event) -> bool:
-    return event.type == ASSISTANT_MESSAGE and bool(event.payload.get("interrupted"))
+    """An answer its client did not show whole: interrupted, or truncated to what was shown
+    (after all of it was delivered)."""
+    payload = event.payload
+    return event.type == ASSISTANT_MESSAGE and (
+        bool(payload.get("interrupted")) or "truncated" in payload
+    )
 
 
 def match_history(

@@ -124,7 +124,11 @@ async def truncate(
             # fingerprint becomes that history's (gateway.conversations.threading).
             before = derive_messages([e for e in path if e.seq < answer.seq], synthesize=False)
             history = [*before, assistant_message(kept)]
-            event.fingerprint = recorded_fingerprint(row[2], orjson.loads(row[3]), history)
+            request = orjson.loads(row[3])
+            event.fingerprint = recorded_fingerprint(row[2], request, history)
+            # And one that drops what was shown and sends a new message is that of a client
+            # that dropped a stopped answer: history repair finds the turn by where it began.
+            event.start_fingerprint = recorded_fingerprint(row[2], request, before)
         store.append(event)
         await store.flush()
         seq = await _seq_of(conversations, event.uid)

@@ -213,7 +213,12 @@ _END_TURN = (
     " upstream_id = ?, start_fingerprint = ? WHERE id = ?"
 )
 _NOT_ENDED = (None, None, None, None, None, None)
-_FINGERPRINT = "UPDATE turns SET fingerprint = ? WHERE id = ?"
+# A truncate's: where the turn now ends, and (for an answer that completed, shown only in part)
+# where it began, which history repair looks its turn up by; kept when the event has none.
+_FINGERPRINT = (
+    "UPDATE turns SET fingerprint = ?, start_fingerprint = COALESCE(?, start_fingerprint)"
+    " WHERE id = ?"
+)
 # A conversation's totals over its attempts' usage records, which the list sorts and filters by
 # (gateway.conversations.listing): made again from its rows whenever a batch writes one of its
 # usage records. Made again rather than added to: a drained stream's usage replaces an
@@ -351,7 +356,7 @@ def _refingerprints(row: dict[str, Any]) -> bool:
 
 
 def _fingerprint_args(row: dict[str, Any]) -> tuple[Any, ...]:
-    return (row["fingerprint"], row["turn_id"])
+    return (row["fingerprint"], row.get("start_fingerprint"), row["turn_id"])
 
 
 def _end_args(row: dict[str, Any]) -> tuple[Any, ...]:

@@ -229,6 +229,37 @@ async def test_a_completed_answer_shown_in_part_is_recorded_as_shown(
     assert follow.headers["X-Conversation-Id"] == conversation_id
 
 
+async def test_a_completed_answer_shown_in_part_is_put_back_when_dropped(
+    gw: GatewayUnderTest, upstream: FakeUpstream
+) -> None:
+    """The whole answer reached the client, which showed part of it and, stopped, dropped it
+    (as many chat UIs do) and asked again without a conversation id: the truncate made that
+    part the record, and history repair puts it back."""
+    upstream.text(PARTS)
+    response = await gw.client().chat.completions.with_raw_response.create(
+        model="fake", messages=[QUESTION], stream=True
+    )
+    async for _ in response.parse():
+        pass
+    conversation_id = response.headers["X-Conversation-Id"]
+    await gw.wait_turn_end(conversation_id)
+    turn_id = response.headers["X-Gateway-Turn-Id"]
+    status, body = await gw.post(_truncate_path(conversation_id, turn_id), {"content_chars": SHOWN})
+    assert status == 200, body
+    follow = {"role": "user", "content": "go on"}
+    upstream.push(completion("Sure."))
+    again = await gw.client().chat.completions.with_raw_response.create(
+        model="fake", messages=[QUESTION, follow]
+    )
+    assert again.headers["X-Conversation-Id"] == conversation_id
+    assert again.headers["X-Gateway-History-Repaired"] == "1"
+    assert upstream.requests[-1]["messages"] == [
+        QUESTION,
+        {"role": "assistant", "content": CUT},
+        follow,
+    ]
+
+
 async def test_a_turn_in_progress_is_409(gw: GatewayUnderTest, upstream: FakeUpstream) -> None:
     upstream.push(frames(chunk("Still 思考 "), then="stall"))
     response = await gw.client().chat.completions.with_raw_response.create(
