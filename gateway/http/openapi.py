@@ -655,7 +655,12 @@ def paths() -> dict[str, dict[str, Operation]]:
             "get": op(
                 "A streaming turn's answer as its client has it, as server-sent events"
                 " (`answer`, then `end`), on the replica running it",
-                {"200": {"description": _REASONS[200], "content": _STREAM}},
+                {
+                    "200": {
+                        "description": _REASONS[200],
+                        "content": {k: {"schema": v} for k, v in _STREAM.items()},
+                    }
+                },
                 (*_AUTH, 404),
                 params=[*_ID, path_param("turn_id", "The turn's X-Gateway-Turn-Id")],
             )
