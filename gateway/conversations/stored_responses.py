@@ -148,11 +148,22 @@ class ResponseStore:
             path = await history_path(self._store, previous.conversation_id)
             upto = own[-1].seq
             upto_path = [e for e in path if e.seq <= upto]
-            if path and path[-1].seq == upto:
+            # Another request may be continuing it from the same point right now (its turn
+            # runs here, or on another replica it claimed the turn first): this one forks.
+            if (
+                path
+                and path[-1].seq == upto
+                and not self._store.open_turns(previous.conversation_id)
+                and await self._claimed(previous.turn_id)
+            ):
                 return Joined(previous.conversation_id, None, []), derive_messages(
                     upto_path, synthesize=False
                 )
-            if new_messages and self._next_step(previous.conversation_id, path, upto, new_messages):
+            if (
+                new_messages
+                and self._next_step(previous.conversation_id, path, upto, new_messages)
+                and await self._claimed(path[-1].turn_id)
+            ):
                 return Joined(previous.conversation_id, None, []), derive_messages(
                     path, synthesize=False
                 )
@@ -177,6 +188,12 @@ class ResponseStore:
             new_id("conv"), time.time(), team_id=principal.team_id, key_id=principal.key_id
         )
         return Joined(conversation.id, conversation, []), []
+
+    async def _claimed(self, turn_id: str) -> bool:
+        """Whether this request may continue after `turn_id`: always on a store only this
+        process writes (its running turns are known in memory), else the first to claim it
+        (Store.claim_next)."""
+        return not self._store.shared or await self._store.claim_next(turn_id, new_id("claim"))
 
     def _next_step(
         self,

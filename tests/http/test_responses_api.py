@@ -215,3 +215,32 @@ async def test_x_conversation_id_that_contradicts_the_body_is_refused(
         )
     assert "conv_other" in str(refused.value) and "somewhere-else" in str(refused.value)
     assert len(upstream.requests) == 1  # nothing reached the upstream
+
+
+async def test_two_requests_continuing_one_response_at_once_do_not_share_it(
+    gw: GatewayUnderTest, upstream: FakeUpstream
+) -> None:
+    """Two follow-ups sent at the same moment on the same `previous_response_id`: one continues
+    its conversation, the other forks it there, so neither history holds the other's turn."""
+    api = gw.client()
+    upstream.push(completion("Hello."))
+    first = await api.responses.create(model="fake", input="Hi.")
+    upstream.push(completion("One."), completion("Two."))
+    a, b = await asyncio.gather(
+        api.responses.with_raw_response.create(
+            model="fake", input="First follow-up.", previous_response_id=first.id
+        ),
+        api.responses.with_raw_response.create(
+            model="fake", input="Second follow-up.", previous_response_id=first.id
+        ),
+    )
+    conversations = {a.headers["X-Conversation-Id"], b.headers["X-Conversation-Id"]}
+    assert len(conversations) == 2
+    for conversation in conversations:
+        messages = await gw.messages(conversation)
+        # Each: the first exchange, then its own follow-up and answer, no more.
+        assert [m["role"] for m in messages] == ["user", "assistant", "user", "assistant"]
+        assert messages[:2] == [
+            {"role": "user", "content": "Hi."},
+            {"role": "assistant", "content": "Hello."},
+        ]
