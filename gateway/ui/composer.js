@@ -4,6 +4,7 @@
 import { append, clear, h } from './dom.js';
 import { ApiError, api, enc, errorOf, request } from './api.js';
 import { go, refreshInPlace } from './router.js';
+import { readEvents } from './sse.js';
 import { errorBox, field, select } from './widgets.js';
 
 export async function redraw() {
@@ -88,32 +89,19 @@ export function composer(conversationId, turns, lastAlias) {
 }
 
 async function readStream(response, onText) {
-  const reader = response.body.getReader();
-  const decoder = new TextDecoder();
-  let buffer = '';
-  for (;;) {
-    const { value, done } = await reader.read();
-    if (done) break;
-    buffer += decoder.decode(value, { stream: true });
-    const frames = buffer.split(/\r?\n\r?\n/);
-    buffer = frames.pop();
-    for (const frame of frames) {
-      for (const line of frame.split(/\r?\n/)) {
-        if (!line.startsWith('data:')) continue;
-        const data = line.slice(5).trim();
-        if (data === '[DONE]') return;
-        let chunk;
-        try {
-          chunk = JSON.parse(data);
-        } catch {
-          continue;
-        }
-        if (chunk.error) throw new ApiError(0, chunk.error.message || 'The stream failed.', chunk.error.code);
-        const delta = chunk.choices && chunk.choices[0] && chunk.choices[0].delta;
-        if (delta && delta.content) onText(delta.content);
-      }
+  await readEvents(response, (_event, data) => {
+    if (data === '[DONE]') return true;
+    let chunk;
+    try {
+      chunk = JSON.parse(data);
+    } catch {
+      return false;
     }
-  }
+    if (chunk.error) throw new ApiError(0, chunk.error.message || 'The stream failed.', chunk.error.code);
+    const delta = chunk.choices && chunk.choices[0] && chunk.choices[0].delta;
+    if (delta && delta.content) onText(delta.content);
+    return false;
+  });
 }
 
 async function waitForTurns(conversationId, count) {

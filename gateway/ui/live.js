@@ -6,6 +6,7 @@ import { append, clear, h } from './dom.js';
 import { request } from './api.js';
 import { redraw } from './composer.js';
 import { onLeave } from './router.js';
+import { readEvents } from './sse.js';
 
 // `render(blocks)`: the blocks as the Chat view draws an answer's. The box follows what the
 // client has been delivered; when the turn ends the page is drawn again from the record.
@@ -37,20 +38,7 @@ export function liveAnswer(conversationId, turnId, render) {
 async function follow(path, signal, onEvent) {
   const response = await request(path, { headers: { Accept: 'text/event-stream' }, signal });
   if (!response.ok) throw new Error(`live view: ${response.status}`);
-  const reader = response.body.getReader();
-  const decoder = new TextDecoder();
-  let buffer = '';
-  for (;;) {
-    const { value, done } = await reader.read();
-    if (done) return;
-    buffer += decoder.decode(value, { stream: true });
-    let end;
-    while ((end = buffer.indexOf('\n\n')) >= 0) {
-      const frame = buffer.slice(0, end);
-      buffer = buffer.slice(end + 2);
-      const name = /^event: (.*)$/m.exec(frame)?.[1];
-      const data = /^data: (.*)$/m.exec(frame)?.[1];
-      if (name && data) onEvent(name, JSON.parse(data));
-    }
-  }
+  await readEvents(response, (name, data) => {
+    onEvent(name, JSON.parse(data));
+  });
 }
