@@ -232,7 +232,13 @@ async def test_reports_read_the_same_from_sqlite_and_postgresql(store: Store) ->
         ("deployment", {"a-dep": (0, 10, 10, 0, 0, 0, 0), "b-dep": (3, 3, 0, 0, 1, 1, 1)}),
     ]:
         rows = await usage.report(
-            group_by=group_by, start=0, end=10**10, granularity="day", team_id=None
+            # The records' first two days: a range of centuries would have each backend sum
+            # every one of its days first, which is not what this compares.
+            group_by=group_by,
+            start=0,
+            end=2 * 86400,
+            granularity="day",
+            team_id=None,
         )
         got = {
             r["group"]: (
