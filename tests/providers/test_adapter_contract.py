@@ -15,7 +15,7 @@ import asyncio
 import importlib
 import importlib.util
 import json
-from collections.abc import Callable
+from collections.abc import AsyncIterator, Callable
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any, cast
@@ -82,7 +82,7 @@ def adapters(**xfail: str) -> list[ParameterSet]:
 @pytest.fixture
 async def fake(
     request: pytest.FixtureRequest, aiohttp_server: MakeServer, monkeypatch: pytest.MonkeyPatch
-) -> FakeServer:
+) -> AsyncIterator[FakeServer]:
     """The fake upstream for the adapter named by the test's parameter, already listening."""
     name: str = request.param
     if SERVERS[name].provider == "litellm":
@@ -92,7 +92,12 @@ async def fake(
             importlib.import_module("litellm")
         except Exception as exc:  # an install that cannot import is a skip, not a failure
             pytest.skip(f"import litellm failed: {exc!r}")
-    return await SERVERS[name]().start(aiohttp_server)
+    server = await SERVERS[name]().start(aiohttp_server)
+    yield server
+    # A script still waiting to be let go (a case that failed before its client read what lets
+    # it go, as litellm's Cohere streams do) goes on now, so that the server closes at once
+    # rather than after its shutdown timeout.
+    server.release.set()
 
 
 async def start_gateway(
