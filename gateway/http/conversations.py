@@ -142,9 +142,7 @@ async def cancel_turn(request: web.Request) -> web.Response:
             "object": "conversation.turn.cancellation",
             "conversation_id": conversation.id,
             "turn_id": turn_id,
-            # As the conversation list names them: `interrupted` unless the client had already
-            # received the whole answer, finish included.
-            "status": "interrupted" if done.status == "aborted" else done.status,
+            "status": _listed_status(done.status),
         }
     )
 
@@ -187,11 +185,16 @@ async def live_turn(request: web.Request) -> web.StreamResponse:
     if state is not None and state.ended_at is None:  # another replica runs it, or none does
         await response.write(_event("elsewhere", {}))
     else:
-        status = state.status if state is not None else None
-        ended = "interrupted" if status == "aborted" else status
-        await response.write(_event("end", {"status": ended}))
+        status = _listed_status(state.status if state is not None else None)
+        await response.write(_event("end", {"status": status}))
     await response.write_eof()
     return response
+
+
+def _listed_status(status: str | None) -> str | None:
+    """A turn's end as the conversation list names it: `interrupted` for one its client left
+    or cancelled (unless the whole answer had reached it, finish included: `completed`)."""
+    return "interrupted" if status == "aborted" else status
 
 
 def _event(name: str, data: dict[str, Any]) -> bytes:
