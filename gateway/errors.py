@@ -125,6 +125,22 @@ class ThreadUnsupported(InvalidRequest):
         self.details = {"error_code": self.code, "unsupported": []}
 
 
+class ConversationLocked(InvalidRequest):
+    """A Responses request on a conversation in which a turn is running: as OpenAI answers it,
+    so clients written against OpenAI handle it as they already do. Two responses built on
+    one conversation at once would each leave the other's turn out of its history, and the
+    conversation would hold two questions, then two answers."""
+
+    code = "conversation_locked"
+
+    def __init__(self, param: str) -> None:
+        super().__init__(
+            "Another process is currently operating on this conversation."
+            " Please retry in a few seconds.",
+            param=param,
+        )
+
+
 class PayloadTooLarge(InvalidRequest):
     status = 413
     code = "payload_too_large"

@@ -10,6 +10,7 @@ from __future__ import annotations
 
 import re
 import time
+from collections.abc import Awaitable, Callable
 from dataclasses import dataclass
 from typing import Any
 
@@ -25,13 +26,15 @@ from gateway.conversations.events import (
 from gateway.conversations.history import resends
 from gateway.conversations.path import history_path
 from gateway.conversations.service import Conversations, Joined
-from gateway.errors import InvalidRequest, NotFound
+from gateway.errors import ConversationLocked, InvalidRequest, NotFound
 from gateway.ids import new_id
 from gateway.metering.keys import Principal
 from gateway.storage.db import Db, Row
 from gateway.storage.store import Store
 
 _GENERATED_ID = re.compile(r"^resp_[0-9a-f]{32}$")  # as made in gateway.http.responses
+# How long a request on a conversation waits for a turn running in it here to end.
+_QUIET_WITHIN_S = 1.0
 
 
 @dataclass(frozen=True)
@@ -179,15 +182,49 @@ class ResponseStore:
             )
             return Joined(branch.id, branch, []), derive_messages(upto_path, synthesize=False)
         if conversation_id is not None:
-            path = await self._conversations.path(conversation_id, principal)
-            return Joined(conversation_id, None, []), derive_messages(path, synthesize=False)
+            stored_id = conversation_id
+
+            async def read() -> tuple[Joined, list[Event]]:
+                path = await self._conversations.path(stored_id, principal)
+                return Joined(stored_id, None, []), path
+
+            joined, path = await self._when_unlocked(stored_id, read, "conversation")
+            return joined, derive_messages(path, synthesize=False)
         if header_id is not None:
-            joined, path = await self._conversations.open(header_id, principal)
+            named_id = header_id
+            joined, path = await self._conversations.open(named_id, principal)
+            if joined.create is None:
+                joined, path = await self._when_unlocked(
+                    joined.conversation_id,
+                    lambda: self._conversations.open(named_id, principal),
+                    "X-Conversation-Id",
+                    (joined, path),
+                )
             return joined, derive_messages(path, synthesize=False)
         conversation = Conversation(
             new_id("conv"), time.time(), team_id=principal.team_id, key_id=principal.key_id
         )
         return Joined(conversation.id, conversation, []), []
+
+    async def _when_unlocked(
+        self,
+        conversation_id: str,
+        read: Callable[[], Awaitable[tuple[Joined, list[Event]]]],
+        param: str,
+        first: tuple[Joined, list[Event]] | None = None,
+    ) -> tuple[Joined, list[Event]]:
+        """The conversation and its path as `read` gives them, once no turn runs in it: one
+        running here may take a moment to end (a client that stopped a stream and asked again
+        at once is ahead of its stop being handled), then it is read again; one still running,
+        here or on another replica (its start committed, not its end), refuses the request."""
+        joined, path = first if first is not None else await read()
+        if self._store.open_turns(conversation_id):
+            if not await self._store.quiet(conversation_id, _QUIET_WITHIN_S):
+                raise ConversationLocked(param)
+            joined, path = await read()
+        if path and self._store.shared and not await self._store.turn_ended(path[-1].turn_id):
+            raise ConversationLocked(param)
+        return joined, path
 
     async def _claimed(self, turn_id: str) -> bool:
         """Whether this request may continue after `turn_id`: always on a store only this

@@ -197,6 +197,8 @@ class Store:
         # The turns this process started and has not ended yet, by conversation: a request that
         # would continue one of these conversations branches instead (`open_turns`).
         self._open: dict[str, set[str]] = {}
+        # Waiting for a conversation's running turns to end (`quiet`), by conversation.
+        self._quiet: dict[str, list[asyncio.Future[None]]] = {}
         # Set once the database answered (at start, or later when it started unreachable).
         self.connected = asyncio.Event()
         self.refused: str | None = None  # why it never will (a schema this code cannot use)
@@ -370,6 +372,10 @@ class Store:
             running.discard(event.turn_id)
             if not running:
                 del self._open[event.conversation_id]
+                if self._quiet and (waiting := self._quiet.pop(event.conversation_id, None)):
+                    for future in waiting:
+                        if not future.done():
+                            future.set_result(None)
         if event.type == TURN_END and fingerprint is not None:
             _keep(self._ends, event.conversation_id, fingerprint)
         else:
@@ -385,6 +391,26 @@ class Store:
         where that turn began must not add its own input after that turn's."""
         turns = self._open.get(conversation_id)
         return frozenset(turns) if turns else frozenset()
+
+    async def quiet(self, conversation_id: str, within_s: float) -> bool:
+        """Whether no turn of the conversation runs in this process, after waiting up to
+        `within_s` for those running to end: a client that stopped a stream and at once asks
+        again may be ahead of its stop being handled here."""
+        if not self._open.get(conversation_id):
+            return True
+        future = asyncio.get_running_loop().create_future()
+        self._quiet.setdefault(conversation_id, []).append(future)
+        try:
+            await asyncio.wait_for(future, within_s)
+        except TimeoutError:
+            pass
+        finally:
+            waiting = self._quiet.get(conversation_id, [])
+            if future in waiting:
+                waiting.remove(future)
+                if not waiting:
+                    del self._quiet[conversation_id]
+        return not self._open.get(conversation_id)
 
     def _remember_thread(self, fingerprint: str, conversation_id: str) -> None:
         _keep(self._threads, fingerprint, conversation_id)

@@ -7,8 +7,8 @@ import asyncio
 import openai
 import pytest
 
-from tests.conftest import GatewayUnderTest
-from tests.fakes import FakeUpstream, chunk, completion, frames, replay
+from tests.conftest import GatewayUnderTest, MakeGateway, MakeUpstream
+from tests.fakes import DONE, USAGE, FakeUpstream, chunk, completion, frames, paused, replay
 
 TEXT = "The capital of the UK is London."
 
@@ -116,6 +116,92 @@ async def test_responses_join_a_conversation(gw: GatewayUnderTest, upstream: Fak
     ]
     items = await api.conversations.items.list(conversation.id, limit=100)
     assert [getattr(i, "role", None) for i in items.data] == ["user", "user", "assistant"]
+
+
+async def test_a_conversation_with_a_response_running_refuses_another(
+    gw: GatewayUnderTest, upstream: FakeUpstream
+) -> None:
+    """As OpenAI answers it: a second response on a conversation whose first is still running
+    is refused (`conversation_locked`), never recorded beside it; once the first has ended,
+    the next continues after it."""
+    api = gw.client()
+    conversation = await api.conversations.create()
+    upstream.push(paused([chunk("Tea, ")], [chunk("then toast."), chunk(finish="stop"), DONE]))
+
+    async def breakfast() -> str:
+        stream = await api.responses.create(
+            model="fake", input="Breakfast?", conversation=conversation.id, stream=True
+        )
+        return "".join([e.delta async for e in stream if e.type == "response.output_text.delta"])
+
+    first = asyncio.create_task(breakfast())
+    await asyncio.wait_for(upstream.stalled.wait(), 5)
+    with pytest.raises(openai.BadRequestError) as refused:
+        await api.responses.create(model="fake", input="Lunch?", conversation=conversation.id)
+    assert refused.value.code == "conversation_locked"
+    assert refused.value.param == "conversation"
+    assert len(upstream.requests) == 1  # nothing of it went upstream
+    upstream.release.set()
+    assert await first == "Tea, then toast."
+    upstream.push(completion("Soup."))
+    await api.responses.create(model="fake", input="Lunch?", conversation=conversation.id)
+    assert upstream.requests[-1]["messages"] == [
+        {"role": "user", "content": "Breakfast?"},
+        {"role": "assistant", "content": "Tea, then toast."},
+        {"role": "user", "content": "Lunch?"},
+    ]
+    items = await api.conversations.items.list(conversation.id, limit=100, order="asc")
+    assert [getattr(i, "role", None) for i in items.data] == ["user", "assistant"] * 2
+
+
+async def test_a_follow_up_waits_for_the_stopped_turn_of_its_conversation(
+    make_gateway: MakeGateway, make_upstream: MakeUpstream
+) -> None:
+    """A client that stops a stream and asks again at once, on the same conversation, can be
+    ahead of the stopped turn's end (here it drains the upstream for its usage): the follow-up
+    waits for that end, then carries what was delivered, rather than being refused."""
+    fake = await make_upstream()
+    gw = await make_gateway(
+        models=[
+            {
+                "name": "m",
+                "on_client_disconnect": "drain",
+                "deployments": [{"provider": "openai", "api_base": fake.url}],
+            }
+        ]
+    )
+    api = gw.client()
+    conversation = await api.conversations.create()
+    fake.push(
+        paused(
+            [chunk("1. Sleep. "), chunk("2. Wat")],
+            [chunk("er."), chunk(finish="stop"), chunk(usage=USAGE, no_choices=True), DONE],
+        )
+    )
+    stream = await api.responses.create(
+        model="m", input="Three tips?", stream=True, conversation=conversation.id
+    )
+    seen = ""
+    async for event in stream:
+        if event.type == "response.output_text.delta":
+            seen += event.delta
+        if seen == "1. Sleep. 2. Wat":
+            break
+    await stream.close()
+    fake.push(completion(TEXT))
+    follow = asyncio.create_task(
+        api.responses.create(model="m", input="Go on.", conversation=conversation.id)
+    )
+    # The stopped turn drains until the upstream goes on: the follow-up waits meanwhile.
+    done, _ = await asyncio.wait({follow}, timeout=0.3)
+    assert not done
+    fake.release.set()
+    assert (await follow).output_text == TEXT
+    assert fake.requests[-1]["messages"] == [
+        {"role": "user", "content": "Three tips?"},
+        {"role": "assistant", "content": "1. Sleep. 2. Wat"},
+        {"role": "user", "content": "Go on."},
+    ]
 
 
 async def test_non_streaming_delete_and_errors(gw: GatewayUnderTest) -> None:
