@@ -107,17 +107,11 @@ def _react_text(text: str) -> str:
 
 def message_key(message: dict[str, Any]) -> tuple[Any, ...]:
     role = message.get("role")
+    content = message.get("content")
     if role == "assistant":
-        calls = tuple(
-            (
-                call.get("id"),
-                (call.get("function") or {}).get("name"),
-                _arguments((call.get("function") or {}).get("arguments")),
-            )
-            for call in message.get("tool_calls") or ()
-            if isinstance(call, dict)
-        )
-        text = text_of(message.get("content"))
+        tool_calls = message.get("tool_calls")
+        calls = _calls(tool_calls) if tool_calls else ()
+        text = content if content.__class__ is str else text_of(content)
         if not calls and text.endswith("]"):
             # smolagents writes the model's text, if any, and its calls as one message.
             at = text.rfind(_SMOLAGENTS_CALLS)
@@ -140,8 +134,21 @@ def message_key(message: dict[str, Any]) -> tuple[Any, ...]:
             calls = tuple(sorted(calls, key=repr))
         return ("assistant", text, calls)
     if role == "tool":
-        return ("tool", message.get("tool_call_id"), text_of(message.get("content")))
-    return (role, text_of(message.get("content")))
+        return ("tool", message.get("tool_call_id"), text_of(content))
+    # (A history's every other message: text as it is, without a call.)
+    return (role, content if content.__class__ is str else text_of(content))
+
+
+def _calls(tool_calls: Any) -> tuple[tuple[Any, ...], ...]:
+    return tuple(
+        (
+            call.get("id"),
+            (call.get("function") or {}).get("name"),
+            _arguments((call.get("function") or {}).get("arguments")),
+        )
+        for call in tool_calls
+        if isinstance(call, dict)
+    )
 
 
 def steps(keys: list[tuple[Any, ...]]) -> list[tuple[Any, ...]]:
