@@ -3,9 +3,10 @@
 // link, the breadcrumb back from a conversation and the browser's history all keep them.
 
 import { append, clear, h } from './dom.js';
+import { autoRefresh } from './autorefresh.js';
 import { adminKeyName, api, enc, isAdmin, names, ownTeamName, query } from './api.js';
 import { ZONE, fmtAgo, fmtInt, fmtMs, fmtTime, fmtUsd, plural, utcDay } from './format.js';
-import { applySoon, go, href, keepFocus, onLeave, refreshInPlace } from './router.js';
+import { applySoon, go, href, keepFocus } from './router.js';
 import { badge, field, idCell, loading, pageHeader, panel, select, statusBadge, table } from './widgets.js';
 
 const PAGE_STACK = new Map(); // filters -> the cursors of the pages before this one
@@ -237,29 +238,7 @@ export async function conversationsPage(root, params) {
           go('/conversations', { ...urlParams(filters), after: cursor });
         },
       }, 'Next →')));
-  clear(results).append(panel(null, list, pager, autoRefresh(), savedSearch(filters)));
-}
-
-// The list drawn again every few seconds while the toggle is on (off until ticked, for this
-// tab's session): filters, page and scroll stay as they are, and a hidden tab skips its turn.
-const REFRESH_S = 5;
-const REFRESH_KEY = 'gw.refresh.conversations';
-
-function autoRefresh() {
-  const on = sessionStorage.getItem(REFRESH_KEY) === 'on';
-  const box = h('input', { type: 'checkbox', checked: on, 'data-testid': 'auto-refresh' });
-  let timer = null;
-  const schedule = () => {
-    timer = setTimeout(() => (document.hidden ? schedule() : refreshInPlace()), REFRESH_S * 1000);
-  };
-  box.addEventListener('change', () => {
-    clearTimeout(timer);
-    sessionStorage.setItem(REFRESH_KEY, box.checked ? 'on' : 'off');
-    if (box.checked) schedule();
-  });
-  if (on) schedule();
-  onLeave(() => clearTimeout(timer));
-  return h('label', { class: 'check auto-refresh' }, box, `Refresh every ${REFRESH_S} s`);
+  clear(results).append(panel(null, list, pager, autoRefresh('conversations'), savedSearch(filters)));
 }
 
 function savedSearch(filters) {

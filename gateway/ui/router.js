@@ -41,15 +41,42 @@ export function onLeave(cleanup) {
   cleanups.push(cleanup);
 }
 
+let drawing = 0; // which render is the latest: a live one overtaken by another is dropped
+
 export async function render({ live = false } = {}) {
   for (const cleanup of cleanups) cleanup();
   cleanups = [];
-  const scrollY = live ? window.scrollY : 0;
-  const drawn = draw(document.getElementById('app'), currentRoute());
-  if (!live) window.scrollTo(0, 0); // a new page opens at its top, before its data arrives
-  await drawn;
-  if (live) window.scrollTo(0, scrollY);
+  const mine = ++drawing;
+  const app = document.getElementById('app');
+  if (!live) {
+    const drawn = draw(app, currentRoute());
+    window.scrollTo(0, 0); // a new page opens at its top, before its data arrives
+    await drawn;
+    restoreFocus();
+    return;
+  }
+  // A live refresh: drawn aside and put in place whole once its data is in, so the page neither
+  // blinks to "Loading…" nor shrinks and loses its scroll, and the control that had the focus
+  // (the refresh toggle, say) has it again.
+  const aside = document.createElement('div');
+  await draw(aside, currentRoute());
+  // Another page was opened, or drawn again, meanwhile: this one is never shown (what it left
+  // to clean up, the next render cleans).
+  if (mine !== drawing) return;
+  const focused = focusSelector(document.activeElement, app);
+  app.replaceChildren(...aside.childNodes);
+  if (focused) app.querySelector(focused)?.focus({ preventScroll: true });
   restoreFocus();
+}
+
+function focusSelector(element, app) {
+  // How to find the focused control in the page drawn anew: its test id or its name.
+  if (!element || element === document.body || !app.contains(element)) return null;
+  for (const name of ['data-testid', 'name']) {
+    const value = element.getAttribute(name);
+    if (value) return `[${name}="${CSS.escape(value)}"]`;
+  }
+  return null;
 }
 
 export function refreshInPlace() {

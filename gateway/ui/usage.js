@@ -2,6 +2,7 @@
 // page; no build step).
 
 import { clear, h } from './dom.js';
+import { autoRefresh } from './autorefresh.js';
 import { api, errorOf, isAdmin, names, ownTeamName, query, request, session } from './api.js';
 import { budgetsPanel, ownBudgetPanel } from './budgets.js';
 import { meter, stackedBars } from './charts.js';
@@ -45,7 +46,7 @@ export async function usagePage(root, params) {
   const usageQuery = { group_by: groupBy, granularity, from, to, team_id: team };
   root.append(pageHeader('Usage', isAdmin()
     ? 'Spend and tokens over time, from every attempt\'s usage record (GET /v1/usage).'
-    : `Team ${ownTeamName()}'s spend and tokens (read-only).`));
+    : `Team ${ownTeamName()}'s spend and tokens (read-only).`, autoRefresh('usage')));
   const [teams, keys] = isAdmin()
     ? await Promise.all([api('/v1/gateway/teams').then((r) => r.data), api('/v1/gateway/keys').then((r) => r.data)])
     : [[], []];

@@ -94,13 +94,69 @@ async def test_the_list_refreshes_itself_once_asked(
     toggle = page.get_by_test_id("auto-refresh")
     await expect(toggle).not_to_be_checked()  # off until asked
     await toggle.check()
-    a.push(completion("Fresh."))
-    await gw.client(MASTER).chat.completions.create(
-        model="m", messages=[{"role": "user", "content": "A new question"}]
-    )
-    await gw.gateway.store.flush()
+    await watch_for_loading(page)
+    await ask(gw, a, "A new question")
     # Drawn again on its own, the toggle still on.
     await expect(rows).to_have_count(before + 1, timeout=15_000)
     await expect(page.get_by_test_id("auto-refresh")).to_be_checked()
+    assert await page.evaluate("window.blinked") is False
     await checked(page, shots, f"50-auto-refresh-{width}")
     await page.context.close()
+
+
+@pytest.mark.parametrize("width", [1440, 390])
+async def test_the_usage_page_refreshes_itself_once_asked(
+    scene: Scene, browser: Any, tmp_path: Path, width: int
+) -> None:
+    """The Usage page's own toggle: its filters, scroll and focus kept, never blinking to
+    "Loading…", on for the rest of the tab's session and for that page alone."""
+    gw, a, _b = scene
+    await ask(gw, a, "A first question")
+    page = await signed_in(browser, gw, viewport=VIEWPORTS[width], bypass_csp=True)
+    shots = Shots(page, tmp_path)
+    await page.goto(f"{gw.url}/ui/#/usage?range=7d&group_by=deployment")
+    requests = page.get_by_test_id("stat-requests")
+    await expect(requests).to_contain_text("1 upstream attempt ")
+    toggle = page.get_by_test_id("auto-refresh")
+    await expect(toggle).not_to_be_checked()
+    await toggle.check()
+    await page.get_by_test_id("latency").scroll_into_view_if_needed()
+    scrolled = await page.evaluate("window.scrollY")
+    assert scrolled > 0
+    await watch_for_loading(page)
+    await ask(gw, a, "A second question")
+    await expect(requests).to_contain_text("2 upstream attempts", timeout=15_000)
+    assert await page.evaluate("window.blinked") is False
+    assert await page.evaluate("window.scrollY") == scrolled
+    await expect(page.get_by_test_id("usage-group-by")).to_have_value("deployment")
+    await expect(page.locator('[data-testid=latency] tr[data-group="a"]')).to_be_visible()
+    await expect(page.get_by_test_id("auto-refresh")).to_be_focused()
+    await checked(page, shots, f"51-usage-auto-refresh-{width}")
+    await page.reload()
+    await expect(page.get_by_test_id("auto-refresh")).to_be_checked()
+    await page.goto(f"{gw.url}/ui/#/conversations")  # the list keeps its own setting
+    await expect(page.get_by_test_id("auto-refresh")).not_to_be_checked()
+    await page.context.close()
+
+
+async def ask(gw: GatewayUnderTest, a: FakeUpstream, question: str) -> None:
+    """One answered turn (by `a`), in the store."""
+    a.push(completion("Fresh."))
+    await gw.client(MASTER).chat.completions.create(
+        model="m", messages=[{"role": "user", "content": question}]
+    )
+    await gw.gateway.store.flush()
+
+
+async def watch_for_loading(page: Any) -> None:
+    """`window.blinked` turns true if the page shows "Loading…" from now on."""
+    await page.evaluate(
+        """() => {
+            window.blinked = false;
+            new MutationObserver((records) => {
+                for (const record of records) for (const node of record.addedNodes) {
+                    if (node.nodeType === 1 && (node.matches('.loading') || node.querySelector('.loading'))) window.blinked = true;
+                }
+            }).observe(document.getElementById('app'), { childList: true, subtree: true });
+        }"""
+    )
