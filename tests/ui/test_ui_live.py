@@ -155,7 +155,9 @@ async def watch_for_loading(page: Any) -> None:
             window.blinked = false;
             new MutationObserver((records) => {
                 for (const record of records) for (const node of record.addedNodes) {
-                    if (node.nodeType === 1 && (node.matches('.loading') || node.querySelector('.loading'))) window.blinked = true;
+                    const loading = node.nodeType === 1
+                        && (node.matches('.loading') || node.querySelector('.loading'));
+                    if (loading) window.blinked = true;
                 }
             }).observe(document.getElementById('app'), { childList: true, subtree: true });
         }"""
