@@ -19,11 +19,11 @@ from typing import Any
 import orjson
 
 from bench.upstream import COMPLETION_BODY
-from gateway.conversations.events import Conversation, NewEvent, TurnStart
 from gateway.conversations.recorder import TurnRecorder
 from gateway.ids import new_id
 from gateway.metering.usage import Meter
 from gateway.providers.wire import OPENAI_CHAT, parse_body
+from gateway.storage.records import Conversation, NewEvent, TurnStart
 
 _EVICT = bytearray(16 * 1024 * 1024)
 PHASES = ("setup", "start", "answer", "end")

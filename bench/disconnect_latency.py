@@ -28,7 +28,7 @@ from aiohttp.test_utils import TestServer
 from gateway.app import create_app
 from gateway.config import parse_config
 from gateway.context import GATEWAY
-from gateway.conversations.events import NewEvent
+from gateway.storage.records import NewEvent
 
 CHUNK = (
     b'data: {"choices":[{"index":0,"delta":{"content":"'

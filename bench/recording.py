@@ -33,13 +33,13 @@ async def record(turns: int) -> None:
 
     from bench.upstream import COMPLETION_BODY
     from gateway.config import StoreConfig
-    from gateway.conversations.events import Conversation
     from gateway.conversations.recorder import TurnRecorder
     from gateway.ids import new_id
     from gateway.metering.reports import UsageStore
     from gateway.metering.usage import Meter
     from gateway.providers.wire import OPENAI_CHAT, parse_body
     from gateway.storage.backends import make_store
+    from gateway.storage.records import Conversation
 
     with tempfile.TemporaryDirectory(prefix="bench-recording-") as tmp:
         config = StoreConfig(url=f"sqlite:///{tmp}/bench.db", spool_path=tmp)

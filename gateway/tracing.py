@@ -28,8 +28,8 @@ from urllib.parse import urlsplit
 from aiohttp import web
 
 from gateway.config import ConfigError, TracingConfig
-from gateway.conversations.events import REQUEST_ERROR, TURN_END, Conversation, NewEvent, TurnStart
 from gateway.errors import GatewayError
+from gateway.storage.records import REQUEST_ERROR, TURN_END, Conversation, NewEvent, TurnStart
 from gateway.stream.attempt_log import Other
 from gateway.stream.events import Finish
 from gateway.upstream.pool import TRACE_HEADERS

@@ -13,7 +13,7 @@ from collections.abc import Iterable
 from itertools import chain
 from typing import Any
 
-from gateway.conversations.events import (
+from gateway.storage.records import (
     ASSISTANT_MESSAGE,
     ASSISTANT_TRUNCATE,
     TOOL_RESULT,

@@ -20,7 +20,7 @@ from typing import Any
 import orjson
 
 from gateway.conversations.derive import surface_message
-from gateway.conversations.events import ASSISTANT_MESSAGE, SURFACE_TYPES, Event
+from gateway.storage.records import ASSISTANT_MESSAGE, SURFACE_TYPES, Event
 
 HISTORY_ROLES = frozenset({"user", "assistant", "tool"})
 

@@ -11,8 +11,8 @@ from typing import Any
 
 import orjson
 
-from gateway.conversations.events import ASSISTANT_MESSAGE, TOOL_RESULT, USER_MESSAGE, Event
 from gateway.errors import InvalidRequest
+from gateway.storage.records import ASSISTANT_MESSAGE, TOOL_RESULT, USER_MESSAGE, Event
 
 _TEXT_PARTS = ("input_text", "output_text", "text")
 

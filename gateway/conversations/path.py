@@ -5,8 +5,8 @@ from __future__ import annotations
 import orjson
 
 from gateway.conversations.derive import apply_truncates
-from gateway.conversations.events import ASSISTANT_TRUNCATE, Conversation, Event
 from gateway.storage.db import Db
+from gateway.storage.records import ASSISTANT_TRUNCATE, Conversation, Event
 from gateway.storage.store import Store
 
 

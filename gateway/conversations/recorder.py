@@ -22,7 +22,11 @@ from typing import TYPE_CHECKING, Any, Protocol
 
 from gateway import metrics
 from gateway.conversations.derive import assistant_message
-from gateway.conversations.events import (
+from gateway.conversations.threading import end_fingerprint, start_fingerprint
+from gateway.errors import GatewayError, UpstreamError
+from gateway.scrub import scrub, scrub_json
+from gateway.storage.payload import DeferredPayload
+from gateway.storage.records import (
     ASSISTANT_ATTEMPT,
     ASSISTANT_MESSAGE,
     CONVERSATION_NOTE,
@@ -34,10 +38,6 @@ from gateway.conversations.events import (
     NewEvent,
     TurnStart,
 )
-from gateway.conversations.threading import end_fingerprint, start_fingerprint
-from gateway.errors import GatewayError, UpstreamError
-from gateway.scrub import scrub, scrub_json
-from gateway.storage.payload import DeferredPayload
 from gateway.stream.assembler import BlockAssembler
 from gateway.stream.attempt_log import AttemptLog
 from gateway.stream.compact import CompactRecords, Timed

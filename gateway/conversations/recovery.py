@@ -25,8 +25,8 @@ import orjson
 
 from gateway import metrics
 from gateway.conversations.derive import derive_messages
-from gateway.conversations.events import ASSISTANT_MESSAGE, TURN_END, NewEvent
 from gateway.metering.tokens import count_messages, vendor_of
+from gateway.storage.records import ASSISTANT_MESSAGE, TURN_END, NewEvent
 from gateway.storage.store import Store
 
 if TYPE_CHECKING:

@@ -10,7 +10,6 @@ from dataclasses import dataclass, replace
 from typing import Any
 
 from gateway.conversations.derive import derive_messages
-from gateway.conversations.events import TURN_END, Conversation, Event
 from gateway.conversations.history import HISTORY_ROLES, match_history
 from gateway.conversations.path import history_path
 from gateway.conversations.recorder import TurnRecorder
@@ -25,6 +24,7 @@ from gateway.errors import Conflict, InvalidRequest, NotFound
 from gateway.ids import new_id
 from gateway.metering.keys import Principal
 from gateway.storage.db import StoreUnavailable
+from gateway.storage.records import TURN_END, Conversation, Event
 from gateway.storage.store import Store
 
 log = logging.getLogger(__name__)

@@ -17,12 +17,6 @@ from typing import Any
 import orjson
 
 from gateway.conversations.derive import apply_truncates, derive_messages
-from gateway.conversations.events import (
-    ASSISTANT_MESSAGE,
-    TURN_END,
-    Conversation,
-    Event,
-)
 from gateway.conversations.history import resends
 from gateway.conversations.path import history_path
 from gateway.conversations.service import Conversations, Joined
@@ -30,6 +24,12 @@ from gateway.errors import ConversationLocked, InvalidRequest, NotFound
 from gateway.ids import new_id
 from gateway.metering.keys import Principal
 from gateway.storage.db import Db, Row
+from gateway.storage.records import (
+    ASSISTANT_MESSAGE,
+    TURN_END,
+    Conversation,
+    Event,
+)
 from gateway.storage.store import Store
 
 _GENERATED_ID = re.compile(r"^resp_[0-9a-f]{32}$")  # as made in gateway.http.responses

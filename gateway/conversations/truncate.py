@@ -25,7 +25,6 @@ from gateway.conversations.derive import (
     derive_messages,
     text_chars,
 )
-from gateway.conversations.events import ASSISTANT_MESSAGE, ASSISTANT_TRUNCATE, Event, NewEvent
 from gateway.conversations.path import history_path
 from gateway.conversations.recorder import TurnRecorder
 from gateway.conversations.service import Conversations
@@ -35,6 +34,7 @@ from gateway.errors import Conflict, GatewayError, InvalidRequest, NotFound
 from gateway.metering.keys import Principal
 from gateway.metering.tokens import count_text
 from gateway.storage.db import Db, Row
+from gateway.storage.records import ASSISTANT_MESSAGE, ASSISTANT_TRUNCATE, Event, NewEvent
 from gateway.storage.writes import keep_usage_totals
 
 OBJECT = "conversation.turn.truncation"

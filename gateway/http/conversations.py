@@ -9,7 +9,6 @@ import orjson
 from aiohttp import web
 
 from gateway.context import GATEWAY
-from gateway.conversations.events import Conversation
 from gateway.conversations.item_refs import resolve_items
 from gateway.conversations.items import items_to_messages, path_items
 from gateway.conversations.truncate import branch_point, content_chars_of, event_log, truncate
@@ -18,6 +17,7 @@ from gateway.errors import Conflict, InvalidRequest, NotFound
 from gateway.http.auth import PRINCIPAL
 from gateway.pipeline.cancel import CANCEL_BUS, Outcome, stop
 from gateway.storage.db import Db
+from gateway.storage.records import Conversation
 from gateway.storage.store import Store
 
 

@@ -29,17 +29,17 @@ from typing import Any, Protocol, TypeVar
 import orjson
 
 from gateway import metrics
-from gateway.conversations.events import (
+from gateway.storage import schema
+from gateway.storage.db import Db, Dialect, Op, StoreUnavailable
+from gateway.storage.journal import Journal
+from gateway.storage.payload import DeferredPayload
+from gateway.storage.records import (
     TURN_END,
     Conversation,
     Event,
     NewEvent,
     TurnStart,
 )
-from gateway.storage import schema
-from gateway.storage.db import Db, Dialect, Op, StoreUnavailable
-from gateway.storage.journal import Journal
-from gateway.storage.payload import DeferredPayload
 from gateway.storage.spool import Spool
 from gateway.storage.writes import Kind, Write, search_text
 

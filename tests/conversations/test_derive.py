@@ -5,7 +5,7 @@ from __future__ import annotations
 from typing import Any
 
 from gateway.conversations.derive import ABORTED_BEFORE_DISPATCH, derive_messages
-from gateway.conversations.events import Event
+from gateway.storage.records import Event
 
 _seq = 0
 

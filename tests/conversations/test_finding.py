@@ -10,7 +10,7 @@ import aiohttp
 import pytest
 
 from gateway.conversations import listing
-from gateway.conversations.events import Conversation, NewEvent, TurnStart
+from gateway.storage.records import Conversation, NewEvent, TurnStart
 from tests.conftest import GatewayUnderTest, MakeGateway
 
 MASTER = "sk-finding-master-0123456789"

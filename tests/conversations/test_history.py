@@ -4,8 +4,8 @@ from __future__ import annotations
 
 from typing import Any
 
-from gateway.conversations.events import Event
 from gateway.conversations.history import match_history
+from gateway.storage.records import Event
 
 
 def stored(*items: tuple[str, dict[str, Any]]) -> list[Event]:

@@ -13,10 +13,10 @@ import asyncpg
 import pytest
 
 from gateway.conversations import listing
-from gateway.conversations.events import Conversation, NewEvent, TurnStart
 from gateway.storage import schema
 from gateway.storage.payload import DeferredPayload
 from gateway.storage.postgres import numbered
+from gateway.storage.records import Conversation, NewEvent, TurnStart
 from gateway.storage.store import Store
 from gateway.storage.writes import USAGE_COLUMNS
 from tests.conftest import GatewayUnderTest, MakeGateway

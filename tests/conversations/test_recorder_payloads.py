@@ -17,10 +17,10 @@ from typing import Any
 import orjson
 import pytest
 
-from gateway.conversations.events import NewEvent
 from gateway.conversations.recorder import Attempt, TurnRecorder
 from gateway.errors import UpstreamError
 from gateway.storage.payload import DeferredPayload, as_text, encoded
+from gateway.storage.records import NewEvent
 from gateway.storage.store import Store
 from gateway.stream import attempt_log
 from gateway.stream import compact as compact_module

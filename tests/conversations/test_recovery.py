@@ -7,9 +7,9 @@ from __future__ import annotations
 
 import orjson
 
-from gateway.conversations.events import Conversation, TurnStart
 from gateway.conversations.recovery import PeerWatch, checkpoint_of, recover_open_turns
 from gateway.storage.db import Db
+from gateway.storage.records import Conversation, TurnStart
 from gateway.storage.store import Store
 
 

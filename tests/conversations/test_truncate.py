@@ -5,9 +5,9 @@ from __future__ import annotations
 from typing import Any
 
 from gateway.conversations.derive import apply_truncates, cut_blocks, derive_messages, text_chars
-from gateway.conversations.events import Event
 from gateway.conversations.history import match_history
 from gateway.conversations.items import path_items
+from gateway.storage.records import Event
 
 # Code points, not bytes (UTF-8: 4 for the emoji, 3 for each CJK) nor UTF-16 units (2 for it).
 TEXT = "你好🙂 world"  # 9 code points

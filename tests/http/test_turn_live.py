@@ -8,7 +8,7 @@ from typing import Any
 import aiohttp
 import orjson
 
-from gateway.conversations.events import TurnStart
+from gateway.storage.records import TurnStart
 from tests.conftest import GatewayUnderTest, MakeGateway
 from tests.fakes import FakeUpstream, chunk, frames
 from tests.http.test_turn_cancel import QUESTION, _call, _gateway

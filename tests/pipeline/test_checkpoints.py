@@ -12,13 +12,13 @@ import orjson
 import pytest
 
 from gateway.context import Gateway
-from gateway.conversations.events import Conversation, TurnStart
 from gateway.conversations.recorder import Attempt, TurnRecorder
 from gateway.conversations.recovery import checkpoint_of, recover_open_turns
 from gateway.pipeline import checkpoints as checkpoints_module
 from gateway.pipeline.checkpoints import SLOTS, Checkpoints, StreamCheckpoints
 from gateway.pipeline.relay import Relay
 from gateway.storage.db import Db, StoreUnavailable
+from gateway.storage.records import Conversation, TurnStart
 from gateway.storage.store import Store
 from gateway.stream.events import BlockDelta, BlockEnd, BlockStart, StreamEvent
 from tests.pipeline.test_turn_ends import Kept

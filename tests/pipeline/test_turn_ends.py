@@ -9,9 +9,9 @@ from typing import Any
 
 import pytest
 
-from gateway.conversations.events import Conversation, NewEvent, TurnStart
 from gateway.conversations.recorder import TurnRecorder
 from gateway.pipeline.turn_ends import TurnEnds
+from gateway.storage.records import Conversation, NewEvent, TurnStart
 from gateway.stream.events import BlockDelta, BlockEnd, BlockStart, Finish
 
 

@@ -13,11 +13,11 @@ from pathlib import Path
 import pytest
 
 from gateway.config import StoreConfig
-from gateway.conversations.events import Conversation, NewEvent, TurnStart
 from gateway.storage import journal as journal_module
 from gateway.storage.backends import make_backend, make_store
 from gateway.storage.journal import Journal
 from gateway.storage.payload import DeferredPayload
+from gateway.storage.records import Conversation, NewEvent, TurnStart
 from gateway.storage.spool import Spool
 from gateway.storage.store import Store
 from gateway.storage.writes import Write

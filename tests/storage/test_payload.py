@@ -13,10 +13,10 @@ import orjson
 import pytest
 
 from gateway.config import StoreConfig
-from gateway.conversations.events import Conversation, NewEvent
 from gateway.storage.backends import make_store
 from gateway.storage.db import Db
 from gateway.storage.payload import DeferredPayload, as_text, encoded
+from gateway.storage.records import Conversation, NewEvent
 from gateway.storage.store import Store
 from gateway.storage.writes import Write
 from gateway.stream.compact import Batches

@@ -8,9 +8,9 @@ from pathlib import Path
 import pytest
 
 from gateway.config import StoreConfig
-from gateway.conversations.events import NewEvent
 from gateway.storage import schema
 from gateway.storage.backends import make_store
+from gateway.storage.records import NewEvent
 
 # The migrations table as every version of the gateway has made it.
 TRACKING = (

@@ -10,9 +10,9 @@ import orjson
 import pytest
 
 from gateway.config import StoreConfig
-from gateway.conversations.events import Conversation, NewEvent
 from gateway.storage.backends import make_store
 from gateway.storage.db import Db
+from gateway.storage.records import Conversation, NewEvent
 from gateway.storage.schema import SEARCHED_CHARS
 from gateway.storage.store import Store
 from gateway.storage.writes import Write, search_text

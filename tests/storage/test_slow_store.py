@@ -11,11 +11,11 @@ from pathlib import Path
 import pytest
 
 from gateway.config import StoreConfig
-from gateway.conversations.events import Conversation, NewEvent, TurnStart
 from gateway.storage import store as store_module
 from gateway.storage.backends import make_store
 from gateway.storage.db import Db
 from gateway.storage.payload import DeferredPayload
+from gateway.storage.records import Conversation, NewEvent, TurnStart
 from gateway.storage.store import Store
 from gateway.storage.writes import USAGE_COLUMNS, Write
 

@@ -11,11 +11,11 @@ from pathlib import Path
 import pytest
 
 from gateway.config import StoreConfig
-from gateway.conversations.events import Conversation, NewEvent, TurnStart
 from gateway.conversations.path import history_path
 from gateway.storage import schema
 from gateway.storage.backends import make_store
 from gateway.storage.db import Db
+from gateway.storage.records import Conversation, NewEvent, TurnStart
 from gateway.storage.store import SchemaBehind, Store
 from gateway.storage.writes import Write
 

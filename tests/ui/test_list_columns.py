@@ -9,8 +9,8 @@ from typing import Any
 import aiohttp
 import pytest
 
-from gateway.conversations.events import Conversation, NewEvent, TurnStart
 from gateway.metering.usage import UsageRecord
+from gateway.storage.records import Conversation, NewEvent, TurnStart
 from tests.conftest import GatewayUnderTest, MakeGateway
 
 MASTER = "sk-list-columns-master-0123456789"

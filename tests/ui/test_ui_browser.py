@@ -19,8 +19,8 @@ from typing import Any
 
 import pytest
 
-from gateway.conversations.events import Conversation, NewEvent, TurnStart
 from gateway.metering.usage import UsageRecord
+from gateway.storage.records import Conversation, NewEvent, TurnStart
 from tests.conftest import GatewayUnderTest
 from tests.fakes import DONE, USAGE, FakeUpstream, chunk, frames, status
 from tests.ui.harness import (

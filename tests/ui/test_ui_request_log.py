@@ -13,8 +13,8 @@ from urllib.parse import parse_qs, urlsplit
 
 import pytest
 
-from gateway.conversations.events import Conversation, NewEvent, TurnStart
 from gateway.metering.usage import UsageRecord
+from gateway.storage.records import Conversation, NewEvent, TurnStart
 from tests.conftest import GatewayUnderTest
 from tests.fakes import FakeUpstream
 from tests.ui.harness import (

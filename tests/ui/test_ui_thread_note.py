@@ -8,7 +8,7 @@ from typing import Any
 
 import pytest
 
-from gateway.conversations.events import Conversation, NewEvent, TurnStart
+from gateway.storage.records import Conversation, NewEvent, TurnStart
 from tests.conftest import GatewayUnderTest
 from tests.fakes import FakeUpstream
 from tests.ui.harness import VIEWPORTS, Shots, checked, expect, generated_id, signed_in

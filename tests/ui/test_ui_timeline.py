@@ -14,8 +14,8 @@ from typing import Any
 
 import pytest
 
-from gateway.conversations.events import Conversation, NewEvent, TurnStart
 from gateway.metering.usage import UsageRecord
+from gateway.storage.records import Conversation, NewEvent, TurnStart
 from tests.conftest import GatewayUnderTest
 from tests.fakes import FakeUpstream
 from tests.ui.harness import VIEWPORTS, Shots, call, checked, expect, make_team, signed_in

@@ -1,4 +1,4 @@
-"""Event log records (docs/recording.md, "The event log")."""
+"""The event log's records and the store's record types (docs/recording.md, "The event log")."""
 
 from __future__ import annotations
 
