@@ -12,6 +12,11 @@ OPENAI_CHAT = "openai_chat"
 OPENAI_RESPONSES = "openai_responses"
 OPENAI_COMPLETIONS = "openai_completions"
 ANTHROPIC = "anthropic"
+# OpenAI chat as Groq sends it (gateway.providers.groq_chat): rendered for the client, never
+# relayed as it came (its reasoning is `delta.reasoning`, its `x_groq` extras its own).
+GROQ_CHAT = "groq_chat"
+MISTRAL_CHAT = "mistral_chat"
+COHERE_V2 = "cohere_v2"
 
 
 class StreamParser(Protocol):
@@ -37,6 +42,18 @@ def stream_parser(wire: str) -> StreamParser:
         from gateway.providers.openai_completions import CompletionsStreamParser
 
         return CompletionsStreamParser()
+    if wire == GROQ_CHAT:
+        from gateway.providers.groq_chat import GroqStreamParser
+
+        return GroqStreamParser()
+    if wire == MISTRAL_CHAT:
+        from gateway.providers.mistral_chat import MistralStreamParser
+
+        return MistralStreamParser()
+    if wire == COHERE_V2:
+        from gateway.providers.cohere_chat import CohereStreamParser
+
+        return CohereStreamParser()
     return openai_chat.ChatStreamParser()
 
 
@@ -53,4 +70,12 @@ def parse_body(wire: str, obj: dict[str, Any]) -> list[StreamEvent]:
         from gateway.providers.openai_completions import parse_text_completion
 
         return parse_text_completion(obj)
+    if wire == MISTRAL_CHAT:
+        from gateway.providers.mistral_chat import parse_mistral_completion
+
+        return parse_mistral_completion(obj)
+    if wire == COHERE_V2:
+        from gateway.providers.cohere_chat import parse_cohere_response
+
+        return parse_cohere_response(obj)
     return openai_chat.parse_completion(obj)

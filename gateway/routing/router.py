@@ -112,6 +112,11 @@ def _provider(config: DeploymentConfig, model: str, pool: UpstreamPool) -> Provi
     if config.api == "responses":
         return OpenAIResponsesProvider(config, pool, model)
     if config.provider == "litellm":
+        # Groq, Mistral and Cohere's chat: litellm's names, the gateway's own reading.
+        from gateway.providers.native_routes import native_provider
+
+        if (native := native_provider(config, pool, model)) is not None:
+            return native
         # Imported only when configured: litellm takes seconds to import.
         from gateway.providers.litellm_adapter import LiteLLMProvider
 

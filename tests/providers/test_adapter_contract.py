@@ -5,8 +5,9 @@ gateway (a real aiohttp server), which talks over loopback to a fake upstream sp
 adapter's own wire format (tests/fakes.py, tests/providers/upstreams.py): OpenAI-compatible chat
 completions, Azure OpenAI, Anthropic Messages and, when the litellm adapter is there, through
 litellm: the Gemini API, Vertex AI's Gemini and Anthropic endpoints, Bedrock (Converse, AWS
-event-stream framing, SigV4), Groq, Mistral and Cohere's v2 chat. Each case asserts on what the
-client received and on what the gateway recorded.
+event-stream framing, SigV4), and, configured as litellm models but spoken by the gateway itself
+(gateway/providers/native_routes.py), Groq, Mistral and Cohere's v2 chat. Each case asserts on
+what the client received and on what the gateway recorded.
 """
 
 from __future__ import annotations
@@ -60,10 +61,6 @@ def _litellm_skip_reason() -> str | None:
 
 LITELLM_SKIP = _litellm_skip_reason()
 
-# litellm's Cohere v2 stream reader json-decodes each raw line of the SSE body, so the first
-# (`event: message-start`) already fails it: every streamed case errs before any content.
-COHERE_STREAM = {"cohere": "litellm json-decodes each raw line of Cohere's v2 SSE stream"}
-
 
 def adapters(**xfail: str) -> list[ParameterSet]:
     """Every adapter as a `fake` parameter; `xfail` maps an adapter to the bug it hits (the
@@ -95,8 +92,8 @@ async def fake(
     server = await SERVERS[name]().start(aiohttp_server)
     yield server
     # A script still waiting to be let go (a case that failed before its client read what lets
-    # it go, as litellm's Cohere streams do) goes on now, so that the server closes at once
-    # rather than after its shutdown timeout.
+    # it go) goes on now, so that the server closes at once rather than after its shutdown
+    # timeout.
     server.release.set()
 
 
@@ -173,7 +170,7 @@ def kinds(events: list[dict[str, Any]]) -> list[str]:
 # -- the request -----------------------------------------------------------------------------
 
 
-@pytest.mark.parametrize("fake", adapters(**COHERE_STREAM), indirect=True)
+@pytest.mark.parametrize("fake", adapters(), indirect=True)
 async def test_the_request_reaches_the_upstream_in_its_own_wire_format(
     make_gateway: MakeGateway, fake: FakeServer
 ) -> None:
@@ -190,7 +187,7 @@ async def test_the_request_reaches_the_upstream_in_its_own_wire_format(
 # -- answers -----------------------------------------------------------------------------------
 
 
-@pytest.mark.parametrize("fake", adapters(**COHERE_STREAM), indirect=True)
+@pytest.mark.parametrize("fake", adapters(), indirect=True)
 async def test_streamed_text(make_gateway: MakeGateway, fake: FakeServer) -> None:
     """The client assembles exactly the text the upstream sent, finished with "stop", and no
     usage chunk it did not ask for; the record holds that text as one text block."""
@@ -211,7 +208,7 @@ async def test_streamed_text(make_gateway: MakeGateway, fake: FakeServer) -> Non
     assert events[2]["payload"]["status"] == "completed"
 
 
-@pytest.mark.parametrize("fake", adapters(**COHERE_STREAM), indirect=True)
+@pytest.mark.parametrize("fake", adapters(), indirect=True)
 async def test_reasoning_reaches_the_client_as_reasoning_content(
     make_gateway: MakeGateway, fake: FakeServer
 ) -> None:
@@ -240,7 +237,7 @@ async def test_reasoning_reaches_the_client_as_reasoning_content(
     assert events[1]["payload"]["finish_reason"] == "stop"
 
 
-@pytest.mark.parametrize("fake", adapters(**COHERE_STREAM), indirect=True)
+@pytest.mark.parametrize("fake", adapters(), indirect=True)
 async def test_tool_call(make_gateway: MakeGateway, fake: FakeServer) -> None:
     """A tool call reaches the client with its id, name and the arguments assembled, finished
     with "tool_calls"; the record holds one tool_call block with the same id, name and
@@ -271,7 +268,7 @@ async def test_tool_call(make_gateway: MakeGateway, fake: FakeServer) -> None:
     assert message["finish_reason"] == "tool_calls"
 
 
-@pytest.mark.parametrize("fake", adapters(**COHERE_STREAM), indirect=True)
+@pytest.mark.parametrize("fake", adapters(), indirect=True)
 async def test_usage(make_gateway: MakeGateway, fake: FakeServer) -> None:
     """With `stream_options.include_usage` the client gets a usage chunk with the prompt and
     completion tokens the upstream reported (Anthropic's input/output tokens under OpenAI's
@@ -334,19 +331,7 @@ async def test_http_error_before_streaming(
     assert events[3]["payload"]["reason"] == "provider_error"
 
 
-# litellm's Groq stream parser raises OpenAIError(status_code=error["code"]), and Groq's code is
-# a string (`tool_use_failed`): int() fails, and the ValueError carries none of Groq's message.
-GROQ_ERROR_CODE = "litellm reads a Groq in-band error's string `code` as an HTTP status"
-# Mistral documents no in-band error; its error object, sent as a data frame, is no `{"error":
-# ...}` chunk to litellm, which skips it and reports only that the stream ended unfinished.
-MISTRAL_ERROR_OBJECT = 'litellm skips Mistral\'s {"object": "error"} chunk mid-stream'
-
-
-@pytest.mark.parametrize(
-    "fake",
-    adapters(**COHERE_STREAM, groq=GROQ_ERROR_CODE, mistral=MISTRAL_ERROR_OBJECT),
-    indirect=True,
-)
+@pytest.mark.parametrize("fake", adapters(), indirect=True)
 async def test_error_event_mid_stream(make_gateway: MakeGateway, fake: FakeServer) -> None:
     """An in-band error after some content (an OpenAI-compatible `{"error": ...}` chunk,
     Anthropic's `event: error`) reaches the client as an `APIError` raised by its stream after
@@ -364,7 +349,7 @@ async def test_error_event_mid_stream(make_gateway: MakeGateway, fake: FakeServe
     assert events[3]["payload"]["status"] == "error"
 
 
-@pytest.mark.parametrize("fake", adapters(**COHERE_STREAM), indirect=True)
+@pytest.mark.parametrize("fake", adapters(), indirect=True)
 async def test_cut_connection_mid_stream(make_gateway: MakeGateway, fake: FakeServer) -> None:
     """The upstream's connection is cut (TCP abort) once the client has read some content: the
     client's stream raises `APIError` after that content; the record is a failed attempt with
@@ -388,7 +373,7 @@ async def test_cut_connection_mid_stream(make_gateway: MakeGateway, fake: FakeSe
     assert events[3]["payload"]["status"] == "error"
 
 
-@pytest.mark.parametrize("fake", adapters(**COHERE_STREAM), indirect=True)
+@pytest.mark.parametrize("fake", adapters(), indirect=True)
 async def test_stall_mid_stream_hits_the_idle_timeout(
     make_gateway: MakeGateway, fake: FakeServer
 ) -> None:
@@ -412,7 +397,7 @@ async def test_stall_mid_stream_hits_the_idle_timeout(
     assert events[3]["payload"]["reason"] == "timeout"
 
 
-@pytest.mark.parametrize("fake", adapters(**COHERE_STREAM), indirect=True)
+@pytest.mark.parametrize("fake", adapters(), indirect=True)
 async def test_client_cancel_mid_stream(make_gateway: MakeGateway, fake: FakeServer) -> None:
     """A client that reads everything the upstream sent before it went quiet, then closes its
     stream: the upstream sees the disconnect, and the record is an interrupted assistant

@@ -18,7 +18,6 @@ from tests.conftest import MakeGateway
 from tests.fakes import COMPLETION_TOKENS, PROMPT_TOKENS, MakeServer
 from tests.providers.test_adapter_contract import (
     ANSWER,
-    COHERE_STREAM,
     LITELLM_SKIP,
     start_gateway,
     stream_chat,
@@ -44,10 +43,7 @@ def litellm_fakes() -> list[ParameterSet]:
     for name, server in SERVERS.items():
         if server.provider != "litellm":
             continue
-        marks = []
-        if reason := COHERE_STREAM.get(name):
-            marks.append(pytest.mark.xfail(strict=True, reason=reason))
-        params.append(pytest.param(name, marks=marks, id=name))
+        params.append(pytest.param(name, id=name))
     return params
 
 

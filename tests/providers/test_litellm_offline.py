@@ -4,7 +4,9 @@ reaching nothing but the provider (a fake on loopback), and without waiting on a
 The gateway runs as its own process, in which every connection or name lookup for a host other
 than loopback is refused and written down (a `sitecustomize` the test puts first on the path),
 and whose proxy variables point at a closed port, as on a machine with no network. The model is
-one litellm would count with a Hugging Face tokenizer (Llama's) fetched on first use.
+one litellm would count with a Hugging Face tokenizer (Llama's) fetched on first use, of a
+provider litellm drives (Together AI's; Groq, once the example, is now read by the gateway
+itself).
 """
 
 from __future__ import annotations
@@ -117,7 +119,7 @@ def offline_environment(tmp_path: Path) -> tuple[dict[str, str], Path]:
             "HTTP_PROXY": closed,
             "ALL_PROXY": closed,
             "NO_PROXY": "127.0.0.1,localhost",
-            "GROQ_API_KEY": "gsk-fake",
+            "TOGETHERAI_API_KEY": "tg-fake",
         }
     )
     return env, blocked
@@ -154,9 +156,9 @@ async def test_start_and_first_stream_reach_nothing_but_the_provider(
                 "deployments": [
                     {
                         "provider": "litellm",
-                        "model": "groq/llama-3.1-8b-instant",
+                        "model": "together_ai/meta-llama/Llama-3.3-70B-Instruct-Turbo",
                         "api_base": upstream.url,
-                        "api_key": "${GROQ_API_KEY}",
+                        "api_key": "${TOGETHERAI_API_KEY}",
                     }
                 ],
             }
