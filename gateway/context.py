@@ -12,6 +12,7 @@ from aiohttp import web
 from gateway.config import GatewayConfig
 from gateway.conversations.recorder import TurnRecorder
 from gateway.conversations.service import Conversations
+from gateway.conversations.turn_ends import TurnEnds
 from gateway.dialects.base import Dialect
 from gateway.lanes import KeyLanes
 from gateway.metering.auth import Authenticator
@@ -20,7 +21,6 @@ from gateway.metering.keys import Principal
 from gateway.metering.limits import Limiter
 from gateway.metering.reports import UsageStore
 from gateway.metering.usage import Meter
-from gateway.pipeline.turn_ends import TurnEnds
 from gateway.routing.router import Router
 from gateway.storage.store import Store
 from gateway.upstream.pool import UpstreamPool

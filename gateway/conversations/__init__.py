@@ -1,1 +1,2 @@
-"""The conversation store: event types, the store protocol and backends, derive, recording."""
+"""Conversations: recording a turn (recorder, turn_ends), deriving history from the event log,
+joining a request to its conversation (service, history, threading), and reading it back."""

@@ -7,7 +7,6 @@
     body.py          a non-streaming answer read whole
     deadline.py      an attempt's deadlines, served by one watchdog timer per event loop
     continuation.py  continue_on_failure: the request that asks another deployment to finish
-    turn_ends.py     non-streaming turns of one loop iteration, recorded together
     embeddings.py    an embeddings request: routed and retried like a turn, not recorded
     calls.py         images, audio, moderations, rerank: admitted, routed, metered, logged
     files.py         files and batches, owned by the uploading key's team; batches metered

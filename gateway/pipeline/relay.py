@@ -340,7 +340,7 @@ class Relay:
             )
         elif isinstance(answer_id := obj.get("id"), str):
             self.turn.response_id = answer_id
-        # Recorded with the other answers of this loop iteration (pipeline/turn_ends.py), and
+        # Recorded with the other answers of this loop iteration (conversations/turn_ends.py), and
         # durable before the client has its answer.
         await self.gateway.turn_ends.completed(self.turn, attempt)
         await self.turn.store.durable_enough()

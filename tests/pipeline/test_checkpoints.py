@@ -21,7 +21,7 @@ from gateway.storage.db import Db, StoreUnavailable
 from gateway.storage.records import Conversation, TurnStart
 from gateway.storage.store import Store
 from gateway.stream.events import BlockDelta, BlockEnd, BlockStart, StreamEvent
-from tests.pipeline.test_turn_ends import Kept
+from tests.conversations.test_turn_ends import Kept
 
 
 class Streaming:

@@ -1,4 +1,4 @@
-"""TurnEnds (gateway.pipeline.turn_ends): the non-streaming answers that complete in one loop
+"""TurnEnds (gateway.conversations.turn_ends): the non-streaming answers that complete in one loop
 iteration are recorded together once its handlers have run, each handler's future done when
 its own turn is; a turn whose client left in between keeps the ending that was recorded for
 it; a turn whose recording fails reports it to its own handler only."""
@@ -10,7 +10,7 @@ from typing import Any
 import pytest
 
 from gateway.conversations.recorder import TurnRecorder
-from gateway.pipeline.turn_ends import TurnEnds
+from gateway.conversations.turn_ends import TurnEnds
 from gateway.storage.records import Conversation, NewEvent, TurnStart
 from gateway.stream.events import BlockDelta, BlockEnd, BlockStart, Finish
 
