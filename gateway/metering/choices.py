@@ -7,12 +7,17 @@ provider's); a cut one is estimated, and that estimate must count what every cho
 so their text is kept here, on the way, with where it came among the first choice's events:
 a delivered prefix of those events says which of it the client had.
 
+A stream's checkpoints (gateway.pipeline.checkpoints) carry the same counts, so that a turn
+closed from one after its process died is metered for every choice too.
+
 Nothing here runs for a request of one choice: the parser hands a choice over only when its
-index is not 0, and the relay attaches this only when the request asked for more than one.
+index is not 0, the relay attaches this only when the request asked for more than one, and the
+checkpoints look for it only then.
 """
 
 from __future__ import annotations
 
+from collections.abc import Sequence
 from typing import TYPE_CHECKING, Any, NamedTuple
 
 from gateway.metering.tokens import count_text
@@ -32,7 +37,7 @@ class _Piece(NamedTuple):
 class OtherChoices:
     """What the choices other than the first generated, as they arrived."""
 
-    __slots__ = ("_log", "_relayed", "delivered_frames", "pieces")
+    __slots__ = ("_counted", "_log", "_relayed", "delivered_frames", "indices", "pieces")
 
     def __init__(self, log: AttemptLog, relayed: bool) -> None:
         self._log = log
@@ -43,14 +48,27 @@ class OtherChoices:
         # How many of the attempt's frames the client had when it ended (set by the relay
         # with the count it records the turn by); None: known only by the events.
         self.delivered_frames: int | None = None
+        # The indices of the other choices the stream has shown, text or not.
+        self.indices: set[int] = set()
+        # The last `counts`, and what they were made of: a checkpoint's look at a stream that
+        # did not move counts nothing again.
+        self._counted: tuple[tuple[int, int, int | None], dict[str, int]] | None = None
+
+    @property
+    def choices(self) -> int:
+        """How many choices the stream has shown: the first, and each other one that sent a
+        chunk (a choice cut while it still reasoned out of sight may have sent none, so this
+        is a floor until the stream ends)."""
+        return 1 + len(self.indices)
 
     def add(self, choice: dict[str, Any]) -> None:
         """One choice of a chunk, whose index is not 0."""
+        index = choice.get("index")
+        number = index if type(index) is int else -1
+        self.indices.add(number)
         delta = choice.get("delta")
         if not isinstance(delta, dict):
             return
-        index = choice.get("index")
-        number = index if type(index) is int else -1
         log, pieces = self._log, self.pieces
         at, frame = log.count, log.frames + 1
         reasoning = delta.get("reasoning_content")
@@ -94,6 +112,33 @@ class OtherChoices:
             if is_reasoning:
                 reasoning += tokens
         return completion, reasoning
+
+
+    def counts(self) -> dict[str, int]:
+        """What a checkpoint keeps of them: the tokens they generated (`completion`, of it
+        `reasoning`), the tokens of what reached the client (`delivered`, by
+        `delivered_frames`, 0 where those are not known), and how many choices there are."""
+        key = (len(self.pieces), len(self.indices), self.delivered_frames)
+        if self._counted is None or self._counted[0] != key:
+            completion, reasoning = self.tokens()
+            counts = {
+                "completion": completion,
+                "reasoning": reasoning,
+                # (No piece comes before the first choice's first event: with the frames
+                # unknown, none is counted delivered.)
+                "delivered": self.tokens(0)[0],
+                "choices": self.choices,
+            }
+            self._counted = (key, counts)
+        return self._counted[1]
+
+
+def with_other_choices(checkpoint: dict[str, Any], attempts: Sequence[Any]) -> None:
+    """Each attempt of a checkpoint (TurnRecorder.checkpoint, its attempts in the order of
+    `attempts`) that streamed several choices, with their `counts` as `others`."""
+    for entry, attempt in zip(checkpoint["attempts"], attempts, strict=False):
+        if (others := other_choices(attempt.id_from)) is not None:
+            entry["others"] = others.counts()
 
 
 def other_choices(parser: Any) -> OtherChoices | None:

@@ -19,7 +19,7 @@ from typing import TYPE_CHECKING, Any, NamedTuple
 import orjson
 
 from gateway import metrics
-from gateway.metering.choices import other_choices
+from gateway.metering.choices import OtherChoices, other_choices
 from gateway.metering.prices import Price, map_entry, price_columns
 from gateway.metering.prompt_cache import PromptCacheReads
 from gateway.metering.tokens import count_messages, count_text, vendor_of
@@ -398,11 +398,17 @@ class Meter:
     ) -> UsageRecord:
         """An attempt's usage as its checkpoint knew it: the provider's whole count where it
         had come, else what the provider had said and a tokenizer count of what was
-        delivered (a floor: the provider may have generated more before the process died)."""
+        delivered, the other choices of an `n > 1` stream by what they had generated, and
+        hidden reasoning as `_attempt` counts it (a floor: the provider may have generated
+        more before the process died)."""
         route, usage = attempt["route"], attempt["usage"]
         delivered = _tokens_of(_delivered_content(checkpoint["message"], attempt["number"]))
+        # n > 1: what the other choices generated and delivered, as the checkpoint knew it.
+        others = attempt.get("others")
+        delivered_more = others["delivered"] if others is not None else 0
         write_5m = write_1h = 0
         deployment = str(route.get("deployment"))
+        model, provider = str(route.get("model")), str(route.get("provider"))
         estimated_prompt = attempt.get("prompt_tokens") or 0
         if usage is not None and "partial" not in usage:
             source = LITELLM if usage.get("usage_source") == LITELLM else "provider"
@@ -413,9 +419,15 @@ class Meter:
                 if checked.prompt_wrong:
                     prompt = max(prompt, estimated_prompt)
                 if checked.completion_wrong:
-                    completion = max(completion, delivered[0])
+                    seen = delivered[0] + (others["completion"] if others is not None else 0)
+                    completion = max(completion, seen)
         else:
             completion, reasoning = delivered
+            choices = 1
+            if others is not None:
+                completion += others["completion"]
+                reasoning += others["reasoning"]
+                choices = others["choices"]
             prompt, cached = estimated_prompt, 0
             if usage is not None:
                 checked = self._checked(usage, deployment)
@@ -423,7 +435,11 @@ class Meter:
                 if checked.prompt_wrong:
                     prompt = max(prompt, estimated_prompt)
             source = "estimated_lower_bound"
-        price = self._price_of(deployment, str(route.get("model")))
+            if checkpoint.get("reasoning") or reasons_unasked(model, provider):
+                completion, reasoning = self._with_usual_reasoning(
+                    deployment, completion, reasoning, choices
+                )
+        price = self._price_of(deployment, model)
         audio = audio_counts(usage) if usage is not None else (0, 0)
         cost = price.cost(prompt, completion, cached, write_5m, write_1h, *audio) if price else None
         # The unit prices of the tier the prompt fell in: what it was charged at.
@@ -439,13 +455,13 @@ class Meter:
             user=checkpoint["user"],
             alias=checkpoint["alias"],
             deployment=deployment,
-            provider=str(route.get("provider")),
-            model=str(route.get("model")),
+            provider=provider,
+            model=model,
             created_at=time.time(),
             status=attempt["outcome"] or "interrupted",
             prompt_tokens=prompt,
             completion_tokens=completion,
-            completion_delivered=delivered[0],
+            completion_delivered=delivered[0] + delivered_more,
             reasoning_tokens=reasoning,
             cached_tokens=cached,
             usage_source=source,
@@ -456,6 +472,7 @@ class Meter:
             cache_write_1h_tokens=write_1h,
             prices=prices,
             price_source=price_source,
+            tags=checkpoint.get("tags"),  # (not in an older gateway's checkpoint)
         )
 
     def _record(self, records: list[UsageRecord]) -> dict[str, Any]:
@@ -494,10 +511,7 @@ class Meter:
                     turn.conversation_id, deployment, _extras(turn), turn.prompt, cached
                 )
             if reasoning and outcome == "completed":
-                seen = self._reasoning.get(deployment)
-                self._reasoning[deployment] = (
-                    reasoning if seen is None else seen + (reasoning - seen) * _REASONING_WEIGHT
-                )
+                self._reasoned(deployment, reasoning, other_choices(attempt.id_from))
             if checked.wrong:
                 # What the provider got wrong is estimated, as if it had never said it.
                 source = CLAMPED
@@ -512,9 +526,11 @@ class Meter:
             # say (Anthropic's input and cache counts come first), estimate the rest.
             received = attempt.log.count
             completion, reasoning = _generated_tokens(attempt.log.events(received))
+            choices = 1
             if (others := other_choices(attempt.id_from)) is not None:  # n > 1
                 more, more_reasoning = others.tokens()
                 completion, reasoning = completion + more, reasoning + more_reasoning
+                choices = others.choices
             if usage is not None:
                 checked = self._checked(usage, deployment)
                 prompt, _, _, cached, write_5m, write_1h = checked.counts
@@ -532,14 +548,14 @@ class Meter:
             # Reasoning the provider hides (or only summarises) is in no event received: an
             # estimate of a turn that asked for it, or of a model that reasons unasked, can
             # only be a floor. The deployment's usual reasoning, as its provider reported it,
-            # is counted for the part not seen.
+            # is counted for the part not seen, for each choice.
             model = str(attempt.route.get("model"))
             reasons = turn.reasoning or reasons_unasked(model, str(attempt.route.get("provider")))
             source = "estimated_lower_bound" if reasons else "estimated"
-            usual = self._reasoning.get(deployment) if reasons and received else None
-            if usual is not None and usual > reasoning:
-                completion += round(usual) - reasoning
-                reasoning = round(usual)
+            if reasons and received:
+                completion, reasoning = self._with_usual_reasoning(
+                    deployment, completion, reasoning, choices
+                )
         if outcome == "completed":
             delivered = completion
         elif attempt.delivered:  # interrupted, or failed after part of it reached the client
@@ -592,6 +608,30 @@ class Meter:
             price_source=price_source,
             tags=turn.tags,
         )
+
+    def _reasoned(self, deployment: str, reasoning: int, others: OtherChoices | None) -> None:
+        """A whole answer's reasoning, as its provider reported it: the deployment's usual
+        reasoning a choice moves toward it (an answer of several choices reports theirs
+        summed; a whole answer not streamed says not how many it had, and counts as one)."""
+        each = reasoning / others.choices if others is not None else reasoning
+        seen = self._reasoning.get(deployment)
+        self._reasoning[deployment] = (
+            each if seen is None else seen + (each - seen) * _REASONING_WEIGHT
+        )
+
+    def _with_usual_reasoning(
+        self, deployment: str, completion: int, reasoning: int, choices: int
+    ) -> tuple[int, int]:
+        """(completion, reasoning) of a cut answer of `choices` choices whose reasoning was
+        partly or wholly out of sight: at least the deployment's usual reasoning a choice, for
+        each; as estimated where nothing was learnt."""
+        usual = self._reasoning.get(deployment)
+        if usual is None:
+            return completion, reasoning
+        expected = round(usual * choices)
+        if expected <= reasoning:
+            return completion, reasoning
+        return completion + expected - reasoning, expected
 
     @staticmethod
     def _checked(usage: dict[str, Any], deployment: str) -> CheckedCounts:

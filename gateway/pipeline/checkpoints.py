@@ -28,6 +28,7 @@ from typing import Any
 import orjson
 
 from gateway.context import Gateway, InFlight
+from gateway.metering.choices import with_other_choices
 from gateway.pipeline.relay import Relay
 
 log = logging.getLogger(__name__)
@@ -114,12 +115,25 @@ class StreamCheckpoints:
     gap, so a part the store never took ends what is put together rather than being skipped
     over, and a part of an earlier whole one is never added to a later one."""
 
-    __slots__ = ("_last", "seq", "slot")
+    __slots__ = ("_last", "seq", "several", "slot", "tags")
 
-    def __init__(self, slot: int = 0) -> None:
+    def __init__(self, slot: int = 0, several: bool = False, tags: str | None = None) -> None:
         self.slot = slot
         self.seq = 0  # the last checkpoint's number
         self._last: _Last | None = None
+        # What the turn's usage rows need beside TurnRecorder.checkpoint's body, should they
+        # be written from a checkpoint: the other choices of an `n > 1` stream
+        # (gateway.metering.choices), the request's metadata tags.
+        self.several = several
+        self.tags = tags
+
+    def complete(self, body: dict[str, Any], relay: Relay) -> dict[str, Any]:
+        """`body` with what this stream adds to it (`several`, `tags`)."""
+        if self.several:
+            with_other_choices(body, relay.turn.attempts)
+        if self.tags is not None:
+            body["tags"] = self.tags
+        return body
 
     def encode(self, body: dict[str, Any]) -> tuple[int | None, str]:
         """Checkpoint `body` (TurnRecorder.checkpoint) as the store is to hold it: (None, its
@@ -225,6 +239,8 @@ class Checkpoints:
                 body = relay.checkpoint()
                 if body is None:
                     continue
+                if stream.several or stream.tags is not None:
+                    body = stream.complete(body, relay)
                 taken.relays.append(relay)
                 seq, encoded = stream.encode(body)
                 if seq is None:
@@ -253,7 +269,10 @@ class Checkpoints:
             return
         for entry in running - self.seen:
             if isinstance(entry, Relay):
-                stream = self.streams[entry] = StreamCheckpoints(self.met % SLOTS)
+                several = entry.body.get("n") not in (None, 1)
+                stream = self.streams[entry] = StreamCheckpoints(
+                    self.met % SLOTS, several, entry.turn.tags
+                )
                 self.slots[stream.slot][entry] = stream
                 self.met += 1
         for entry in self.seen - running:

@@ -1,7 +1,8 @@
 """A cancelled answer of a model that reasons out of sight (OpenAI's o-series, gpt-5), whether
 or not the request asked it to: what it reasoned is in no event the gateway received, so the
 turn is metered with the deployment's usual reasoning, as its provider reported it on earlier
-answers, and flagged a floor (`estimated_lower_bound`)."""
+answers, and flagged a floor (`estimated_lower_bound`). Each choice of an `n > 1` answer reasons
+on its own: what is learnt and what is counted are a choice's."""
 
 from __future__ import annotations
 
@@ -12,7 +13,8 @@ import orjson
 from aiohttp import web
 
 from tests.conftest import GatewayUnderTest, MakeGateway
-from tests.fakes import FakeUpstream, chunk, frames
+from tests.fakes import DONE, FakeUpstream, chunk, frames, sse
+from tests.metering.test_n_choices import choice_chunk
 
 QUESTION = [{"role": "user", "content": "Think, then answer."}]
 REASONED = 4000
@@ -99,3 +101,74 @@ async def test_a_model_that_does_not_reason_is_estimated_as_seen(
     await gw.flush()
     completion, reasoning, source = row(gw, conversation_id)
     assert (reasoning, source) == (0, "estimated") and 0 < completion < 20
+
+
+def four_choices(*pieces: str) -> list[bytes]:
+    """Each of four choices: its first chunk, then `pieces` of text, in turns."""
+    out = [choice_chunk(i, {"role": "assistant", "content": ""}) for i in range(4)]
+    for piece in pieces:
+        out += [choice_chunk(i, {"content": f"{i}: {piece}"}) for i in range(4)]
+    return out
+
+
+async def cancelled_four(gw: GatewayUnderTest, upstream: FakeUpstream) -> str:
+    """An `n: 4` stream its client leaves once each choice showed one piece."""
+    upstream.push(frames(*four_choices("First,"), then="stall"))
+    body = {"model": "o", "messages": QUESTION, "stream": True, "n": 4}
+    async with (
+        aiohttp.ClientSession() as session,
+        session.post(gw.url + "/v1/chat/completions", json=body) as response,
+    ):
+        shown = set()
+        async for line in response.content:
+            if line.startswith(b"data: {"):
+                (choice,) = orjson.loads(line[6:])["choices"]
+                if choice["delta"].get("content"):
+                    shown.add(choice["index"])
+            if len(shown) == 4:
+                break
+    conversation_id = response.headers["X-Conversation-Id"]
+    await gw.wait_turn_end(conversation_id)
+    return conversation_id
+
+
+async def test_a_cancel_of_n4_counts_the_usual_reasoning_of_each_choice(
+    make_gateway: MakeGateway, upstream: FakeUpstream
+) -> None:
+    gw = await gateway_for(make_gateway, upstream, "o3")
+    upstream.push(reasoned_answer(upstream))  # one choice, REASONED tokens of reasoning
+    await gw.client().chat.completions.create(model="o", messages=QUESTION)  # type: ignore[arg-type]
+    conversation_id = await cancelled_four(gw, upstream)
+    await gw.flush()
+    completion, reasoning, source = row(gw, conversation_id)
+    assert source == "estimated_lower_bound"
+    assert reasoning == 4 * REASONED and completion > 4 * REASONED
+
+
+async def test_a_whole_n4_stream_teaches_the_reasoning_of_one_choice(
+    make_gateway: MakeGateway, upstream: FakeUpstream
+) -> None:
+    gw = await gateway_for(make_gateway, upstream, "o3")
+    usage = {
+        "prompt_tokens": 12,
+        "completion_tokens": 4 * (REASONED + 3),
+        "total_tokens": 12 + 4 * (REASONED + 3),
+        "completion_tokens_details": {"reasoning_tokens": 4 * REASONED},
+    }
+    finishes = [choice_chunk(i, {}, "stop") for i in range(4)]
+    tail = sse({"id": "chatcmpl-n", "object": "chat.completion.chunk", "created": 1,
+                "model": upstream.model, "choices": [], "usage": usage})  # fmt: skip
+    upstream.push(frames(*four_choices("Done."), *finishes, tail, DONE))
+    stream = await gw.client().chat.completions.create(
+        model="o",
+        messages=QUESTION,  # type: ignore[arg-type]
+        stream=True,
+        n=4,
+        stream_options={"include_usage": True},
+    )
+    [_ async for _ in stream]
+    conversation_id = await cancelled(gw, upstream)  # one choice
+    await gw.flush()
+    completion, reasoning, source = row(gw, conversation_id)
+    assert source == "estimated_lower_bound"
+    assert reasoning == REASONED and completion > REASONED

@@ -1,9 +1,15 @@
 """Every choice of an `n > 1` chat stream is metered: a whole stream by the provider's usage
 (which counts them all), a cancelled one by what each choice generated and, of that, what the
-client received; only the first choice is recorded as the assistant message."""
+client received, and so is one closed from its checkpoint after its process was killed; only
+the first choice is recorded as the assistant message."""
 
 from __future__ import annotations
 
+import asyncio
+import json
+import signal
+import sqlite3
+from pathlib import Path
 from typing import Any
 
 import aiohttp
@@ -17,6 +23,9 @@ from gateway.stream.attempt_log import AttemptLog
 from gateway.stream.events import BlockStart
 from tests.conftest import GatewayUnderTest, MakeGateway
 from tests.fakes import DONE, FakeUpstream, frames, sse
+from tests.reliability.test_crash_recovery import stored_checkpoints
+from tests.test_cli import free_port
+from tests.test_process import start
 
 MICRO = 1e-6
 MODEL = "gpt-4o-mini"
@@ -129,6 +138,66 @@ async def test_a_whole_n4_stream_is_metered_by_its_providers_usage(
     assert (row["prompt_tokens"], row["completion_tokens"]) == (19, 204)
     assert row["completion_delivered"] == 204
     assert row["cost_usd"] == pytest.approx(litellm_cost(19, 204), abs=MICRO)
+
+
+async def test_a_killed_n4_stream_closed_from_its_checkpoint_meters_every_choice(
+    tmp_path: Path, upstream: FakeUpstream
+) -> None:
+    upstream.push(frames(*interleaved(), then="stall"))
+    db = tmp_path / "gw.db"
+    deployment = {**upstream.deployment(), "model": MODEL}
+    config = tmp_path / "gw.yaml"
+    config.write_text(
+        json.dumps(
+            {
+                "store": {"url": f"sqlite:///{db}", "spool_path": str(tmp_path / "spool")},
+                "models": [{"name": "n", "deployments": [deployment]}],
+            }
+        )
+    )
+    port = free_port()
+    process = await start(config, port)
+    body = {"model": "n", "messages": QUESTION, "stream": True, "n": 4,
+            "metadata": {"project": "apollo"}}  # fmt: skip
+    others = sum(count_text(t + " ") for t in TEXTS[1:])
+    seen = ["", "", "", ""]
+    async with (
+        aiohttp.ClientSession() as session,
+        session.post(f"http://127.0.0.1:{port}/v1/chat/completions", json=body) as response,
+    ):
+        async for line in response.content:
+            if line.startswith(b"data: {"):
+                (choice,) = orjson.loads(line[6:])["choices"]
+                seen[choice["index"]] += choice["delta"].get("content") or ""
+            if seen == [t + " " for t in TEXTS]:
+                break  # every choice whole: the client holds on, and the process is killed
+        conversation_id = response.headers["X-Conversation-Id"]
+
+        def checkpointed() -> bool:
+            checkpoint = stored_checkpoints(db).get(conversation_id)
+            if checkpoint is None or checkpoint["message"] is None:
+                return False
+            [attempt] = checkpoint["attempts"]
+            return (attempt.get("others") or {}).get("delivered") == others
+
+        async with asyncio.timeout(20):
+            while not checkpointed():
+                await asyncio.sleep(0.02)
+        process.send_signal(signal.SIGKILL)
+        assert await process.wait() == -signal.SIGKILL
+    process = await start(config, port)  # the same instance closes the turn
+    process.send_signal(signal.SIGTERM)
+    await process.wait()
+    with sqlite3.connect(db) as connection:
+        [(status, source, prompt, completion, delivered, cost, tags)] = connection.execute(
+            "SELECT status, usage_source, prompt_tokens, completion_tokens,"
+            " completion_delivered, cost_usd, tags FROM usage"
+        ).fetchall()
+    every = sum(count_text(t + " ") for t in TEXTS)
+    assert (status, source) == ("interrupted", "estimated_lower_bound")
+    assert completion == delivered == every  # all four choices, not the first alone
+    assert cost == pytest.approx(litellm_cost(prompt, every), abs=MICRO)
+    assert json.loads(tags) == {"project": "apollo"}  # the export groups it by its tag
 
 
 def test_what_was_delivered_of_the_other_choices_is_cut_at_the_clients_frames() -> None:

@@ -143,11 +143,12 @@ def test_a_checkpoint_without_a_message_is_written_whole_and_the_first_message_t
 
 
 class StubRelay(Relay):
-    """A relay reduced to what the checkpoints read: its turn, and its checkpoint when its
-    client got frames since the last one (Relay.checkpoint)."""
+    """A relay reduced to what the checkpoints read: its request, its turn, and its checkpoint
+    when its client got frames since the last one (Relay.checkpoint)."""
 
     def __init__(self, stream: Streaming) -> None:  # (none of a real relay's state)
         self.stream = stream
+        self.body = {"model": "m"}
         self.turn = stream.turn
         self.checkpointed = 0
 
