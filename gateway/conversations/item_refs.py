@@ -23,8 +23,8 @@ from __future__ import annotations
 from collections.abc import Mapping
 from typing import Any
 
-from gateway.context import Gateway
 from gateway.conversations.items import path_items
+from gateway.conversations.service import Conversations
 from gateway.conversations.stored_responses import ResponseStore, answer_of
 from gateway.dialects.openai_responses import (
     ResponsesRequest,
@@ -36,6 +36,7 @@ from gateway.dialects.openai_responses import (
 )
 from gateway.errors import NotFound
 from gateway.metering.keys import Principal
+from gateway.storage.store import Store
 
 
 class ItemResolver:
@@ -44,11 +45,17 @@ class ItemResolver:
     `conversation_id` is the conversation the request names, where conversation item ids
     (seq-based) resolve; None when it names none."""
 
-    def __init__(self, gateway: Gateway, principal: Principal, conversation_id: str | None) -> None:
-        self._gateway = gateway
+    def __init__(
+        self,
+        store: Store,
+        conversations: Conversations,
+        principal: Principal,
+        conversation_id: str | None,
+    ) -> None:
+        self._conversations = conversations
         self._principal = principal
         self._conversation_id = conversation_id
-        self._responses = ResponseStore(gateway.store, gateway.conversations)
+        self._responses = ResponseStore(store, conversations)
         self._items: dict[str, dict[str, dict[str, Any]]] = {}  # source -> item id -> item
 
     async def item(self, item_id: str, where: str) -> dict[str, Any]:
@@ -78,12 +85,13 @@ class ItemResolver:
         return output_items(blocks, status=item_status, response_id=stored.id)
 
     async def _conversation_items(self, conversation_id: str) -> list[dict[str, Any]]:
-        path = await self._gateway.conversations.path(conversation_id, self._principal)
+        path = await self._conversations.path(conversation_id, self._principal)
         return path_items(path)
 
 
 async def resolve_item_references(
-    gateway: Gateway,
+    store: Store,
+    conversations: Conversations,
     principal: Principal,
     headers: Mapping[str, str],
     request: ResponsesRequest,
@@ -94,15 +102,15 @@ async def resolve_item_references(
     references = item_references(request.input)
     if not references or request.input is None:
         return new_messages
-    resolver = ItemResolver(
-        gateway, principal, await _named_conversation(gateway, principal, headers, request)
-    )
+    named = await _named_conversation(store, conversations, principal, headers, request)
+    resolver = ItemResolver(store, conversations, principal, named)
     resolved = {item_id: await resolver.item(item_id, where) for where, item_id in references}
     return input_messages(request.input, resolved)
 
 
 async def resolve_items(
-    gateway: Gateway,
+    store: Store,
+    conversations: Conversations,
     principal: Principal,
     conversation_id: str | None,
     items: Any,
@@ -115,7 +123,7 @@ async def resolve_items(
         isinstance(item, dict) and item.get("type") == "item_reference" for item in items
     ):
         return items
-    resolver = ItemResolver(gateway, principal, conversation_id)
+    resolver = ItemResolver(store, conversations, principal, conversation_id)
     out = []
     for i, item in enumerate(items):
         if isinstance(item, dict) and item.get("type") == "item_reference":
@@ -129,7 +137,11 @@ async def resolve_items(
 
 
 async def _named_conversation(
-    gateway: Gateway, principal: Principal, headers: Mapping[str, str], request: ResponsesRequest
+    store: Store,
+    conversations: Conversations,
+    principal: Principal,
+    headers: Mapping[str, str],
+    request: ResponsesRequest,
 ) -> str | None:
     """The conversation the request continues, where conversation item ids resolve: its
     `conversation`, `X-Conversation-Id` (or `metadata.conversation_id`), or the conversation
@@ -143,7 +155,7 @@ async def _named_conversation(
     if metadata.get("conversation_id"):
         return metadata["conversation_id"]
     if request.previous_response_id is not None:
-        responses = ResponseStore(gateway.store, gateway.conversations)
+        responses = ResponseStore(store, conversations)
         try:
             previous = await responses.get(request.previous_response_id, principal)
         except NotFound:

@@ -214,7 +214,10 @@ async def create(request: web.Request) -> web.Response:
     body = parse_json_object(await request.read()) if request.can_read_body else {}
     # An `item_reference` to a response's output item the team can read (no conversation yet
     # for a conversation item's seq id to resolve in).
-    items = await resolve_items(request.app[GATEWAY], request[PRINCIPAL], None, body.get("items"))
+    gateway = request.app[GATEWAY]
+    items = await resolve_items(
+        gateway.store, gateway.conversations, request[PRINCIPAL], None, body.get("items")
+    )
     messages = items_to_messages(items or [])
     metadata = checked_metadata(body.get("metadata"))
     made = await request.app[GATEWAY].conversations.create(request[PRINCIPAL], messages, metadata)
@@ -310,8 +313,13 @@ async def list_items(request: web.Request) -> web.Response:
 
 async def add_items(request: web.Request) -> web.Response:
     body = parse_json_object(await request.read())
+    gateway = request.app[GATEWAY]
     items = await resolve_items(
-        request.app[GATEWAY], request[PRINCIPAL], request.match_info["id"], body.get("items")
+        gateway.store,
+        gateway.conversations,
+        request[PRINCIPAL],
+        request.match_info["id"],
+        body.get("items"),
     )
     messages = items_to_messages(items)
     events = await request.app[GATEWAY].conversations.add_items(

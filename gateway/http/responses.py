@@ -43,8 +43,14 @@ async def create(request: web.Request) -> web.StreamResponse:
     parsed, new_messages = await read_parsed(request, lambda raw: parse_request(raw, shape))
     # `item_reference` input items, read back from the store (the key's team only): a 400
     # naming one that is unknown, before anything is recorded or sent.
+    gateway = request.app[GATEWAY]
     new_messages = await resolve_item_references(
-        request.app[GATEWAY], request[PRINCIPAL], request.headers, parsed, new_messages
+        gateway.store,
+        gateway.conversations,
+        request[PRINCIPAL],
+        request.headers,
+        parsed,
+        new_messages,
     )
     principal = request[PRINCIPAL]
     store = _store(request)

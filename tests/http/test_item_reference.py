@@ -330,7 +330,8 @@ async def test_conversation_items_added_by_reference(
     question = next(i for i in items["data"] if i["role"] == "user")
     principal = Principal("open")
     resolved = await resolve_items(
-        gw.gateway,
+        gw.gateway.store,
+        gw.gateway.conversations,
         principal,
         conversation,
         [ref(first["output"][0]["id"]), ref(question["id"]), user("Thanks.")],
@@ -344,7 +345,13 @@ async def test_conversation_items_added_by_reference(
     from gateway.errors import InvalidRequest
 
     with pytest.raises(InvalidRequest) as caught:
-        await resolve_items(gw.gateway, principal, conversation, [user("x"), ref("fco_999")])
+        await resolve_items(
+            gw.gateway.store,
+            gw.gateway.conversations,
+            principal,
+            conversation,
+            [user("x"), ref("fco_999")],
+        )
     assert caught.value.param == "items[1].id"
 
 
