@@ -21,8 +21,8 @@ from collections.abc import Callable, Sequence
 from typing import TYPE_CHECKING, Any, Protocol
 
 from gateway import metrics
-from gateway.conversations.derive import assistant_message
 from gateway.conversations.threading import end_fingerprint, start_fingerprint
+from gateway.dialects.chat_message import assistant_message
 from gateway.errors import GatewayError, UpstreamError
 from gateway.scrub import scrub, scrub_json
 from gateway.storage.payload import DeferredPayload

@@ -13,7 +13,7 @@ from typing import Any, Literal
 import orjson
 from pydantic import BaseModel, ConfigDict, Field, ValidationError, field_validator
 
-from gateway.conversations.derive import assistant_message
+from gateway.dialects.chat_message import assistant_message
 from gateway.dialects.requests import Shape, check_shape, parse_json_object, validated
 from gateway.errors import GatewayError
 from gateway.ids import random_hex

@@ -24,8 +24,8 @@ from langchain_core.messages import AIMessage, BaseMessage, HumanMessage, ToolMe
 from langchain_openai import ChatOpenAI
 from pydantic import BaseModel
 
-from gateway.conversations.derive import assistant_message
 from gateway.dialects.anthropic_messages import anthropic_usage
+from gateway.dialects.chat_message import assistant_message
 from gateway.dialects.openai_chat import chat_usage
 from gateway.dialects.openai_responses import responses_usage
 from gateway.errors import InvalidRequest
