@@ -196,12 +196,6 @@ def check_output_params(body: dict[str, Any]) -> None:
         )
 
 
-def output_bound(body: dict[str, Any]) -> int | None:
-    """The most output tokens a (checked) chat body allows per choice, if it names a bound."""
-    bound = body.get("max_completion_tokens") or body.get("max_tokens")
-    return bound if _whole(bound) else None
-
-
 def choices(body: dict[str, Any]) -> int:
     """How many choices a (checked) chat body asks for."""
     n = body.get("n")

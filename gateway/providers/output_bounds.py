@@ -11,9 +11,14 @@ from __future__ import annotations
 
 from typing import Any, Protocol
 
-from gateway.dialects.requests import output_bound
 from gateway.providers.anthropic_messages import anthropic_max_tokens
 from gateway.providers.demo import MAX_ANSWER_TOKENS
+
+
+def output_bound(body: dict[str, Any]) -> int | None:
+    """The most output tokens a (checked) chat body allows per choice, if it names a bound."""
+    bound = body.get("max_completion_tokens") or body.get("max_tokens")
+    return bound if isinstance(bound, int) and not isinstance(bound, bool) else None
 
 
 class _Deployment(Protocol):
