@@ -133,36 +133,34 @@ def native_provider(config: DeploymentConfig, pool: Transport, model: str) -> Na
     route = ROUTES.get(prefix)
     if route is None:
         return None
-    return NativeChat(config, pool, model[len(prefix) + 1 :], prefix, route)
+    return NativeChat(config, pool, model, route)
 
 
-def _litellm_params(model: str, provider: str) -> frozenset[str] | None:
-    """What litellm says the model supports of the OpenAI parameters (None: it cannot say)."""
+def _litellm_provider(config: DeploymentConfig, model: str) -> Any:
+    """litellm's adapter of the same deployment, for what litellm knows of it (its parameter
+    table) and does for it (the API calls besides chat); None when litellm is not installed."""
     try:
-        from gateway.providers.litellm_adapter import load_litellm, supported_params
+        from gateway.providers.litellm_adapter import LiteLLMProvider
+
+        return LiteLLMProvider(config, model)
     except ImportError:
         return None
-    try:
-        litellm = load_litellm()
-    except ImportError:
-        return None
-    return supported_params(litellm, model, provider)
 
 
 class NativeChat:
     """A litellm provider's chat, spoken by the gateway (`ROUTES`)."""
 
-    def __init__(
-        self, config: DeploymentConfig, pool: Transport, model: str, prefix: str, route: Route
-    ) -> None:
+    def __init__(self, config: DeploymentConfig, pool: Transport, model: str, route: Route) -> None:
         self.wire = route.wire
         self._pool = pool
-        self._model = model
+        self._model = model.split("/", 1)[1]  # the provider's own name for it
         self._route = route
-        # Read by the parameter policy (gateway.providers.params), as the litellm adapter's is.
-        self.supported = (
-            route.params if route.params is not None else _litellm_params(model, prefix)
-        )
+        # Transcriptions, speech, rerank and the like stay litellm's, as does the parameter
+        # table of Groq's and Mistral's models (read by gateway.providers.params, as the
+        # litellm adapter's is).
+        self._litellm = _litellm_provider(config, model)
+        litellm_params = getattr(self._litellm, "supported", None)
+        self.supported = route.params if route.params is not None else litellm_params
         key = config.api_key or next(
             (v for name in route.key_variables if (v := os.environ.get(name))), None
         )
@@ -185,3 +183,10 @@ class NativeChat:
         response = await post(self._pool, self._endpoint, payload, route.errors)
         response.usage_injected = usage_injected
         return response
+
+    def serves(self, call: str) -> bool:
+        return self._litellm is not None and bool(self._litellm.serves(call))
+
+    async def call(self, call: str, path: str, **arguments: Any) -> Any:
+        """An API call besides chat (gateway.pipeline.calls), through litellm."""
+        return await self._litellm.call(call, path, **arguments)

@@ -1,4 +1,4 @@
-"""A fake Cohere v2 chat API (`POST /v2/chat`), as litellm calls it for `cohere_chat/...`.
+"""A fake Cohere v2 chat API (`POST /v2/chat`), as a `cohere_chat/...` deployment calls it.
 
 Cohere's v2 stream names each event twice, in the SSE `event:` line and the JSON's `type`:
 `message-start`, then per content block `content-start` / `content-delta` / `content-end` (a
@@ -18,7 +18,7 @@ from aiohttp import web
 
 from tests.fakes import API_KEY, COMPLETION_TOKENS, PROMPT_TOKENS, Block, FakeServer, Reply, sse
 
-# litellm takes Cohere's api_base as the chat endpoint's whole URL, not a root to add to.
+# Cohere's api_base is the chat endpoint's whole URL, as litellm takes it.
 CHAT_PATH = "/v2/chat"
 
 
@@ -32,7 +32,7 @@ def usage() -> dict[str, Any]:
 
 
 class CohereServer(FakeServer):
-    """Cohere's v2 chat endpoint, reached through litellm's `cohere_chat` provider."""
+    """Cohere's v2 chat endpoint, configured as litellm's `cohere_chat` provider."""
 
     provider = "litellm"
     cohere_model = "command-a-03-2025"

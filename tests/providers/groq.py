@@ -1,4 +1,4 @@
-"""A fake Groq API (`POST /openai/v1/chat/completions`), as litellm calls it for `groq/...`.
+"""A fake Groq API (`POST /openai/v1/chat/completions`), as a `groq/...` deployment calls it.
 
 Groq's stream is OpenAI's chat chunks with its own habits, as captured from api.groq.com: the
 first chunk carries `x_groq.id`; a gpt-oss model's reasoning comes in `delta.reasoning` with
@@ -20,7 +20,7 @@ REQUEST_ID = "req_01k88s35vyfamba7t4z3e4xhqx"
 
 
 class GroqServer(FakeUpstream):
-    """Groq's OpenAI-compatible endpoint, reached through litellm's `groq` provider."""
+    """Groq's OpenAI-compatible endpoint, configured as litellm's `groq` provider."""
 
     provider = "litellm"
     base_path = "/openai/v1"
@@ -94,7 +94,7 @@ class GroqServer(FakeUpstream):
 
     def whole(self, text: str) -> None:
         """A whole (non-streaming) answer, shaped as Groq's: usage with its timings, `x_groq`,
-        `service_tier` (litellm's Groq reading fails on an answer without one)."""
+        `service_tier`."""
 
         async def script(request: web.Request) -> web.StreamResponse:
             message = {"role": "assistant", "content": text}

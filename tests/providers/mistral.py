@@ -1,4 +1,4 @@
-"""A fake Mistral API (`POST /v1/chat/completions`), as litellm calls it for `mistral/...`.
+"""A fake Mistral API (`POST /v1/chat/completions`), as a `mistral/...` deployment calls it.
 
 Mistral's stream is OpenAI's chat chunks with its own habits: a Magistral model's reasoning
 comes as content *parts*, `{"type": "thinking", "thinking": [{"type": "text", "text": ...}]}`,
@@ -23,7 +23,7 @@ def thinking(text: str) -> list[dict[str, Any]]:
 
 
 class MistralServer(FakeUpstream):
-    """La Plateforme's chat completions endpoint, reached through litellm's `mistral` provider."""
+    """La Plateforme's chat completions endpoint, configured as litellm's `mistral` provider."""
 
     provider = "litellm"
     mistral_model = "magistral-medium-latest"  # reasons: the contract asks for reasoning_effort

@@ -1,6 +1,7 @@
-"""Cohere through litellm, against a fake v2 chat API (tests/providers/cohere.py): a whole
-(non-streaming) answer. The streamed cases run in the adapter contract suite
-(test_adapter_contract.py, `cohere`), where litellm cannot read Cohere's v2 stream yet."""
+"""Cohere configured as a litellm model (`cohere_chat/...`) and spoken by the gateway's own v2
+chat adapter (gateway/providers/cohere_chat.py), against a fake v2 chat API
+(tests/providers/cohere.py): a whole (non-streaming) answer. The streamed cases run in the
+adapter contract suite (test_adapter_contract.py, `cohere`)."""
 
 from __future__ import annotations
 

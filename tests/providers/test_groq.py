@@ -1,6 +1,7 @@
-"""Groq through litellm, against a fake Groq API (tests/providers/groq.py): a stream captured
-from api.groq.com replayed byte for byte, and a whole (non-streaming) answer. The format-neutral
-cases run in the adapter contract suite (test_adapter_contract.py, `groq`)."""
+"""Groq configured as a litellm model (`groq/...`) and read by the gateway itself
+(gateway/providers/native_routes.py), against a fake Groq API (tests/providers/groq.py): a
+stream captured from api.groq.com replayed byte for byte, and a whole (non-streaming) answer.
+The format-neutral cases run in the adapter contract suite (test_adapter_contract.py, `groq`)."""
 
 from __future__ import annotations
 
@@ -27,9 +28,9 @@ CAPTURED = "groq-chat-reasoning-error-event.sse"
 async def test_a_captured_stream_reaches_the_client_as_groq_sent_it(
     make_gateway: MakeGateway, aiohttp_server: MakeServer
 ) -> None:
-    """gpt-oss reasoning (`delta.reasoning`), one piece of text, then Groq's `event: error`:
-    the client assembles exactly the reasoning and text of the capture, then its stream raises;
-    the record is a failed attempt."""
+    """gpt-oss reasoning (`delta.reasoning`), one piece of text, then Groq's `event: error`
+    (its `code` a string): the client assembles exactly the reasoning and text of the capture,
+    then its stream raises with Groq's message; the record is a failed attempt that keeps it."""
     fake = await GroqServer().start(aiohttp_server)
     gw = await make_gateway(
         models=[{"name": "m", "retry": {"max_attempts": 1}, "deployments": [fake.deployment()]}]
@@ -40,10 +41,13 @@ async def test_a_captured_stream_reaches_the_client_as_groq_sent_it(
     assert view.reasoning == want["reasoning"]["value"]
     assert view.text == want["content"]["value"]
     assert isinstance(view.error, openai.APIError)
+    said = "Tool choice is required, but model did not call a tool"
+    assert said in view.error.message
 
     events = await gw.wait_turn_end(view.conversation_id)
     assert [e["type"] for e in events] == FAILED_TURN
     assert events[1]["payload"]["reason"] == "provider_error"
+    assert said in str(events[2]["payload"])
 
 
 async def test_a_whole_answer(make_gateway: MakeGateway, aiohttp_server: MakeServer) -> None:

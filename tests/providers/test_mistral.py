@@ -1,4 +1,5 @@
-"""Mistral through litellm, against a fake Mistral API (tests/providers/mistral.py): a whole
+"""Mistral configured as a litellm model (`mistral/...`) and read by the gateway itself, against
+a fake Mistral API (tests/providers/mistral.py): a whole
 (non-streaming) Magistral answer. The streamed cases run in the adapter contract suite
 (test_adapter_contract.py, `mistral`)."""
 
