@@ -19,16 +19,12 @@ from typing import Any
 
 import orjson
 
-from gateway.conversations.derive import (
-    assistant_message,
-    cut_blocks,
-    derive_messages,
-    text_chars,
-)
+from gateway.conversations.derive import cut_blocks, derive_messages, text_chars
 from gateway.conversations.path import history_path
 from gateway.conversations.recorder import TurnRecorder
 from gateway.conversations.service import Conversations
 from gateway.conversations.threading import recorded_fingerprint
+from gateway.dialects.chat_message import assistant_message
 from gateway.dialects.requests import parse_json_object
 from gateway.errors import Conflict, GatewayError, InvalidRequest, NotFound
 from gateway.metering.keys import Principal

@@ -7,8 +7,8 @@ from aiohttp import web
 from gateway.context import GATEWAY
 from gateway.dialects.requests import parse_json_object
 from gateway.errors import InvalidRequest
+from gateway.forms import read_form
 from gateway.http.auth import PRINCIPAL
-from gateway.http.forms import read_form
 from gateway.pipeline import files
 from gateway.storage import objects
 from gateway.storage.objects import BATCH, FILE

@@ -22,8 +22,8 @@ from aiohttp import web
 from gateway.context import GATEWAY
 from gateway.dialects.requests import parse_json_object
 from gateway.errors import InvalidRequest
+from gateway.forms import Form, read_form
 from gateway.http.auth import PRINCIPAL
-from gateway.http.forms import Form, read_form
 from gateway.metering import call_prices as bills
 from gateway.pipeline.calls import Call, run_call
 

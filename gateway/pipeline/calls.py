@@ -29,7 +29,7 @@ from aiohttp import web
 from gateway import logs
 from gateway.context import Gateway
 from gateway.errors import GatewayError, InvalidRequest, UpstreamError, UpstreamTimeout
-from gateway.http.forms import Form
+from gateway.forms import Form
 from gateway.ids import new_id
 from gateway.metering.call_prices import Bill, CallPrices
 from gateway.metering.keys import Principal

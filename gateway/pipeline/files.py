@@ -27,7 +27,7 @@ from aiohttp import web
 
 from gateway.context import Gateway
 from gateway.errors import GatewayError, InvalidRequest, NotFound, UpstreamError
-from gateway.http.forms import Form, Part
+from gateway.forms import Form, Part
 from gateway.metering.call_prices import Bill, batch_bill
 from gateway.metering.keys import Principal
 from gateway.pipeline.calls import meter_call, serves

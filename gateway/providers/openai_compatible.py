@@ -7,7 +7,7 @@ from typing import Any
 import orjson
 
 from gateway.config import DeploymentConfig
-from gateway.http.forms import Form
+from gateway.forms import Form
 from gateway.providers.responses_request import to_responses_request
 from gateway.upstream.pool import Endpoint
 from gateway.upstream.seam import Transport, UpstreamBody, post, read_all, send
