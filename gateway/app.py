@@ -9,11 +9,12 @@ from collections.abc import AsyncIterator, Callable
 
 from aiohttp import web
 
-from gateway import metrics
+from gateway import metrics, scrub
 from gateway.config import GatewayConfig
 from gateway.context import GATEWAY, Gateway
 from gateway.conversations.recovery import recover_open_turns
 from gateway.conversations.service import Conversations
+from gateway.downstream.slow_clients import request_limits
 from gateway.heartbeat import keep_alive
 from gateway.http.auth import authenticate
 from gateway.http.auth_failures import FAILED_KEYS, FailedKeys
@@ -21,7 +22,6 @@ from gateway.http.cors import CORS, Cors
 from gateway.http.host_guard import HostGuard
 from gateway.http.middleware import add_request_id, errors_and_ids
 from gateway.http.routes import UPLOADS, add_routes
-from gateway.http.slow_clients import request_limits
 from gateway.metering import tokens
 from gateway.metering.auth import Authenticator
 from gateway.metering.budget_alerts import BudgetWatch
@@ -55,6 +55,9 @@ def _limiter(config: GatewayConfig, usage: UsageStore, watch: BudgetWatch) -> Li
 
 
 def create_app(config: GatewayConfig, *, instance: str | None = None) -> web.Application:
+    # The config's secrets are taken out of whatever the app stores or logs from its start on
+    # (its store's migrations, its first log line), however it is served.
+    scrub.learn(config)
     store = make_store(config.store, instance or instance_id(config.server.port))
     conversations = Conversations(
         store,

@@ -82,8 +82,8 @@ async def _serve(loaded: LoadedConfig, host: str, port: int, reuse_port: bool = 
 
     from gateway.app import create_app
     from gateway.context import GATEWAY
-    from gateway.http.aiohttp_internals import awaiting_request
-    from gateway.http.slow_clients import guarded_runner
+    from gateway.downstream.aiohttp_internals import awaiting_request
+    from gateway.downstream.slow_clients import guarded_runner
     from gateway.metering import tokens
     from gateway.reload import Reloader
     from gateway.storage.backends import instance_id

@@ -19,7 +19,7 @@ from aiohttp.test_utils import TestServer
 from gateway.app import create_app
 from gateway.config import ServerConfig, StoreConfig, parse_config
 from gateway.context import GATEWAY, Gateway
-from gateway.http.slow_clients import guarded_runner
+from gateway.downstream.slow_clients import guarded_runner
 from gateway.storage.backends import make_store
 from gateway.storage.store import Store
 from tests.fakes import FakeUpstream

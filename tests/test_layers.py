@@ -68,10 +68,6 @@ KNOWN_UPWARD = {
     ("gateway.metering.usage", "gateway.conversations.recorder"),
     # A chat stream's parser hands choices after the first to the n > 1 meter.
     ("gateway.providers.openai_chat", "gateway.metering.choices"),
-    # The client's side of a stream is still split between pipeline/ and http/.
-    ("gateway.pipeline.client", "gateway.http.aiohttp_internals"),
-    ("gateway.pipeline.client", "gateway.http.delivery"),
-    ("gateway.pipeline.client", "gateway.http.idle_readers"),
 }
 
 

@@ -3,7 +3,6 @@
     turn.py          run_turn: limits, the conversation joined, the turn's recorder, the relay
     relay.py         Relay: the attempts (retries, fallbacks, deadlines), the stream or body
                      relayed to the client, and every way a turn ends
-    client.py        the client's side of a stream: its response, writes, what it received
     body.py          a non-streaming answer read whole
     deadline.py      an attempt's deadlines, served by one watchdog timer per event loop
     continuation.py  continue_on_failure: the request that asks another deployment to finish
@@ -14,5 +13,6 @@
 
 Below it: gateway.routing (which deployments), gateway.upstream (the HTTP to them),
 gateway.providers (their wire formats), gateway.stream (events, assembly, the attempt's log),
+gateway.downstream (the client's side of a stream: its response, writes, what it received),
 gateway.conversations.recorder (what is recorded, in which order) and gateway.storage.
 """

@@ -6,7 +6,7 @@
     -> stream: upstream SSE frames decoded into the gateway's stream events and logged for
       the turn; each read's frames written to the client in one send, unchanged when the
       upstream speaks the client's dialect, else rendered in it; the delivery tracker notes
-      which frames each write carried (gateway.pipeline.client)
+      which frames each write carried (gateway.downstream.client)
     -> or body: a non-streaming answer read whole and answered at once
     -> endings: finished, the client gone (its delivered prefix recorded, and the upstream
       drained for its usage where configured), an explicit cancel from another connection,
@@ -33,6 +33,7 @@ from gateway.context import Gateway
 from gateway.conversations.recorder import Attempt, Segment, TurnRecorder
 from gateway.dialects.base import Dialect
 from gateway.dialects.openai_chat import usage_chunk_with_cost
+from gateway.downstream.client import ClientCancelled, ClientStream
 from gateway.errors import (
     Conflict,
     GatewayError,
@@ -45,7 +46,6 @@ from gateway.errors import (
 from gateway.metering.choices import OtherChoices, other_choices
 from gateway.metering.usage import cost_header
 from gateway.pipeline.body import read_json
-from gateway.pipeline.client import ClientCancelled, ClientStream
 from gateway.pipeline.continuation import continuation_body
 from gateway.pipeline.deadline import AttemptClock, watchdog
 from gateway.providers.base import UpstreamResponse
@@ -566,7 +566,7 @@ class Relay:
         self.turn.interrupted(attempt, delivered, level, reason, prior)
 
     def client_idle(self) -> None:
-        """The client stopped reading without closing (gateway.http.idle_readers): its
+        """The client stopped reading without closing (gateway.downstream.idle_readers): its
         connection is reset, so that nothing still queued for it arrives after the turn
         recorded what it has, and the relay ends as for a client gone."""
         self.idle = True

@@ -1,8 +1,8 @@
 """Idle connections are closed, open connections are capped (docs/security.md, "No key").
 
 Over real sockets, against the gateway served as `gateway serve` serves it
-(gateway.http.slow_clients.guarded_runner), with a keep-alive timeout and a cap small enough to
-reach here: `server.keepalive_timeout_s` closes a kept-alive connection left idle;
+(gateway.downstream.slow_clients.guarded_runner), with a keep-alive timeout and a cap small enough
+to reach here: `server.keepalive_timeout_s` closes a kept-alive connection left idle;
 `server.max_connections` answers a connection over the cap 503 (and closes it), while
 `/health/live` still answers. Every wait is bounded and synchronised on what the server does
 (an answer, a close), never on a sleep.
@@ -24,8 +24,8 @@ from aiohttp import web
 
 from gateway.app import create_app
 from gateway.config import parse_config
-from gateway.http import slow_clients
-from gateway.http.slow_clients import ConnectionCap, guarded_runner
+from gateway.downstream import slow_clients
+from gateway.downstream.slow_clients import ConnectionCap, guarded_runner
 from gateway.metrics import REGISTRY
 
 BOUND_S = 5.0  # anything the server owes (an answer, a close) comes within this
@@ -115,7 +115,7 @@ async def test_an_idle_kept_alive_connection_is_closed_after_the_timeout(tmp_pat
 async def test_a_connection_over_the_cap_gets_a_503_and_health_still_answers(
     tmp_path: Path, caplog: pytest.LogCaptureFixture
 ) -> None:
-    caplog.set_level(logging.WARNING, logger="gateway.http.slow_clients")
+    caplog.set_level(logging.WARNING, logger="gateway.downstream.slow_clients")
     before = REGISTRY.get_sample_value("gateway_connections_refused_total") or 0
     async with serve(tmp_path, keepalive_timeout_s=30, max_connections=CAP) as port:
         held = [await Connection.open(port) for _ in range(CAP)]
@@ -194,7 +194,7 @@ class _Waiting:
 def test_the_cap_admits_then_reads_a_reserve_pushing_the_oldest_out(
     caplog: pytest.LogCaptureFixture,
 ) -> None:
-    caplog.set_level(logging.WARNING, logger="gateway.http.slow_clients")
+    caplog.set_level(logging.WARNING, logger="gateway.downstream.slow_clients")
     cap = ConnectionCap(2, reserve=2)
     a, b, c, d, e = (_Waiting() for _ in range(5))
     assert [cap.admit(x) for x in (a, b, c, d, e)] == [True, True, False, False, False]

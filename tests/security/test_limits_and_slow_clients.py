@@ -1,5 +1,5 @@
 """Size limits, header limits and slow clients, over real sockets against the gateway served the
-way `gateway serve` serves it (gateway.http.slow_clients.guarded_runner).
+way `gateway serve` serves it (gateway.downstream.slow_clients.guarded_runner).
 
 Every wait here is bounded, and synchronised on what the server does (the connection closing,
 an answer arriving), never on a sleep; the only pauses are the slow client's own pace.
@@ -23,7 +23,7 @@ from aiohttp import web
 
 from gateway.app import create_app
 from gateway.config import parse_config
-from gateway.http.slow_clients import guarded_runner
+from gateway.downstream.slow_clients import guarded_runner
 
 TIMEOUT_S = 0.5  # server.header_timeout_s and server.body_timeout_s here
 BOUND_S = 3.0  # a timed-out connection must be closed by then

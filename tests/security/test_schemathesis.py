@@ -36,8 +36,8 @@ from schemathesis.specs.openapi.checks import (
 
 from gateway.app import create_app
 from gateway.config import parse_config
+from gateway.downstream.slow_clients import guarded_runner
 from gateway.http.openapi import document
-from gateway.http.slow_clients import guarded_runner
 from tests.fakes import FakeUpstream
 
 MASTER = "sk-master-0123456789abcdef"

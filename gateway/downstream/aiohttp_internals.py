@@ -6,19 +6,20 @@ and nothing else in `gateway` reads or overrides a dependency's private name
 
 - **A stream's byte count** (`payload_output_size`): how many bytes of a response have gone to
   the transport, status line and headers included; the delivery tracker maps them to the bytes
-  the peer acknowledged (gateway.http.delivery). It is the payload writer's `output_size`, and
+  the peer acknowledged (gateway.downstream.delivery). It is the payload writer's `output_size`, and
   the response's writer is private (`_payload_writer`).
 - **Headers with the first frames** (`EventStreamResponse`): `prepare()` normally sends the
   status line and headers at once, in a send of their own; this response keeps them for its
   first write (the class attribute `_send_headers_immediately`, which aiohttp's own `Response`
   sets the same way).
 - **The connection's protocol** (`connection_runner`, `awaiting_request`, `requests_received`):
-  the slow-client guard (gateway.http.slow_clients) is a `web.RequestHandler` subclass, which an
-  `AppRunner` does not let one choose (its private `_make_server`, and the server's `_loop` and
-  `_kwargs` to make the handlers as aiohttp would); it times request heads by whether the
-  connection is waiting for one (`_waiter`) and how many it has parsed (`_request_count`).
+  the slow-client guard (gateway.downstream.slow_clients) is a `web.RequestHandler` subclass,
+  which an `AppRunner` does not let one choose (its private `_make_server`, and the server's
+  `_loop` and `_kwargs` to make the handlers as aiohttp would); it times request heads by
+  whether the connection is waiting for one (`_waiter`) and how many it has parsed
+  (`_request_count`).
 
-tests/http/test_aiohttp_internals.py checks each of these names on the installed aiohttp and
+tests/downstream/test_aiohttp_internals.py checks each of these names on the installed aiohttp and
 exercises them over a real loopback connection; pyproject.toml bounds aiohttp to what that test
 has seen (>=3.14.5,<3.15). A new aiohttp minor: run that test first, then widen the bound.
 """

@@ -2,13 +2,13 @@
 
 The response starts only when the relay has frames to write: its status line and headers then
 leave with them in one send. Every write notes which frames it carried, so that when the client
-goes away the delivery tracker (gateway.http.delivery) can tell how many of them its side
+goes away the delivery tracker (gateway.downstream.delivery) can tell how many of them its side
 acknowledged: the delivered prefix the turn records.
 
 An explicit cancel (from another connection) is a flag here: the relay checks it after every
 write and raises `ClientCancelled`, and the stream then ends cleanly after the last delta.
 
-A client that stops reading without closing is watched for (gateway.http.idle_readers): past
+A client that stops reading without closing is watched for (gateway.downstream.idle_readers): past
 `server.client_idle_timeout_s` the relay is told, and ends the stream as for a client gone.
 """
 
@@ -16,14 +16,20 @@ from __future__ import annotations
 
 import asyncio
 from collections.abc import Callable
+from typing import Protocol
 
 from aiohttp import web
 
 from gateway import metrics
-from gateway.conversations.recorder import TurnWrites
-from gateway.http.aiohttp_internals import EventStreamResponse, payload_output_size
-from gateway.http.delivery import DeliveryTracker
-from gateway.http.idle_readers import IdleReaderWatch
+from gateway.downstream.aiohttp_internals import EventStreamResponse, payload_output_size
+from gateway.downstream.delivery import DeliveryTracker
+from gateway.downstream.idle_readers import IdleReaderWatch
+
+
+class Durable(Protocol):
+    """Where the turn is written (the Store): made durable before the client has a byte."""
+
+    async def durable_enough(self) -> None: ...
 
 
 class ClientCancelled(Exception):
@@ -34,7 +40,7 @@ class ClientStream:
     def __init__(
         self,
         request: web.Request,
-        store: TurnWrites,
+        store: Durable,
         idle_timeout_s: float | None = None,
         on_idle: Callable[[], None] | None = None,
     ) -> None:

@@ -1,8 +1,8 @@
-"""gateway.http.aiohttp_internals against the installed aiohttp: every private name it reads or
-overrides still exists and still means what the module takes it to mean.
+"""gateway.downstream.aiohttp_internals against the installed aiohttp: every private name it reads
+or overrides still exists and still means what the module takes it to mean.
 
-A failure here means aiohttp changed one of them: fix gateway/http/aiohttp_internals.py (nothing
-else in the gateway touches aiohttp's private names) and only then widen aiohttp's bound in
+A failure here means aiohttp changed one of them: fix gateway/downstream/aiohttp_internals.py
+(nothing else in the gateway touches aiohttp's private names) and only then widen aiohttp's bound in
 pyproject.toml. The names are checked twice: as attributes with their types and defaults, and in
 use, over a real loopback connection.
 """
@@ -23,7 +23,7 @@ from aiohttp import web
 from packaging.requirements import Requirement
 from packaging.version import Version
 
-from gateway.http import aiohttp_internals as internals
+from gateway.downstream import aiohttp_internals as internals
 
 BOUND_S = 5.0
 PYPROJECT = Path(__file__).resolve().parents[2] / "pyproject.toml"

@@ -37,7 +37,7 @@ default), and nothing times a body a handler is reading. So:
 
 What the guard needs of aiohttp beyond its public API (whether a connection awaits a request,
 how many heads it has parsed, and a runner that makes the guard its connections' protocol) it
-asks gateway.http.aiohttp_internals; tests/security/test_limits_and_slow_clients.py pins the
+asks gateway.downstream.aiohttp_internals; tests/security/test_limits_and_slow_clients.py pins the
 behaviour.
 """
 
@@ -58,10 +58,13 @@ from aiohttp.typedefs import Handler, Middleware
 
 from gateway import metrics, scrub
 from gateway.config import ServerConfig
-from gateway.context import GATEWAY
+from gateway.downstream.aiohttp_internals import (
+    awaiting_request,
+    connection_runner,
+    requests_received,
+)
+from gateway.downstream.delivery import ConnectionSocket
 from gateway.errors import GatewayError, InvalidRequest, PayloadTooLarge, ServiceUnavailable
-from gateway.http.aiohttp_internals import awaiting_request, connection_runner, requests_received
-from gateway.http.delivery import ConnectionSocket
 
 log = logging.getLogger(__name__)
 
@@ -224,12 +227,12 @@ class SlowClientGuard(web.RequestHandler):
         self._header_timeout_s = header_timeout_s
         self._cap = cap
         self._counted = False  # by the cap, until the connection is lost
-        self.over_cap = False  # answered 503 (gateway.http.slow_clients.request_limits)
+        self.over_cap = False  # answered 503 (gateway.downstream.slow_clients.request_limits)
         self._deadline: asyncio.TimerHandle | None = None
         self._partial = False  # part of a head has arrived
         self._lingering: asyncio.TimerHandle | None = None  # cut off: draining until closed
         # A duplicate of this connection's socket, for the delivery tracking of every stream
-        # it carries (gateway.http.delivery); made by the first.
+        # it carries (gateway.downstream.delivery); made by the first.
         self.delivery_socket: ConnectionSocket | None = None
 
     def connection_made(self, transport: asyncio.BaseTransport) -> None:
@@ -368,13 +371,7 @@ def _parse_error(status: int, exc: BaseException | None, message: str | None) ->
 
 def guarded_runner(app: web.Application, server: ServerConfig, **kwargs: Any) -> web.AppRunner:
     """An AppRunner whose connections have the head deadline of `server.header_timeout_s`, the
-    idle timeout of `server.keepalive_timeout_s` and the cap of `server.max_connections`.
-
-    The app's secrets are learned first (gateway.scrub): from its start on (its store's
-    migrations, its first log line) they are taken out of whatever it stores or logs."""
-    gateway = app.get(GATEWAY)
-    if gateway is not None:
-        scrub.learn(gateway.config)
+    idle timeout of `server.keepalive_timeout_s` and the cap of `server.max_connections`."""
     kwargs.setdefault("keepalive_timeout", server.keepalive_timeout_s)
     guard = functools.partial(
         SlowClientGuard,

@@ -76,7 +76,7 @@ class ConnectionSocket:
             self.sock.close()
 
     def connection_lost(self) -> None:
-        """Called by the connection's protocol (gateway.http.slow_clients.SlowClientGuard)."""
+        """Called by the connection's protocol (gateway.downstream.slow_clients.SlowClientGuard)."""
         self._lost = True
         if self._users <= 0:
             self.sock.close()

@@ -10,7 +10,7 @@ import json
 import socket
 from typing import Any
 
-from gateway.http.idle_readers import IdleReaderWatch
+from gateway.downstream.idle_readers import IdleReaderWatch
 from tests.client_bytes import dechunk
 from tests.conftest import MakeGateway
 from tests.fakes import FakeUpstream

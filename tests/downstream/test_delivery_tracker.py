@@ -7,7 +7,7 @@ import bisect
 import os
 from typing import Any
 
-from gateway.http.delivery import DeliveryTracker
+from gateway.downstream.delivery import DeliveryTracker
 
 
 class Transport:
@@ -81,7 +81,7 @@ def test_offsets_past_4_gib() -> None:
 def test_a_connection_socket_closes_once_the_connection_is_lost_and_no_tracker_reads_it() -> None:
     import socket
 
-    from gateway.http.delivery import ConnectionSocket, tcp_bytes_acked
+    from gateway.downstream.delivery import ConnectionSocket, tcp_bytes_acked
 
     server = socket.create_server(("127.0.0.1", 0))
     client = socket.create_connection(server.getsockname())
@@ -111,7 +111,7 @@ def test_frames_are_found_by_offset_however_writes_and_frame_sizes_come() -> Non
     (past the kept step ends), and writes that reached nothing."""
     import random
 
-    from gateway.http import delivery
+    from gateway.downstream import delivery
 
     rng = random.Random(7)
     for case in range(6):
