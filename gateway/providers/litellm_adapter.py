@@ -39,6 +39,7 @@ from gateway.errors import (
 )
 from gateway.providers import cloud, extras
 from gateway.providers.params import LITELLM_FORWARDED
+from gateway.providers.wire import LITELLM_SIGNED
 from gateway.upstream.seam import retry_after_seconds
 
 # OpenAI chat parameters passed on to litellm, which maps them to each provider's own; the ones
@@ -211,6 +212,10 @@ class LiteLLMProvider:
         # be here now, not found missing by the first request.
         extras.check(resolved[1])
         self.supported = supported_params(self._litellm, resolved[0], resolved[1])
+        if "claude" in model.lower():
+            # Its thinking comes signed; read so, its answers are rendered for the client rather
+            # than relayed as written, which only these deployments pay for.
+            self.wire = LITELLM_SIGNED
         self._model = model
         self._api_base = config.api_base
         self._api_key = config.api_key

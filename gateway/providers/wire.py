@@ -17,6 +17,9 @@ ANTHROPIC = "anthropic"
 GROQ_CHAT = "groq_chat"
 MISTRAL_CHAT = "mistral_chat"
 COHERE_V2 = "cohere_v2"
+# The litellm adapter's chunks for a Claude model, read with their thinking signatures
+# (gateway.providers.litellm_signed).
+LITELLM_SIGNED = "litellm_signed"
 
 
 class StreamParser(Protocol):
@@ -42,6 +45,10 @@ def stream_parser(wire: str) -> StreamParser:
         from gateway.providers.openai_completions import CompletionsStreamParser
 
         return CompletionsStreamParser()
+    if wire == LITELLM_SIGNED:
+        from gateway.providers.litellm_signed import SignedChatParser
+
+        return SignedChatParser()
     if wire == GROQ_CHAT:
         from gateway.providers.groq_chat import GroqStreamParser
 
@@ -70,6 +77,10 @@ def parse_body(wire: str, obj: dict[str, Any]) -> list[StreamEvent]:
         from gateway.providers.openai_completions import parse_text_completion
 
         return parse_text_completion(obj)
+    if wire == LITELLM_SIGNED:
+        from gateway.providers.litellm_signed import parse_signed_completion
+
+        return parse_signed_completion(obj)
     if wire == MISTRAL_CHAT:
         from gateway.providers.mistral_chat import parse_mistral_completion
 

@@ -81,10 +81,9 @@ class BedrockServer(FakeServer):
     provider = "litellm"
     bedrock_model = "anthropic.claude-3-7-sonnet-20250219-v1:0"
     model = f"bedrock/converse/{bedrock_model}"
-    # litellm hands Claude's reasoning signature on in `thinking_blocks`, which the gateway's
-    # OpenAI chat reading leaves aside: the record has the reasoning without it.
-    reasoning_signature = None
     signature = "EqsDCpQBbedrock=="
+    # litellm hands it on in `thinking_blocks`, where the gateway reads it for the record.
+    reasoning_signature = signature
     region: ClassVar[str] = REGION
 
     def __init__(self) -> None:

@@ -6,11 +6,12 @@ streamed cases run in the adapter contract suite (test_adapter_contract.py, `bed
 from __future__ import annotations
 
 import json
+from typing import Any
 
 import pytest
 
 from tests.conftest import MakeGateway
-from tests.fakes import COMPLETION_TOKENS, PROMPT_TOKENS, MakeServer
+from tests.fakes import COMPLETION_TOKENS, PROMPT_TOKENS, Block, MakeServer, Reply
 from tests.providers.bedrock import (
     REGION,
     BedrockServer,
@@ -98,3 +99,45 @@ def test_the_fake_frames_as_aws_decodes() -> None:
     assert messages[0].headers[":event-type"] == "contentBlockDelta"
     assert json.loads(messages[0].payload) == {"contentBlockIndex": 0, "delta": {"text": "hi"}}
     assert messages[1].headers[":exception-type"] == "throttlingException"
+
+
+async def test_claudes_signed_thinking_goes_back_with_its_tool_call(
+    make_gateway: MakeGateway, aiohttp_server: MakeServer
+) -> None:
+    """A Responses turn whose answer is Claude's signed thinking and a tool call, then the
+    follow-up with the tool's output by `previous_response_id`: the history the gateway rebuilds
+    for Bedrock carries the thinking with the signature it was signed with, which Claude needs
+    to go on (the record kept it from litellm's `thinking_blocks`)."""
+    fake = await BedrockServer().start(aiohttp_server)
+    gw = await make_gateway(
+        models=[{"name": "m", "retry": {"max_attempts": 1}, "deployments": [fake.deployment()]}]
+    )
+    thought = Block("reasoning", ["France's capital", " is well known."])
+    call = Block("tool_call", ['{"country": "France"}'], "tooluse_1", "lookup_capital")
+    fake.push(fake.answer(Reply([thought, call], finish="tool_calls")))
+    client = gw.client()
+    tools: Any = [{"type": "function", "name": "lookup_capital", "parameters": {"type": "object"}}]
+    async with client.responses.stream(
+        model="m", input="Capital of France?", tools=tools, reasoning={"effort": "low"}
+    ) as stream:
+        first = await stream.get_final_response()
+    assert first.output[-1].type == "function_call"
+
+    fake.text(ANSWER)
+    output = {"type": "function_call_output", "call_id": "tooluse_1", "output": "Paris"}
+    async with client.responses.stream(
+        model="m",
+        input=[output],
+        previous_response_id=first.id,
+        tools=tools,
+        reasoning={"effort": "low"},
+    ) as stream:
+        await stream.get_final_response()
+    assistant = [m for m in fake.requests[1]["messages"] if m["role"] == "assistant"]
+    [reasoning] = [
+        part["reasoningContent"] for part in assistant[0]["content"] if "reasoningContent" in part
+    ]
+    assert reasoning["reasoningText"] == {
+        "text": "France's capital is well known.",
+        "signature": BedrockServer.signature,
+    }

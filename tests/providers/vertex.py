@@ -163,9 +163,9 @@ class VertexAnthropicServer(AnthropicServer, VertexAuth):
     provider = "litellm"
     claude_model = "claude-sonnet-4-5@20250929"
     model = f"vertex_ai/{claude_model}"
-    # litellm hands Claude's thinking signature on in `thinking_blocks`, which the gateway's
-    # OpenAI chat reading leaves aside: the record has the reasoning without it.
-    reasoning_signature: ClassVar[str | None] = None
+    # litellm hands Claude's thinking signature on in `thinking_blocks`, where the gateway reads
+    # it for the record.
+    reasoning_signature: ClassVar[str | None] = AnthropicServer.signature
 
     def __init__(self) -> None:
         VertexAuth.__init__(self)
