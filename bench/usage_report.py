@@ -1,5 +1,5 @@
-"""`python -m bench.usage_report`: does the usage report over 90 days answer within 500 ms, on
-SQLite and on PostgreSQL?
+"""`python -m bench.usage_report`: does the usage report over 90 days answer within 500 ms, and
+its latency percentiles within 200 ms, on SQLite and on PostgreSQL?
 
 Seeds the usage rows of `--conversations` conversations as `bench.list_bench` makes them (1 to 3
 turns each, an attempt's usage record a turn, one turn in 20 with a failed attempt before it;
@@ -14,6 +14,9 @@ last 90 days, by day, grouped by user, team, key, model and deployment, and by u
 team's key; by user per hour over the last 7 days and over 90. Each first as the first report
 after a deploy would run (which sums the whole days it covers into usage_days, once), then
 `--runs` times after one more: prints the first in milliseconds, p50 and p95, and the rows.
+Then the same for `UsageStore.latency` (`GET /v1/usage/latency`: time to first token and
+duration percentiles) over 90 days by each grouping, over 30 and 7 days by model, and for one
+team's key.
 """
 
 from __future__ import annotations
@@ -23,6 +26,7 @@ import sqlite3
 import statistics
 import tempfile
 import time
+from collections.abc import Awaitable, Callable
 from pathlib import Path
 from typing import Any
 
@@ -54,6 +58,19 @@ CASES = [
     ("by user per hour, 90 days", "user", "hour", 90, None),
 ]
 
+# (name, group_by, days, team)
+LATENCY_CASES = [
+    ("by user", "user", 90, None),
+    ("by team", "team", 90, None),
+    ("by key", "key", 90, None),
+    ("by model (alias)", "model", 90, None),
+    ("by deployment", "deployment", 90, None),
+    ("by model, 30 days", "model", 30, None),
+    ("by model, 7 days", "model", 7, None),
+    ("a team's key, by user", "user", 90, "team3"),
+]
+Result = tuple[str, float, float, float, int]
+
 
 def usage_rows(conversations: int, now: float) -> list[tuple[Any, ...]]:
     """list_bench's usage rows, their 90 days ending a minute before `now`."""
@@ -84,10 +101,10 @@ async def fill_postgres(url: str, rows: list[tuple[Any, ...]]) -> None:
     await conn.close()
 
 
-async def measure(url: str, now: float, runs: int) -> list[tuple[str, float, float, float, int]]:
+async def measure(url: str, now: float, runs: int) -> tuple[list[Result], list[Result]]:
     store = make_store(StoreConfig(url=url, spool_path=tempfile.mkdtemp()), "bench")
     await store.start()
-    results = []
+    reports, latencies = [], []
     try:
         usage = UsageStore(store)
         for name, group_by, granularity, days, team in CASES:
@@ -104,27 +121,48 @@ async def measure(url: str, now: float, runs: int) -> list[tuple[str, float, flo
                     team_id=team,
                 )
 
-            start = time.perf_counter()
-            rows = await report()
-            first = (time.perf_counter() - start) * 1000
-            await report()  # warm-up
-            times = []
-            for _ in range(runs):
-                start = time.perf_counter()
-                await report()
-                times.append((time.perf_counter() - start) * 1000)
-            times.sort()
-            p95 = times[min(len(times) - 1, round(0.95 * (len(times) - 1)))]
-            results.append((name, first, statistics.median(times), p95, len(rows)))
+            reports.append(await timed(name, report, runs))
+        for name, group_by, days, team in LATENCY_CASES:
+
+            async def latency(
+                group_by: str = group_by, days: int = days, team: str | None = team
+            ) -> list[dict[str, Any]]:
+                return await usage.latency(
+                    group_by=group_by, start=now - days * DAY, end=now, team_id=team,
+                    timeout_s=60,
+                )  # fmt: skip
+
+            latencies.append(await timed(name, latency, runs))
     finally:
         await store.close()
-    return results
+    return reports, latencies
 
 
-def show(name: str, results: list[tuple[str, float, float, float, int]]) -> None:
-    print(f"\n{name}: ms, first / p50 / p95 (rows)")
-    for case, first, p50, p95, rows in results:
-        print(f"  {case:28} {first:8.1f} {p50:8.1f} {p95:8.1f}   ({rows:,})")
+async def timed(
+    name: str, read: Callable[[], Awaitable[list[dict[str, Any]]]], runs: int
+) -> Result:
+    """The first read in ms (as the first after a deploy), then p50 and p95 of `runs` after one
+    more, and the rows it answered."""
+    start = time.perf_counter()
+    rows = await read()
+    first = (time.perf_counter() - start) * 1000
+    await read()  # warm-up
+    times = []
+    for _ in range(runs):
+        start = time.perf_counter()
+        await read()
+        times.append((time.perf_counter() - start) * 1000)
+    times.sort()
+    p95 = times[min(len(times) - 1, round(0.95 * (len(times) - 1)))]
+    return name, first, statistics.median(times), p95, len(rows)
+
+
+def show(name: str, results: tuple[list[Result], list[Result]]) -> None:
+    reports, latencies = results
+    for title, rows in (("usage report", reports), ("latency percentiles", latencies)):
+        print(f"\n{name}, {title}: ms, first / p50 / p95 (rows)")
+        for case, first, p50, p95, count in rows:
+            print(f"  {case:28} {first:8.1f} {p50:8.1f} {p95:8.1f}   ({count:,})")
 
 
 async def main(args: argparse.Namespace, pg_url: str | None) -> None:
