@@ -79,8 +79,11 @@ def skip_warm() -> None:
 
 
 # Longer texts are estimated from a sample: tokenizing megabytes would stall the event loop
-# (the estimate runs when a turn ends, inside the request's own handler).
+# (the estimate runs when a turn ends, inside the request's own handler). So are a prompt's
+# texts past the first `_TALLY_CHARS` characters, however short each: a body of thousands of
+# messages just under the sample's size would be tokenized whole.
 _SAMPLE_CHARS = 8192
+_TALLY_CHARS = 65536
 
 
 def count_text(text: str) -> int:
@@ -124,7 +127,7 @@ def tally_messages(messages: list[Any]) -> PromptTally:
         tally.text += 4
         content = message.get("content")
         if isinstance(content, str):
-            tally.text += count_text(content)
+            tally.text += tally.count(content)
         elif isinstance(content, list):
             for part in content:
                 _tally_part(part, tally)
@@ -167,6 +170,19 @@ class File:
 class PromptTally:
     text: int = 0
     media: list[Image | Audio | File] = field(default_factory=list)
+    # The characters of text counted so far, and their tokens: past `_TALLY_CHARS` the rest
+    # is counted at their rate, as one long text is from its sample (`count_text`).
+    chars: int = 0
+    counted: int = 0
+
+    def count(self, text: str) -> int:
+        """`count_text`, for one text of many in a prompt."""
+        if self.chars >= _TALLY_CHARS and self.counted:
+            return max(1, round(len(text) * self.counted / self.chars)) if text else 0
+        tokens = count_text(text)
+        self.chars += len(text)
+        self.counted += tokens
+        return tokens
 
     def tokens(self, vendor: str = "openai", model: str | None = None) -> int:
         total = self.text
@@ -282,7 +298,7 @@ def _tally_part(part: Any, tally: PromptTally) -> None:
         return
     kind = part.get("type")
     if kind == "text" and isinstance(part.get("text"), str):
-        tally.text += count_text(part["text"])
+        tally.text += tally.count(part["text"])
     elif kind == "image_url":
         image = part.get("image_url")
         url = image.get("url") if isinstance(image, dict) else image
