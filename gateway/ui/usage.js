@@ -31,6 +31,8 @@ function rangeBounds(range, now) {
 
 export async function usagePage(root, params) {
   const groupBy = params.get('group_by') || 'model';
+  // `tag:<key>`: by the values of one key of the requests' metadata (`tag:` alone: none named yet).
+  const tagKey = groupBy.startsWith('tag:') ? groupBy.slice(4) : null;
   const fromDate = params.get('from') || '';
   const toDate = params.get('to') || '';
   const custom = Boolean(fromDate || toDate);
@@ -59,7 +61,8 @@ export async function usagePage(root, params) {
     return g;
   };
   const form = h('form', { class: 'filters' }, h('div', { class: 'filter-grid' },
-    field('Group by', select('group_by', [['model', 'Model'], ['deployment', 'Deployment'], ['team', 'Team'], ['key', 'Key'], ['user', 'User']], groupBy, { 'data-testid': 'usage-group-by' })),
+    field('Group by', select('group_by', [['model', 'Model'], ['deployment', 'Deployment'], ['team', 'Team'], ['key', 'Key'], ['user', 'User'], ['tag', 'Metadata tag']], tagKey === null ? groupBy : 'tag', { 'data-testid': 'usage-group-by' })),
+    tagKey === null ? null : field('Tag key', h('input', { name: 'tag', value: tagKey, placeholder: 'project', 'data-testid': 'usage-tag-key' })),
     field('Range', select('range', [...Object.entries(RANGES).map(([k, v]) => [k, v.label]), ['custom', 'Custom dates']], range)),
     field('From (UTC)', h('input', { type: 'date', name: 'from', value: fromDate })),
     field('To (UTC)', h('input', { type: 'date', name: 'to', value: toDate })),
@@ -72,6 +75,8 @@ export async function usagePage(root, params) {
     h('span', { class: 'field-hint', text: 'The report as shown (GET /v1/usage), or every request of the range one by one with its tokens, cost and prices (GET /v1/usage/requests).' })));
   form.addEventListener('change', (event) => applySoon(() => {
     const data = Object.fromEntries(new FormData(form).entries());
+    if (data.group_by === 'tag') data.group_by = `tag:${(data.tag || '').trim()}`;
+    delete data.tag;
     if (event.target.name === 'range') {
       if (data.range === 'custom') {
         data.from = new Date(from * 1000).toISOString().slice(0, 10);
@@ -88,6 +93,11 @@ export async function usagePage(root, params) {
   const body = h('div', {}, loading());
   root.append(panel(null, form), body);
 
+  if (tagKey === '') {
+    clear(body);
+    body.append(h('div', { class: 'empty', 'data-testid': 'usage-tag-wanted', text: 'Name a metadata key to group by: a key of the requests\' metadata, such as project.' }));
+    return;
+  }
   const latencyGroup = ['model', 'deployment', 'team', 'key', 'user'].includes(groupBy) ? groupBy : 'model';
   const [report, latency] = await Promise.all([
     api('/v1/usage' + query(usageQuery)),
