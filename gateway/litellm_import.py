@@ -2,13 +2,15 @@
 
 LiteLLM's `model_list` becomes aliases and their deployments (entries sharing a `model_name`
 are one alias), `litellm_params` deployment fields, `router_settings` and `litellm_settings`
-each alias's routing, retries, cooldowns and fallbacks, `general_settings` the master key and
-the store. `os.environ/NAME` becomes `${NAME}`. What has no counterpart here is listed, never
-dropped in silence: the operator reads the list and decides.
+each alias's routing, retries, cooldowns and fallbacks (the router's Redis the replicas'),
+`general_settings` the master key and the store; LiteLLM's proxy-wide budgets are listed with
+the team or key `limits` that keep them. `os.environ/NAME` becomes `${NAME}`. What has no
+counterpart here is listed, never dropped in silence: the operator reads the list and decides.
 
 Providers: `openai/`, `azure/` and `anthropic/` models (and bare OpenAI and Claude model ids)
 are served by the gateway's own adapters; every other LiteLLM provider prefix (`bedrock/`,
-`vertex_ai/`, `gemini/`, `groq/`, `ollama/`, ...) goes through litellm, as in LiteLLM.
+`vertex_ai/`, `gemini/`, `groq/`, `ollama/`, ...) stays `provider: litellm` with the model as
+written (of which Groq, Mistral and Cohere's chat are then spoken by the gateway itself).
 """
 
 from __future__ import annotations
@@ -59,7 +61,9 @@ class Converted:
         self.unmapped: list[str] = []
 
     def skip(self, where: str, why: str) -> None:
-        self.unmapped.append(f"{where}: {why}")
+        line = f"{where}: {why}"
+        if line not in self.unmapped:  # a router setting is met once per alias
+            self.unmapped.append(line)
 
 
 def convert(litellm: dict[str, Any]) -> Converted:
@@ -84,6 +88,8 @@ def convert(litellm: dict[str, Any]) -> Converted:
         _routing(alias, router, settings, out)
     out.config["models"] = list(aliases.values())
     _general(general, out)
+    _redis(router, out)
+    _budgets(settings, out)
     for section, values in (("litellm_settings", settings), ("router_settings", router)):
         for key in sorted(set(values) - _USED[section]):
             out.skip(f"{section}.{key}", "no counterpart in this gateway")
@@ -92,8 +98,23 @@ def convert(litellm: dict[str, Any]) -> Converted:
     return out
 
 
+# LiteLLM's proxy-wide budgets: (the setting, its period's setting, where it goes here).
+_BUDGETS = (
+    ("max_budget", "budget_duration", "each team's `limits.budget`"),
+    ("max_internal_user_budget", "internal_user_budget_duration", "each key's `limits.budget`"),
+    ("max_end_user_budget", None, "each team's `limits.end_user.budget`"),
+)
+# LiteLLM's budget durations, as this gateway's budget periods.
+_PERIODS = {"1d": "day", "24h": "day", "7d": "week", "1w": "week", "30d": "month", "1mo": "month"}
+_REDIS = ("redis_url", "redis_host", "redis_port", "redis_password")
 _USED = {
-    "litellm_settings": {"drop_params", "num_retries", "request_timeout", "fallbacks"},
+    "litellm_settings": {
+        "drop_params",
+        "num_retries",
+        "request_timeout",
+        "fallbacks",
+        *(name for budget in _BUDGETS for name in budget[:2] if name),
+    },
     "router_settings": {
         "routing_strategy",
         "num_retries",
@@ -101,6 +122,7 @@ _USED = {
         "fallbacks",
         "allowed_fails",
         "cooldown_time",
+        *_REDIS,
     },
 }
 _TOP = {"model_list", "router_settings", "litellm_settings", "general_settings"}
@@ -223,6 +245,38 @@ def _general(general: dict[str, Any], out: Converted) -> None:
         out.config["store"] = {"url": _value(database)}
     for key in sorted(set(general) - {"master_key", "database_url"}):
         out.skip(f"general_settings.{key}", "no counterpart in this gateway")
+
+
+def _redis(router: dict[str, Any], out: Converted) -> None:
+    """The Redis LiteLLM's router shares cooldowns and usage through: the replicas' here."""
+    url = router.get("redis_url")
+    host = router.get("redis_host")
+    if isinstance(url, str) and url:
+        out.config.setdefault("limits", {})["redis_url"] = _value(url)
+    elif isinstance(host, str) and host:
+        port = router.get("redis_port", 6379)
+        password = router.get("redis_password")
+        auth = f":{_value(password)}@" if isinstance(password, str) and password else ""
+        redis_url = f"redis://{auth}{_value(host)}:{_value(port)}/0"
+        out.config.setdefault("limits", {})["redis_url"] = redis_url
+
+
+def _budgets(settings: dict[str, Any], out: Converted) -> None:
+    """Budgets are on teams and keys here (the admin API, not this file): each of LiteLLM's is
+    listed with the `limits` that keep it."""
+    for name, duration, where in _BUDGETS:
+        usd = settings.get(name)
+        if not isinstance(usd, int | float) or isinstance(usd, bool):
+            continue
+        given = settings.get(duration) if duration else None
+        period = _PERIODS.get(str(given), "total") if given is not None else "total"
+        limit = f'{{"usd": {usd:g}, "period": "{period}", "mode": "hard"}}'
+        note = "" if given is None or str(given) in _PERIODS else f" ({given!r} has no period here)"
+        out.skip(
+            f"litellm_settings.{name}",
+            f"budgets are set on teams and keys here: give {where} {limit}{note}"
+            " (PATCH /v1/gateway/teams/{id} or /v1/gateway/keys/{id})",
+        )
 
 
 def _value(value: Any) -> Any:

@@ -115,3 +115,55 @@ def test_check_config_on_a_litellm_config_says_how_to_convert_it(tmp_path: Path)
     checked = gateway("check-config", "--config", str(FIXTURES / "quickstart.yaml"))
     assert checked.returncode == 2
     assert "gateway import-litellm" in checked.stderr
+
+
+def test_the_routers_redis_is_the_replicas_and_budgets_name_their_limits(
+    tmp_path: Path,
+) -> None:
+    """LiteLLM's router Redis (its docs' `os.environ/REDIS_*` form) becomes `limits.redis_url`;
+    its proxy-wide budgets, which live on teams and keys here, are each listed once with the
+    `limits` that keep them; a router setting met by every alias is listed once."""
+    source = tmp_path / "litellm.yaml"
+    source.write_text(
+        yaml.safe_dump(
+            {
+                "model_list": [
+                    {"model_name": name, "litellm_params": {"model": f"openai/{name}"}}
+                    for name in ("gpt-4o", "gpt-4o-mini")
+                ],
+                "router_settings": {
+                    "routing_strategy": "usage-based-routing-v2",
+                    "redis_host": "os.environ/REDIS_HOST",
+                    "redis_password": "os.environ/REDIS_PASSWORD",
+                    "redis_port": "os.environ/REDIS_PORT",
+                },
+                "litellm_settings": {
+                    "max_budget": 100,
+                    "budget_duration": "30d",
+                    "max_end_user_budget": 0.5,
+                },
+            }
+        )
+    )
+    out = tmp_path / "gateway.yaml"
+    made = gateway("import-litellm", str(source), "-o", str(out))
+    assert made.returncode == 0, made.stderr
+    config = yaml.safe_load(out.read_text())
+    assert config["limits"] == {
+        "redis_url": "redis://:${REDIS_PASSWORD}@${REDIS_HOST}:${REDIS_PORT}/0"
+    }
+    unmapped = made.stderr.splitlines()
+    [budget] = [line for line in unmapped if "litellm_settings.max_budget" in line]
+    assert '`limits.budget` {"usd": 100, "period": "month", "mode": "hard"}' in budget
+    [end_user] = [line for line in unmapped if "max_end_user_budget" in line]
+    assert '`limits.end_user.budget` {"usd": 0.5, "period": "total"' in end_user
+    assert not any("budget_duration" in line or "redis_" in line for line in unmapped)
+    assert len([line for line in unmapped if "routing_strategy" in line]) == 1
+    env = {"REDIS_HOST": "redis.internal", "REDIS_PORT": "6380", "REDIS_PASSWORD": "s3cret"}
+    checked = subprocess.run(
+        [sys.executable, "-m", "gateway", "check-config", "--config", str(out)],
+        capture_output=True,
+        text=True,
+        env={**os.environ, **ENV, **env},
+    )
+    assert checked.returncode == 0, checked.stdout + checked.stderr
