@@ -10,6 +10,7 @@ from gateway.errors import InvalidRequest
 from gateway.forms import read_form
 from gateway.http.auth import PRINCIPAL
 from gateway.pipeline import files
+from gateway.pipeline.calls import end_user
 from gateway.storage import objects
 from gateway.storage.objects import BATCH, FILE
 
@@ -17,7 +18,9 @@ from gateway.storage.objects import BATCH, FILE
 async def upload(request: web.Request) -> web.Response:
     gateway = request.app[GATEWAY]
     form = await read_form(request, int(gateway.config.server.max_upload_mb * 1024 * 1024))
-    raw, deployment = await files.upload(gateway, request[PRINCIPAL], form)
+    principal = request[PRINCIPAL]
+    user = end_user(gateway, principal, None, request)
+    raw, deployment = await files.upload(gateway, principal, form, user)
     return files.json_answer(raw, deployment)
 
 
@@ -79,13 +82,17 @@ async def file_content(request: web.Request) -> web.StreamResponse:
 
 async def delete_file(request: web.Request) -> web.Response:
     gateway, principal = request.app[GATEWAY], request[PRINCIPAL]
-    return files.json_answer(await files.delete_file(gateway, principal, request.match_info["id"]))
+    user = end_user(gateway, principal, None, request)
+    return files.json_answer(
+        await files.delete_file(gateway, principal, request.match_info["id"], user)
+    )
 
 
 async def create_batch(request: web.Request) -> web.Response:
     body = parse_json_object(await request.read())
     gateway, principal = request.app[GATEWAY], request[PRINCIPAL]
-    return files.json_answer(await files.create_batch(gateway, principal, body))
+    user = end_user(gateway, principal, None, request)
+    return files.json_answer(await files.create_batch(gateway, principal, body, user))
 
 
 async def retrieve_batch(request: web.Request) -> web.Response:
@@ -97,4 +104,7 @@ async def retrieve_batch(request: web.Request) -> web.Response:
 
 async def cancel_batch(request: web.Request) -> web.Response:
     gateway, principal = request.app[GATEWAY], request[PRINCIPAL]
-    return files.json_answer(await files.cancel_batch(gateway, principal, request.match_info["id"]))
+    user = end_user(gateway, principal, None, request)
+    return files.json_answer(
+        await files.cancel_batch(gateway, principal, request.match_info["id"], user)
+    )

@@ -9,12 +9,14 @@
   gateway never saw, is a 404 alike.
 - **Lists** are answered from the store: the caller's team's objects alone.
 - **A batch is metered once its results are known**: the first retrieve that finds it
-  `completed` reads its output file, sums its requests' usage, and writes one usage row at the
-  model's batch prices (gateway.metering.call_prices); its output and error files become the
-  team's own.
+  `completed` reads its output file, sums its requests' usage, and writes a usage row at the
+  model's batch prices (gateway.metering.call_prices) for each end user its requests are for:
+  the key's own user, else the `user` each request of its input file names; its output and
+  error files become the team's own.
 
-Uploads, batch creations and cancels are in the request log (gateway.pipeline.calls' rows),
-with no cost of their own.
+Uploads, deletes, batch creations and cancels are in the request log (gateway.pipeline.calls'
+rows), with no cost of their own, each naming its end user as any call does
+(gateway.pipeline.calls.end_user).
 """
 
 from __future__ import annotations
@@ -73,7 +75,9 @@ def _batch_lines(data: bytes) -> list[dict[str, Any]]:
     return lines
 
 
-async def upload(gateway: Gateway, principal: Principal, form: Form) -> tuple[bytes, str]:
+async def upload(
+    gateway: Gateway, principal: Principal, form: Form, user: str | None = None
+) -> tuple[bytes, str]:
     """Upload a file to its model's deployment; its object, and the deployment's name."""
     upload = form.file("file")
     purpose = form.value("purpose")
@@ -115,7 +119,14 @@ async def upload(gateway: Gateway, principal: Principal, form: Form) -> tuple[by
         ]
     started = time.monotonic()
     raw = await _call(
-        gateway, principal, deployment, "files.create", "/files", form=Form(parts), started=started
+        gateway,
+        principal,
+        deployment,
+        "files.create",
+        "/files",
+        form=Form(parts),
+        started=started,
+        user=user,
     )
     answer = _object(raw)
     await objects.save(
@@ -156,9 +167,10 @@ async def _call(
     form: Form | None = None,
     started: float | None = None,
     stream: bool = False,
+    user: str | None = None,
 ) -> Any:
     """One call to the deployment; the whole answer (or, `stream`, the open body). With an
-    `endpoint`, a row of the request log too, completed or failed."""
+    `endpoint`, a row of the request log too, completed or failed, for the end user `user`."""
     try:
         response: UpstreamBody = await deployment.provider.call(  # type: ignore[attr-defined]
             endpoint or "files", path, json=json, form=form, method=method
@@ -166,10 +178,10 @@ async def _call(
         result: Any = response if stream else await read_all(response)
     except UpstreamError as error:
         if endpoint is not None:
-            _log(gateway, principal, deployment, endpoint, started, error=error)
+            _log(gateway, principal, deployment, endpoint, started, error=error, user=user)
         raise
     if endpoint is not None:
-        _log(gateway, principal, deployment, endpoint, started)
+        _log(gateway, principal, deployment, endpoint, started, user=user)
     return result
 
 
@@ -183,6 +195,7 @@ def _log(
     error: GatewayError | None = None,
     bill: Bill | None = None,
     alias: str | None = None,
+    user: str | None = None,
 ) -> None:
     meter_call(
         gateway,
@@ -191,6 +204,7 @@ def _log(
         endpoint,
         alias=alias or deployment.alias,
         started=started,
+        user=user,
         bill=bill,
         error=error,
     )
@@ -229,7 +243,9 @@ async def file_content(gateway: Gateway, principal: Principal, file_id: str) -> 
     return body
 
 
-async def delete_file(gateway: Gateway, principal: Principal, file_id: str) -> bytes:
+async def delete_file(
+    gateway: Gateway, principal: Principal, file_id: str, user: str | None = None
+) -> bytes:
     _, deployment = await owned(gateway, principal, FILE, file_id)
     raw = await _call(
         gateway,
@@ -239,12 +255,15 @@ async def delete_file(gateway: Gateway, principal: Principal, file_id: str) -> b
         f"/files/{file_id}",
         method="DELETE",
         started=time.monotonic(),
+        user=user,
     )
     await objects.deleted(gateway.store, file_id)
     return raw  # type: ignore[no-any-return]
 
 
-async def create_batch(gateway: Gateway, principal: Principal, body: dict[str, Any]) -> bytes:
+async def create_batch(
+    gateway: Gateway, principal: Principal, body: dict[str, Any], user: str | None = None
+) -> bytes:
     file_id = body.get("input_file_id")
     if not isinstance(file_id, str) or not file_id:
         raise InvalidRequest("Missing required parameter: 'input_file_id'.", param="input_file_id")
@@ -265,6 +284,7 @@ async def create_batch(gateway: Gateway, principal: Principal, body: dict[str, A
         "/batches",
         json=body,
         started=time.monotonic(),
+        user=user,
     )
     answer = _object(raw)
     await objects.save(
@@ -295,7 +315,9 @@ async def retrieve_batch(gateway: Gateway, principal: Principal, batch_id: str) 
     return raw
 
 
-async def cancel_batch(gateway: Gateway, principal: Principal, batch_id: str) -> bytes:
+async def cancel_batch(
+    gateway: Gateway, principal: Principal, batch_id: str, user: str | None = None
+) -> bytes:
     found, deployment = await owned(gateway, principal, BATCH, batch_id)
     raw: bytes = await _call(
         gateway,
@@ -304,6 +326,7 @@ async def cancel_batch(gateway: Gateway, principal: Principal, batch_id: str) ->
         "batches.cancel",
         f"/batches/{batch_id}/cancel",
         started=time.monotonic(),
+        user=user,
     )
     found.object = _object(raw)
     await objects.save(gateway.store, found)
@@ -314,7 +337,7 @@ async def _results(
     gateway: Gateway, principal: Principal, batch: Owned, deployment: Deployment
 ) -> None:
     """A completed batch: its output and error files become its team's, and its requests'
-    usage is metered once, at the model's batch prices."""
+    usage is metered once, at the model's batch prices, a row for each end user."""
     for name in ("output_file_id", "error_file_id"):
         file_id = batch.object.get(name)
         if isinstance(file_id, str) and file_id:
@@ -333,7 +356,12 @@ async def _results(
             )
     if not await objects.metered(gateway.store, batch.id):
         return  # another request metered it first
-    prompt = completion = requests = 0
+    key = await gateway.keys.key(batch.key_id) if batch.key_id is not None else None
+    own = key.user if key is not None else None  # first, as for any call (calls.end_user)
+    owner = Principal("key", team_id=batch.team_id, key_id=batch.key_id)
+    users = await _request_users(gateway, principal, batch, deployment) if own is None else {}
+    # (prompt, completion, requests) by end user, in the order they come.
+    counts: dict[str | None, list[int]] = {}
     output = batch.object.get("output_file_id")
     if isinstance(output, str) and output:
         content = await _call(
@@ -344,21 +372,52 @@ async def _results(
                 result = orjson.loads(line)
             except orjson.JSONDecodeError:
                 continue
-            body = (
-                ((result.get("response") or {}).get("body") or {})
-                if isinstance(result, dict)
-                else {}
-            )
+            if not isinstance(result, dict):
+                continue
+            body = (result.get("response") or {}).get("body") or {}
             usage = body.get("usage") if isinstance(body, dict) else None
             if not isinstance(usage, dict):
                 continue
-            requests += 1
-            prompt += _int(usage.get("prompt_tokens")) or _int(usage.get("input_tokens"))
-            completion += _int(usage.get("completion_tokens")) or _int(usage.get("output_tokens"))
-    bill = batch_bill(gateway.routes.call_prices(deployment), prompt, completion, requests)
-    bill.units["batch"] = batch.id
-    owner = Principal("key", team_id=batch.team_id, key_id=batch.key_id)
-    _log(gateway, owner, deployment, "batches", None, bill=bill, alias=batch.alias)
+            request = result.get("custom_id")
+            user = own or (users.get(request) if isinstance(request, str) else None)
+            tally = counts.setdefault(user, [0, 0, 0])
+            tally[0] += _int(usage.get("prompt_tokens")) or _int(usage.get("input_tokens"))
+            tally[1] += _int(usage.get("completion_tokens")) or _int(usage.get("output_tokens"))
+            tally[2] += 1
+    prices = gateway.routes.call_prices(deployment)
+    for user, (prompt, completion, requests) in (counts or {own: [0, 0, 0]}).items():
+        bill = batch_bill(prices, prompt, completion, requests)
+        bill.units["batch"] = batch.id
+        _log(gateway, owner, deployment, "batches", None, bill=bill, alias=batch.alias, user=user)
+
+
+async def _request_users(
+    gateway: Gateway, principal: Principal, batch: Owned, deployment: Deployment
+) -> dict[str, str]:
+    """The end user each request of a batch's input file names (its body's `user`), by its
+    `custom_id`; none where the file is gone or names none."""
+    source = batch.object.get("input_file_id")
+    if not isinstance(source, str) or not source:
+        return {}
+    try:
+        content = await _call(
+            gateway, principal, deployment, None, f"/files/{source}/content", method="GET"
+        )
+    except UpstreamError:
+        return {}  # deleted since: its requests are billed to no end user
+    users: dict[str, str] = {}
+    for line in content.splitlines():
+        try:
+            request = orjson.loads(line)
+        except orjson.JSONDecodeError:
+            continue
+        if not isinstance(request, dict) or not isinstance(request.get("custom_id"), str):
+            continue
+        body = request.get("body")
+        user = body.get("user") if isinstance(body, dict) else None
+        if isinstance(user, str) and user:
+            users[request["custom_id"]] = user
+    return users
 
 
 def _int(value: Any) -> int:
