@@ -234,6 +234,30 @@ async def test_a_cancelled_tool_request_is_metered_with_its_tools(
     assert prompt >= count_text(compact(TOOLS)) + count_messages(HELLO)
 
 
+async def test_a_cancelled_request_is_metered_with_its_output_schema(
+    make_gateway: MakeGateway, upstream: FakeUpstream
+) -> None:
+    gw = await make_gateway(models=priced(upstream))
+    upstream.stall_after(["{"])
+    schema = {"name": "record", "schema": TOOLS[0]["function"]["parameters"], "strict": True}
+    response_format = {"type": "json_schema", "json_schema": schema}
+    response = await gw.client().chat.completions.with_raw_response.create(
+        model="fake",
+        messages=HELLO,
+        response_format=response_format,  # type: ignore[arg-type]
+        stream=True,
+    )
+    stream = response.parse()
+    async for part in stream:
+        if part.choices and part.choices[0].delta.content:
+            break
+    await stream.close()
+    await gw.wait_turn_end(response.headers["X-Conversation-Id"])
+    await gw.flush()
+    [(prompt,)] = gw.query("SELECT prompt_tokens FROM usage")
+    assert prompt == count_text(compact(schema)) + count_messages(HELLO)
+
+
 # -- the bound an Anthropic deployment is sent -----------------------------------------------------
 
 CLAUDE_INPUT, CLAUDE_OUTPUT = 3e-6, 15e-6
