@@ -41,6 +41,8 @@ _FINISH = {
     "MAX_TOKENS": "length",
     "TOOL_CALL": "tool_calls",
 }
+# An answer that ended so did not finish: the attempt failed.
+_FAILED = ("ERROR", "TIMEOUT")
 # The efforts that turn a reasoning model's thinking off; any other turns it on.
 _NO_THINKING = ("none", "minimal")
 
@@ -218,7 +220,7 @@ class CohereStreamParser:
         if kind == "message-end":
             self.done = True
             reason = delta.get("finish_reason")
-            if reason == "ERROR" or delta.get("error"):
+            if reason in _FAILED or delta.get("error"):
                 return [_failure(delta.get("error"), {"finish_reason": reason})], "error"
             out = self._close_all()
             if reason:
@@ -324,7 +326,7 @@ def parse_cohere_response(obj: dict[str, Any]) -> list[StreamEvent]:
                 function.get("name"),
             )
     reason = obj.get("finish_reason")
-    if reason == "ERROR":
+    if reason in _FAILED:
         return [_failure(obj.get("error"), {"finish_reason": reason})]
     return out + _finish_events(reason or "COMPLETE", obj.get("usage"))
 

@@ -243,9 +243,10 @@ def test_a_cohere_tool_plan_is_reasoning_that_ends_where_the_call_starts() -> No
     ]
 
 
-def test_a_cohere_answer_that_fails_after_it_began_is_an_in_band_error() -> None:
+@pytest.mark.parametrize("reason", ["ERROR", "TIMEOUT"])
+def test_a_cohere_answer_that_fails_after_it_began_is_an_in_band_error(reason: str) -> None:
     parser = CohereStreamParser()
-    end = {"type": "message-end", "delta": {"finish_reason": "ERROR", "error": "Overloaded"}}
+    end = {"type": "message-end", "delta": {"finish_reason": reason, "error": "Overloaded"}}
     events, kind = parser.feed(frame(end))
     assert kind == "error"
     assert isinstance(events[0], StreamFailure)
