@@ -37,7 +37,7 @@ import logging
 import re
 import threading
 import traceback
-from collections.abc import Iterable
+from collections.abc import Iterable, Mapping
 from typing import TYPE_CHECKING, Any
 from urllib.parse import urlsplit
 
@@ -46,6 +46,8 @@ if TYPE_CHECKING:
     from gateway.errors import GatewayError
 
 REDACTED = "[redacted]"
+# Request headers whose values are credentials (`credentials`).
+_CREDENTIAL_HEADER = re.compile(r"auth|key|token|secret|cookie|password", re.IGNORECASE)
 MIN_LENGTH = 8  # a configured secret shorter than this is not taken out of every text
 
 # Key-shaped tokens. The look-behind keeps `sk-` inside a word (`task-...`) out; `[redacted]`
@@ -85,18 +87,27 @@ _SECRETS = _Secrets()
 
 def config_secrets(config: GatewayConfig) -> list[str]:
     """Every secret a config holds (of any length)."""
-    from gateway.providers import cloud
-    from gateway.upstream.seam import credentials
+    from gateway.providers.cloud import secrets as cloud_secrets
 
     found = [config.auth.master_key or ""]
     found += [_url_password(config.store.url), _url_password(config.limits.redis_url)]
     for model in config.models:
         for deployment in model.deployments:
             found.append(deployment.api_key or "")
-            found += cloud.secrets(deployment.__dict__)
+            found += cloud_secrets(deployment.__dict__)
             found += credentials(deployment.extra_headers)
             found.append(_url_password(deployment.proxy))
     return [s for s in found if s]
+
+
+def credentials(headers: Mapping[str, str]) -> list[str]:
+    """The secrets among request headers: each credential header's value, and its token after
+    a scheme (`Bearer sk-...`), longest first."""
+    found: set[str] = set()
+    for name, value in headers.items():
+        if value and _CREDENTIAL_HEADER.search(name):
+            found.update((value, value.rpartition(" ")[2]))
+    return sorted((s for s in found if len(s) >= 4), key=len, reverse=True)
 
 
 def _url_password(url: str | None) -> str:

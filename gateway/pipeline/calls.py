@@ -38,8 +38,8 @@ from gateway.metering.prices import PriceUnknown
 from gateway.metering.usage import UsageRecord, cost_header
 from gateway.routing.retry import RetryPlan
 from gateway.routing.router import Alias, Deployment
-from gateway.scrub import scrub_error
-from gateway.upstream.seam import UpstreamBody, credentials, read_all
+from gateway.scrub import credentials, scrub_error
+from gateway.upstream.seam import UpstreamBody, read_all
 
 # The answer's media type when the upstream names none.
 JSON = "application/json"

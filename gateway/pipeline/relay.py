@@ -59,7 +59,7 @@ from gateway.providers.params import (
 from gateway.providers.wire import OPENAI_CHAT, StreamParser, parse_body, stream_parser
 from gateway.routing.retry import RetryPlan
 from gateway.routing.router import Alias, Deployment
-from gateway.scrub import scrub_error
+from gateway.scrub import credentials, scrub_error
 from gateway.stream.assembler import BlockAssembler
 from gateway.stream.events import (
     REASONING,
@@ -72,7 +72,6 @@ from gateway.stream.events import (
 )
 from gateway.stream.sse import SSEDecoder, SSEFrame, SSEFrameTooLarge
 from gateway.tracing import TurnTrace
-from gateway.upstream.seam import credentials
 
 log = logging.getLogger("gateway.pipeline")  # one logger for the whole data path
 

@@ -14,7 +14,6 @@ is refused.
 
 from __future__ import annotations
 
-import re
 from collections.abc import Callable, Iterable, Mapping
 from typing import Any, Protocol
 
@@ -27,12 +26,11 @@ from gateway.errors import (
     UpstreamHTTPError,
     UpstreamProtocolError,
 )
+from gateway.scrub import REDACTED, credentials
 from gateway.upstream.pool import Endpoint
 
 _ERROR_BODY_LIMIT = 1 << 20
 # Request headers whose values are credentials (Authorization, api-key, x-api-key, ...).
-_CREDENTIAL_HEADER = re.compile(r"auth|key|token|secret|cookie|password", re.IGNORECASE)
-REDACTED = "[redacted]"
 
 # Turns a provider's error JSON into the OpenAI error shape (None: it is not the provider's).
 ErrorConverter = Callable[[int, dict[str, Any]], dict[str, Any] | None]
@@ -120,16 +118,6 @@ async def send(
         " the api_base of its config",
         code="upstream_redirect",
     )
-
-
-def credentials(headers: Mapping[str, str]) -> list[str]:
-    """The secrets among request headers: each credential header's value, and its token after
-    a scheme (`Bearer sk-...`), longest first."""
-    found: set[str] = set()
-    for name, value in headers.items():
-        if value and _CREDENTIAL_HEADER.search(name):
-            found.update((value, value.rpartition(" ")[2]))
-    return sorted((s for s in found if len(s) >= 4), key=len, reverse=True)
 
 
 def redact(text: str, secrets: Iterable[str]) -> str:
