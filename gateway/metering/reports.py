@@ -11,6 +11,7 @@ from collections.abc import Callable
 from datetime import UTC, datetime
 from typing import Any, TypeVar
 
+from gateway.metering.reports_latency import SortedDays, latency_rows
 from gateway.metering.usage import UsageRecord
 from gateway.storage.db import Db, Dialect, Op, Row
 from gateway.storage.schema import USAGE_DAY, USAGE_DAY_COUNTS, USAGE_LATER, usage_day_of
@@ -63,6 +64,7 @@ _FORMULA_START = ("=", "+", "-", "@", "\t", "\r")
 class UsageStore:
     def __init__(self, store: Store) -> None:
         self._store = store
+        self._sorted_days = SortedDays()  # SQLite's latencies of whole days (reports_latency)
 
     def write(self, record: UsageRecord) -> None:
         # A call's row has columns a turn's attempt never fills: written by the longer insert.
@@ -142,28 +144,15 @@ class UsageStore:
         """Time to first token and duration percentiles (nearest rank) and means of the
         attempts in [start, end), per group (`GROUPS`): a long read, out of the writer's way
         (`ReadTimeout` past `timeout_s`)."""
-        column = GROUPS[group_by]
-        team = " AND team_id = ?" if team_id is not None else ""
-        args = [start, end, *([team_id] if team_id is not None else [])]
-
-        async def op(db: Db) -> list[Row]:
-            if db.dialect == "postgresql":
-                return await db.fetch(_latency_postgres(column, team), *args)
-            # Through the time index for a part of the table; for most of it, one pass over
-            # the table reads less than the index and then each of its rows by rowid besides.
-            # (A team's read keeps its own index.)
-            whole = not team and await _most_of_usage(db, start, end)
-            at = "+created_at" if whole else "created_at"
-            # Sorted here, on the read's own thread, not the event loop's.
-            return _latencies_in_python(
-                await db.fetch(
-                    f"SELECT {column}, {', '.join(LATENCIES)} FROM usage"
-                    f" WHERE {at} >= ? AND {at} < ?{team}",
-                    *args,
-                )
-            )
-
-        return latency_rows(await self._store.read(op, timeout_s))
+        return await latency_rows(
+            self._store,
+            self._sorted_days,
+            column=GROUPS[group_by],
+            start=start,
+            end=end,
+            team_id=team_id,
+            timeout_s=timeout_s,
+        )
 
     async def report_by_team(
         self, *, group_by: str, start: float, end: float, granularity: str
@@ -711,90 +700,3 @@ def parse_time(value: str | None, default: float) -> float:
     if moment.tzinfo is None:
         moment = moment.replace(tzinfo=UTC)
     return moment.timestamp()
-
-
-# -- latency percentiles ----------------------------------------------------------------------
-
-PERCENTILES = (50, 95, 99)
-LATENCIES = ("ttft_ms", "duration_ms")
-
-
-def _latency_postgres(column: str, team: str) -> str:
-    """Per group, for each latency: how many attempts measured it, its percentiles and mean.
-    `percentile_disc` is the nearest rank (`nearest_rank`), which it finds sorting each
-    group's values alone."""
-    fractions = ", ".join(f"{p / 100}" for p in PERCENTILES)
-    each = ", ".join(
-        f"COUNT({name}), percentile_disc(ARRAY[{fractions}]) WITHIN GROUP (ORDER BY {name}),"
-        f" AVG({name})"
-        for name in LATENCIES
-    )
-    return (
-        f"SELECT {column}, {each} FROM usage WHERE created_at >= ? AND created_at < ?{team}"
-        f" GROUP BY {column}"
-    )
-
-
-def nearest_rank(ordered: list[float], percentile: int) -> float | None:
-    """The smallest of the values (in order) that at least `percentile`% of them reach: one
-    an attempt had, never between two."""
-    if not ordered:
-        return None
-    return ordered[math.ceil(percentile * len(ordered) / 100) - 1]
-
-
-async def _most_of_usage(db: Db, start: float, end: float) -> bool:
-    """Whether [start, end) spans more than half the time the usage table covers (its rows
-    come in time order, so about half its rows). SQLite answers each bound from the index."""
-    first, last = await db.fetchrow(
-        "SELECT (SELECT MIN(created_at) FROM usage), (SELECT MAX(created_at) FROM usage)"
-    ) or (None, None)
-    if first is None or last <= first:
-        return True
-    return bool(min(end, last) - max(start, first) > (last - first) / 2)
-
-
-def _latencies_in_python(rows: list[Row]) -> list[Row]:
-    """SQLite's answer as PostgreSQL's: from each attempt's group and latencies, what
-    `_latency_postgres` reads. SQLite has no percentile, and sorting in a window took it
-    six times as long as sorting here. The loop runs once an attempt of the range, so it is
-    written out for the two latencies (no zip, no list a row)."""
-    values: dict[Any, tuple[list[float], list[float]]] = {}
-    for group, ttft, duration in rows:
-        lists = values.get(group)
-        if lists is None:
-            lists = values[group] = ([], [])
-        if ttft is not None:
-            lists[0].append(ttft)
-        if duration is not None:
-            lists[1].append(duration)
-    out: list[Row] = []
-    for group, lists in values.items():
-        row: list[Any] = [group]
-        for ordered in lists:
-            ordered.sort()
-            mean = sum(ordered) / len(ordered) if ordered else None
-            row += [len(ordered), [nearest_rank(ordered, p) for p in PERCENTILES], mean]
-        out.append(tuple(row))
-    return out
-
-
-def latency_rows(rows: list[Row]) -> list[dict[str, Any]]:
-    """The percentiles' rows as one record a group, ordered by group (none last)."""
-    records = []
-    for group, *fields in rows:
-        record: dict[str, Any] = {"group": group}
-        for at, name in enumerate(LATENCIES):
-            count, percentiles, mean = fields[3 * at : 3 * at + 3]
-            picked = percentiles or [None] * len(PERCENTILES)
-            record[name] = {
-                "count": int(count),
-                **{f"p{p}": _ms(v) for p, v in zip(PERCENTILES, picked, strict=True)},
-                "mean": _ms(mean),
-            }
-        records.append(record)
-    return sorted(records, key=lambda r: (r["group"] is None, str(r["group"])))
-
-
-def _ms(value: Any) -> float | None:
-    return None if value is None else round(float(value), 3)

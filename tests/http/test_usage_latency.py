@@ -11,6 +11,7 @@ from typing import Any
 import aiohttp
 
 from gateway.metering.reports import UsageStore
+from gateway.metering.reports_latency import SortedDays, latency_rows
 from gateway.metering.usage import UsageRecord
 from gateway.storage.store import Store
 from tests.conftest import MakeGateway
@@ -92,6 +93,66 @@ async def test_percentiles_are_nearest_rank_on_both_stores(store: Store) -> None
     assert [(r["group"], r["duration_ms"]["count"]) for r in rows] == [("d", 100)]
     for p in (50, 95, 99):
         assert rows[0]["duration_ms"][f"p{p}"] == nearest_rank(part, p)
+
+
+async def test_whole_days_kept_between_reports_take_in_later_rows(store: Store) -> None:
+    """A report over whole days answers as one that read every row, when rows have come since
+    into a day it read before, into the part days at its ends, or none."""
+    usage = UsageStore(store)
+    written: list[float] = []  # d's times
+    ids = iter(range(1000, 2000))
+
+    def attempts(day: float, count: int, deployment: str = "d") -> None:
+        for n in (next(ids) for _ in range(count)):
+            at = day * DAY + (n * 7919) % (DAY // 2)
+            duration = float((n * 37) % 500 + 1)
+            usage.write(
+                record(n, created_at=at, deployment=deployment, duration_ms=duration, ttft_ms=n % 9)
+            )
+            if deployment == "d":
+                written.append(at)
+
+    def in_span() -> int:
+        return sum(10.5 * DAY <= at < 15.5 * DAY for at in written)
+
+    for day in range(10, 16):
+        attempts(day, 40)
+    await store.flush()
+    # Days 11 to 14 whole, a part of days 10 and 15 at the ends.
+    span = {"start": 10.5 * DAY, "end": 15.5 * DAY, "team_id": None, "timeout_s": 10}
+
+    async def same_as_read_afresh(group_by: str = "deployment") -> list[dict[str, Any]]:
+        kept = await usage.latency(group_by=group_by, **span)
+        assert kept == await UsageStore(store).latency(group_by=group_by, **span)
+        return kept
+
+    first = await same_as_read_afresh()
+    assert first[0]["duration_ms"]["count"] == in_span()
+    attempts(12, 30, deployment="e")  # late rows into a day read before, of a new group
+    attempts(12.2, 25)
+    attempts(15, 5)  # into the end
+    await store.flush()
+    later = await same_as_read_afresh()
+    assert [r["group"] for r in later] == ["d", "e"]
+    assert later[1]["duration_ms"]["count"] == 30
+    assert later[0]["duration_ms"]["count"] == in_span() == first[0]["duration_ms"]["count"] + 30
+    assert later[0]["duration_ms"] != first[0]["duration_ms"]
+    assert await same_as_read_afresh() == later  # nothing new
+    await same_as_read_afresh("model")  # another grouping, kept apart
+
+
+async def test_days_past_the_limit_are_read_again(store: Store) -> None:
+    usage = UsageStore(store)
+    for n in range(60):
+        usage.write(record(n, created_at=(10 + n % 6) * DAY + n, duration_ms=float(n)))
+    await store.flush()
+    span = {"column": "deployment", "team_id": None, "timeout_s": 10}
+    whole = {"start": 10 * DAY, "end": 16 * DAY}
+    few = SortedDays(limit=25)  # two days' values: each day has 10 attempts, 20 values
+    rows = await latency_rows(store, few, **whole, **span)
+    assert rows == await latency_rows(store, SortedDays(), **whole, **span)
+    assert rows[0]["duration_ms"]["count"] == 60
+    assert await latency_rows(store, few, **whole, **span) == rows
 
 
 async def test_a_report_split_by_team_adds_up_to_each_teams_own(store: Store) -> None:

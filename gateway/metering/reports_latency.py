@@ -1,0 +1,283 @@
+"""Latency percentiles of the usage records (`GET /v1/usage/latency`): per group, how many
+attempts measured their time to first token and their duration, the p50, p95 and p99 of each by
+nearest rank (a value an attempt had, never between two), and the mean.
+
+PostgreSQL finds them itself (`percentile_disc`). SQLite has no percentile: its values are
+sorted here, on the read's own thread. Every value of the range has to be looked at, so SQLite's
+whole UTC days are kept in memory, each group's values sorted (`SortedDays`): a report reads
+only the days not kept and the part days at its ends, and merges the rest."""
+
+from __future__ import annotations
+
+import math
+import threading
+from array import array
+from collections import OrderedDict
+from itertools import chain
+from typing import Any
+
+from gateway.storage.db import Db, Row
+from gateway.storage.schema import USAGE_DAY
+from gateway.storage.store import Store
+
+PERCENTILES = (50, 95, 99)
+LATENCIES = ("ttft_ms", "duration_ms")
+# How many values the kept days may hold in all (8 bytes each): every grouping of 90 days of
+# about 190,000 attempts, with room to spare.
+KEPT_VALUES = 4_000_000
+
+Values = tuple[list[float], list[float]]  # one group's time to first token and duration values
+Day = dict[Any, tuple["array[float]", "array[float]"]]  # group -> its values of a day, sorted
+
+
+async def latency_rows(
+    store: Store,
+    days: SortedDays,
+    *,
+    column: str,
+    start: float,
+    end: float,
+    team_id: str | None,
+    timeout_s: float,
+) -> list[dict[str, Any]]:
+    """The percentiles of the attempts in [start, end) by `column` (of one team, or of all),
+    one record a group, ordered by group (none last); `ReadTimeout` past `timeout_s`."""
+    team = " AND team_id = ?" if team_id is not None else ""
+    args = [start, end, *([team_id] if team_id is not None else [])]
+
+    async def op(db: Db) -> list[Row]:
+        if db.dialect == "postgresql":
+            return list(await db.fetch(_latency_postgres(column, team), *args))
+        # A replayed write may change a row in place, which no rowid shows; and another
+        # process's spool is not seen from here: then every value is read.
+        if store.shared or store.spooled_bytes():
+            days.forget()
+            return _percentiles(await _values(db, column, start, end, team_id))
+        return _percentiles(await days.values(db, column, start, end, team_id))
+
+    return _records(await store.read(op, timeout_s))
+
+
+class SortedDays:
+    """SQLite: whole UTC days' latencies, by grouping (and team), each group's values sorted,
+    as a report read them. A day is forgotten once a row is inserted into it: a report first
+    looks at the rows with a rowid above the last it saw, as the usage report does for its
+    per-day sums (gateway.storage.schema). The least recently used days go past
+    `KEPT_VALUES`."""
+
+    def __init__(self, limit: int = KEPT_VALUES) -> None:
+        self._limit = limit
+        self._days: OrderedDict[tuple[str, str | None, int], Day] = OrderedDict()
+        self._held = 0
+        self._seen: int | None = None  # the highest rowid of usage looked at
+        # Reads run on several threads; one at a time changes or reads what is kept.
+        self._lock = threading.Lock()
+
+    def forget(self) -> None:
+        with self._lock:
+            self._days.clear()
+            self._held = 0
+            self._seen = None
+
+    async def values(
+        self, db: Db, column: str, start: float, end: float, team_id: str | None
+    ) -> dict[Any, Values]:
+        """Each group's values in [start, end): the whole days from what is kept (read first
+        where missing), the part days at the ends from the table."""
+        first = math.ceil(start / USAGE_DAY)
+        last = math.floor(end / USAGE_DAY)
+        if first >= last:
+            return await _values(db, column, start, end, team_id)
+        with self._lock:
+            await self._forget_changed(db)
+            merged: dict[Any, tuple[list[Any], list[Any]]] = {}
+            for day in await self._days_of(db, column, team_id, range(first, last)):
+                for group, sorted_values in day.items():
+                    parts = merged.setdefault(group, ([], []))
+                    parts[0].append(sorted_values[0])
+                    parts[1].append(sorted_values[1])
+        for since, until in ((start, first * USAGE_DAY), (last * USAGE_DAY, end)):
+            if since < until:
+                for group, values in (await _values(db, column, since, until, team_id)).items():
+                    parts = merged.setdefault(group, ([], []))
+                    parts[0].append(values[0])
+                    parts[1].append(values[1])
+        # Sorted runs one after another: the sort merges them.
+        return {
+            group: (list(chain.from_iterable(ttft)), list(chain.from_iterable(duration)))
+            for group, (ttft, duration) in merged.items()
+        }
+
+    async def _forget_changed(self, db: Db) -> None:
+        """The kept days that rows were inserted into since the last look dropped."""
+        newest = int(await db.fetchval("SELECT COALESCE(MAX(rowid), 0) FROM usage"))
+        if self._seen is not None and newest > self._seen:
+            rows = await db.fetch(
+                f"SELECT DISTINCT CAST(created_at / {USAGE_DAY} AS INTEGER) FROM usage"
+                " WHERE rowid > ?",
+                self._seen,
+            )
+            changed = {int(row[0]) for row in rows}
+            for key in [key for key in self._days if key[2] in changed]:
+                self._drop(key)
+        elif self._seen is not None and newest < self._seen:  # rows gone: nothing is known
+            self._days.clear()
+            self._held = 0
+        self._seen = newest
+
+    async def _days_of(self, db: Db, column: str, team_id: str | None, wanted: range) -> list[Day]:
+        """The days `wanted` (numbers of UTC days), kept ones as they are, the others read
+        (each run of consecutive days in one read) and kept."""
+        found: dict[int, Day] = {}
+        runs: list[list[int]] = []
+        for d in wanted:
+            key = (column, team_id, d)
+            if key in self._days:
+                self._days.move_to_end(key)
+                found[d] = self._days[key]
+            elif runs and runs[-1][-1] == d - 1:
+                runs[-1].append(d)
+            else:
+                runs.append([d])
+        for run in runs:
+            read: dict[int, dict[Any, Values]] = {d: {} for d in run}
+            rows = await _rows(
+                db, column, run[0] * USAGE_DAY, (run[-1] + 1) * USAGE_DAY, team_id, with_day=True
+            )
+            for day, group, ttft, duration in rows:
+                lists = read[int(day)].get(group)
+                if lists is None:
+                    lists = read[int(day)][group] = ([], [])
+                if ttft is not None:
+                    lists[0].append(ttft)
+                if duration is not None:
+                    lists[1].append(duration)
+            for d, groups in read.items():
+                found[d] = {
+                    group: (array("d", sorted(ttft)), array("d", sorted(duration)))
+                    for group, (ttft, duration) in groups.items()
+                }
+                self._keep((column, team_id, d), found[d])
+        return [found[d] for d in wanted]
+
+    def _keep(self, key: tuple[str, str | None, int], day: Day) -> None:
+        self._days[key] = day
+        self._held += _size(day)
+        while self._held > self._limit and len(self._days) > 1:
+            self._drop(next(iter(self._days)))
+
+    def _drop(self, key: tuple[str, str | None, int]) -> None:
+        self._held -= _size(self._days.pop(key))
+
+
+def _size(day: Day) -> int:
+    return sum(len(ttft) + len(duration) for ttft, duration in day.values())
+
+
+async def _rows(
+    db: Db, column: str, start: float, end: float, team_id: str | None, *, with_day: bool = False
+) -> list[Row]:
+    """Each attempt's group and latencies in [start, end) (its UTC day first, `with_day`)."""
+    team = " AND team_id = ?" if team_id is not None else ""
+    # Through the time index for a part of the table; for most of it, one pass over the table
+    # reads less than the index and then each of its rows by rowid besides. (A team's read
+    # keeps its own index.)
+    whole = team_id is None and await _most_of_usage(db, start, end)
+    at = "+created_at" if whole else "created_at"
+    day = f"CAST(created_at / {USAGE_DAY} AS INTEGER), " if with_day else ""
+    return list(
+        await db.fetch(
+            f"SELECT {day}{column}, {', '.join(LATENCIES)} FROM usage"
+            f" WHERE {at} >= ? AND {at} < ?{team}",
+            start,
+            end,
+            *([team_id] if team_id is not None else []),
+        )
+    )
+
+
+async def _values(
+    db: Db, column: str, start: float, end: float, team_id: str | None
+) -> dict[Any, Values]:
+    """Each group's values in [start, end), in the table's order. The loop runs once an
+    attempt, so it is written out for the two latencies (no zip, no list a row)."""
+    values: dict[Any, Values] = {}
+    for group, ttft, duration in await _rows(db, column, start, end, team_id):
+        lists = values.get(group)
+        if lists is None:
+            lists = values[group] = ([], [])
+        if ttft is not None:
+            lists[0].append(ttft)
+        if duration is not None:
+            lists[1].append(duration)
+    return values
+
+
+async def _most_of_usage(db: Db, start: float, end: float) -> bool:
+    """Whether [start, end) spans more than half the time the usage table covers (its rows
+    come in time order, so about half its rows). SQLite answers each bound from the index."""
+    first, last = await db.fetchrow(
+        "SELECT (SELECT MIN(created_at) FROM usage), (SELECT MAX(created_at) FROM usage)"
+    ) or (None, None)
+    if first is None or last <= first:
+        return True
+    return bool(min(end, last) - max(start, first) > (last - first) / 2)
+
+
+def _percentiles(values: dict[Any, Values]) -> list[Row]:
+    """SQLite's answer as PostgreSQL's: what `_latency_postgres` reads, from each group's
+    values. Sorting in a window took SQLite six times as long as sorting here."""
+    out: list[Row] = []
+    for group, lists in values.items():
+        row: list[Any] = [group]
+        for ordered in lists:
+            ordered.sort()
+            mean = sum(ordered) / len(ordered) if ordered else None
+            row += [len(ordered), [nearest_rank(ordered, p) for p in PERCENTILES], mean]
+        out.append(tuple(row))
+    return out
+
+
+def _latency_postgres(column: str, team: str) -> str:
+    """Per group, for each latency: how many attempts measured it, its percentiles and mean.
+    `percentile_disc` is the nearest rank (`nearest_rank`), which it finds sorting each
+    group's values alone."""
+    fractions = ", ".join(f"{p / 100}" for p in PERCENTILES)
+    each = ", ".join(
+        f"COUNT({name}), percentile_disc(ARRAY[{fractions}]) WITHIN GROUP (ORDER BY {name}),"
+        f" AVG({name})"
+        for name in LATENCIES
+    )
+    return (
+        f"SELECT {column}, {each} FROM usage WHERE created_at >= ? AND created_at < ?{team}"
+        f" GROUP BY {column}"
+    )
+
+
+def nearest_rank(ordered: list[float], percentile: int) -> float | None:
+    """The smallest of the values (in order) that at least `percentile`% of them reach: one
+    an attempt had, never between two."""
+    if not ordered:
+        return None
+    return ordered[math.ceil(percentile * len(ordered) / 100) - 1]
+
+
+def _records(rows: list[Row]) -> list[dict[str, Any]]:
+    """The percentiles' rows as one record a group, ordered by group (none last)."""
+    records = []
+    for group, *fields in rows:
+        record: dict[str, Any] = {"group": group}
+        for at, name in enumerate(LATENCIES):
+            count, percentiles, mean = fields[3 * at : 3 * at + 3]
+            picked = percentiles or [None] * len(PERCENTILES)
+            record[name] = {
+                "count": int(count),
+                **{f"p{p}": _ms(v) for p, v in zip(PERCENTILES, picked, strict=True)},
+                "mean": _ms(mean),
+            }
+        records.append(record)
+    return sorted(records, key=lambda r: (r["group"] is None, str(r["group"])))
+
+
+def _ms(value: Any) -> float | None:
+    return None if value is None else round(float(value), 3)
