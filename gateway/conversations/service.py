@@ -2,6 +2,8 @@
 
 from __future__ import annotations
 
+import asyncio
+import functools
 import logging
 import re
 import time
@@ -13,12 +15,12 @@ from gateway.conversations.derive import derive_messages
 from gateway.conversations.history import HISTORY_ROLES, match_history
 from gateway.conversations.path import history_path
 from gateway.conversations.recorder import TurnRecorder
-from gateway.conversations.reshaped import dspy_view
 from gateway.conversations.threading import (
-    fingerprint,
-    history_keys,
-    prior_history,
-    repair_history,
+    LARGE_HISTORY,
+    KeyedHistory,
+    LookupPrints,
+    keyed_history,
+    lookup_prints,
 )
 from gateway.errors import Conflict, InvalidRequest, NotFound
 from gateway.ids import new_id
@@ -194,6 +196,18 @@ class Conversations:
         Without `restore_thinking` (no deployment that needs the stored answers' signed
         thinking back), a history that is the conversation exactly as it ended is not read
         back to be compared: what follows it is new, whatever the conversation's length."""
+        prints, keyed = None, None
+        if LARGE_HISTORY.get() and self.threading == "auto":
+            # Fingerprints in the size of a large body are made on a thread, the whole history
+            # keyed once for the turn's end (threading.KeyedHistory).
+            key_id = principal.key_id
+            if requested_id is None:
+                repair = self.repair_interrupted
+                look = functools.partial(lookup_prints, repair=repair, whole=True)
+                prints = await asyncio.to_thread(look, key_id, user, messages)
+                keyed = prints.keys if isinstance(prints.keys, KeyedHistory) else None
+            else:
+                keyed = await asyncio.to_thread(keyed_history, key_id, user, messages)
         history = [m for m in messages if m.get("role") in HISTORY_ROLES]
         if requested_id is not None:
             _check_id(requested_id)
@@ -205,12 +219,12 @@ class Conversations:
                 # Created by a request still running, whose input the read above did not see:
                 # this one goes beside it, not into it.
                 existing = Conversation(requested_id, time.time(), team_id=principal.team_id)
-                return self._branch(existing, 0, history, principal)
+                return _keyed(self._branch(existing, 0, history, principal), keyed, messages)
             if existing is None:
-                return Joined(*self._new(requested_id, principal), history)
+                return _keyed(Joined(*self._new(requested_id, principal), history), keyed, messages)
             self._check(existing, principal)
         else:
-            threaded = await self._threaded(messages, principal, user)
+            threaded = await self._threaded(messages, principal, user, prints)
             existing, keys = threaded.existing, threaded.keys
             if existing is None:
                 new = self._new(new_id("conv"), principal)
@@ -248,10 +262,12 @@ class Conversations:
         if ended and not await self.store.claim_next(ended.turn_id, new_id("claim")):
             match = replace(match, branch_at=ended.seq, repaired=None)
         if match.branch_at is None:
-            return Joined(existing.id, None, match.new_messages, match.repaired, match.restored)
-        return self._branch(
-            existing, match.branch_at, match.new_messages, principal, match.restored
-        )
+            joined = Joined(existing.id, None, match.new_messages, match.repaired, match.restored)
+        else:
+            joined = self._branch(
+                existing, match.branch_at, match.new_messages, principal, match.restored
+            )
+        return _keyed(joined, keyed, messages)
 
     @staticmethod
     def _branch(
@@ -294,7 +310,11 @@ class Conversations:
         return Joined(stored, conversation, history)
 
     async def _threaded(
-        self, messages: list[dict[str, Any]], principal: Principal, user: str | None
+        self,
+        messages: list[dict[str, Any]],
+        principal: Principal,
+        user: str | None,
+        prints: LookupPrints | None,
     ) -> _Threaded:
         """The conversation whose history at some turn's end is this request's history
         (gateway.conversations.threading): one indexed read, none for a first message.
@@ -306,23 +326,11 @@ class Conversations:
         the wrong one would put one user's turn in another's conversation."""
         if self.threading != "auto":
             return _Threaded()
-        view = dspy_view(messages)
-        if view is not None:
-            messages = view  # a fresh prompt: the history it holds (reshaped.py)
-        prior = prior_history(messages)
-        # A client that dropped an interrupted answer sends the history that turn began with
-        # and a new message: looked up in the same read (history repair, threading.py).
-        began = repair_history(messages) if self.repair_interrupted and view is None else None
-        if not prior and not began:
-            return _Threaded()
-        keys = history_keys(prior)
-        history_print = (
-            fingerprint(principal.key_id, user, messages, prior, keys) if prior else None
-        )
-        start_print = None
-        if began:
-            began_keys = [*keys, *history_keys(began[len(prior) :])]
-            start_print = fingerprint(principal.key_id, user, messages, began, began_keys)
+        if prints is None:
+            prints = lookup_prints(principal.key_id, user, messages, repair=self.repair_interrupted)
+        keys, history_print, start_print = prints.keys, prints.history_print, prints.start_print
+        if history_print is None and start_print is None:
+            return _Threaded(keys=keys)
         found = [
             c
             for c in await self.store.threads_of(history_print, start_print)
@@ -348,8 +356,8 @@ class Conversations:
         conversation = found[0]
         continued = None
         if history_print is not None and self.store.ends_at(conversation.id, history_print):
-            continued = len(prior)
-        reshaped = history_print if view is not None else None
+            continued = prints.prior
+        reshaped = history_print if prints.view is not None else None
         return _Threaded(conversation, continued, keys, reshaped=reshaped)
 
     async def _at_end(self, conversation_id: str, threaded: _Threaded) -> bool:
@@ -537,6 +545,11 @@ class Conversations:
         )
         turn.inputs_recorded()
         return turn.turn_id
+
+
+def _keyed(joined: Joined, keyed: KeyedHistory | None, messages: list[dict[str, Any]]) -> Joined:
+    """`joined`, carrying the whole history's keys when a large body's were made ahead."""
+    return joined if keyed is None else replace(joined, prior_keys=keyed, keyed=messages)
 
 
 def _before(path: list[Event], running: frozenset[str]) -> list[Event]:

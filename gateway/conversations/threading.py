@@ -18,11 +18,19 @@ A fingerprint also covers the key and the end user the turn was made for, and th
 instructions (system and developer messages, which providers treat alike): two keys, or two
 users of one key, sending identical histories never meet, and neither do two agents with
 different system prompts.
+
+A fingerprint costs in the size of the history it covers: tens of milliseconds for a body of
+megabytes, time no other request would get on the event loop. A request whose body was large
+(`LARGE_HISTORY`, set where it was parsed on a thread) has its history looked up by prints made
+on a thread too (`lookup_prints`), which also hash its whole history once (`KeyedHistory`):
+its turn's end then hashes only its answer on the loop.
 """
 
 from __future__ import annotations
 
 import hashlib
+from contextvars import ContextVar
+from dataclasses import dataclass
 from typing import Any
 
 import orjson
@@ -31,6 +39,10 @@ from gateway.conversations.history import HISTORY_ROLES, message_key, steps, tex
 from gateway.conversations.reshaped import dspy_answer, dspy_view
 
 _INSTRUCTION_ROLES = frozenset({"system", "developer"})
+
+# Set in the task of a request whose body was parsed on a thread (gateway.http.large_bodies):
+# its fingerprints are made there too. A request's task is its own, so it ends with it.
+LARGE_HISTORY: ContextVar[bool] = ContextVar("large_history", default=False)
 
 
 def prior_history(messages: list[dict[str, Any]]) -> list[dict[str, Any]]:
@@ -71,9 +83,13 @@ def fingerprint(
     ]
     if keys is None:
         keys = history_keys(history)
-    canonical = [key_id, user, instructions, steps(keys)]
-    data = orjson.dumps(canonical, option=orjson.OPT_SORT_KEYS)
-    return hashlib.blake2b(data, digest_size=16).hexdigest()
+    return hashlib.blake2b(_canonical(key_id, user, instructions, keys), digest_size=16).hexdigest()
+
+
+def _canonical(
+    key_id: str | None, user: str | None, instructions: list[Any], keys: list[tuple[Any, ...]]
+) -> bytes:
+    return orjson.dumps([key_id, user, instructions, steps(keys)], option=orjson.OPT_SORT_KEYS)
 
 
 def history_keys(history: list[dict[str, Any]]) -> list[tuple[Any, ...]]:
@@ -92,6 +108,8 @@ def end_fingerprint(
     """The fingerprint of the history after a turn: its request's history and its answer.
     `prior_keys`: the canonical forms of the first messages of that history, made when the
     request was threaded (the rest are made here)."""
+    if isinstance(prior_keys, KeyedHistory) and prior_keys.made_for(key_id, user, prompt):
+        return prior_keys.end_fingerprint(answer)
     view = dspy_view(prompt)
     if view is not None:  # a fresh prompt holding its history (reshaped.py)
         prompt, answer = view, dspy_answer(answer)
@@ -123,3 +141,93 @@ def recorded_fingerprint(
     """The fingerprint of `history` for a turn as the store recorded it (its `request`: its
     user and instructions), when what a turn ended with changes afterwards (a truncate)."""
     return fingerprint(key_id, request.get("user"), request.get("instructions") or [], history)
+
+
+def keyed_history(
+    key_id: str | None, user: str | None, prompt: list[dict[str, Any]]
+) -> KeyedHistory | None:
+    """A prompt's `KeyedHistory`; None for a fresh prompt holding its history (reshaped.py),
+    whose fingerprints are of another history."""
+    return KeyedHistory(key_id, user, prompt) if dspy_view(prompt) is None else None
+
+
+class KeyedHistory(list[tuple[Any, ...]]):
+    """The canonical forms of every history message of a prompt (`history_keys`), with its
+    turn's fingerprints made as far as they can be before the answer: the start fingerprint
+    whole, the end one hashed up to where the answer's key goes. Made for one key, user and
+    prompt (`made_for`), never for a fresh prompt holding its history (`keyed_history`)."""
+
+    def __init__(self, key_id: str | None, user: str | None, prompt: list[dict[str, Any]]):
+        history = [m for m in prompt if m.get("role") in HISTORY_ROLES]
+        super().__init__(history_keys(history))
+        self.key_id, self.user, self.prompt = key_id, user, prompt
+        instructions = [
+            text_of(m.get("content")) for m in prompt if m.get("role") in _INSTRUCTION_ROLES
+        ]
+        data = _canonical(key_id, user, instructions, self)
+        self.start_fingerprint = hashlib.blake2b(data, digest_size=16).hexdigest()
+        # `data` ends with the steps' list and the whole list closing (`]]`). An answer is an
+        # assistant message at the end, which no step before it merges with (`steps`): its
+        # key follows theirs, and both lists close after it.
+        self._before_answer = hashlib.blake2b(data[:-2], digest_size=16)
+
+    def made_for(self, key_id: str | None, user: str | None, prompt: list[dict[str, Any]]) -> bool:
+        return prompt is self.prompt and key_id == self.key_id and user == self.user
+
+    def end_fingerprint(self, answer: dict[str, Any]) -> str:
+        """`end_fingerprint` of this history and `answer`, hashing only the answer."""
+        rest = orjson.dumps(message_key(answer), option=orjson.OPT_SORT_KEYS) + b"]]"
+        state = self._before_answer.copy()
+        state.update(b"," + rest if self else rest)
+        return state.hexdigest()
+
+
+@dataclass(slots=True)
+class LookupPrints:
+    """What threading looks a request's history up by (`lookup_prints`)."""
+
+    # The fresh prompt's history, when the request is one holding it (reshaped.py).
+    view: list[dict[str, Any]] | None = None
+    # How many history messages the request continues after (`prior_history`).
+    prior: int = 0
+    # Their canonical forms; for a large body, those of its whole history (`KeyedHistory`).
+    keys: list[tuple[Any, ...]] | None = None
+    history_print: str | None = None  # of the history it continues
+    start_print: str | None = None  # of the history an interrupted turn began with
+
+
+def lookup_prints(
+    key_id: str | None,
+    user: str | None,
+    messages: list[dict[str, Any]],
+    *,
+    repair: bool,
+    whole: bool = False,
+) -> LookupPrints:
+    """The fingerprints a request's history is looked up by: of its prior history, and with
+    `repair` of the history an interrupted turn would have begun with (`repair_history`).
+    `whole`: key the whole history once (`KeyedHistory`), for a body large enough that this
+    runs on a thread."""
+    view = dspy_view(messages)
+    keyed = KeyedHistory(key_id, user, messages) if whole and view is None else None
+    if view is not None:
+        messages = view  # a fresh prompt: the history it holds (reshaped.py)
+    prior = prior_history(messages)
+    began = repair_history(messages) if repair and view is None else None
+    if not prior and not began:
+        return LookupPrints(view, keys=keyed)
+    keys = keyed[: len(prior)] if keyed is not None else history_keys(prior)
+    history_print = fingerprint(key_id, user, messages, prior, keys) if prior else None
+    start_print = None
+    if began:
+        began_keys = (
+            keyed[: len(began)]
+            if keyed is not None
+            else [
+                *keys,
+                *history_keys(began[len(prior) :]),
+            ]
+        )
+        start_print = fingerprint(key_id, user, messages, began, began_keys)
+    whole_keys = keyed if keyed is not None else keys
+    return LookupPrints(view, len(prior), whole_keys, history_print, start_print)

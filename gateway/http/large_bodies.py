@@ -4,14 +4,15 @@
 Parsing and validating megabytes of JSON holds the interpreter for tens of milliseconds a
 megabyte. On the event loop that is time no other request gets, whoever sent it; on a thread
 the interpreter still hands the loop its turn every switch interval, so the loop keeps
-answering. What follows the parse (threading, recording, forwarding the body) still costs in
-the body's size, so a key's large requests take turns in its own lane (gateway.lanes): a
-flood of them queues behind itself, and each key adds at most its lane's width of them to the
-loop's work. The lane is taken before the body is read when `Content-Length` tells the size,
-so the bodies that wait stay in their sockets, not in memory; a body without one (chunked) is
-taken to be large. A request leaves the lane when it is answered, or
-`server.large_body_hold_s` after it took it, whichever comes first: that covers its start,
-and a team's agents, who share a key, still stream their long answers side by side.
+answering. Threading's fingerprints, in the body's size too, are then made on a thread as well
+(gateway.conversations.threading.LARGE_HISTORY). What else follows the parse (recording,
+forwarding the body) still costs in the body's size, so a key's large requests take turns in
+its own lane (gateway.lanes): a flood of them queues behind itself, and each key adds at most
+its lane's width of them to the loop's work. The lane is taken before the body is read when
+`Content-Length` tells the size, so the bodies that wait stay in their sockets, not in memory;
+a body without one (chunked) is taken to be large. A request leaves the lane when it is
+answered, or `server.large_body_hold_s` after it took it, whichever comes first: that covers
+its start, and a team's agents, who share a key, still stream their long answers side by side.
 
 Below the threshold a request pays one comparison of its declared length, and one of the
 length read.
@@ -27,6 +28,7 @@ from typing import TypeVar
 from aiohttp import web
 
 from gateway.context import GATEWAY
+from gateway.conversations.threading import LARGE_HISTORY
 from gateway.http.auth import PRINCIPAL
 
 T = TypeVar("T")
@@ -58,4 +60,5 @@ async def read_parsed(request: web.Request, parse: Callable[[bytes], T]) -> T:
     raw = await request.read()
     if len(raw) < request.app[GATEWAY].config.server.large_body_kb * 1024:
         return parse(raw)
+    LARGE_HISTORY.set(True)  # its history's fingerprints are made on a thread too
     return await asyncio.to_thread(parse, raw)

@@ -1,5 +1,6 @@
 """Threading's fingerprints: a turn's end fingerprint made from the canonical forms threading
-made of the request's history is the one made from the messages alone."""
+made of the request's history is the one made from the messages alone, and so are those of a
+large body's history, keyed ahead on a thread (`KeyedHistory`)."""
 
 from __future__ import annotations
 
@@ -7,12 +8,18 @@ from typing import Any
 
 import pytest
 
+from gateway.conversations.reshaped import dspy_view
 from gateway.conversations.threading import (
+    KeyedHistory,
     end_fingerprint,
     fingerprint,
     history_keys,
+    keyed_history,
+    lookup_prints,
     prior_history,
+    start_fingerprint,
 )
+from tests.conversations.test_threading_frameworks import dspy_prompt
 
 CALL = {"id": "call_1", "type": "function", "function": {"name": "f", "arguments": '{"a": 1}'}}
 PROMPTS: list[list[dict[str, Any]]] = [
@@ -48,3 +55,66 @@ def test_an_end_fingerprint_from_the_lookups_keys_is_the_same(prompt: list[dict[
     # ...and it is what the next request, continuing after the answer, looks up.
     following = [*prompt, answer, {"role": "user", "content": "next"}]
     assert fingerprint("key", "ann", following, prior_history(following)) == whole
+
+
+MERGED = {  # Mastra: one answer of two calls, each followed by its result
+    "role": "assistant",
+    "content": "",
+    "tool_calls": [CALL, {**CALL, "id": "call_2", "function": {"name": "g", "arguments": "{}"}}],
+}
+KEYED_PROMPTS: list[list[dict[str, Any]]] = [
+    *PROMPTS,
+    [{"role": "system", "content": "Only instructions."}],
+    [
+        {"role": "user", "content": "go"},
+        MERGED,
+        {"role": "tool", "tool_call_id": "call_2", "content": "b"},
+        {"role": "tool", "tool_call_id": "call_1", "content": "a"},
+        {"role": "user", "content": "and?"},
+    ],
+    [  # two calls, one answered: no step is merged, before or after the answer
+        {"role": "user", "content": "go"},
+        MERGED,
+        {"role": "tool", "tool_call_id": "call_1", "content": "a"},
+    ],
+    [{"role": "user", "content": "go"}, MERGED],
+]
+ANSWERS = [
+    {"role": "assistant", "content": "six"},
+    {"role": "assistant", "content": None, "tool_calls": MERGED["tool_calls"]},
+]
+
+
+@pytest.mark.parametrize("prompt", KEYED_PROMPTS)
+@pytest.mark.parametrize("answer", ANSWERS)
+def test_a_history_keyed_ahead_gives_the_fingerprints_made_at_the_turns_end(
+    prompt: list[dict[str, Any]], answer: dict[str, Any]
+) -> None:
+    keyed = keyed_history("key", "ann", prompt)
+    assert keyed is not None and keyed.made_for("key", "ann", prompt)
+    assert end_fingerprint("key", "ann", prompt, answer, keyed) == end_fingerprint(
+        "key", "ann", prompt, answer
+    )
+    assert start_fingerprint("key", "ann", prompt, keyed) == start_fingerprint("key", "ann", prompt)
+    # Made for another user (or key, or prompt), it is not taken for theirs.
+    assert end_fingerprint("key", "bob", prompt, answer, keyed) == end_fingerprint(
+        "key", "bob", prompt, answer
+    )
+    # Looked up on a thread (a large body), a request's prints are those made on the loop.
+    for repair in (True, False):
+        on_loop = lookup_prints("key", "ann", prompt, repair=repair)
+        ahead = lookup_prints("key", "ann", prompt, repair=repair, whole=True)
+        assert (ahead.history_print, ahead.start_print, ahead.prior) == (
+            on_loop.history_print,
+            on_loop.start_print,
+            on_loop.prior,
+        )
+        assert isinstance(ahead.keys, KeyedHistory) and ahead.keys == keyed
+
+
+def test_a_fresh_prompt_holding_its_history_is_not_keyed_ahead() -> None:
+    dspy = dspy_prompt("")
+    assert dspy_view(dspy) is not None
+    assert keyed_history("key", None, dspy) is None
+    looked = lookup_prints("key", None, dspy, repair=True, whole=True)
+    assert not isinstance(looked.keys, KeyedHistory)
