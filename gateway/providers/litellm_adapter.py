@@ -19,6 +19,7 @@ from __future__ import annotations
 
 import asyncio
 import importlib
+import logging
 import os
 import re
 import warnings
@@ -89,7 +90,25 @@ def load_litellm() -> Any:
     # No per-chunk success logging (a thread-pool job per chunk); the gateway records streams.
     module.disable_streaming_logging = True
     module.disable_hf_tokenizer_download = True  # counts with the bundled tiktoken files
+    _quiet_loggers()
     return module
+
+
+# litellm's loggers. It gives them a handler of its own, which writes every record at the root
+# logger's level (INFO: a "LiteLLM completion() model=..." line per request) in its own format,
+# and the record goes on to the gateway's handlers as well.
+LITELLM_LOGGERS = ("LiteLLM", "LiteLLM Router", "LiteLLM Proxy")
+
+
+def _quiet_loggers() -> None:
+    """litellm's records through the gateway's handlers alone (its format, its scrubbing), from
+    WARNING up, or from the level an operator gave `LITELLM_LOG`."""
+    level = logging.getLevelName(os.environ.get("LITELLM_LOG", "WARNING").upper())
+    for name in LITELLM_LOGGERS:
+        logger = logging.getLogger(name)
+        logger.setLevel(level if isinstance(level, int) else logging.WARNING)
+        for handler in list(logger.handlers):
+            logger.removeHandler(handler)
 
 
 class LiteLLMStreamResponse:

@@ -8,6 +8,7 @@ comes back as OpenAI chat SSE or a `chat.completion` that the gateway's own pars
 from __future__ import annotations
 
 import asyncio
+import logging
 import socket
 from collections.abc import Awaitable, Callable
 from typing import Any
@@ -26,7 +27,11 @@ from gateway.errors import (
     UpstreamStreamError,
     UpstreamTimeout,
 )
-from gateway.providers.litellm_adapter import LiteLLMProvider, LiteLLMStreamResponse
+from gateway.providers.litellm_adapter import (
+    LITELLM_LOGGERS,
+    LiteLLMProvider,
+    LiteLLMStreamResponse,
+)
 from gateway.providers.openai_chat import ChatStreamParser, parse_completion
 from gateway.stream.assembler import BlockAssembler
 from gateway.stream.sse import SSEDecoder
@@ -164,6 +169,21 @@ async def test_stream_arrives_as_openai_chat_sse(fake: FakeGemini) -> None:
     assert seen.body["contents"][-1]["parts"][-1] == {"text": "Say hello"}
     assert seen.body["generationConfig"]["temperature"] == 0.2
     assert seen.body["generationConfig"]["max_output_tokens"] == 64
+
+
+async def test_litellm_logs_through_the_gateways_handlers_from_warning_up(
+    fake: FakeGemini, caplog: pytest.LogCaptureFixture, capsys: pytest.CaptureFixture[str]
+) -> None:
+    """litellm's own handler wrote a "LiteLLM completion() model=..." line per request in its
+    own format (and the gateway's log had it again): its loggers now keep WARNING and up, and
+    write only through the gateway's handlers."""
+    caplog.set_level(logging.INFO)
+    await read_all(await provider(fake.url).chat(BODY, stream=True))
+    assert not [r for r in caplog.records if r.name in LITELLM_LOGGERS]
+    assert "LiteLLM completion()" not in "".join(capsys.readouterr())
+    for name in LITELLM_LOGGERS:
+        assert logging.getLogger(name).handlers == []
+        assert logging.getLogger(name).getEffectiveLevel() == logging.WARNING
 
 
 async def test_usage_asked_for_by_the_client_is_not_injected(fake: FakeGemini) -> None:
