@@ -564,6 +564,7 @@ MODEL: Schema = {
                 "input_per_mtok": {"type": "number"},
                 "output_per_mtok": {"type": "number"},
                 "cache_read_per_mtok": {"type": "number"},
+                "cache_write_per_mtok": {"type": "number"},
             },
         },
     },

@@ -83,4 +83,9 @@ def _pricing(deployments: Sequence[Deployment]) -> dict[str, float] | None:
     reads = [p.cache_read if p.cache_read is not None else p.input for p in priced]
     if any(p.cache_read is not None for p in priced):
         out["cache_read_per_mtok"] = max(reads)
+    # A prompt cache written (Anthropic's, 5 minutes), where a deployment prices it; one that
+    # does not bills it as input.
+    writes = [p.cache_write if p.cache_write is not None else p.input for p in priced]
+    if any(p.cache_write is not None for p in priced):
+        out["cache_write_per_mtok"] = max(writes)
     return {name: round(value * 1e6, 6) for name, value in out.items()}

@@ -39,6 +39,17 @@ async def test_an_alias_says_what_its_model_takes_and_costs(
             ],
         },
         {"name": "mystery", "deployments": [deployment(upstream, "an-unknown-model")]},
+        {
+            "name": "claude",
+            "deployments": [
+                {
+                    "provider": "anthropic",
+                    "api_base": upstream.url,
+                    "api_key": "k",
+                    "model": "claude-sonnet-4-5-20250929",
+                }
+            ],
+        },
     ]
     gw = await make_gateway(models)
     listed = {m.id: m.model_extra or {} for m in (await gw.client().models.list()).data}
@@ -55,6 +66,13 @@ async def test_an_alias_says_what_its_model_takes_and_costs(
     assert mixed["input_modalities"] == ["text"]  # gpt-3.5-turbo takes no images
     assert mixed["pricing"]["input_per_mtok"] == 3.0 and mixed["pricing"]["output_per_mtok"] == 12
     assert listed["mystery"] == {}  # nothing known is guessed
+    # Claude prices its prompt cache's writes as well as its reads.
+    assert listed["claude"]["pricing"] == {
+        "input_per_mtok": 3.0,
+        "output_per_mtok": 15.0,
+        "cache_read_per_mtok": 0.3,
+        "cache_write_per_mtok": 3.75,
+    }
     one = await gw.client().models.retrieve("smart")
     assert (one.model_extra or {})["context_window"] == 128_000
 
