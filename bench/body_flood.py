@@ -54,7 +54,7 @@ REPO = Path(__file__).resolve().parent.parent
 MASTER = "bench-master-key-0123456789"
 
 # A probe: one kind of request, again and again on one kept-alive connection, until FILE
-# is removed; then its times (seconds) as JSON on stdout.
+# is removed; then its times (seconds) as JSON on stdout, and each one's time to its headers.
 _PROBE = r"""
 import http.client, json, os, sys, time
 port, kind, key, flag = int(sys.argv[1]), sys.argv[2], sys.argv[3], sys.argv[4]
@@ -63,6 +63,7 @@ body = json.dumps({"model": "m", "stream": True,
                    "messages": [{"role": "user", "content": "hi"}]})
 headers = {"Authorization": "Bearer " + key, "Content-Type": "application/json"}
 times = []
+firsts = []
 def once():
     began = time.perf_counter()
     if kind == "live":
@@ -70,6 +71,7 @@ def once():
     else:
         conn.request("POST", "/v1/chat/completions", body, headers)
     response = conn.getresponse()
+    firsts.append(time.perf_counter() - began)
     response.read()
     assert response.status == 200, response.status
     return time.perf_counter() - began
@@ -78,7 +80,7 @@ print("ready", flush=True)
 while os.path.exists(flag):
     times.append(once())
     time.sleep(0.005)
-print(json.dumps(times), flush=True)
+print(json.dumps([times, firsts[1:]]), flush=True)
 """
 
 
@@ -334,10 +336,10 @@ async def main() -> None:
                 loop_cpu = _loop_cpu_s(gateway.pid) - loop_began
                 all_cpu = (cpu_s(gateway.pid) or 0.0) - all_began
                 flag.unlink()
-                times = {}
+                times, headers_at = {}, {}
                 for kind, probe in probes.items():
                     out, _ = await probe.communicate()
-                    times[kind] = json.loads(out.decode().splitlines()[-1])
+                    times[kind], headers_at[kind] = json.loads(out.decode().splitlines()[-1])
                 if spy is not None:
                     spy.send_signal(signal.SIGINT)
                     await asyncio.wait_for(spy.wait(), 30)
@@ -366,6 +368,8 @@ async def main() -> None:
     )
     for kind, seen in times.items():
         print(_summary(kind, seen))
+        worst = max(range(len(seen)), key=seen.__getitem__)
+        print(f"{'':8}(its worst had its headers after {headers_at[kind][worst] * 1000:.1f} ms)")
     if args.late:
         print(
             "where the event loop's thread was, sampled every 5 ms while the timer was 30 ms late:"
