@@ -63,6 +63,7 @@ class Route:
     wire: str
     url: Callable[[str | None], str]  # the chat URL, from the deployment's api_base
     key_variables: tuple[str, ...]  # where litellm finds the key when the config gives none
+    base_variable: str  # and the api_base
     request: Callable[..., dict[str, Any]]
     errors: ErrorConverter = openai_error
     ask_usage: bool = False  # the stream reports usage only when asked
@@ -102,6 +103,7 @@ _COHERE = Route(
     COHERE_V2,
     _cohere_url,
     ("COHERE_API_KEY", "CO_API_KEY"),
+    "COHERE_API_BASE",
     cohere_chat.cohere_request,
     cohere_chat.openai_error_body,
     params=COHERE_PARAMS,
@@ -111,6 +113,7 @@ ROUTES: dict[str, Route] = {
         GROQ_CHAT,
         _openai_url("https://api.groq.com/openai/v1"),
         ("GROQ_API_KEY",),
+        "GROQ_API_BASE",
         groq_request,
         _groq_errors,
         ask_usage=True,
@@ -119,6 +122,7 @@ ROUTES: dict[str, Route] = {
         MISTRAL_CHAT,
         _openai_url(mistral_chat.DEFAULT_API_BASE),
         ("MISTRAL_API_KEY",),
+        "MISTRAL_API_BASE",
         mistral_chat.mistral_request,
         _mistral_errors,
     ),
@@ -131,8 +135,8 @@ def native_provider(config: DeploymentConfig, pool: Transport, model: str) -> Na
     """The gateway's own adapter for a litellm `model`, when it speaks that provider."""
     prefix = provider_prefix(model)
     route = ROUTES.get(prefix)
-    if route is None:
-        return None
+    if route is None or (route is _COHERE and "v1/" in model):
+        return None  # (`cohere_chat/v1/...`: Cohere's v1 chat, another format, litellm's)
     return NativeChat(config, pool, model, route)
 
 
@@ -153,7 +157,9 @@ class NativeChat:
     def __init__(self, config: DeploymentConfig, pool: Transport, model: str, route: Route) -> None:
         self.wire = route.wire
         self._pool = pool
-        self._model = model.split("/", 1)[1]  # the provider's own name for it
+        own = model.split("/", 1)[1]  # the provider's own name for it
+        # (litellm's `cohere_chat/v2/...` names Cohere's v2 route, the one spoken here.)
+        self._model = own.removeprefix("v2/") if route is _COHERE else own
         self._route = route
         # Transcriptions, speech, rerank and the like stay litellm's, as does the parameter
         # table of Groq's and Mistral's models (read by gateway.providers.params, as the
@@ -169,7 +175,7 @@ class NativeChat:
             headers["Authorization"] = f"Bearer {key}"
         # First-token, idle and total timeouts are the pipeline's; only connecting is timed here.
         self._endpoint = Endpoint(
-            route.url(config.api_base),
+            route.url(config.api_base or os.environ.get(route.base_variable)),
             headers,
             config.timeouts.connect_s,
             proxy=config.proxy,

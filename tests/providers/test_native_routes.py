@@ -91,17 +91,36 @@ def adapter(model: str, **config: Any) -> NativeChat | None:
     ],
 )
 def test_which_models_are_spoken_natively_and_where_they_go(
-    model: str, api_base: str | None, url: str | None
+    model: str, api_base: str | None, url: str | None, monkeypatch: pytest.MonkeyPatch
 ) -> None:
+    for variable in ("GROQ_API_BASE", "MISTRAL_API_BASE", "COHERE_API_BASE"):
+        monkeypatch.delenv(variable, raising=False)
     made = adapter(model, api_base=api_base)
     assert made is not None
     expected = url or "http://127.0.0.1:9/openai/v1/chat/completions"
     assert made._endpoint.url == expected
 
 
-@pytest.mark.parametrize("model", ["gemini/gemini-2.5-flash", "bedrock/anthropic.claude", "gpt-4o"])
+@pytest.mark.parametrize(
+    "model",
+    ["gemini/gemini-2.5-flash", "bedrock/anthropic.claude", "gpt-4o", "cohere_chat/v1/command-r"],
+)
 def test_other_litellm_models_stay_with_litellm(model: str) -> None:
     assert adapter(model) is None
+
+
+def test_cohere_v2_route_names_the_model_without_its_route() -> None:
+    made = adapter("cohere_chat/v2/command-r-plus")
+    assert made is not None and made._model == "command-r-plus"
+
+
+def test_the_api_base_comes_from_litellms_variable_when_the_config_has_none(
+    monkeypatch: pytest.MonkeyPatch,
+) -> None:
+    monkeypatch.setenv("MISTRAL_API_BASE", "https://mistral.internal/v1")
+    made = adapter("mistral/mistral-small-latest")
+    assert made is not None
+    assert made._endpoint.url == "https://mistral.internal/v1/chat/completions"
 
 
 def test_the_key_comes_from_litellms_variable_when_the_config_has_none(
