@@ -45,7 +45,13 @@ def mistral_request(body: dict[str, Any], model: str, *, stream: bool) -> dict[s
     """The Mistral request for an OpenAI chat body (the fields the deployment's parameter
     table let through)."""
     body = openai_form(body)
-    out: dict[str, Any] = {"model": model, "messages": body.get("messages") or [], "stream": stream}
+    reasons = "magistral" in model.lower()
+    messages = [_message(m, reasons) for m in body.get("messages") or ()]
+    out: dict[str, Any] = {
+        "model": model,
+        "messages": [m for m in messages if m is not None],
+        "stream": stream,
+    }
     for key in _SAME:
         if body.get(key) is not None:
             out[key] = body[key]
@@ -65,6 +71,53 @@ def mistral_request(body: dict[str, Any], model: str, *, stream: bool) -> dict[s
     # models that take an effort take OpenAI's field.
     if effort is not None and "magistral" not in model.lower():
         out["reasoning_effort"] = effort
+    return out
+
+
+# What each role's message may hold (Mistral refuses any other field).
+_FIELDS = {
+    "system": ("role", "content"),
+    "user": ("role", "content"),
+    "assistant": ("role", "content", "tool_calls", "prefix"),
+    "tool": ("role", "content", "tool_call_id", "name"),
+}
+
+
+def _message(message: Any, reasons: bool) -> dict[str, Any] | None:
+    """An OpenAI chat message as Mistral takes it: its own fields only, a tool call as
+    `{id, type, function}`, an earlier answer's reasoning as a thinking part for a model that
+    reasons (and left out for one that does not); None for an assistant message with nothing
+    in it."""
+    if not isinstance(message, dict):
+        return None
+    role = "system" if message.get("role") == "developer" else message.get("role")
+    fields = _FIELDS.get(str(role))
+    if fields is None:
+        return None
+    out = {k: message[k] for k in fields if message.get(k) is not None}
+    out["role"] = role
+    if role != "assistant":
+        return out
+    calls = message.get("tool_calls")
+    if isinstance(calls, list) and calls:
+        out["tool_calls"] = [
+            {"id": c.get("id"), "type": "function", "function": c.get("function")}
+            for c in calls
+            if isinstance(c, dict)
+        ]
+    else:
+        out.pop("tool_calls", None)
+    reasoning = message.get("reasoning_content") or message.get("reasoning")
+    if reasons and isinstance(reasoning, str) and reasoning:
+        content = out.get("content")
+        if isinstance(content, list):
+            parts = content
+        else:
+            parts = [{"type": "text", "text": content}] if content else []
+        think = {"type": "thinking", "thinking": [{"type": "text", "text": reasoning}]}
+        out["content"] = [{**think, "closed": True}, *parts]
+    if not out.get("content") and not out.get("tool_calls"):
+        return None
     return out
 
 

@@ -206,6 +206,48 @@ def test_mistral_request() -> None:
     assert "reasoning_effort" not in mistral_request(body, "magistral-medium-latest", stream=True)
 
 
+def test_mistral_messages_hold_only_mistrals_fields() -> None:
+    """Mistral refuses fields it does not know: a name beside a user's message, a tool call's
+    index, an earlier answer's reasoning (which a reasoning model gets back as a thinking part),
+    an empty assistant message."""
+    history = [
+        {"role": "developer", "content": "Be brief."},
+        {"role": "user", "name": "ann", "content": "Capital of France?"},
+        {
+            "role": "assistant",
+            "content": None,
+            "reasoning_content": "A lookup.",
+            "tool_calls": [
+                {
+                    "index": 0,
+                    "id": "c1",
+                    "type": "function",
+                    "function": {"name": "lookup", "arguments": "{}"},
+                }
+            ],
+        },
+        {"role": "tool", "tool_call_id": "c1", "name": "lookup", "content": "Paris"},
+        {"role": "assistant", "content": "Paris.", "reasoning_content": "Easy."},
+        {"role": "assistant", "content": ""},
+        {"role": "user", "content": "Thanks"},
+    ]
+    call = {"id": "c1", "type": "function", "function": {"name": "lookup", "arguments": "{}"}}
+    sent = mistral_request({"messages": history}, "mistral-small-latest", stream=False)
+    assert sent["messages"] == [
+        {"role": "system", "content": "Be brief."},
+        {"role": "user", "content": "Capital of France?"},
+        {"role": "assistant", "tool_calls": [call]},
+        {"role": "tool", "content": "Paris", "tool_call_id": "c1", "name": "lookup"},
+        {"role": "assistant", "content": "Paris."},
+        {"role": "user", "content": "Thanks"},
+    ]
+    thinking = mistral_request({"messages": history}, "magistral-medium-latest", stream=False)
+    assert thinking["messages"][4]["content"] == [
+        {"type": "thinking", "thinking": [{"type": "text", "text": "Easy."}], "closed": True},
+        {"type": "text", "text": "Paris."},
+    ]
+
+
 def test_groq_request_keeps_openais_fields_but_the_gateways() -> None:
     body = {
         "messages": HISTORY,
