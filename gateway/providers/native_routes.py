@@ -48,12 +48,25 @@ COHERE_PARAMS = frozenset(
 )
 
 
+# What an answer carries that Groq refuses in an earlier assistant message.
+_ANSWER_ONLY = frozenset(
+    {"reasoning_content", "thinking_blocks", "reasoning_items", "provider_specific_fields"}
+)
+
+
 def groq_request(body: dict[str, Any], model: str, *, stream: bool) -> dict[str, Any]:
-    """Groq's request: OpenAI's, with the fields litellm would hand it."""
+    """Groq's request: OpenAI's, with the fields litellm would hand it, and earlier answers
+    without what only answers carry or null fields (Groq refuses both)."""
     body = openai_form(body)
     out = {k: body[k] for k in LITELLM_FORWARDED if body.get(k) is not None}
     out.pop("thinking", None)  # the /v1/messages dialect's; its effort is beside it
-    return {**out, "model": model, "messages": body.get("messages") or [], "stream": stream}
+    messages = [
+        {k: v for k, v in m.items() if v is not None and k not in _ANSWER_ONLY}
+        if isinstance(m, dict) and m.get("role") == "assistant"
+        else m
+        for m in body.get("messages") or ()
+    ]
+    return {**out, "model": model, "messages": messages, "stream": stream}
 
 
 @dataclass(frozen=True)

@@ -258,6 +258,15 @@ def test_groq_request_keeps_openais_fields_but_the_gateways() -> None:
     }
     request = groq_request(body, "openai/gpt-oss-120b", stream=False)
     assert request.keys() == {"model", "messages", "stream", "temperature", "reasoning_effort"}
+    # An earlier answer goes without its reasoning and null fields, which Groq refuses.
+    earlier = {
+        "role": "assistant",
+        "content": "Paris.",
+        "reasoning_content": "Hm.",
+        "refusal": None,
+    }
+    sent = groq_request({"messages": [earlier]}, "openai/gpt-oss-120b", stream=False)
+    assert sent["messages"] == [{"role": "assistant", "content": "Paris."}]
 
 
 def frame(obj: dict[str, Any]) -> SSEFrame:
