@@ -9,25 +9,9 @@ import { ZONE, fmtTime, shortId } from './format.js';
 import { listLink } from './list.js';
 import { requestsOf } from './request.js';
 import { href, onLeave } from './router.js';
-import { timelineView } from './timeline.js';
+import { groupTurns, timelineView } from './timeline.js';
 import { trajectoryView } from './trajectory.js';
 import { idCell, loading, metaItem, panel, statusBadge } from './widgets.js';
-
-function groupTurns(events) {
-  const turns = [];
-  const byId = new Map();
-  for (const event of events) {
-    let turn = byId.get(event.turn_id);
-    if (!turn) {
-      turn = { id: event.turn_id, conversation_id: event.conversation_id, events: [], end: null };
-      byId.set(event.turn_id, turn);
-      turns.push(turn);
-    }
-    turn.events.push(event);
-    if (event.type === 'turn/end') turn.end = event;
-  }
-  return turns;
-}
 
 export async function conversationPage(root, id, params) {
   const view = ['trajectory', 'timeline'].includes(params.get('view')) ? params.get('view') : 'chat';

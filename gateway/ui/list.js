@@ -4,6 +4,7 @@
 
 import { append, clear, h } from './dom.js';
 import { autoRefresh } from './autorefresh.js';
+import { listTimeline } from './list_timeline.js';
 import { adminKeyName, api, enc, isAdmin, names, ownTeamName, query } from './api.js';
 import { ZONE, fmtAgo, fmtInt, fmtMs, fmtTime, fmtUsd, plural, utcDay } from './format.js';
 import { applySoon, go, href, keepFocus } from './router.js';
@@ -17,7 +18,7 @@ export function listLink() {
 }
 
 const FILTERS = ['q', 'team_id', 'key_id', 'model', 'status', 'user', 'since', 'until', 'stopped', 'failed',
-  'min_cost', 'max_cost', 'min_duration_ms', 'max_duration_ms', 'min_ttft_ms', 'max_ttft_ms', 'sort', 'order', 'limit'];
+  'min_cost', 'max_cost', 'min_duration_ms', 'max_duration_ms', 'min_ttft_ms', 'max_ttft_ms', 'sort', 'order', 'limit', 'view'];
 const RANGES = [
   ['min_cost', 'Cost from (USD)'], ['max_cost', 'Cost to (USD)'],
   ['min_duration_ms', 'Duration from (ms)'], ['max_duration_ms', 'Duration to (ms)'],
@@ -87,7 +88,7 @@ function fromForm(form) {
 }
 
 function apiQuery(filters, after) {
-  const { q, since, until, ...rest } = filters;
+  const { q, since, until, view: _view, ...rest } = filters;
   const search = q.trim();
   const lastDay = utcDay(until);
   const kind = searchKind(search);
@@ -104,7 +105,7 @@ function apiQuery(filters, after) {
 export async function conversationsPage(root, params) {
   const filters = filtersOf(params);
   const after = params.get('after') || '';
-  const signature = JSON.stringify(filters);
+  const signature = JSON.stringify({ ...filters, view: '' }); // a page's cursors, either view
   listHash = location.hash || null;
   root.append(pageHeader('Conversations', isAdmin()
     ? 'Every recorded conversation, newest first. Open one to read it as the user saw it, or its attempts as the gateway made them.'
@@ -154,6 +155,7 @@ export async function conversationsPage(root, params) {
   append(form, h('div', { class: 'filter-grid' }, controls), more,
     h('input', { type: 'hidden', name: 'sort', value: filters.sort }),
     h('input', { type: 'hidden', name: 'order', value: filters.order }),
+    h('input', { type: 'hidden', name: 'view', value: filters.view }),
     h('div', { class: 'filter-actions' },
       h('button', { class: 'btn btn-primary', type: 'submit' }, 'Apply'),
       h('a', { class: 'btn btn-ghost', href: href('/conversations') }, 'Reset')));
@@ -238,7 +240,20 @@ export async function conversationsPage(root, params) {
           go('/conversations', { ...urlParams(filters), after: cursor });
         },
       }, 'Next →')));
-  clear(results).append(panel(null, list, pager, autoRefresh('conversations'), savedSearch(filters)));
+  const shown = filters.view === 'timeline' ? await listTimeline(page.data, link) : list;
+  clear(results).append(panel(null, viewTabs(filters, after), shown, pager, autoRefresh('conversations'), savedSearch(filters)));
+}
+
+function viewTabs(filters, after) {
+  // The same page of the list as a table, or on one time axis.
+  return h('div', { class: 'tabs list-views', role: 'tablist', 'aria-label': 'View' },
+    [['', 'Table'], ['timeline', 'Timeline']].map(([view, label]) => {
+      const active = filters.view === view || (!view && filters.view !== 'timeline');
+      return h('a', {
+        href: href('/conversations', { ...urlParams(filters), view, after }), role: 'tab', class: active ? 'tab active' : 'tab',
+        'aria-selected': active ? 'true' : 'false', 'data-testid': `list-view-${view || 'table'}`,
+      }, label);
+    }));
 }
 
 function savedSearch(filters) {

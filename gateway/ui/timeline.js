@@ -12,7 +12,7 @@ const HOUR = 60 * MINUTE;
 const DAY = 24 * HOUR;
 const TICK_STEPS_MS = [1, 2, 5, 10, 20, 50, 100, 200, 500, 1000, 2000, 5000, 10000, 15000, 30000, MINUTE, 2 * MINUTE, 5 * MINUTE, 10 * MINUTE, 15 * MINUTE, 30 * MINUTE, HOUR, 2 * HOUR, 6 * HOUR, 12 * HOUR, DAY, 2 * DAY, 7 * DAY, 14 * DAY, 28 * DAY];
 
-function fmtSpan(ms) {
+export function fmtSpan(ms) {
   // A session may go on for days: past a minute, in minutes, hours and days.
   if (ms === null || ms === undefined || ms < MINUTE) return fmtMs(ms);
   const whole = Math.round(ms / 1000);
@@ -33,7 +33,7 @@ function tokensOf(usage) {
   return usage ? (usage.prompt_tokens || 0) + (usage.completion_tokens || 0) : null;
 }
 
-function turnSpan(turn, attempts, now) {
+export function turnSpan(turn, attempts, now) {
   // From the turn's first event (its input) to its turn/end; one still open, to now.
   const start = turn.events[0].created_at * 1000;
   const ends = attempts.map((a) => a.timing.end).filter((v) => v !== null);
@@ -41,6 +41,33 @@ function turnSpan(turn, attempts, now) {
   const starts = attempts.map((a) => a.timing.start).filter((v) => v !== null);
   // An attempt's start is its end less its duration: the clocks of the two differ by a little.
   return { start: Math.min(start, ...starts), end: Math.max(end, ...ends) };
+}
+
+export function groupTurns(events) {
+  // A conversation's events, turn by turn in their order: each with its events and its end.
+  const turns = [];
+  const byId = new Map();
+  for (const event of events) {
+    let turn = byId.get(event.turn_id);
+    if (!turn) {
+      turn = { id: event.turn_id, conversation_id: event.conversation_id, events: [], end: null };
+      byId.set(event.turn_id, turn);
+      turns.push(turn);
+    }
+    turn.events.push(event);
+    if (event.type === 'turn/end') turn.end = event;
+  }
+  return turns;
+}
+
+export function axisRow(span) {
+  // The time axis over `span` ms from the first start, in about six round steps.
+  const step = TICK_STEPS_MS.find((s) => span / s <= 6) || TICK_STEPS_MS[TICK_STEPS_MS.length - 1];
+  const ticks = [];
+  for (let t = 0; t <= span; t += step) ticks.push(t);
+  return h('div', { class: 'tl-row tl-axis-row', 'aria-hidden': 'true' },
+    h('div', { class: 'tl-label' }),
+    h('div', { class: 'tl-axis' }, ticks.map((t) => h('span', { class: t / span > 0.85 ? 'tl-tick tl-tick-end' : 'tl-tick', style: { left: `${(t / span) * 100}%` }, text: `+${fmtSpan(t)}` }))));
 }
 
 export function timelineView(root, conversationId, turns, usageById) {
@@ -67,12 +94,7 @@ export function timelineView(root, conversationId, turns, usageById) {
   box.append(h('p', { class: 'tl-summary', 'data-testid': 'timeline-summary' },
     `${plural(rows.length, 'turn')} · ${plural(all.length, 'attempt')} over ${fmtSpan(span)} from ${fmtTime(origin / 1000)} (${ZONE}) · ${fmtInt(tokens)} tokens · ${fmtUsd(cost)} · ${plural(tools, 'tool call')}`));
 
-  const step = TICK_STEPS_MS.find((s) => span / s <= 6) || TICK_STEPS_MS[TICK_STEPS_MS.length - 1];
-  const ticks = [];
-  for (let t = 0; t <= span; t += step) ticks.push(t);
-  box.append(h('div', { class: 'tl-row tl-axis-row', 'aria-hidden': 'true' },
-    h('div', { class: 'tl-label' }),
-    h('div', { class: 'tl-axis' }, ticks.map((t) => h('span', { class: t / span > 0.85 ? 'tl-tick tl-tick-end' : 'tl-tick', style: { left: `${(t / span) * 100}%` }, text: `+${fmtSpan(t)}` })))));
+  box.append(axisRow(span));
 
   for (const row of rows) {
     const { turn, index, attempts } = row;

@@ -208,3 +208,93 @@ async def test_timeline_percentiles_and_named_exports(
         raise
     finally:
         await page.context.close()
+
+
+async def seed_sessions(gw: GatewayUnderTest) -> float:
+    """carol's two conversations and dave's one. conv_s1: a turn at t0 of 2 s, completed, and
+    one at +10 s of 3 s, stopped; conv_s2: a turn at +5 s of 1 s that failed; conv_s3 (dave's)
+    at +4 s."""
+    store = gw.gateway.store
+    t0 = float(int(time.time()) - 600)
+    turns = [
+        ("conv_s1", "s1a", "carol@acme.io", 0, 2, "completed"),
+        ("conv_s1", "s1b", "carol@acme.io", 10, 13, "aborted"),
+        ("conv_s2", "s2a", "carol@acme.io", 5, 6, "error"),
+        ("conv_s3", "s3a", "dave@acme.io", 4, 5, "completed"),
+    ]
+    for cid in ("conv_s1", "conv_s2", "conv_s3"):
+        first = min(start for c, _, _, start, _, _ in turns if c == cid)
+        store.create_conversation(Conversation(cid, t0 + first))
+    for cid, turn, user, start, end, status in turns:
+        store.start_turn(TurnStart(turn, cid, t0 + start, {"model": "m", "user": user}))
+        store.append(NewEvent(cid, turn, "user/message", {"content": f"Ask {turn}"}, t0 + start))
+        store.append(NewEvent(cid, turn, "turn/end", {"status": status}, created_at=t0 + end))
+    await store.flush()
+    return t0
+
+
+@pytest.mark.parametrize("width", [1440, 390])
+async def test_a_users_conversations_on_one_time_axis(
+    scene: Scene, browser: Any, tmp_path: Path, width: int
+) -> None:
+    gw, _a, _b = scene
+    await seed_sessions(gw)
+    page = await signed_in(browser, gw, viewport=VIEWPORTS[width], bypass_csp=True)
+    shots = Shots(page, tmp_path)
+    try:
+        await page.get_by_test_id("filter-user").fill("carol")
+        await page.get_by_test_id("filter-user").press("Enter")
+        await expect(page.locator("tr[data-conversation-id]")).to_have_count(2)
+        await page.get_by_test_id("list-view-timeline").click()
+        await expect(page).to_have_url(re.compile(r"user=carol.*view=timeline|view=.*user=carol"))
+        timeline = page.get_by_test_id("list-timeline")
+        rows = timeline.get_by_test_id("tl-conversation")
+        await expect(rows).to_have_count(2)
+        # By their first turn, each turn where and as long as it was (ms from the first).
+        got = [
+            (
+                await row.get_attribute("data-conversation-id"),
+                [
+                    (
+                        await bar.get_attribute("data-status"),
+                        int(await bar.get_attribute("data-start-ms") or -1),
+                        int(await bar.get_attribute("data-duration-ms") or -1),
+                    )
+                    for bar in await row.get_by_test_id("tl-bar").all()
+                ],
+            )
+            for row in await rows.all()
+        ]
+        assert got == [
+            ("conv_s1", [("completed", 0, 2000), ("aborted", 10000, 3000)]),
+            ("conv_s2", [("error", 5000, 1000)]),
+        ]
+        await expect(rows.nth(1).get_by_test_id("tl-offset")).to_have_text("+5.00 s")
+        await expect(rows.nth(0).get_by_test_id("tl-turns")).to_have_text("2 turns over 13.0 s")
+        await expect(page.get_by_test_id("list-timeline-summary")).to_contain_text(
+            "2 conversations · 3 turns over 13.0 s"
+        )
+        # The bars on one axis: placed and sized by their times.
+        track = await rows.first.locator(".tl-track").bounding_box()
+        scale = track["width"] / 13000  # px per ms
+        bars = [(row, bar) for row, (_, bars) in enumerate(got) for bar in bars]
+        for (row, (_, start, ms)), box in zip(
+            bars,
+            [await bar.bounding_box() for bar in await timeline.locator(".tl-bar").all()],
+            strict=True,
+        ):
+            assert box["x"] - track["x"] == pytest.approx(start * scale, abs=2), row
+            assert box["width"] == pytest.approx(ms * scale, abs=2), row
+        await checked(page, shots, f"72-list-timeline-{width}")
+        # The way back to the table keeps the filter; a conversation opens from its row.
+        await page.get_by_test_id("list-view-table").click()
+        await expect(page.locator("tr[data-conversation-id]")).to_have_count(2)
+        await expect(page.get_by_test_id("filter-user")).to_have_value("carol")
+        await page.go_back()
+        await timeline.get_by_role("link", name="Ask s2a").click()
+        await expect(page).to_have_url(re.compile(r"#/conversations/conv_s2$"))
+    except BaseException:
+        await page.screenshot(path=str(tmp_path / f"failure-{width}.png"), full_page=True)
+        raise
+    finally:
+        await page.context.close()
