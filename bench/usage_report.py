@@ -13,7 +13,9 @@ Then times `UsageStore.report` (the SQL and the rows made into the answer, witho
 last 90 days, by day, grouped by user, team, key, model and deployment, and by user for one
 team's key; by user per hour over the last 7 days and over 90. Each first as the first report
 after a deploy would run (which sums the whole days it covers into usage_days, once), then
-`--runs` times after one more: prints the first in milliseconds, p50 and p95, and the rows.
+`--runs` times after one more: prints the first in milliseconds, p50 and p95, the CPU time this
+process spent on one, p50 (all of SQLite's work; on a shared machine the steadier figure), and
+the rows.
 Then the same for `UsageStore.latency` (`GET /v1/usage/latency`: time to first token and
 duration percentiles) over 90 days by each grouping, over 30 and 7 days by model, and for one
 team's key.
@@ -69,7 +71,7 @@ LATENCY_CASES = [
     ("by model, 7 days", "model", 7, None),
     ("a team's key, by user", "user", 90, "team3"),
 ]
-Result = tuple[str, float, float, float, int]
+Result = tuple[str, float, float, float, float, int]
 
 
 def usage_rows(conversations: int, now: float) -> list[tuple[Any, ...]]:
@@ -147,22 +149,23 @@ async def timed(
     rows = await read()
     first = (time.perf_counter() - start) * 1000
     await read()  # warm-up
-    times = []
+    times, cpu = [], []
     for _ in range(runs):
-        start = time.perf_counter()
+        start, used = time.perf_counter(), time.process_time()
         await read()
         times.append((time.perf_counter() - start) * 1000)
+        cpu.append((time.process_time() - used) * 1000)
     times.sort()
     p95 = times[min(len(times) - 1, round(0.95 * (len(times) - 1)))]
-    return name, first, statistics.median(times), p95, len(rows)
+    return name, first, statistics.median(times), p95, statistics.median(cpu), len(rows)
 
 
 def show(name: str, results: tuple[list[Result], list[Result]]) -> None:
     reports, latencies = results
     for title, rows in (("usage report", reports), ("latency percentiles", latencies)):
-        print(f"\n{name}, {title}: ms, first / p50 / p95 (rows)")
-        for case, first, p50, p95, count in rows:
-            print(f"  {case:28} {first:8.1f} {p50:8.1f} {p95:8.1f}   ({count:,})")
+        print(f"\n{name}, {title}: ms, first / p50 / p95 / this process's CPU, p50 (rows)")
+        for case, first, p50, p95, cpu, count in rows:
+            print(f"  {case:28} {first:8.1f} {p50:8.1f} {p95:8.1f} {cpu:8.1f}   ({count:,})")
 
 
 async def main(args: argparse.Namespace, pg_url: str | None) -> None:
