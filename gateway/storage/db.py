@@ -24,8 +24,9 @@ class Db(Protocol):
         """Run a statement; the number of rows it changed."""
         ...
 
-    async def executemany(self, sql: str, rows: list[tuple[Any, ...]]) -> None:
-        """One statement for many rows (much cheaper than a call per row)."""
+    async def executemany(self, sql: str, rows: list[tuple[Any, ...]]) -> int | None:
+        """One statement for many rows (much cheaper than a call per row); the number of rows
+        it changed where the database says (SQLite), else None (asyncpg)."""
         ...
 
     async def fetch(self, sql: str, *args: Any) -> list[Row]: ...

@@ -57,8 +57,9 @@ class _Connection:
         last = status.rsplit(" ", 1)[-1]
         return int(last) if last.isdigit() else 0
 
-    async def executemany(self, sql: str, rows: list[tuple[Any, ...]]) -> None:
+    async def executemany(self, sql: str, rows: list[tuple[Any, ...]]) -> int | None:
         await self._conn.executemany(numbered(sql), rows)
+        return None  # asyncpg does not say
 
     async def fetch(self, sql: str, *args: Any) -> list[Row]:
         return [tuple(r) for r in await self._conn.fetch(numbered(sql), *args)]

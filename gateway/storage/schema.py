@@ -140,6 +140,19 @@ _START_FINGERPRINTS = (
     " WHERE start_fingerprint IS NOT NULL",
 )
 
+
+# A conversation's time to first token as a sum and a count beside its average, so that a new
+# usage record is added to its totals rather than all of them read again (gateway.storage.writes).
+def _ttft_sums(real: str, integer: str) -> tuple[str, ...]:
+    return (
+        f"ALTER TABLE conversations ADD COLUMN ttft_sum_ms {real}",
+        f"ALTER TABLE conversations ADD COLUMN ttft_attempts {integer} NOT NULL DEFAULT 0",
+        "UPDATE conversations SET (ttft_sum_ms, ttft_attempts) = (SELECT SUM(u.ttft_ms),"
+        " COUNT(u.ttft_ms) FROM usage u WHERE u.conversation_id = conversations.id)"
+        " WHERE attempts > 0",
+    )
+
+
 # Prompt tokens written to a provider's cache, by how long they stay (Anthropic's 5-minute and
 # 1-hour writes), each at its own price. Nullable with a default: a usage row spooled by an
 # older gateway, before these columns, is replayed with NULLs, which reports sum as nothing.
@@ -741,6 +754,11 @@ MIGRATIONS: dict[Dialect, tuple[Migration, ...]] = {
         Migration(16, "the provider's id of each turn's answer", _UPSTREAM_IDS),
         Migration(17, "usage: unit prices, their source, metadata tags", _USAGE_PRICES),
         Migration(18, "where interrupted turns began, for history repair", _START_FINGERPRINTS),
+        Migration(
+            19,
+            "time to first token summed, for totals kept by adding",
+            _ttft_sums("REAL", "INTEGER"),
+        ),
     ),
     "postgresql": (
         Migration(1, "the whole schema", _POSTGRES_V1),
@@ -771,6 +789,11 @@ MIGRATIONS: dict[Dialect, tuple[Migration, ...]] = {
         ),
         Migration(14, "usage: unit prices, their source, metadata tags", _USAGE_PRICES),
         Migration(15, "where interrupted turns began, for history repair", _START_FINGERPRINTS),
+        Migration(
+            16,
+            "time to first token summed, for totals kept by adding",
+            _ttft_sums("DOUBLE PRECISION", "BIGINT"),
+        ),
     ),
 }
 

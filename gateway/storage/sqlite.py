@@ -62,8 +62,8 @@ class _Connection:
     async def execute(self, sql: str, *args: Any) -> int:
         return self._db.execute(sql, args).rowcount
 
-    async def executemany(self, sql: str, rows: list[tuple[Any, ...]]) -> None:
-        self._db.executemany(sql, rows)
+    async def executemany(self, sql: str, rows: list[tuple[Any, ...]]) -> int | None:
+        return self._db.executemany(sql, rows).rowcount
 
     async def fetch(self, sql: str, *args: Any) -> list[Row]:
         return self._db.execute(sql, args).fetchall()

@@ -39,7 +39,7 @@ class _ReadConnection:
     async def execute(self, sql: str, *args: Any) -> int:
         return self._db.execute(sql, args).rowcount
 
-    async def executemany(self, sql: str, rows: list[tuple[Any, ...]]) -> None:
+    async def executemany(self, sql: str, rows: list[tuple[Any, ...]]) -> int | None:
         raise sqlite3.OperationalError("a read connection does not write")
 
     async def fetch(self, sql: str, *args: Any) -> list[Row]:

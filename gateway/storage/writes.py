@@ -220,18 +220,78 @@ _FINGERPRINT = (
     " WHERE id = ?"
 )
 # A conversation's totals over its attempts' usage records, which the list sorts and filters by
-# (gateway.conversations.listing): made again from its rows whenever a batch writes one of its
-# usage records. Made again rather than added to: a drained stream's usage replaces an
-# estimate, and a replayed write lands twice.
+# (gateway.conversations.listing). On SQLite, a batch whose usage records are all new adds each
+# to its conversation's totals (`_ADD_USAGE`), a record at a time in the order they were
+# written, which is the order SQL sums them in, so the two agree to the last bit; the time to
+# first token is kept as a sum and a count beside its average for that. The totals are made
+# again from the rows (`_USAGE_TOTALS`), which costs in the conversation's length, only when a
+# batch rewrites a record (a drained stream's usage replacing its estimate, a replayed write),
+# and on PostgreSQL, whose driver does not say how many rows an insert took (and where that
+# work is the database server's, not the gateway's).
 _USAGE_TOTALS = (
     "UPDATE conversations SET (attempts, failed_attempts, cost_usd, unpriced_attempts,"
-    " prompt_tokens, completion_tokens, completion_delivered, ttft_ms, duration_ms) ="
+    " prompt_tokens, completion_tokens, completion_delivered, ttft_ms, ttft_sum_ms,"
+    " ttft_attempts, duration_ms) ="
     " (SELECT COUNT(*), COALESCE(SUM(CASE WHEN u.status = 'error' THEN 1 ELSE 0 END), 0),"
     " SUM(u.cost_usd), COALESCE(SUM(CASE WHEN u.cost_usd IS NULL THEN 1 ELSE 0 END), 0),"
     " COALESCE(SUM(u.prompt_tokens), 0), COALESCE(SUM(u.completion_tokens), 0),"
-    " COALESCE(SUM(u.completion_delivered), 0), AVG(u.ttft_ms), SUM(u.duration_ms)"
+    " COALESCE(SUM(u.completion_delivered), 0), AVG(u.ttft_ms), SUM(u.ttft_ms),"
+    " COUNT(u.ttft_ms), SUM(u.duration_ms)"
     " FROM usage u WHERE u.conversation_id = ?) WHERE id = ?"
 )
+# SQLite's only (numbered parameters): a new usage record added to its conversation's totals,
+# and the conversation's last activity raised with it when the batch has some (`_ACTIVITY`).
+_ADD_USAGE = (
+    "UPDATE conversations SET attempts = attempts + 1, failed_attempts = failed_attempts + ?1,"
+    " cost_usd = CASE WHEN ?2 IS NULL THEN cost_usd ELSE COALESCE(cost_usd, 0) + ?2 END,"
+    " unpriced_attempts = unpriced_attempts + (?2 IS NULL), prompt_tokens = prompt_tokens + ?3,"
+    " completion_tokens = completion_tokens + ?4,"
+    " completion_delivered = completion_delivered + ?5,"
+    " ttft_ms = CASE WHEN ?6 IS NULL THEN ttft_ms"
+    " ELSE (COALESCE(ttft_sum_ms, 0) + ?6) / (ttft_attempts + 1) END,"
+    " ttft_sum_ms = CASE WHEN ?6 IS NULL THEN ttft_sum_ms ELSE COALESCE(ttft_sum_ms, 0) + ?6 END,"
+    " ttft_attempts = ttft_attempts + (?6 IS NOT NULL),"
+    " duration_ms = CASE WHEN ?7 IS NULL THEN duration_ms ELSE COALESCE(duration_ms, 0) + ?7 END,"
+    " updated_at = CASE WHEN ?8 IS NOT NULL AND (updated_at IS NULL OR updated_at < ?8) THEN ?8"
+    " ELSE updated_at END"
+    " WHERE id = ?9"
+)
+# The usage records of a batch, inserted only where new: how many were tells whether the
+# totals can be added to.
+_NEW_USAGE = _insert("usage", USAGE_COLUMNS, "ON CONFLICT (id) DO NOTHING")
+
+
+async def _write_usage(
+    db: Db, group: list[Write], rows: list[tuple[Any, ...]], activity: dict[str, float]
+) -> list[str]:
+    """A batch's usage records written, and their conversations' totals kept (and, where
+    they are added to, the batch's `activity` for those conversations applied and taken out of
+    it): the conversations whose totals must be made again from their rows."""
+    if db.dialect == "sqlite" and await db.executemany(_NEW_USAGE, rows) == len(rows):
+        added = []
+        for write in reversed(group):  # the activity goes with a conversation's last record
+            row = write.row
+            cid = row["conversation_id"]
+            added.append(
+                (
+                    row["status"] == "error",
+                    row["cost_usd"],
+                    row["prompt_tokens"] or 0,
+                    row["completion_tokens"] or 0,
+                    row["completion_delivered"] or 0,
+                    row["ttft_ms"],
+                    row["duration_ms"],
+                    activity.pop(cid, None),
+                    cid,
+                )
+            )
+        added.reverse()
+        await db.executemany(_ADD_USAGE, added)
+        return []
+    await db.executemany(_SQL["usage"], rows)  # those already there, rewritten
+    return sorted({w.row["conversation_id"] for w in group})
+
+
 # Its last activity, the latest start or end of its turns: raised as each lands (a replayed
 # one raises it to what it is already).
 _ACTIVITY = (
@@ -240,14 +300,7 @@ _ACTIVITY = (
 )
 
 
-def _usage_totals_of(writes: list[Write]) -> list[tuple[str, str]]:
-    """The conversations whose usage a batch writes, in one order (two PostgreSQL replicas
-    updating the same rows lock them in the same order)."""
-    touched = sorted({w.row["conversation_id"] for w in writes if w.kind == "usage"})
-    return [(cid, cid) for cid in touched]
-
-
-def _activity_of(writes: list[Write]) -> list[tuple[float, str, float]]:
+def _activity_of(writes: list[Write]) -> dict[str, float]:
     """The latest turn start or end a batch writes, per conversation."""
     latest: dict[str, float] = {}
     for w in writes:
@@ -260,16 +313,17 @@ def _activity_of(writes: list[Write]) -> list[tuple[float, str, float]]:
         cid = w.row["conversation_id"]
         if cid not in latest or at > latest[cid]:
             latest[cid] = at
-    return [(at, cid, at) for cid, at in sorted(latest.items())]
+    return latest
 
 
-async def _keep_totals(db: Db, writes: list[Write]) -> None:
-    totals = _usage_totals_of(writes)
-    if totals:
-        await db.executemany(_USAGE_TOTALS, totals)
-    activity = _activity_of(writes)
+async def _keep_totals(db: Db, remade: list[str], activity: dict[str, float]) -> None:
+    """`remade`: the conversations whose usage totals are made again from their rows, in one
+    order (two PostgreSQL replicas updating the same rows lock them in the same order), as is
+    `activity`, what is left of the batch's."""
+    if remade:
+        await db.executemany(_USAGE_TOTALS, [(cid, cid) for cid in remade])
     if activity:
-        await db.executemany(_ACTIVITY, activity)
+        await db.executemany(_ACTIVITY, [(at, cid, at) for cid, at in sorted(activity.items())])
 
 
 async def keep_usage_totals(db: Db, conversation_ids: list[str]) -> None:
@@ -307,11 +361,15 @@ async def apply_batch(db: Db, writes: list[Write]) -> None:
         for w in by_kind.get("event", ())
         if w.row["type"] == "turn/end"
     }
+    remade: list[str] = []
+    activity = _activity_of(writes)
     for kind in _ORDER:
         group = by_kind.get(kind)
         if not group:
             continue
-        if kind != "event":
+        if kind == "usage":
+            remade = await _write_usage(db, group, _values(kind, group), activity)
+        elif kind != "event":
             rows = _values(kind, group)
             if kind == "turn":  # and its end, if the batch has it
                 rows = [v + ends.pop(v[0], _NOT_ENDED)[:6] for v in rows]
@@ -327,7 +385,7 @@ async def apply_batch(db: Db, writes: list[Write]) -> None:
             refingerprinted = [_fingerprint_args(w.row) for w in group if _refingerprints(w.row)]
             if refingerprinted:
                 await db.executemany(_FINGERPRINT, refingerprinted)
-    await _keep_totals(db, writes)
+    await _keep_totals(db, remade, activity)
 
 
 def _values(kind: Kind, group: list[Write]) -> list[tuple[Any, ...]]:
@@ -446,4 +504,5 @@ async def apply(db: Db, write: Write) -> None:
         if write.kind == "turn":
             values += _NOT_ENDED  # a turn alone: its end comes with its turn/end
         await db.execute(_SQL[write.kind], *values)
-    await _keep_totals(db, [write])
+    remade = [row["conversation_id"]] if write.kind == "usage" else []
+    await _keep_totals(db, remade, _activity_of([write]))
