@@ -8,6 +8,13 @@
   retrieve and cancel) goes to that same deployment. An object of another team's, or one the
   gateway never saw, is a 404 alike.
 - **Lists** are answered from the store: the caller's team's objects alone.
+- **A batch is admitted against its budgets when it is created**: under a key's, team's or end
+  user's budget, its input file is read and the most its requests may cost
+  (gateway.metering.batch_estimate) reserved, as a request's would be; a hard budget it does not
+  fit refuses it (429 `budget_exceeded`), as does one it cannot be priced under (403
+  `price_unknown`). Once created, that estimate counts as spent in this process: the batch's
+  own cost comes days later, and is read back with the other usage records when the period's
+  spend is next loaded.
 - **A batch is metered once its results are known**: the first retrieve that finds it
   `completed` reads its output file, sums its requests' usage, and writes a usage row at the
   model's batch prices (gateway.metering.call_prices) for each end user its requests are for:
@@ -30,8 +37,12 @@ from aiohttp import web
 from gateway.context import Gateway
 from gateway.errors import GatewayError, InvalidRequest, NotFound, UpstreamError
 from gateway.forms import Form, Part
+from gateway.metering.batch_estimate import estimate_batch
 from gateway.metering.call_prices import Bill, batch_bill
 from gateway.metering.keys import Principal
+from gateway.metering.limits import Lease, scopes_of
+from gateway.metering.prices import PriceUnknown
+from gateway.metering.tokens import vendor_of
 from gateway.pipeline.calls import meter_call, serves
 from gateway.routing.router import Deployment
 from gateway.storage import objects
@@ -276,17 +287,25 @@ async def create_batch(
         raise NotFound(
             f"No such file: '{file_id}'.", param="input_file_id", code="file_not_found"
         ) from None
-    raw = await _call(
-        gateway,
-        principal,
-        deployment,
-        "batches.create",
-        "/batches",
-        json=body,
-        started=time.monotonic(),
-        user=user,
-    )
-    answer = _object(raw)
+    lease = await _admit_batch(gateway, principal, deployment, file_id, user)
+    try:
+        raw = await _call(
+            gateway,
+            principal,
+            deployment,
+            "batches.create",
+            "/batches",
+            json=body,
+            started=time.monotonic(),
+            user=user,
+        )
+        answer = _object(raw)
+    except BaseException:
+        if lease is not None:
+            lease.release()
+        raise
+    if lease is not None:
+        lease.settle(lease.cost, None)  # spent at its estimate: see the module's doc
     await objects.save(
         gateway.store,
         Owned(
@@ -301,6 +320,58 @@ async def create_batch(
         ),
     )
     return raw  # type: ignore[no-any-return]
+
+
+async def _admit_batch(
+    gateway: Gateway, principal: Principal, deployment: Deployment, file_id: str, user: str | None
+) -> Lease | None:
+    """The batch's reservation against the budgets of its key, team and end user, of the most
+    its input file's requests may cost; None where none of them has a budget (the file is not
+    read)."""
+    scopes = [
+        scope
+        for scope in scopes_of(
+            principal.key_limits,
+            principal.team_limits,
+            principal.key_id,
+            principal.team_id,
+            principal.user or user,
+        )
+        if scope[2].budget is not None
+    ]
+    if not scopes:
+        return None
+    content = await _call(
+        gateway, principal, deployment, None, f"/files/{file_id}/content", method="GET"
+    )
+    model, price = deployment.upstream_model, deployment.price
+    batch = estimate_batch(
+        content,
+        vendor_of(deployment.provider_name, model),
+        model,
+        price.max_output_tokens if price is not None else None,
+    )
+    prices = gateway.routes.call_prices(deployment)
+    cost = batch_bill(prices, batch.prompt, batch.completion, batch.requests).cost
+    for kind, ident, limits in scopes:
+        if limits.budget is None or limits.budget.mode != "hard":
+            continue
+        if cost is None:
+            raise PriceUnknown(
+                f"The {kind} {ident!r} has a hard budget, and the deployment"
+                f" {deployment.name!r} (model {model!r}) this batch runs on has no known price,"
+                " so its cost could not be counted against it. Price the model in the price"
+                " file (`prices:`), or set `price: free` on the deployment."
+            )
+        if batch.unbounded:
+            raise PriceUnknown(
+                f"The {kind} {ident!r} has a hard budget, and {batch.unbounded} of this"
+                " batch's requests set no output bound while the output limit of the model"
+                f" {model!r} is not known, so what they may cost could not be counted against"
+                " it. Set `max_tokens` on each request, or `max_output_tokens` in the model's"
+                " price."
+            )
+    return await gateway.limiter.admit(scopes, 0, cost or 0.0)
 
 
 async def retrieve_batch(gateway: Gateway, principal: Principal, batch_id: str) -> bytes:
