@@ -113,7 +113,6 @@ class OtherChoices:
                 reasoning += tokens
         return completion, reasoning
 
-
     def counts(self) -> dict[str, int]:
         """What a checkpoint keeps of them: the tokens they generated (`completion`, of it
         `reasoning`), the tokens of what reached the client (`delivered`, by
