@@ -5,10 +5,10 @@
                                          [--no-probes] [--late] [--profile stacks.txt]
 
 A `gateway serve` process (SQLite store, master key, teams `a` and `b`) in front of a fake
-upstream that reads each body and answers a short stream. Team a sends `--flood` bodies of
-`--mb` megabytes at once, `--rounds` times; meanwhile two probe processes ask again and again,
-each on a kept-alive connection, one `GET /health/live` and one a small streamed chat
-completion of team b. Prints each probe's median, 90th percentile and worst time, in
+upstream (a process of its own) that reads each body and answers a short stream. Team a sends
+`--flood` bodies of `--mb` megabytes at once, `--rounds` times; meanwhile two probe processes
+ask again and again, each on a kept-alive connection, one `GET /health/live` and one a small
+streamed chat completion of team b. Prints each probe's median, 90th percentile and worst time, in
 milliseconds; the gateway's CPU time a body (all of it, and its event loop's thread's: a
 figure a busy machine moves less than the probes' times; `--no-probes` for it alone); and the
 longest stretches of CPU its event loop ran at once during the flood (`watched_serve`), with
@@ -95,6 +95,17 @@ def _frames(count: int) -> bytes:
 
 
 _ANSWER = _frames(5)
+
+
+def serve_upstream() -> None:
+    """The fake upstream, on the port its command line names, until terminated."""
+
+    async def serve() -> None:
+        await _upstream(int(sys.argv[1]))
+        print("ready", flush=True)
+        await asyncio.Event().wait()
+
+    asyncio.run(serve())
 
 
 async def _upstream(port: int) -> web.AppRunner:
@@ -258,7 +269,16 @@ async def main() -> None:
     os.sched_setaffinity(0, {args.core})
     payload = body(args.mb, args.shape, args.messages)
     upstream_port, port = free_port(), free_port()
-    runner = await _upstream(upstream_port)
+    # The upstream in a process of its own: its reading of the bodies delays neither the
+    # flood's client nor the probes' answers.
+    upstream = await asyncio.create_subprocess_exec(
+        *[sys.executable, "-c", "import bench.body_flood as b; b.serve_upstream()"],
+        str(upstream_port),
+        cwd=REPO,
+        stdout=asyncio.subprocess.PIPE,
+    )
+    assert upstream.stdout is not None
+    assert await upstream.stdout.readline() == b"ready\n"
     with tempfile.TemporaryDirectory() as tmp:
         config = Path(tmp) / "gw.yaml"
         deployment = {
@@ -347,7 +367,8 @@ async def main() -> None:
             gateway.terminate()
             await gateway.wait()
             await drain
-            await runner.cleanup()
+            upstream.terminate()
+            await upstream.wait()
         watched = json.loads(blocks_file.read_text())
         blocks = watched["stretches"]
     print(
