@@ -73,6 +73,10 @@ class SortedDays:
         # Reads run on several threads; one at a time changes or reads what is kept.
         self._lock = threading.Lock()
 
+    def __len__(self) -> int:
+        """How many days are kept, of every grouping and team."""
+        return len(self._days)
+
     def forget(self) -> None:
         with self._lock:
             self._days.clear()
@@ -84,13 +88,18 @@ class SortedDays:
     ) -> dict[Any, Values]:
         """Each group's values in [start, end): the whole days from what is kept (read first
         where missing), the part days at the ends from the table."""
-        first = math.ceil(start / USAGE_DAY)
-        last = math.floor(end / USAGE_DAY)
+        # The whole days of the range that hold rows: a range may run over centuries, and the
+        # days before the first row and after the last are read (through the index) as ends.
+        oldest, newest = await _bounds(db)
+        if oldest is None or newest is None:
+            return {}
+        first = max(math.ceil(start / USAGE_DAY), math.floor(oldest / USAGE_DAY))
+        last = min(math.floor(end / USAGE_DAY), math.floor(newest / USAGE_DAY) + 1)
         if first >= last:
             return await _values(db, column, start, end, team_id)
+        merged: dict[Any, tuple[list[Any], list[Any]]] = {}
         with self._lock:
             await self._forget_changed(db)
-            merged: dict[Any, tuple[list[Any], list[Any]]] = {}
             for day in await self._days_of(db, column, team_id, range(first, last)):
                 for group, sorted_values in day.items():
                     parts = merged.setdefault(group, ([], []))
@@ -171,7 +180,8 @@ class SortedDays:
 
 
 def _size(day: Day) -> int:
-    return sum(len(ttft) + len(duration) for ttft, duration in day.values())
+    # A day without rows counts one: the number of days kept is bounded too.
+    return max(1, sum(len(ttft) + len(duration) for ttft, duration in day.values()))
 
 
 async def _rows(
@@ -213,13 +223,19 @@ async def _values(
     return values
 
 
+async def _bounds(db: Db) -> tuple[float | None, float | None]:
+    """The times of the oldest and the newest usage row, each read from the time index."""
+    row = await db.fetchrow(
+        "SELECT (SELECT MIN(created_at) FROM usage), (SELECT MAX(created_at) FROM usage)"
+    )
+    return (None, None) if row is None else (row[0], row[1])
+
+
 async def _most_of_usage(db: Db, start: float, end: float) -> bool:
     """Whether [start, end) spans more than half the time the usage table covers (its rows
-    come in time order, so about half its rows). SQLite answers each bound from the index."""
-    first, last = await db.fetchrow(
-        "SELECT (SELECT MIN(created_at) FROM usage), (SELECT MAX(created_at) FROM usage)"
-    ) or (None, None)
-    if first is None or last <= first:
+    come in time order, so about half its rows)."""
+    first, last = await _bounds(db)
+    if first is None or last is None or last <= first:
         return True
     return bool(min(end, last) - max(start, first) > (last - first) / 2)
 
