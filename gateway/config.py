@@ -25,7 +25,7 @@ from pydantic import (
     model_validator,
 )
 
-from gateway.metering.prices import load_price_file
+from gateway.metering.price_file import load_price_file
 from gateway.providers import cloud, extras
 from gateway.upstream.proxy import DIRECT, Proxy
 from gateway.upstream.tls import TrustError, check_bundle, environment_trust

@@ -141,6 +141,17 @@ class ConversationLocked(InvalidRequest):
         )
 
 
+class RequestTimeout(InvalidRequest, TimeoutError):
+    """408: the request did not arrive in time (gateway.downstream.slow_clients).
+
+    Also a TimeoutError so that aiohttp, draining the rest of the abandoned body after the
+    answer, takes it as the timeout it is and closes the connection quietly.
+    """
+
+    status = 408
+    code = "request_timeout"
+
+
 class PayloadTooLarge(InvalidRequest):
     status = 413
     code = "payload_too_large"
@@ -156,6 +167,13 @@ class Forbidden(GatewayError):
     status = 403
     type = "permission_error"
     code = "forbidden"
+
+
+class PriceUnknown(Forbidden):
+    """A deployment the request may reach has no price, under a hard budget that could not
+    count its cost (gateway.metering.prices.require_price)."""
+
+    code = "price_unknown"
 
 
 class NotFound(GatewayError):

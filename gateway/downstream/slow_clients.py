@@ -64,7 +64,13 @@ from gateway.downstream.aiohttp_internals import (
     requests_received,
 )
 from gateway.downstream.delivery import ConnectionSocket
-from gateway.errors import GatewayError, InvalidRequest, PayloadTooLarge, ServiceUnavailable
+from gateway.errors import (
+    GatewayError,
+    InvalidRequest,
+    PayloadTooLarge,
+    RequestTimeout,
+    ServiceUnavailable,
+)
 
 log = logging.getLogger(__name__)
 
@@ -73,17 +79,6 @@ REFUSAL_LOG_S = 60.0  # at most one line this often about connections over the c
 FDS_PER_CONNECTION = 3  # its socket, its duplicate for delivery tracking, an upstream's
 RESERVED_FDS = 128  # the store, spool, journal, listening sockets, Redis, logs
 LIVE = "/health/live"  # answered on a connection over the cap too
-
-
-class RequestTimeout(InvalidRequest, TimeoutError):
-    """408: the request did not arrive in time.
-
-    Also a TimeoutError so that aiohttp, draining the rest of the abandoned body after the
-    answer, takes it as the timeout it is and closes the connection quietly.
-    """
-
-    status = 408
-    code = "request_timeout"
 
 
 # -- the body ------------------------------------------------------------------------------------

@@ -24,7 +24,6 @@ hold is unpriced, and a hard budget refuses its requests (`require_price`).
 from __future__ import annotations
 
 import importlib.util
-import math
 import re
 from collections.abc import Mapping, Sequence
 from dataclasses import dataclass, replace
@@ -34,28 +33,29 @@ from typing import TYPE_CHECKING, Any, Protocol
 
 import orjson
 
-from gateway.errors import Forbidden
+from gateway.errors import PriceUnknown
+from gateway.metering.price_file import (
+    AUDIO_INPUT,
+    AUDIO_OUTPUT,
+    CACHE_READ,
+    CACHE_WRITE,
+    CACHE_WRITE_1H,
+    INPUT,
+    MAX_OUTPUT,
+    OUTPUT,
+    number,
+)
 
 if TYPE_CHECKING:
     from gateway.metering.limits import Limits
 
 _MAP_FILE = "model_prices_and_context_window_backup.json"
 
-# litellm's names for the prices the gateway bills by (USD per token), and the output bound.
-INPUT = "input_cost_per_token"
-OUTPUT = "output_cost_per_token"
-CACHE_READ = "cache_read_input_token_cost"
-CACHE_WRITE = "cache_creation_input_token_cost"  # Anthropic's 5-minute cache write
-CACHE_WRITE_1H = "cache_creation_input_token_cost_above_1hr"  # its 1-hour cache write
-MAX_OUTPUT = "max_output_tokens"
-AUDIO_INPUT = "input_cost_per_audio_token"
-AUDIO_OUTPUT = "output_cost_per_audio_token"
 # A price for prompts above a number of tokens (`input_cost_per_token_above_200k_tokens`), for
 # each kind of token; a service tier's or batch's own (`..._priority`) is not read.
 _TIER_KEY = re.compile(
     rf"^({CACHE_WRITE_1H}|{CACHE_WRITE}|{CACHE_READ}|{INPUT}|{OUTPUT})_above_(\d+)(k?)_tokens$"
 )
-PRICE_FIELDS = (INPUT, OUTPUT, CACHE_READ, CACHE_WRITE, CACHE_WRITE_1H)
 
 # The prefix a provider's entries carry in litellm's map, and the `litellm_provider` they name.
 _NAMESPACE = {"openai": "openai", "azure": "azure", "anthropic": "anthropic"}
@@ -232,31 +232,24 @@ def map_version() -> str:
         return "litellm not installed"
 
 
-def _number(entry: Mapping[str, Any], name: str) -> float | None:
-    value = entry.get(name)
-    if isinstance(value, bool) or not isinstance(value, int | float) or value < 0:
-        return None
-    return float(value)
-
-
 def price_of_entry(entry: Mapping[str, Any], source: str, name: str | None) -> Price | None:
     """A Price from an entry with litellm's fields; None without an input price."""
-    input_price = _number(entry, INPUT)
+    input_price = number(entry, INPUT)
     if input_price is None:
         return None
     limit = entry.get(MAX_OUTPUT)
     return Price(
         input=input_price,
-        output=_number(entry, OUTPUT) or 0.0,
-        cache_read=_number(entry, CACHE_READ),
-        cache_write=_number(entry, CACHE_WRITE),
-        cache_write_1h=_number(entry, CACHE_WRITE_1H),
+        output=number(entry, OUTPUT) or 0.0,
+        cache_read=number(entry, CACHE_READ),
+        cache_write=number(entry, CACHE_WRITE),
+        cache_write_1h=number(entry, CACHE_WRITE_1H),
         max_output_tokens=limit if isinstance(limit, int) and limit > 0 else None,
         source=source,
         entry=name,
         tiers=_tiers(entry),
-        audio_input=_number(entry, AUDIO_INPUT),
-        audio_output=_number(entry, AUDIO_OUTPUT),
+        audio_input=number(entry, AUDIO_INPUT),
+        audio_output=number(entry, AUDIO_OUTPUT),
         service_tiers=_service_tiers(entry),
     )
 
@@ -271,9 +264,9 @@ def _service_tiers(
     out = []
     for tier in _SERVICE_TIERS:
         prices = (
-            _number(entry, f"{INPUT}_{tier}"),
-            _number(entry, f"{OUTPUT}_{tier}"),
-            _number(entry, f"{CACHE_READ}_{tier}"),
+            number(entry, f"{INPUT}_{tier}"),
+            number(entry, f"{OUTPUT}_{tier}"),
+            number(entry, f"{CACHE_READ}_{tier}"),
         )
         if any(price is not None for price in prices):
             out.append((tier, *prices))
@@ -296,7 +289,7 @@ def _tiers(entry: Mapping[str, Any]) -> tuple[Tier, ...]:
         if "_above_" not in key or not key.endswith("_tokens"):  # the usual key: no regex
             continue
         match = _TIER_KEY.match(key)
-        value = _number(entry, key)
+        value = number(entry, key)
         if match is None or value is None:
             continue
         above = int(match.group(2)) * (1000 if match.group(3) else 1)
@@ -424,64 +417,7 @@ def resolve(
     return Resolved(None, why)
 
 
-def load_price_file(path: str) -> dict[str, dict[str, Any]]:
-    """The operator's price file: model ids to entries with litellm's fields, in JSON or YAML.
-    ValueError names what is wrong."""
-    import yaml
-
-    try:
-        text = Path(path).read_text(encoding="utf-8")
-    except OSError as exc:
-        raise ValueError(f"cannot read the price file {path}: {exc.strerror}") from None
-    try:
-        data = orjson.loads(text)
-    except orjson.JSONDecodeError:
-        try:
-            data = yaml.safe_load(text)
-        except yaml.YAMLError as exc:
-            problem = getattr(exc, "problem", None) or str(exc)
-            raise ValueError(f"the price file {path} is not JSON or YAML: {problem}") from None
-    if data is None:
-        return {}
-    if not isinstance(data, dict):
-        raise ValueError(f"the price file {path} must map model ids to prices")
-    out: dict[str, dict[str, Any]] = {}
-    for name, entry in data.items():
-        if name == "sample_spec":  # litellm's description of its fields, in a copied map
-            continue
-        where = f"the price file {path}: {name!r}"
-        if not isinstance(entry, dict):
-            raise ValueError(f"{where} must be a mapping of litellm's price fields")
-        entry = {k: _yaml_number(v) if "cost" in k else v for k, v in entry.items()}
-        for field in PRICE_FIELDS:
-            if field in entry and _number(entry, field) is None:
-                raise ValueError(f"{where}: {field} must be a number >= 0 (USD per token)")
-        for field in (INPUT, OUTPUT):
-            if field not in entry:
-                raise ValueError(f"{where} has no {field}")
-        limit = entry.get(MAX_OUTPUT)
-        if limit is not None and (not isinstance(limit, int) or limit < 1):
-            raise ValueError(f"{where}: {MAX_OUTPUT} must be a positive integer")
-        out[str(name)] = entry
-    return out
-
-
-def _yaml_number(value: Any) -> Any:
-    """YAML 1.1 reads `3e-06` (no dot) as a string: the number it means."""
-    if isinstance(value, str):
-        try:
-            number = float(value)
-        except ValueError:
-            return value
-        return number if math.isfinite(number) else value
-    return value
-
-
 # -- admission ------------------------------------------------------------------------------------
-
-
-class PriceUnknown(Forbidden):
-    code = "price_unknown"
 
 
 class Priced(Protocol):

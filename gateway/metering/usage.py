@@ -12,22 +12,60 @@ cache writes, the rest of the prompt, and the output, reasoning included.
 from __future__ import annotations
 
 import time
-from collections.abc import Callable, Iterable
+from collections.abc import Callable, Iterable, Sequence
 from dataclasses import dataclass
-from typing import TYPE_CHECKING, Any, NamedTuple
+from typing import Any, NamedTuple, Protocol
 
 import orjson
 
 from gateway import metrics
 from gateway.metering.choices import OtherChoices, other_choices
+from gateway.metering.limits import Lease
 from gateway.metering.prices import Price, map_entry, price_columns
 from gateway.metering.prompt_cache import PromptCacheReads
 from gateway.metering.tokens import count_messages, count_text, vendor_of
 from gateway.stream.assembler import BlockAssembler
+from gateway.stream.attempt_log import AttemptLog
 from gateway.stream.events import TOOL_CALL, StreamEvent
 
-if TYPE_CHECKING:
-    from gateway.conversations.recorder import Attempt, TurnRecorder
+
+class Attempt(Protocol):
+    """What the meter reads of an attempt (gateway.conversations.recorder.Attempt)."""
+
+    number: int
+    route: dict[str, Any]
+    log: AttemptLog
+    id_from: Any  # its stream's parser, whose `others` hold an n > 1 request's other choices
+    outcome: str | None
+    delivered: int
+    ended: float | None
+
+    @property
+    def started(self) -> float: ...
+
+    @property
+    def first_token_ms(self) -> float | None: ...
+
+    @property
+    def usage(self) -> dict[str, Any] | None: ...
+
+
+class TurnRecorder(Protocol):
+    """What the meter reads of a turn (gateway.conversations.recorder.TurnRecorder)."""
+
+    conversation_id: str
+    turn_id: str
+    team_id: str | None
+    key_id: str | None
+    user: str | None
+    alias: str | None
+    prompt: list[Any]
+    lease: Lease | None
+    reasoning: bool
+    tags: str | None
+
+    @property
+    def attempts(self) -> Sequence[Attempt]: ...
 
 
 # Not frozen: a frozen dataclass sets each of these 21 fields through object.__setattr__, a

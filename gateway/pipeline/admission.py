@@ -21,9 +21,10 @@ from __future__ import annotations
 from typing import Any
 
 from gateway.dialects.requests import check_output_params, choices
+from gateway.errors import PriceUnknown
 from gateway.metering.keys import Principal
 from gateway.metering.limits import Lease, Limiter, Limits, scopes_of
-from gateway.metering.prices import PriceUnknown, require_price
+from gateway.metering.prices import require_price
 from gateway.metering.request_tokens import prompt_extras
 from gateway.metering.tokens import count_embedding_input, tally_messages, vendor_of
 from gateway.providers.output_bounds import sent_output_bound

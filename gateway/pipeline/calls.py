@@ -28,13 +28,18 @@ from aiohttp import web
 
 from gateway import logs
 from gateway.context import Gateway
-from gateway.errors import GatewayError, InvalidRequest, UpstreamError, UpstreamTimeout
+from gateway.errors import (
+    GatewayError,
+    InvalidRequest,
+    PriceUnknown,
+    UpstreamError,
+    UpstreamTimeout,
+)
 from gateway.forms import Form
 from gateway.ids import new_id
 from gateway.metering.call_prices import Bill, CallPrices
 from gateway.metering.keys import Principal
 from gateway.metering.limits import Lease, scopes_of
-from gateway.metering.prices import PriceUnknown
 from gateway.metering.usage import UsageRecord, cost_header
 from gateway.routing.retry import RetryPlan
 from gateway.routing.router import Alias, Deployment

@@ -35,13 +35,12 @@ import orjson
 from aiohttp import web
 
 from gateway.context import Gateway
-from gateway.errors import GatewayError, InvalidRequest, NotFound, UpstreamError
+from gateway.errors import GatewayError, InvalidRequest, NotFound, PriceUnknown, UpstreamError
 from gateway.forms import Form, Part
 from gateway.metering.batch_estimate import estimate_batch
 from gateway.metering.call_prices import Bill, batch_bill
 from gateway.metering.keys import Principal
 from gateway.metering.limits import Lease, scopes_of
-from gateway.metering.prices import PriceUnknown
 from gateway.metering.tokens import vendor_of
 from gateway.pipeline.calls import meter_call, serves
 from gateway.routing.router import Deployment

@@ -8,7 +8,7 @@ side by side until text, reasoning or the finish arrives.
 
 from __future__ import annotations
 
-from typing import TYPE_CHECKING, Any, Literal
+from typing import Any, Literal, Protocol
 
 import msgspec
 import orjson
@@ -29,8 +29,11 @@ from gateway.stream.events import (
 )
 from gateway.stream.sse import SSEFrame
 
-if TYPE_CHECKING:
-    from gateway.metering.choices import OtherChoices
+
+class ChoiceSink(Protocol):
+    """Where an n > 1 stream's choices after the first go (gateway.metering.choices)."""
+
+    def add(self, choice: dict[str, Any]) -> None: ...
 
 
 def _error_message(error: Any) -> str:
@@ -79,7 +82,7 @@ class ChatStreamParser:
         self.finished = False  # saw a finish_reason
         self.response_id: str | None = None  # the first chunk's `id`
         # n > 1: where the other choices go, for metering (set by the relay only then).
-        self.others: OtherChoices | None = None
+        self.others: ChoiceSink | None = None
 
     def feed(self, frame: SSEFrame) -> tuple[list[StreamEvent], FrameKind]:
         data = frame.data

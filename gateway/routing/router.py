@@ -34,7 +34,8 @@ from gateway.config import (
 from gateway.errors import ModelNotFound
 from gateway.metering.call_prices import CallPrices
 from gateway.metering.keys import Principal
-from gateway.metering.prices import Price, Resolved, load_price_file, resolve
+from gateway.metering.price_file import load_price_file
+from gateway.metering.prices import Price, Resolved, resolve
 from gateway.providers.base import Provider
 from gateway.providers.demo import DemoProvider
 from gateway.providers.openai_compatible import (
