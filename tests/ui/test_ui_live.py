@@ -139,6 +139,35 @@ async def test_the_usage_page_refreshes_itself_once_asked(
     await page.context.close()
 
 
+@pytest.mark.parametrize("width", [1440, 390])
+async def test_a_refresh_waits_while_a_field_has_the_keyboard(
+    scene: Scene, browser: Any, width: int
+) -> None:
+    """A search being typed is not drawn away: the turn that comes while the box has the
+    keyboard is skipped, and the next one, once it has not, draws the list again. The page's
+    clock is Playwright's, moved on by the test."""
+    gw, a, _b = scene
+    await ask(gw, a, "A first question")
+    page = await signed_in(browser, gw, viewport=VIEWPORTS[width], bypass_csp=True)
+    rows = page.locator("tr[data-conversation-id]")
+    await expect(rows).to_have_count(1)
+    await page.clock.install()
+    drawn: list[str] = []  # each drawing of the list asks for the models first
+    page.on("request", lambda r: drawn.append(r.url) if "/v1/models" in r.url else None)
+    await page.get_by_test_id("auto-refresh").check()
+    await ask(gw, a, "A second question")
+    search = page.get_by_test_id("filter-q")
+    await search.fill("half-typed")
+    await page.clock.run_for(12_000)  # two turns, both while the box has the keyboard
+    await expect(search).to_have_value("half-typed")
+    await page.get_by_test_id("auto-refresh").focus()
+    await page.clock.run_for(6_000)
+    await expect(rows).to_have_count(2)
+    assert len(drawn) == 1, drawn
+    await expect(page.get_by_test_id("auto-refresh")).to_be_focused()
+    await page.context.close()
+
+
 async def ask(gw: GatewayUnderTest, a: FakeUpstream, question: str) -> None:
     """One answered turn (by `a`), in the store."""
     a.push(completion("Fresh."))
