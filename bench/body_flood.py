@@ -279,103 +279,110 @@ async def main() -> None:
     )
     assert upstream.stdout is not None
     assert await upstream.stdout.readline() == b"ready\n"
-    with tempfile.TemporaryDirectory() as tmp:
-        config = Path(tmp) / "gw.yaml"
-        deployment = {
-            "provider": "openai",
-            "model": "m",
-            "api_base": f"http://{HOST}:{upstream_port}/v1",
-            "api_key": "sk-up",
-        }
-        config.write_bytes(
-            orjson.dumps(
-                {
-                    "auth": {"master_key": MASTER},
-                    "store": {"url": f"sqlite:///{tmp}/gw.db", "spool_path": tmp},
-                    "models": [{"name": "m", "deployments": [deployment]}],
-                }
+    try:
+        with tempfile.TemporaryDirectory() as tmp:
+            config = Path(tmp) / "gw.yaml"
+            deployment = {
+                "provider": "openai",
+                "model": "m",
+                "api_base": f"http://{HOST}:{upstream_port}/v1",
+                "api_key": "sk-up",
+            }
+            config.write_bytes(
+                orjson.dumps(
+                    {
+                        "auth": {"master_key": MASTER},
+                        "store": {"url": f"sqlite:///{tmp}/gw.db", "spool_path": tmp},
+                        "models": [{"name": "m", "deployments": [deployment]}],
+                    }
+                )
             )
-        )
-        blocks_file = Path(tmp) / "blocks.json"
-        gateway = await asyncio.create_subprocess_exec(
-            *[sys.executable, "-c", "import bench.body_flood as b; b.watched_serve()"],
-            *["serve", "--config", str(config), "--port", str(port)],
-            cwd=args.tree,
-            env={**os.environ, "PYTHONPATH": str(REPO), "BODY_FLOOD_BLOCKS": str(blocks_file)},
-            stderr=asyncio.subprocess.PIPE,
-        )
-        assert gateway.stderr is not None
-        while b"listening on" not in (line := await gateway.stderr.readline()):
-            assert line, "the gateway exited before listening"
-        drain = asyncio.ensure_future(gateway.stderr.read())
-        url = f"http://{HOST}:{port}"
-        try:
-            async with aiohttp.ClientSession() as session:
-                keys = await _teams(session, url)
-                flag = Path(tmp) / "flooding"
-                flag.touch()
-                probes = {}
-                for kind in ("live", "other") if args.probes else ():
-                    probes[kind] = await asyncio.create_subprocess_exec(
-                        *[sys.executable, "-c", _PROBE, str(port), kind, keys["b"], str(flag)],
-                        stdout=asyncio.subprocess.PIPE,
-                    )
-                for probe in probes.values():
-                    assert probe.stdout is not None
-                    assert await probe.stdout.readline() == b"ready\n"
-                spy = None
-                if args.profile:
-                    raw = args.profile.with_suffix(".raw")
-                    py_spy = str(Path(sys.executable).parent / "py-spy")
-                    spy = await asyncio.create_subprocess_exec(
-                        *[py_spy, "record", "--pid", str(gateway.pid), "--rate", "250"],
-                        *["--format", "raw", "--output", str(raw), "--threads"],
-                        stdout=asyncio.subprocess.DEVNULL,
-                        stderr=asyncio.subprocess.DEVNULL,
-                    )
-                    await asyncio.sleep(1)
+            blocks_file = Path(tmp) / "blocks.json"
+            gateway = await asyncio.create_subprocess_exec(
+                *[sys.executable, "-c", "import bench.body_flood as b; b.watched_serve()"],
+                *["serve", "--config", str(config), "--port", str(port)],
+                cwd=args.tree,
+                env={**os.environ, "PYTHONPATH": str(REPO), "BODY_FLOOD_BLOCKS": str(blocks_file)},
+                stderr=asyncio.subprocess.PIPE,
+            )
+            assert gateway.stderr is not None
+            said = []
+            while b"listening on" not in (line := await gateway.stderr.readline()):
+                said.append(line.decode())
+                assert line, "the gateway exited before listening:\n" + "".join(said[-20:])
+            drain = asyncio.ensure_future(gateway.stderr.read())
+            url = f"http://{HOST}:{port}"
+            try:
+                async with aiohttp.ClientSession() as session:
+                    keys = await _teams(session, url)
+                    # Steady state: the tokenizer an estimate needs loads on a thread after the
+                    # start (an estimate before that loads it on the event loop, once).
+                    await asyncio.sleep(3)
+                    flag = Path(tmp) / "flooding"
+                    flag.touch()
+                    probes = {}
+                    for kind in ("live", "other") if args.probes else ():
+                        probes[kind] = await asyncio.create_subprocess_exec(
+                            *[sys.executable, "-c", _PROBE, str(port), kind, keys["b"], str(flag)],
+                            stdout=asyncio.subprocess.PIPE,
+                        )
+                    for probe in probes.values():
+                        assert probe.stdout is not None
+                        assert await probe.stdout.readline() == b"ready\n"
+                    spy = None
+                    if args.profile:
+                        raw = args.profile.with_suffix(".raw")
+                        py_spy = str(Path(sys.executable).parent / "py-spy")
+                        spy = await asyncio.create_subprocess_exec(
+                            *[py_spy, "record", "--pid", str(gateway.pid), "--rate", "250"],
+                            *["--format", "raw", "--output", str(raw), "--threads"],
+                            stdout=asyncio.subprocess.DEVNULL,
+                            stderr=asyncio.subprocess.DEVNULL,
+                        )
+                        await asyncio.sleep(1)
 
-                async def large() -> int:
-                    async with session.post(
-                        url + "/v1/chat/completions",
-                        data=payload,
-                        headers={
-                            "Authorization": f"Bearer {keys['a']}",
-                            "Content-Type": "application/json",
-                        },
-                    ) as response:
-                        await response.read()
-                        return response.status
+                    async def large() -> int:
+                        async with session.post(
+                            url + "/v1/chat/completions",
+                            data=payload,
+                            headers={
+                                "Authorization": f"Bearer {keys['a']}",
+                                "Content-Type": "application/json",
+                            },
+                        ) as response:
+                            await response.read()
+                            return response.status
 
-                loop_began, all_began = _loop_cpu_s(gateway.pid), cpu_s(gateway.pid) or 0.0
-                began, flood_from = time.perf_counter(), time.monotonic()
-                for _ in range(args.rounds):
-                    statuses = await asyncio.gather(*(large() for _ in range(args.flood)))
-                    assert statuses == [200] * args.flood, statuses
-                took, flood_to = time.perf_counter() - began, time.monotonic()
-                loop_cpu = _loop_cpu_s(gateway.pid) - loop_began
-                all_cpu = (cpu_s(gateway.pid) or 0.0) - all_began
-                flag.unlink()
-                times, headers_at = {}, {}
-                for kind, probe in probes.items():
-                    out, _ = await probe.communicate()
-                    times[kind], headers_at[kind] = json.loads(out.decode().splitlines()[-1])
-                if spy is not None:
-                    spy.send_signal(signal.SIGINT)
-                    await asyncio.wait_for(spy.wait(), 30)
-        finally:
-            gateway.terminate()
-            await gateway.wait()
-            await drain
-            upstream.terminate()
-            await upstream.wait()
-        watched = json.loads(blocks_file.read_text())
-        blocks = watched["stretches"]
-    print(
-        f"{args.rounds} rounds of {args.flood} bodies of {len(payload) / 1e6:.1f} MB"
-        f" ({args.shape}{f', {args.messages} messages' if args.shape == 'many' else ''}):"
-        f" {took:.1f} s"
-    )
+                    loop_began, all_began = _loop_cpu_s(gateway.pid), cpu_s(gateway.pid) or 0.0
+                    began, flood_from = time.perf_counter(), time.monotonic()
+                    for _ in range(args.rounds):
+                        statuses = await asyncio.gather(*(large() for _ in range(args.flood)))
+                        assert statuses == [200] * args.flood, statuses
+                    took, flood_to = time.perf_counter() - began, time.monotonic()
+                    loop_cpu = _loop_cpu_s(gateway.pid) - loop_began
+                    all_cpu = (cpu_s(gateway.pid) or 0.0) - all_began
+                    flag.unlink()
+                    times, headers_at = {}, {}
+                    for kind, probe in probes.items():
+                        out, _ = await probe.communicate()
+                        times[kind], headers_at[kind] = json.loads(out.decode().splitlines()[-1])
+                    if spy is not None:
+                        spy.send_signal(signal.SIGINT)
+                        await asyncio.wait_for(spy.wait(), 30)
+            finally:
+                gateway.terminate()
+                await gateway.wait()
+                await drain
+            watched = json.loads(blocks_file.read_text())
+            blocks = watched["stretches"]
+        print(
+            f"{args.rounds} rounds of {args.flood} bodies of {len(payload) / 1e6:.1f} MB"
+            f" ({args.shape}{f', {args.messages} messages' if args.shape == 'many' else ''}):"
+            f" {took:.1f} s"
+        )
+    finally:
+        upstream.terminate()
+        await upstream.wait()
     bodies = args.rounds * args.flood
     print(
         f"gateway CPU a body: {all_cpu / bodies * 1000:.1f} ms, of it on the event loop's thread"
