@@ -4,11 +4,12 @@
                                          [--messages 2000] [--core 0] [--tree DIR]
                                          [--no-probes] [--late] [--profile stacks.txt]
 
-A `gateway serve` process (SQLite store, master key, teams `a` and `b`) in front of a fake
-upstream (a process of its own) that reads each body and answers a short stream. Team a sends
-`--flood` bodies of `--mb` megabytes at once, `--rounds` times; meanwhile two probe processes
-ask again and again, each on a kept-alive connection, one `GET /health/live` and one a small
-streamed chat completion of team b. Prints each probe's median, 90th percentile and worst time, in
+A `gateway serve` process (SQLite store, master key, teams `a` and `b`) in front of two fake
+upstreams (a process each: one for team a's model, one for team b's) that read each body and
+answer a short stream. Team a sends `--flood` bodies of `--mb` megabytes at once, `--rounds`
+times; meanwhile two probe processes ask again and again, each on a kept-alive connection, one
+`GET /health/live` and one a small streamed chat completion of team b (its own model). Prints
+each probe's median, 90th percentile and worst time, in
 milliseconds; the gateway's CPU time a body (all of it, and its event loop's thread's: a
 figure a busy machine moves less than the probes' times; `--no-probes` for it alone); and the
 longest stretches of CPU its event loop ran at once during the flood (`watched_serve`), with
@@ -59,7 +60,7 @@ _PROBE = r"""
 import http.client, json, os, sys, time
 port, kind, key, flag = int(sys.argv[1]), sys.argv[2], sys.argv[3], sys.argv[4]
 conn = http.client.HTTPConnection("127.0.0.1", port, timeout=60)
-body = json.dumps({"model": "m", "stream": True,
+body = json.dumps({"model": "other", "stream": True,
                    "messages": [{"role": "user", "content": "hi"}]})
 headers = {"Authorization": "Bearer " + key, "Content-Type": "application/json"}
 times = []
@@ -268,32 +269,47 @@ async def main() -> None:
     args = parser.parse_args()
     os.sched_setaffinity(0, {args.core})
     payload = body(args.mb, args.shape, args.messages)
-    upstream_port, port = free_port(), free_port()
-    # The upstream in a process of its own: its reading of the bodies delays neither the
-    # flood's client nor the probes' answers.
-    upstream = await asyncio.create_subprocess_exec(
-        *[sys.executable, "-c", "import bench.body_flood as b; b.serve_upstream()"],
-        str(upstream_port),
-        cwd=REPO,
-        stdout=asyncio.subprocess.PIPE,
-    )
-    assert upstream.stdout is not None
-    assert await upstream.stdout.readline() == b"ready\n"
+    port = free_port()
+    # Two upstreams, each a process of its own: the flood's and the other team's model's, so
+    # that the flood's bodies, read by its upstream, delay neither the flood's client nor the
+    # other team's answers (a provider's time is not the gateway's).
+    upstreams, ports = [], {}
+    for model in ("m", "other"):
+        ports[model] = free_port()
+        upstreams.append(
+            await asyncio.create_subprocess_exec(
+                *[sys.executable, "-c", "import bench.body_flood as b; b.serve_upstream()"],
+                str(ports[model]),
+                cwd=REPO,
+                stdout=asyncio.subprocess.PIPE,
+            )
+        )
+    for upstream in upstreams:
+        assert upstream.stdout is not None
+        assert await upstream.stdout.readline() == b"ready\n"
     try:
         with tempfile.TemporaryDirectory() as tmp:
             config = Path(tmp) / "gw.yaml"
-            deployment = {
-                "provider": "openai",
-                "model": "m",
-                "api_base": f"http://{HOST}:{upstream_port}/v1",
-                "api_key": "sk-up",
-            }
+            models = [
+                {
+                    "name": model,
+                    "deployments": [
+                        {
+                            "provider": "openai",
+                            "model": "m",
+                            "api_base": f"http://{HOST}:{upstream_port}/v1",
+                            "api_key": "sk-up",
+                        }
+                    ],
+                }
+                for model, upstream_port in ports.items()
+            ]
             config.write_bytes(
                 orjson.dumps(
                     {
                         "auth": {"master_key": MASTER},
                         "store": {"url": f"sqlite:///{tmp}/gw.db", "spool_path": tmp},
-                        "models": [{"name": "m", "deployments": [deployment]}],
+                        "models": models,
                     }
                 )
             )
@@ -381,8 +397,9 @@ async def main() -> None:
             f" {took:.1f} s"
         )
     finally:
-        upstream.terminate()
-        await upstream.wait()
+        for upstream in upstreams:
+            upstream.terminate()
+            await upstream.wait()
     bodies = args.rounds * args.flood
     print(
         f"gateway CPU a body: {all_cpu / bodies * 1000:.1f} ms, of it on the event loop's thread"
