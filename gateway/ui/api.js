@@ -59,7 +59,12 @@ export async function errorOf(response) {
   } catch {
     error = { message: text.slice(0, 300) };
   }
-  return new ApiError(response.status, error.message || response.statusText, error.code, error.param);
+  return new ApiError(
+    response.status,
+    error.message || response.statusText,
+    error.code,
+    error.param,
+  );
 }
 
 export async function api(path, options) {
@@ -88,7 +93,7 @@ export const enc = encodeURIComponent;
 // -- who the key acts as ----------------------------------------------------------------------
 
 export function isAdmin() {
-  return Boolean(session.me && session.me.is_admin);
+  return Boolean(session.me?.is_admin);
 }
 
 export function names(teams, keys) {
@@ -106,7 +111,7 @@ export function ownTeamName() {
 
 export function adminKeyName() {
   // Turns made with the master key (or on an open gateway) carry no key id.
-  return session.me && session.me.open ? 'none (open)' : 'master key';
+  return session.me?.open ? 'none (open)' : 'master key';
 }
 
 export async function signIn(key, remember) {
@@ -184,7 +189,8 @@ function askOtherTabs() {
     };
     const listen = (event) => {
       const answer = event.data || {};
-      if (answer.type === 'key' && answer.ask === ask && typeof answer.key === 'string') done(answer.key);
+      if (answer.type === 'key' && answer.ask === ask && typeof answer.key === 'string')
+        done(answer.key);
     };
     const timer = setTimeout(() => done(null), TAB_ANSWER_MS);
     tabs.addEventListener('message', listen);

@@ -23,7 +23,10 @@ function dataUrl(url) {
   if (!match) return null;
   const body = url.length - match[0].length;
   const padding = url.endsWith('==') ? 2 : url.endsWith('=') ? 1 : 0;
-  return { type: match[1] || 'text/plain', bytes: match[2] ? Math.floor((body * 3) / 4) - padding : body };
+  return {
+    type: match[1] || 'text/plain',
+    bytes: match[2] ? Math.floor((body * 3) / 4) - padding : body,
+  };
 }
 
 function base64Bytes(data) {
@@ -42,12 +45,17 @@ function hostOf(url) {
 
 function openFull(img, caption) {
   // The image at its own size, in a modal dialog (a data URL cannot be opened in a tab).
-  const dialog = h('dialog', {
-    class: 'popover image-dialog', 'aria-label': `Image: ${caption}`, 'data-testid': 'image-full',
-  },
+  const dialog = h(
+    'dialog',
+    {
+      class: 'popover image-dialog',
+      'aria-label': `Image: ${caption}`,
+      'data-testid': 'image-full',
+    },
     h('img', { src: img.src, alt: img.alt, class: 'image-full' }),
     h('p', { class: 'muted', text: caption }),
-    h('button', { class: 'btn btn-small', type: 'button', onclick: () => dialog.close() }, 'Close'));
+    h('button', { class: 'btn btn-small', type: 'button', onclick: () => dialog.close() }, 'Close'),
+  );
   dialog.addEventListener('close', () => dialog.remove());
   dialog.addEventListener('click', (event) => {
     if (event.target === dialog) dialog.close(); // a click outside the image
@@ -65,12 +73,22 @@ function imagePart(url, detail) {
       data ? fmtBytes(data.bytes) : null,
       pixels,
       `detail: ${detail || 'auto'}`,
-    ].filter(Boolean).join(' · ');
+    ]
+      .filter(Boolean)
+      .join(' · ');
   };
   describe(null);
-  const img = h('img', { class: 'thumb', alt: 'Image the user sent', 'data-testid': 'image-thumb', decoding: 'async' });
+  const img = h('img', {
+    class: 'thumb',
+    alt: 'Image the user sent',
+    'data-testid': 'image-thumb',
+    decoding: 'async',
+  });
   img.addEventListener('load', () => describe(`${img.naturalWidth}×${img.naturalHeight}`));
-  const figure = h('figure', { class: 'attachment attachment-image', 'data-testid': 'image-attachment' });
+  const figure = h('figure', {
+    class: 'attachment attachment-image',
+    'data-testid': 'image-attachment',
+  });
   const open = h('button', { class: 'thumb-button', type: 'button', title: 'Open full size' }, img);
   open.addEventListener('click', () => openFull(img, facts.textContent));
   if (data) {
@@ -79,29 +97,48 @@ function imagePart(url, detail) {
     return figure;
   }
   // Remote: a link to it, and a thumbnail once asked for.
-  const show = h('button', { class: 'btn btn-small', type: 'button', 'data-testid': 'load-remote-image' },
-    `Show image from ${hostOf(url)}`);
+  const show = h(
+    'button',
+    { class: 'btn btn-small', type: 'button', 'data-testid': 'load-remote-image' },
+    `Show image from ${hostOf(url)}`,
+  );
   show.addEventListener('click', () => {
     img.src = url;
     show.replaceWith(open);
   });
-  figure.append(show, h('figcaption', {}, facts, ' ',
-    h('a', { href: url, target: '_blank', rel: 'noopener noreferrer', class: 'attachment-link' }, 'open full size')));
+  figure.append(
+    show,
+    h(
+      'figcaption',
+      {},
+      facts,
+      ' ',
+      h(
+        'a',
+        { href: url, target: '_blank', rel: 'noopener noreferrer', class: 'attachment-link' },
+        'open full size',
+      ),
+    ),
+  );
   return figure;
 }
 
 function attachment(kind, name, facts) {
-  return h('div', { class: 'attachment attachment-file', 'data-testid': `${kind.toLowerCase()}-attachment` },
+  return h(
+    'div',
+    { class: 'attachment attachment-file', 'data-testid': `${kind.toLowerCase()}-attachment` },
     h('span', { class: 'attachment-kind', text: kind }),
     name ? h('span', { class: 'attachment-name', text: name }) : null,
-    h('span', { class: 'attachment-facts', text: facts.filter(Boolean).join(' · ') }));
+    h('span', { class: 'attachment-facts', text: facts.filter(Boolean).join(' · ') }),
+  );
 }
 
 function part(p) {
   if (typeof p === 'string') return h('div', { class: 'msg-text', text: p });
   if (!p || typeof p !== 'object') return null;
   const kind = p.type;
-  if (kind === 'text' || kind === 'input_text') return h('div', { class: 'msg-text', text: p.text || '' });
+  if (kind === 'text' || kind === 'input_text')
+    return h('div', { class: 'msg-text', text: p.text || '' });
   if (kind === 'image_url') {
     const image = typeof p.image_url === 'string' ? { url: p.image_url } : p.image_url || {};
     return imagePart(image.url, image.detail);
@@ -109,7 +146,8 @@ function part(p) {
   if (kind === 'input_image' && p.image_url) return imagePart(p.image_url, p.detail);
   if (kind === 'image' && p.source) {
     const source = p.source;
-    const url = source.type === 'base64' ? `data:${source.media_type};base64,${source.data}` : source.url;
+    const url =
+      source.type === 'base64' ? `data:${source.media_type};base64,${source.data}` : source.url;
     return url ? imagePart(url, null) : attachment('Image', source.file_id, []);
   }
   if (kind === 'input_audio') {
@@ -132,7 +170,10 @@ function part(p) {
 export function userContent(content) {
   // A user message's content: its text, or each of its parts in order.
   if (!Array.isArray(content)) {
-    return h('div', { class: 'msg-text', text: content === null || content === undefined ? '' : String(content) });
+    return h('div', {
+      class: 'msg-text',
+      text: content === null || content === undefined ? '' : String(content),
+    });
   }
   return h('div', { class: 'msg-parts' }, content.map(part));
 }

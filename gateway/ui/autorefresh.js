@@ -14,7 +14,12 @@ function busy() {
   // or a field that has the keyboard (a half-typed search, a date being picked).
   if (document.hidden || document.querySelector('dialog[open]')) return true;
   const active = document.activeElement;
-  return Boolean(active?.closest('.page') && active.matches('textarea, input:not([type=checkbox]):not([type=radio]):not([type=button]):not([type=submit])'));
+  return Boolean(
+    active?.closest('.page') &&
+      active.matches(
+        'textarea, input:not([type=checkbox]):not([type=radio]):not([type=button]):not([type=submit])',
+      ),
+  );
 }
 
 export function autoRefresh(page) {

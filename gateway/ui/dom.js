@@ -14,7 +14,8 @@ export function setProps(el, props) {
     if (name === 'class') el.setAttribute('class', value);
     else if (name === 'text') el.textContent = value;
     else if (name === 'value') el.value = value;
-    else if (name === 'style') Object.assign(el.style, value); // CSSOM: allowed by the CSP
+    else if (name === 'style')
+      Object.assign(el.style, value); // CSSOM: allowed by the CSP
     else if (name === 'dataset') Object.assign(el.dataset, value);
     else if (name.startsWith('on')) el.addEventListener(name.slice(2), value);
     else el.setAttribute(name, value === true ? '' : String(value));

@@ -9,7 +9,7 @@ export function fmtTime(seconds, withSeconds = true) {
   if (seconds === null || seconds === undefined) return '—';
   const d = new Date(seconds * 1000);
   const date = `${d.getFullYear()}-${pad(d.getMonth() + 1)}-${pad(d.getDate())}`;
-  const time = `${pad(d.getHours())}:${pad(d.getMinutes())}` + (withSeconds ? `:${pad(d.getSeconds())}` : '');
+  const time = `${pad(d.getHours())}:${pad(d.getMinutes())}${withSeconds ? `:${pad(d.getSeconds())}` : ''}`;
   return `${date} ${time}`;
 }
 
@@ -52,10 +52,10 @@ export function fmtInt(value) {
 
 export function fmtCompact(value) {
   const abs = Math.abs(value);
-  if (abs >= 1e9) return (value / 1e9).toFixed(1) + 'B';
-  if (abs >= 1e6) return (value / 1e6).toFixed(1) + 'M';
-  if (abs >= 1e4) return (value / 1e3).toFixed(0) + 'k';
-  if (abs >= 1e3) return (value / 1e3).toFixed(1) + 'k';
+  if (abs >= 1e9) return `${(value / 1e9).toFixed(1)}B`;
+  if (abs >= 1e6) return `${(value / 1e6).toFixed(1)}M`;
+  if (abs >= 1e4) return `${(value / 1e3).toFixed(0)}k`;
+  if (abs >= 1e3) return `${(value / 1e3).toFixed(1)}k`;
   return String(Math.round(value * 100) / 100);
 }
 
@@ -84,7 +84,13 @@ export function textOf(content) {
   if (typeof content === 'string') return content;
   if (Array.isArray(content)) {
     return content
-      .map((part) => (typeof part === 'string' ? part : part.text !== undefined ? part.text : `[${part.type || 'part'}]`))
+      .map((part) =>
+        typeof part === 'string'
+          ? part
+          : part.text !== undefined
+            ? part.text
+            : `[${part.type || 'part'}]`,
+      )
       .join('');
   }
   return JSON.stringify(content);
@@ -113,6 +119,7 @@ export function limitsText(limits) {
   if (limits.rpm) parts.push(`${limits.rpm} rpm`);
   if (limits.tpm) parts.push(`${fmtCompact(limits.tpm)} tpm`);
   if (limits.max_concurrent) parts.push(`${limits.max_concurrent} concurrent`);
-  if (limits.budget) parts.push(`${fmtUsd(limits.budget.usd)}/${limits.budget.period} ${limits.budget.mode}`);
+  if (limits.budget)
+    parts.push(`${fmtUsd(limits.budget.usd)}/${limits.budget.period} ${limits.budget.mode}`);
   return parts.join(' · ') || '—';
 }

@@ -19,7 +19,10 @@ async function eventsOf(conversations) {
   const reader = async () => {
     while (next < conversations.length) {
       const at = next++;
-      read[at] = await api(`/v1/conversations/${enc(conversations[at].id)}/events`).then((r) => r.data, (error) => error);
+      read[at] = await api(`/v1/conversations/${enc(conversations[at].id)}/events`).then(
+        (r) => r.data,
+        (error) => error,
+      );
     }
   };
   await Promise.all(Array.from({ length: Math.min(AT_ONCE, conversations.length) }, reader));
@@ -32,10 +35,16 @@ export async function listTimeline(conversations, link) {
   const rows = conversations.map((c, i) => {
     if (read[i] instanceof Error) return { c, error: read[i], turns: [], start: null };
     // Its own turns: a branch's inherited ones are its parent's, on the parent's row.
-    const turns = groupTurns(read[i]).filter((turn) => turn.conversation_id === c.id)
+    const turns = groupTurns(read[i])
+      .filter((turn) => turn.conversation_id === c.id)
       .map((turn) => ({ turn, ...turnSpan(turn, [], now) }));
     if (!turns.length) return { c, turns, start: null };
-    return { c, turns, start: Math.min(...turns.map((t) => t.start)), end: Math.max(...turns.map((t) => t.end)) };
+    return {
+      c,
+      turns,
+      start: Math.min(...turns.map((t) => t.start)),
+      end: Math.max(...turns.map((t) => t.end)),
+    };
   });
   const timed = rows.filter((r) => r.start !== null).sort((a, b) => a.start - b.start);
   const box = h('div', { class: 'session-timeline list-timeline', 'data-testid': 'list-timeline' });
@@ -47,36 +56,90 @@ export async function listTimeline(conversations, link) {
     const at = (ms) => ((ms - origin) / span) * 100;
     const widthOf = (from, to) => Math.max(((to - from) / span) * 100, 0.4);
     const turnCount = timed.reduce((sum, r) => sum + r.turns.length, 0);
-    box.append(h('p', { class: 'tl-summary', 'data-testid': 'list-timeline-summary' },
-      `${plural(timed.length, 'conversation')} · ${plural(turnCount, 'turn')} over ${fmtSpan(span)} from ${fmtTime(origin / 1000)} (${ZONE})`),
-    axisRow(span));
+    box.append(
+      h(
+        'p',
+        { class: 'tl-summary', 'data-testid': 'list-timeline-summary' },
+        `${plural(timed.length, 'conversation')} · ${plural(turnCount, 'turn')} over ${fmtSpan(span)} from ${fmtTime(origin / 1000)} (${ZONE})`,
+      ),
+      axisRow(span),
+    );
     for (const { c, turns, start, end } of timed) {
-      box.append(h('div', { class: 'tl-row tl-conversation', 'data-testid': 'tl-conversation', 'data-conversation-id': c.id, 'data-start-ms': Math.round(start - origin), 'data-duration-ms': Math.round(end - start) },
-        h('div', { class: 'tl-label' },
-          h('div', { class: 'tl-name' }, h('a', { href: link(c), text: c.preview || '(no user message)' })),
-          h('div', { class: 'tl-facts' },
-            h('code', { title: c.id, text: shortId(c.id) }),
-            statusBadge(c.status),
-            h('span', { 'data-testid': 'tl-offset', text: `+${fmtSpan(start - origin)}` }),
-            h('span', { 'data-testid': 'tl-turns', text: `${plural(turns.length, 'turn')} over ${fmtSpan(end - start)}` }),
-            c.usage ? h('span', { text: fmtUsd(c.usage.cost_usd) }) : null)),
-        h('div', { class: 'tl-track' }, turns.map(({ turn, start: from, end: to }, index) => {
-          const status = turn.end ? turn.end.payload.status : 'open';
-          return h('div', {
-            class: `tl-bar tl-bar-turn tl-${status}`, 'data-testid': 'tl-bar', 'data-status': status,
-            'data-start-ms': Math.round(from - origin), 'data-duration-ms': Math.round(to - from),
-            style: { left: `${at(from)}%`, width: `${widthOf(from, to)}%` },
-            title: `Turn ${index + 1} (${status === 'open' ? 'in progress' : status}): ${fmtSpan(to - from)} from +${fmtSpan(from - origin)}`,
-          });
-        }))));
+      box.append(
+        h(
+          'div',
+          {
+            class: 'tl-row tl-conversation',
+            'data-testid': 'tl-conversation',
+            'data-conversation-id': c.id,
+            'data-start-ms': Math.round(start - origin),
+            'data-duration-ms': Math.round(end - start),
+          },
+          h(
+            'div',
+            { class: 'tl-label' },
+            h(
+              'div',
+              { class: 'tl-name' },
+              h('a', { href: link(c), text: c.preview || '(no user message)' }),
+            ),
+            h(
+              'div',
+              { class: 'tl-facts' },
+              h('code', { title: c.id, text: shortId(c.id) }),
+              statusBadge(c.status),
+              h('span', { 'data-testid': 'tl-offset', text: `+${fmtSpan(start - origin)}` }),
+              h('span', {
+                'data-testid': 'tl-turns',
+                text: `${plural(turns.length, 'turn')} over ${fmtSpan(end - start)}`,
+              }),
+              c.usage ? h('span', { text: fmtUsd(c.usage.cost_usd) }) : null,
+            ),
+          ),
+          h(
+            'div',
+            { class: 'tl-track' },
+            turns.map(({ turn, start: from, end: to }, index) => {
+              const status = turn.end ? turn.end.payload.status : 'open';
+              return h('div', {
+                class: `tl-bar tl-bar-turn tl-${status}`,
+                'data-testid': 'tl-bar',
+                'data-status': status,
+                'data-start-ms': Math.round(from - origin),
+                'data-duration-ms': Math.round(to - from),
+                style: { left: `${at(from)}%`, width: `${widthOf(from, to)}%` },
+                title: `Turn ${index + 1} (${status === 'open' ? 'in progress' : status}): ${fmtSpan(to - from)} from +${fmtSpan(from - origin)}`,
+              });
+            }),
+          ),
+        ),
+      );
     }
   }
   const left = rows.filter((r) => r.start === null);
   for (const { c, error } of left) {
-    box.append(h('div', { class: 'tl-row', 'data-testid': 'tl-conversation', 'data-conversation-id': c.id },
-      h('div', { class: 'tl-label' }, h('div', { class: 'tl-name' }, h('a', { href: link(c), text: c.preview || '(no user message)' }))),
-      error ? errorBox(error) : h('div', { class: 'muted', text: 'No turns yet.' })));
+    box.append(
+      h(
+        'div',
+        { class: 'tl-row', 'data-testid': 'tl-conversation', 'data-conversation-id': c.id },
+        h(
+          'div',
+          { class: 'tl-label' },
+          h(
+            'div',
+            { class: 'tl-name' },
+            h('a', { href: link(c), text: c.preview || '(no user message)' }),
+          ),
+        ),
+        error ? errorBox(error) : h('div', { class: 'muted', text: 'No turns yet.' }),
+      ),
+    );
   }
-  box.append(h('p', { class: 'field-hint', text: 'The conversations of this page of the list, by their first turn; each turn from its input to its end (open ones to now). A conversation\'s own Timeline shows its attempts.' }));
+  box.append(
+    h('p', {
+      class: 'field-hint',
+      text: "The conversations of this page of the list, by their first turn; each turn from its input to its end (open ones to now). A conversation's own Timeline shows its attempts.",
+    }),
+  );
   return box;
 }

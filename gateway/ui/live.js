@@ -12,24 +12,36 @@ import { readEvents } from './sse.js';
 // client has been delivered; when the turn ends the page is drawn again from the record.
 export function liveAnswer(conversationId, turnId, render) {
   const body = h('div', { class: 'msg-text muted', text: 'Waiting for the first delivered text…' });
-  const box = h('div', { class: 'msg msg-assistant live-answer', 'data-testid': 'live-answer', 'aria-live': 'polite' },
-    h('div', { class: 'msg-role' }, 'Assistant', h('span', { class: 'muted', text: ' · as its client has it so far' })),
-    body);
+  const box = h(
+    'div',
+    { class: 'msg msg-assistant live-answer', 'data-testid': 'live-answer', 'aria-live': 'polite' },
+    h(
+      'div',
+      { class: 'msg-role' },
+      'Assistant',
+      h('span', { class: 'muted', text: ' · as its client has it so far' }),
+    ),
+    body,
+  );
   const stop = new AbortController();
   onLeave(() => stop.abort());
-  follow(`/v1/conversations/${encodeURIComponent(conversationId)}/turns/${encodeURIComponent(turnId)}/live`, stop.signal, (name, data) => {
-    if (name === 'answer') {
-      clear(body);
-      body.className = '';
-      append(body, render(data.content));
-    } else if (name === 'end') {
-      stop.abort();
-      redraw();
-    } else if (name === 'elsewhere') {
-      // Run by another replica (the page's own refresh shows its end): said, not waited for.
-      body.textContent = 'The live answer is shown only by the replica running the turn.';
-    }
-  }).catch(() => {
+  follow(
+    `/v1/conversations/${encodeURIComponent(conversationId)}/turns/${encodeURIComponent(turnId)}/live`,
+    stop.signal,
+    (name, data) => {
+      if (name === 'answer') {
+        clear(body);
+        body.className = '';
+        append(body, render(data.content));
+      } else if (name === 'end') {
+        stop.abort();
+        redraw();
+      } else if (name === 'elsewhere') {
+        // Run by another replica (the page's own refresh shows its end): said, not waited for.
+        body.textContent = 'The live answer is shown only by the replica running the turn.';
+      }
+    },
+  ).catch(() => {
     if (!stop.signal.aborted) body.textContent = 'The live answer cannot be followed right now.';
   });
   return box;

@@ -25,7 +25,10 @@ export function requestsOf(...answers) {
     if (Array.isArray(turns)) {
       for (const turn of turns) {
         if (!turn?.request) continue;
-        const ids = { response_id: turn.response_id || undefined, upstream_id: turn.upstream_id || undefined };
+        const ids = {
+          response_id: turn.response_id || undefined,
+          upstream_id: turn.upstream_id || undefined,
+        };
         found.set(turn.id, { ...turn.request, ...ids });
       }
     } else if (turns && typeof turns === 'object') {
@@ -57,22 +60,47 @@ function upstreamIds(turn) {
 
 function answerIds(turn, request) {
   const upstream = upstreamIds(turn);
-  if (request.upstream_id && !upstream.some(([id]) => id === request.upstream_id)) upstream.push([request.upstream_id]);
+  if (request.upstream_id && !upstream.some(([id]) => id === request.upstream_id))
+    upstream.push([request.upstream_id]);
   const sent = request.response_id;
   return [
-    sent ? metaItem('Response id (sent)', h('code', { 'data-testid': 'response-id', text: sent })) : null,
+    sent
+      ? metaItem('Response id (sent)', h('code', { 'data-testid': 'response-id', text: sent }))
+      : null,
     upstream.length
-      ? metaItem('Provider\'s id', h('span', { class: 'id-list' }, upstream.map(([id, deployment], i) => h('span', {},
-        i ? ', ' : '', h('code', { 'data-testid': 'upstream-id', text: id }),
-        deployment && upstream.length > 1 ? h('span', { class: 'muted', text: ` (${deployment})` }) : null,
-        id === sent ? h('span', { class: 'muted', text: ' (the same)' }) : null))))
+      ? metaItem(
+          "Provider's id",
+          h(
+            'span',
+            { class: 'id-list' },
+            upstream.map(([id, deployment], i) =>
+              h(
+                'span',
+                {},
+                i ? ', ' : '',
+                h('code', { 'data-testid': 'upstream-id', text: id }),
+                deployment && upstream.length > 1
+                  ? h('span', { class: 'muted', text: ` (${deployment})` })
+                  : null,
+                id === sent ? h('span', { class: 'muted', text: ' (the same)' }) : null,
+              ),
+            ),
+          ),
+        )
       : null,
   ];
 }
 
 function json(value, label, testid) {
   // It may scroll: reachable from the keyboard.
-  return h('pre', { class: 'code request-json', tabindex: '0', role: 'region', 'aria-label': label, 'data-testid': testid, text: prettyJson(value) });
+  return h('pre', {
+    class: 'code request-json',
+    tabindex: '0',
+    role: 'region',
+    'aria-label': label,
+    'data-testid': testid,
+    text: prettyJson(value),
+  });
 }
 
 export function requestPanel(turn, request) {
@@ -82,29 +110,98 @@ export function requestPanel(turn, request) {
   const headers = request.headers && Object.keys(request.headers).length ? request.headers : null;
   const deployments = deploymentsOf(turn);
   const toolNames = (tools || []).map((t) => t.function?.name || t.name || t.type).filter(Boolean);
-  return h('details', { class: 'request-panel', 'data-testid': 'request-panel' },
-    h('summary', {}, 'Request', h('span', { class: 'muted', text: ` · ${endpoint ? `POST ${endpoint}` : request.endpoint || 'endpoint not recorded'}${request.model ? ` · ${request.model}` : ''}` })),
-    h('dl', { class: 'meta request-meta' },
-      metaItem('Endpoint', h('span', {}, endpoint ? h('code', { text: `POST ${endpoint}` }) : null, ' ', request.endpoint ? badge(request.endpoint, 'neutral', { 'data-testid': 'request-dialect' }) : '—')),
-      metaItem('Request id', request.request_id ? h('code', { 'data-testid': 'request-id', text: request.request_id }) : '—'),
+  return h(
+    'details',
+    { class: 'request-panel', 'data-testid': 'request-panel' },
+    h(
+      'summary',
+      {},
+      'Request',
+      h('span', {
+        class: 'muted',
+        text: ` · ${endpoint ? `POST ${endpoint}` : request.endpoint || 'endpoint not recorded'}${request.model ? ` · ${request.model}` : ''}`,
+      }),
+    ),
+    h(
+      'dl',
+      { class: 'meta request-meta' },
+      metaItem(
+        'Endpoint',
+        h(
+          'span',
+          {},
+          endpoint ? h('code', { text: `POST ${endpoint}` }) : null,
+          ' ',
+          request.endpoint
+            ? badge(request.endpoint, 'neutral', { 'data-testid': 'request-dialect' })
+            : '—',
+        ),
+      ),
+      metaItem(
+        'Request id',
+        request.request_id
+          ? h('code', { 'data-testid': 'request-id', text: request.request_id })
+          : '—',
+      ),
       answerIds(turn, request),
       metaItem('Model', request.model || '—'),
-      metaItem('Deployment', h('span', { 'data-testid': 'request-deployment', text: deployments.length ? deployments.join(' → ') : 'none yet' })),
+      metaItem(
+        'Deployment',
+        h('span', {
+          'data-testid': 'request-deployment',
+          text: deployments.length ? deployments.join(' → ') : 'none yet',
+        }),
+      ),
       metaItem('Stream', request.stream ? 'yes' : 'no'),
-      request.user ? metaItem('User', request.user) : null),
+      request.user ? metaItem('User', request.user) : null,
+    ),
     instructions.length
-      ? h('div', { class: 'request-part' }, h('h3', { class: 'request-heading', text: 'System prompt' }),
-        instructions.map((m) => h('div', { class: 'request-instruction', 'data-testid': 'request-system' },
-          h('span', { class: 'muted', text: `${m.role || 'system'}: ` }), h('span', { class: 'msg-text', text: textOf(m.content) }))))
+      ? h(
+          'div',
+          { class: 'request-part' },
+          h('h3', { class: 'request-heading', text: 'System prompt' }),
+          instructions.map((m) =>
+            h(
+              'div',
+              { class: 'request-instruction', 'data-testid': 'request-system' },
+              h('span', { class: 'muted', text: `${m.role || 'system'}: ` }),
+              h('span', { class: 'msg-text', text: textOf(m.content) }),
+            ),
+          ),
+        )
       : null,
-    h('div', { class: 'request-part' }, h('h3', { class: 'request-heading', text: 'Parameters' }), json(params, 'Parameters', 'request-params')),
-    tools && tools.length
-      ? h('div', { class: 'request-part' }, h('h3', { class: 'request-heading', text: `Tools offered (${tools.length})` }),
-        h('p', { class: 'request-tool-names', 'data-testid': 'request-tool-names' }, toolNames.map((name) => h('code', { text: name }))),
-        json(tools, 'Tools offered', 'request-tools'))
+    h(
+      'div',
+      { class: 'request-part' },
+      h('h3', { class: 'request-heading', text: 'Parameters' }),
+      json(params, 'Parameters', 'request-params'),
+    ),
+    tools?.length
+      ? h(
+          'div',
+          { class: 'request-part' },
+          h('h3', { class: 'request-heading', text: `Tools offered (${tools.length})` }),
+          h(
+            'p',
+            { class: 'request-tool-names', 'data-testid': 'request-tool-names' },
+            toolNames.map((name) => h('code', { text: name })),
+          ),
+          json(tools, 'Tools offered', 'request-tools'),
+        )
       : null,
     headers
-      ? h('div', { class: 'request-part' }, h('h3', { class: 'request-heading', text: 'Headers' }),
-        h('dl', { class: 'meta request-headers', 'data-testid': 'request-headers' }, Object.entries(headers).map(([name, value]) => metaItem(name, h('code', { text: String(value) })))))
-      : null);
+      ? h(
+          'div',
+          { class: 'request-part' },
+          h('h3', { class: 'request-heading', text: 'Headers' }),
+          h(
+            'dl',
+            { class: 'meta request-headers', 'data-testid': 'request-headers' },
+            Object.entries(headers).map(([name, value]) =>
+              metaItem(name, h('code', { text: String(value) })),
+            ),
+          ),
+        )
+      : null,
+  );
 }

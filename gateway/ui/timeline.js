@@ -10,13 +10,49 @@ import { badge, turnBadge } from './widgets.js';
 const MINUTE = 60000;
 const HOUR = 60 * MINUTE;
 const DAY = 24 * HOUR;
-const TICK_STEPS_MS = [1, 2, 5, 10, 20, 50, 100, 200, 500, 1000, 2000, 5000, 10000, 15000, 30000, MINUTE, 2 * MINUTE, 5 * MINUTE, 10 * MINUTE, 15 * MINUTE, 30 * MINUTE, HOUR, 2 * HOUR, 6 * HOUR, 12 * HOUR, DAY, 2 * DAY, 7 * DAY, 14 * DAY, 28 * DAY];
+const TICK_STEPS_MS = [
+  1,
+  2,
+  5,
+  10,
+  20,
+  50,
+  100,
+  200,
+  500,
+  1000,
+  2000,
+  5000,
+  10000,
+  15000,
+  30000,
+  MINUTE,
+  2 * MINUTE,
+  5 * MINUTE,
+  10 * MINUTE,
+  15 * MINUTE,
+  30 * MINUTE,
+  HOUR,
+  2 * HOUR,
+  6 * HOUR,
+  12 * HOUR,
+  DAY,
+  2 * DAY,
+  7 * DAY,
+  14 * DAY,
+  28 * DAY,
+];
 
 export function fmtSpan(ms) {
   // A session may go on for days: past a minute, in minutes, hours and days.
   if (ms === null || ms === undefined || ms < MINUTE) return fmtMs(ms);
   const whole = Math.round(ms / 1000);
-  const [d, h, m, s] = [Math.floor(whole / 86400), Math.floor(whole / 3600) % 24, Math.floor(whole / 60) % 60, whole % 60];
+  const [d, h, m, s] = [
+    Math.floor(whole / 86400),
+    Math.floor(whole / 3600) % 24,
+    Math.floor(whole / 60) % 60,
+    whole % 60,
+  ];
   if (d) return h ? `${d} d ${h} h` : `${d} d`;
   if (h) return m ? `${h} h ${m} min` : `${h} h`;
   return s ? `${m} min ${s} s` : `${m} min`;
@@ -65,15 +101,31 @@ export function axisRow(span) {
   const step = TICK_STEPS_MS.find((s) => span / s <= 6) || TICK_STEPS_MS[TICK_STEPS_MS.length - 1];
   const ticks = [];
   for (let t = 0; t <= span; t += step) ticks.push(t);
-  return h('div', { class: 'tl-row tl-axis-row', 'aria-hidden': 'true' },
+  return h(
+    'div',
+    { class: 'tl-row tl-axis-row', 'aria-hidden': 'true' },
     h('div', { class: 'tl-label' }),
-    h('div', { class: 'tl-axis' }, ticks.map((t) => h('span', { class: t / span > 0.85 ? 'tl-tick tl-tick-end' : 'tl-tick', style: { left: `${(t / span) * 100}%` }, text: `+${fmtSpan(t)}` }))));
+    h(
+      'div',
+      { class: 'tl-axis' },
+      ticks.map((t) =>
+        h('span', {
+          class: t / span > 0.85 ? 'tl-tick tl-tick-end' : 'tl-tick',
+          style: { left: `${(t / span) * 100}%` },
+          text: `+${fmtSpan(t)}`,
+        }),
+      ),
+    ),
+  );
 }
 
 export function timelineView(root, conversationId, turns, usageById) {
   const now = Date.now();
   const rows = turns.map((turn, index) => {
-    const attempts = attemptsOf(turn, usageById).map((attempt) => ({ ...attempt, timing: attemptTiming(attempt) }));
+    const attempts = attemptsOf(turn, usageById).map((attempt) => ({
+      ...attempt,
+      timing: attemptTiming(attempt),
+    }));
     return { turn, index, attempts, ...turnSpan(turn, attempts, now) };
   });
   const box = h('div', { class: 'session-timeline', 'data-testid': 'session-timeline' });
@@ -91,8 +143,13 @@ export function timelineView(root, conversationId, turns, usageById) {
   const cost = all.reduce((sum, a) => sum + (a.usage?.cost_usd || 0), 0);
   const tokens = all.reduce((sum, a) => sum + (tokensOf(a.usage) || 0), 0);
   const tools = all.reduce((sum, a) => sum + toolCalls(a).length, 0);
-  box.append(h('p', { class: 'tl-summary', 'data-testid': 'timeline-summary' },
-    `${plural(rows.length, 'turn')} · ${plural(all.length, 'attempt')} over ${fmtSpan(span)} from ${fmtTime(origin / 1000)} (${ZONE}) · ${fmtInt(tokens)} tokens · ${fmtUsd(cost)} · ${plural(tools, 'tool call')}`));
+  box.append(
+    h(
+      'p',
+      { class: 'tl-summary', 'data-testid': 'timeline-summary' },
+      `${plural(rows.length, 'turn')} · ${plural(all.length, 'attempt')} over ${fmtSpan(span)} from ${fmtTime(origin / 1000)} (${ZONE}) · ${fmtInt(tokens)} tokens · ${fmtUsd(cost)} · ${plural(tools, 'tool call')}`,
+    ),
+  );
 
   box.append(axisRow(span));
 
@@ -104,17 +161,51 @@ export function timelineView(root, conversationId, turns, usageById) {
     const turnTokens = attempts.reduce((sum, a) => sum + (tokensOf(a.usage) || 0), 0);
     const turnCost = attempts.reduce((sum, a) => sum + (a.usage?.cost_usd || 0), 0);
     const duration = row.end - row.start;
-    box.append(h('div', { class: 'tl-row tl-turn', 'data-testid': 'tl-turn', 'data-turn-id': turn.id, 'data-start-ms': Math.round(row.start - origin), 'data-duration-ms': Math.round(duration) },
-      h('div', { class: 'tl-label' },
-        h('div', { class: 'tl-name' }, h('strong', { text: `Turn ${index + 1}` }), ' ', h('code', { class: 'muted', title: turn.id, text: shortId(turn.id) }), ' ', turnBadge(turn, end, inherited), inherited ? badge('inherited', 'neutral') : null),
-        h('div', { class: 'tl-facts' },
-          h('span', { 'data-testid': 'tl-offset', text: `+${fmtSpan(row.start - origin)}` }),
-          h('span', { 'data-testid': 'tl-duration', text: fmtSpan(duration) }),
-          h('span', { text: `${fmtInt(turnTokens)} tokens` }),
-          h('span', { text: fmtUsd(turnCost) }),
-          turnTools.length ? h('span', { text: plural(turnTools.length, 'tool call') }) : null)),
-      h('div', { class: 'tl-track' },
-        h('div', { class: `tl-bar tl-bar-turn tl-${end ? end.status : 'open'}`, 'data-testid': 'tl-bar', style: { left: `${at(row.start)}%`, width: `${widthOf(row.start, row.end)}%` }, title: `Turn ${index + 1}: ${fmtSpan(duration)}` }))));
+    box.append(
+      h(
+        'div',
+        {
+          class: 'tl-row tl-turn',
+          'data-testid': 'tl-turn',
+          'data-turn-id': turn.id,
+          'data-start-ms': Math.round(row.start - origin),
+          'data-duration-ms': Math.round(duration),
+        },
+        h(
+          'div',
+          { class: 'tl-label' },
+          h(
+            'div',
+            { class: 'tl-name' },
+            h('strong', { text: `Turn ${index + 1}` }),
+            ' ',
+            h('code', { class: 'muted', title: turn.id, text: shortId(turn.id) }),
+            ' ',
+            turnBadge(turn, end, inherited),
+            inherited ? badge('inherited', 'neutral') : null,
+          ),
+          h(
+            'div',
+            { class: 'tl-facts' },
+            h('span', { 'data-testid': 'tl-offset', text: `+${fmtSpan(row.start - origin)}` }),
+            h('span', { 'data-testid': 'tl-duration', text: fmtSpan(duration) }),
+            h('span', { text: `${fmtInt(turnTokens)} tokens` }),
+            h('span', { text: fmtUsd(turnCost) }),
+            turnTools.length ? h('span', { text: plural(turnTools.length, 'tool call') }) : null,
+          ),
+        ),
+        h(
+          'div',
+          { class: 'tl-track' },
+          h('div', {
+            class: `tl-bar tl-bar-turn tl-${end ? end.status : 'open'}`,
+            'data-testid': 'tl-bar',
+            style: { left: `${at(row.start)}%`, width: `${widthOf(row.start, row.end)}%` },
+            title: `Turn ${index + 1}: ${fmtSpan(duration)}`,
+          }),
+        ),
+      ),
+    );
 
     for (const attempt of attempts) {
       const t = attempt.timing;
@@ -126,21 +217,77 @@ export function timelineView(root, conversationId, turns, usageById) {
       if (t.start !== null && t.end !== null) {
         const ttft = t.ttft ?? null;
         // Waiting for the first token, then streaming: the two parts of one bar.
-        bar.push(h('div', { class: `tl-bar tl-attempt-bar tl-${outcome}`, 'data-testid': 'tl-bar', style: { left: `${at(t.start)}%`, width: `${widthOf(t.start, t.end)}%` }, title: `#${attempt.number} ${route.deployment || '?'}: ${fmtMs(t.duration)}${ttft !== null ? `, first token at ${fmtMs(ttft)}` : ''}` },
-          ttft !== null && t.duration ? h('div', { class: 'tl-wait', style: { width: `${Math.min(100, (ttft / t.duration) * 100)}%` } }) : null));
+        bar.push(
+          h(
+            'div',
+            {
+              class: `tl-bar tl-attempt-bar tl-${outcome}`,
+              'data-testid': 'tl-bar',
+              style: { left: `${at(t.start)}%`, width: `${widthOf(t.start, t.end)}%` },
+              title: `#${attempt.number} ${route.deployment || '?'}: ${fmtMs(t.duration)}${ttft !== null ? `, first token at ${fmtMs(ttft)}` : ''}`,
+            },
+            ttft !== null && t.duration
+              ? h('div', {
+                  class: 'tl-wait',
+                  style: { width: `${Math.min(100, (ttft / t.duration) * 100)}%` },
+                })
+              : null,
+          ),
+        );
       }
-      box.append(h('div', { class: 'tl-row tl-attempt', 'data-testid': 'tl-attempt', 'data-attempt': attempt.number, 'data-outcome': outcome, 'data-deployment': route.deployment || '', 'data-start-ms': t.start === null ? '' : Math.round(t.start - origin), 'data-duration-ms': t.duration ?? '' },
-        h('div', { class: 'tl-label' },
-          h('div', { class: 'tl-name' }, `#${attempt.number} `, h('strong', { text: route.deployment || '?' }), h('span', { class: 'muted', text: ` ${outcome}` })),
-          h('div', { class: 'tl-facts' },
-            h('span', { 'data-testid': 'tl-ttft', text: `TTFT ${fmtMs(t.ttft)}` }),
-            h('span', { 'data-testid': 'tl-duration', text: fmtMs(t.duration) }),
-            h('span', { 'data-testid': 'tl-tokens', text: usage ? `${fmtInt(usage.prompt_tokens)} in · ${fmtInt(usage.completion_tokens)} out` : '— tokens' }),
-            h('span', { 'data-testid': 'tl-cost', text: usage ? fmtUsd(usage.cost_usd) : '—' }),
-            names.length ? h('span', { 'data-testid': 'tl-tools', title: names.join(', '), text: `${plural(names.length, 'tool call')}: ${names.join(', ')}` }) : null)),
-        h('div', { class: 'tl-track' }, bar)));
+      box.append(
+        h(
+          'div',
+          {
+            class: 'tl-row tl-attempt',
+            'data-testid': 'tl-attempt',
+            'data-attempt': attempt.number,
+            'data-outcome': outcome,
+            'data-deployment': route.deployment || '',
+            'data-start-ms': t.start === null ? '' : Math.round(t.start - origin),
+            'data-duration-ms': t.duration ?? '',
+          },
+          h(
+            'div',
+            { class: 'tl-label' },
+            h(
+              'div',
+              { class: 'tl-name' },
+              `#${attempt.number} `,
+              h('strong', { text: route.deployment || '?' }),
+              h('span', { class: 'muted', text: ` ${outcome}` }),
+            ),
+            h(
+              'div',
+              { class: 'tl-facts' },
+              h('span', { 'data-testid': 'tl-ttft', text: `TTFT ${fmtMs(t.ttft)}` }),
+              h('span', { 'data-testid': 'tl-duration', text: fmtMs(t.duration) }),
+              h('span', {
+                'data-testid': 'tl-tokens',
+                text: usage
+                  ? `${fmtInt(usage.prompt_tokens)} in · ${fmtInt(usage.completion_tokens)} out`
+                  : '— tokens',
+              }),
+              h('span', { 'data-testid': 'tl-cost', text: usage ? fmtUsd(usage.cost_usd) : '—' }),
+              names.length
+                ? h('span', {
+                    'data-testid': 'tl-tools',
+                    title: names.join(', '),
+                    text: `${plural(names.length, 'tool call')}: ${names.join(', ')}`,
+                  })
+                : null,
+            ),
+          ),
+          h('div', { class: 'tl-track' }, bar),
+        ),
+      );
     }
   }
-  box.append(h('p', { class: 'field-hint', text: 'Each turn from its input to its end, each attempt from its start to its end (its paler part: waiting for the first token). Times from the gateway\'s clock; the axis is from the first turn.' }));
+  box.append(
+    h('p', {
+      class: 'field-hint',
+      text: "Each turn from its input to its end, each attempt from its start to its end (its paler part: waiting for the first token). Times from the gateway's clock; the axis is from the first turn.",
+    }),
+  );
   root.append(box);
 }

@@ -14,13 +14,17 @@ export function attemptsOf(turn, usageById) {
   };
   for (const event of turn.events) {
     const p = event.payload;
-    if (event.type === 'assistant/attempt' || (event.type === 'assistant/message' && p.source !== 'client')) {
+    if (
+      event.type === 'assistant/attempt' ||
+      (event.type === 'assistant/message' && p.source !== 'client')
+    ) {
       const attempt = get(p.attempt || attempts.size + 1);
       attempt.event = event;
       attempt.route = p.route || {};
       attempt.stream = p.stream || [];
       attempt.providerUsage = p.usage;
-      if (event.type === 'assistant/attempt') attempt.outcome = p.reason === 'empty_prefix' ? 'cancelled' : 'error';
+      if (event.type === 'assistant/attempt')
+        attempt.outcome = p.reason === 'empty_prefix' ? 'cancelled' : 'error';
       else attempt.outcome = p.interrupted ? 'cancelled' : 'completed';
       attempt.reason = p.reason;
       attempt.message = event.type === 'assistant/message' ? p : null;
@@ -59,12 +63,17 @@ function expandStream(records) {
 function streamSpan(records) {
   const deltas = expandStream(records);
   const first = deltas.find((d) => d.text !== undefined);
-  return { first: first ? first.t : null, last: deltas.length ? deltas[deltas.length - 1].t : null };
+  return {
+    first: first ? first.t : null,
+    last: deltas.length ? deltas[deltas.length - 1].t : null,
+  };
 }
 
 export function trajectoryView(root, conversationId, turns, usageById) {
   const list = h('div', { class: 'trajectory', 'data-testid': 'trajectory' });
-  turns.forEach((turn, index) => list.append(trajectoryTurn(conversationId, turn, index, usageById)));
+  turns.forEach((turn, index) => {
+    list.append(trajectoryTurn(conversationId, turn, index, usageById));
+  });
   if (!turns.length) list.append(h('div', { class: 'empty', text: 'No turns yet.' }));
   root.append(list);
 }
@@ -82,88 +91,224 @@ export function attemptTiming(attempt) {
 
 function trajectoryTurn(conversationId, turn, index, usageById) {
   const attempts = attemptsOf(turn, usageById);
-  const end = turn.end && turn.end.payload;
+  const end = turn.end?.payload;
   const turnStart = turn.events[0].created_at * 1000;
   const timings = attempts.map(attemptTiming);
   const origin = Math.min(turnStart, ...timings.map((t) => t.start).filter((v) => v !== null));
-  const finish = Math.max(turn.end ? turn.end.created_at * 1000 : origin, ...timings.map((t) => t.end).filter((v) => v !== null));
+  const finish = Math.max(
+    turn.end ? turn.end.created_at * 1000 : origin,
+    ...timings.map((t) => t.end).filter((v) => v !== null),
+  );
   const span = Math.max(finish - origin, 1);
-  const metered = end && end.metered;
+  const metered = end?.metered;
 
-  const lanes = h('div', { class: 'timeline', 'data-testid': 'timeline' },
-    h('div', { class: 'timeline-axis' }, h('span', { text: '0 ms' }), h('span', { text: fmtMs(span) })),
+  const lanes = h(
+    'div',
+    { class: 'timeline', 'data-testid': 'timeline' },
+    h(
+      'div',
+      { class: 'timeline-axis' },
+      h('span', { text: '0 ms' }),
+      h('span', { text: fmtMs(span) }),
+    ),
     attempts.map((attempt, i) => {
       const t = timings[i];
       const left = t.start === null ? 0 : ((t.start - origin) / span) * 100;
-      const width = t.start === null || t.end === null ? 0 : Math.max(((t.end - t.start) / span) * 100, 0.6);
-      const lane = h('div', { class: 'lane' },
-        h('div', { class: 'lane-label' }, `#${attempt.number} `, h('strong', { text: attempt.route.deployment || '?' })),
-        h('div', { class: 'lane-track' },
-          h('div', { class: `lane-bar lane-${attempt.outcome || 'error'}`, style: { left: `${left}%`, width: `${width}%` }, title: `${attempt.outcome}: ${fmtMs(t.duration)}` }),
+      const width =
+        t.start === null || t.end === null ? 0 : Math.max(((t.end - t.start) / span) * 100, 0.6);
+      const lane = h(
+        'div',
+        { class: 'lane' },
+        h(
+          'div',
+          { class: 'lane-label' },
+          `#${attempt.number} `,
+          h('strong', { text: attempt.route.deployment || '?' }),
+        ),
+        h(
+          'div',
+          { class: 'lane-track' },
+          h('div', {
+            class: `lane-bar lane-${attempt.outcome || 'error'}`,
+            style: { left: `${left}%`, width: `${width}%` },
+            title: `${attempt.outcome}: ${fmtMs(t.duration)}`,
+          }),
           t.ttft !== null && t.ttft !== undefined && t.start !== null
-            ? h('div', { class: 'lane-mark', style: { left: `${((t.start + t.ttft - origin) / span) * 100}%` }, title: `first token at ${fmtMs(t.ttft)}` })
-            : null));
+            ? h('div', {
+                class: 'lane-mark',
+                style: { left: `${((t.start + t.ttft - origin) / span) * 100}%` },
+                title: `first token at ${fmtMs(t.ttft)}`,
+              })
+            : null,
+        ),
+      );
       return lane;
-    }));
+    }),
+  );
 
   const cards = attempts.map((attempt, i) => attemptCard(turn, attempt, timings[i]));
-  return h('article', { class: 'traj-turn', 'data-turn-id': turn.id },
-    h('header', { class: 'turn-head' },
+  return h(
+    'article',
+    { class: 'traj-turn', 'data-turn-id': turn.id },
+    h(
+      'header',
+      { class: 'turn-head' },
       h('span', { class: 'turn-number', text: `Turn ${index + 1}` }),
       h('code', { class: 'muted', title: turn.id, text: shortId(turn.id) }),
       h('span', { class: 'muted', text: fmtTime(turn.events[0].created_at) }),
       turnBadge(turn, end, turn.conversation_id !== conversationId),
-      end && end.reason ? h('span', { class: 'muted', text: end.reason.replace(/_/g, ' ') }) : null,
-      turn.conversation_id !== conversationId ? badge('inherited', 'neutral') : null),
-    h('div', { class: 'traj-summary' },
+      end?.reason ? h('span', { class: 'muted', text: end.reason.replace(/_/g, ' ') }) : null,
+      turn.conversation_id !== conversationId ? badge('inherited', 'neutral') : null,
+    ),
+    h(
+      'div',
+      { class: 'traj-summary' },
       summaryStat('Attempts', String(attempts.length)),
       summaryStat('Duration', end ? fmtMs(end.duration_ms) : '—'),
-      summaryStat('Tokens', metered ? `${fmtInt(metered.prompt_tokens)} in · ${fmtInt(metered.completion_tokens)} out` : end && end.usage ? `${fmtInt(end.usage.prompt_tokens)} in · ${fmtInt(end.usage.completion_tokens)} out` : '—'),
+      summaryStat(
+        'Tokens',
+        metered
+          ? `${fmtInt(metered.prompt_tokens)} in · ${fmtInt(metered.completion_tokens)} out`
+          : end?.usage
+            ? `${fmtInt(end.usage.prompt_tokens)} in · ${fmtInt(end.usage.completion_tokens)} out`
+            : '—',
+      ),
       summaryStat('Delivered', metered ? `${fmtInt(metered.completion_delivered)} tokens` : '—'),
       summaryStat('Cost', metered ? fmtUsd(metered.cost_usd) : '—'),
-      summaryStat('turn/end', turn.end ? `seq ${turn.end.seq}` : 'not yet')),
-    attempts.length ? lanes : h('p', { class: 'muted', text: 'No upstream attempt: this turn only recorded input.' }),
-    h('div', { class: 'attempts' }, cards));
+      summaryStat('turn/end', turn.end ? `seq ${turn.end.seq}` : 'not yet'),
+    ),
+    attempts.length
+      ? lanes
+      : h('p', { class: 'muted', text: 'No upstream attempt: this turn only recorded input.' }),
+    h('div', { class: 'attempts' }, cards),
+  );
 }
 
 function summaryStat(label, value) {
-  return h('div', { class: 'stat-mini' }, h('span', { class: 'stat-mini-label', text: label }), h('span', { class: 'stat-mini-value', text: value }));
+  return h(
+    'div',
+    { class: 'stat-mini' },
+    h('span', { class: 'stat-mini-label', text: label }),
+    h('span', { class: 'stat-mini-value', text: value }),
+  );
 }
 
-function attemptCard(turn, attempt, timing) {
+function attemptCard(_turn, attempt, timing) {
   const route = attempt.route || {};
   const outcome = attempt.outcome || 'error';
   const usage = attempt.usage;
-  const error = attempt.error && attempt.error.payload;
+  const error = attempt.error?.payload;
   const life = [['started', 0]];
   if (timing.ttft !== null && timing.ttft !== undefined) life.push(['first token', timing.ttft]);
   if (attempt.message) life.push(['delivered', timing.lastDelta]);
-  life.push([outcome === 'cancelled' ? 'cancelled' : outcome === 'completed' ? 'completed' : 'error', timing.duration]);
+  life.push([
+    outcome === 'cancelled' ? 'cancelled' : outcome === 'completed' ? 'completed' : 'error',
+    timing.duration,
+  ]);
   const replayBox = h('div', { class: 'replay', hidden: true, 'data-testid': 'replay' });
   const hasStream = (attempt.stream || []).some((r) => Array.isArray(r.parts));
-  const card = h('div', { class: `attempt attempt-${outcome}`, 'data-testid': 'attempt', 'data-attempt': attempt.number, 'data-outcome': outcome, 'data-deployment': route.deployment || '' },
-    h('div', { class: 'attempt-head' },
+  const card = h(
+    'div',
+    {
+      class: `attempt attempt-${outcome}`,
+      'data-testid': 'attempt',
+      'data-attempt': attempt.number,
+      'data-outcome': outcome,
+      'data-deployment': route.deployment || '',
+    },
+    h(
+      'div',
+      { class: 'attempt-head' },
       h('span', { class: 'attempt-number', text: `Attempt ${attempt.number}` }),
       statusBadge(outcome === 'cancelled' ? 'cancelled' : outcome),
-      h('span', { class: 'attempt-route' }, h('strong', { text: route.deployment || '?' }), h('span', { class: 'muted', text: ` · ${route.provider || '?'} · ${route.model || '?'}` })),
+      h(
+        'span',
+        { class: 'attempt-route' },
+        h('strong', { text: route.deployment || '?' }),
+        h('span', { class: 'muted', text: ` · ${route.provider || '?'} · ${route.model || '?'}` }),
+      ),
       attempt.continued ? badge('continued by a later attempt', 'info') : null,
-      attempt.event ? h('span', { class: 'seq', text: `${attempt.event.type} #${attempt.event.seq}` }) : null),
-    h('ol', { class: 'lifecycle' }, life.map(([label, t]) => h('li', { class: `life-${label.replace(' ', '-')}` }, h('span', { class: 'life-label', text: label }), h('span', { class: 'life-time', text: t === null || t === undefined ? '—' : `+${fmtMs(t)}` })))),
-    h('dl', { class: 'attempt-facts' },
+      attempt.event
+        ? h('span', { class: 'seq', text: `${attempt.event.type} #${attempt.event.seq}` })
+        : null,
+    ),
+    h(
+      'ol',
+      { class: 'lifecycle' },
+      life.map(([label, t]) =>
+        h(
+          'li',
+          { class: `life-${label.replace(' ', '-')}` },
+          h('span', { class: 'life-label', text: label }),
+          h('span', {
+            class: 'life-time',
+            text: t === null || t === undefined ? '—' : `+${fmtMs(t)}`,
+          }),
+        ),
+      ),
+    ),
+    h(
+      'dl',
+      { class: 'attempt-facts' },
       metaItem('Time to first token', fmtMs(timing.ttft)),
       metaItem('Duration', fmtMs(timing.duration)),
-      metaItem('Tokens', usage ? `${fmtInt(usage.prompt_tokens)} in · ${fmtInt(usage.completion_tokens)} out · ${fmtInt(usage.completion_delivered)} delivered${usage.reasoning_tokens ? ` · ${fmtInt(usage.reasoning_tokens)} reasoning` : ''}${usage.cached_tokens ? ` · ${fmtInt(usage.cached_tokens)} cached` : ''}` : attempt.providerUsage ? `${fmtInt(attempt.providerUsage.prompt_tokens)} in · ${fmtInt(attempt.providerUsage.completion_tokens)} out` : '—'),
-      metaItem('Usage source', usage ? usage.usage_source : attempt.providerUsage ? 'provider' : '—'),
+      metaItem(
+        'Tokens',
+        usage
+          ? `${fmtInt(usage.prompt_tokens)} in · ${fmtInt(usage.completion_tokens)} out · ${fmtInt(usage.completion_delivered)} delivered${usage.reasoning_tokens ? ` · ${fmtInt(usage.reasoning_tokens)} reasoning` : ''}${usage.cached_tokens ? ` · ${fmtInt(usage.cached_tokens)} cached` : ''}`
+          : attempt.providerUsage
+            ? `${fmtInt(attempt.providerUsage.prompt_tokens)} in · ${fmtInt(attempt.providerUsage.completion_tokens)} out`
+            : '—',
+      ),
+      metaItem(
+        'Usage source',
+        usage ? usage.usage_source : attempt.providerUsage ? 'provider' : '—',
+      ),
       metaItem('Cost', usage ? fmtUsd(usage.cost_usd) : '—'),
-      attempt.reason && attempt.event && attempt.event.type === 'assistant/attempt' ? metaItem('Recorded as', `assistant/attempt (${attempt.reason})`) : null),
-    error ? h('div', { class: 'attempt-fail', 'data-testid': 'attempt-error' },
-      h('strong', { text: `${error.status || ''} ${error.code || ''}`.trim() }),
-      h('span', { text: ` ${error.message || ''}` }),
-      h('span', { class: 'muted', text: ` · ${error.retryable ? 'retryable' : 'not retryable'} · request/error #${attempt.error.seq}` })) : null,
-    hasStream ? h('div', { class: 'attempt-actions' },
-      h('button', { class: 'btn btn-small', type: 'button', 'data-testid': 'replay-button', onclick: () => replay(replayBox, attempt.stream, 1) }, icon('play', 12, 'inline-icon'), 'Replay stream'),
-      h('button', { class: 'btn btn-small btn-ghost', type: 'button', onclick: () => replay(replayBox, attempt.stream, 4) }, 'at 4× speed')) : null,
-    replayBox);
+      attempt.reason && attempt.event && attempt.event.type === 'assistant/attempt'
+        ? metaItem('Recorded as', `assistant/attempt (${attempt.reason})`)
+        : null,
+    ),
+    error
+      ? h(
+          'div',
+          { class: 'attempt-fail', 'data-testid': 'attempt-error' },
+          h('strong', { text: `${error.status || ''} ${error.code || ''}`.trim() }),
+          h('span', { text: ` ${error.message || ''}` }),
+          h('span', {
+            class: 'muted',
+            text: ` · ${error.retryable ? 'retryable' : 'not retryable'} · request/error #${attempt.error.seq}`,
+          }),
+        )
+      : null,
+    hasStream
+      ? h(
+          'div',
+          { class: 'attempt-actions' },
+          h(
+            'button',
+            {
+              class: 'btn btn-small',
+              type: 'button',
+              'data-testid': 'replay-button',
+              onclick: () => replay(replayBox, attempt.stream, 1),
+            },
+            icon('play', 12, 'inline-icon'),
+            'Replay stream',
+          ),
+          h(
+            'button',
+            {
+              class: 'btn btn-small btn-ghost',
+              type: 'button',
+              onclick: () => replay(replayBox, attempt.stream, 4),
+            },
+            'at 4× speed',
+          ),
+        )
+      : null,
+    replayBox,
+  );
   return card;
 }
 
@@ -177,7 +322,12 @@ function replay(box, records, speed) {
   const text = h('div', { class: 'msg-text', 'data-testid': 'replay-text' });
   const tools = h('div', { class: 'code' });
   const stateLabel = h('span', { class: 'muted', text: `playing at ${speed}×` });
-  clear(box).append(h('div', { class: 'replay-head' }, h('strong', { text: 'Replay' }), clock, stateLabel), reasoning, text, tools);
+  clear(box).append(
+    h('div', { class: 'replay-head' }, h('strong', { text: 'Replay' }), clock, stateLabel),
+    reasoning,
+    text,
+    tools,
+  );
   const begun = performance.now();
   let next = 0;
   let timer = null;
@@ -196,7 +346,8 @@ function replay(box, records, speed) {
       box.dataset.done = 'true';
       return;
     }
-    if (!stopped) timer = setTimeout(tick, Math.min(50, Math.max(0, (deltas[next].t - elapsed) / speed)));
+    if (!stopped)
+      timer = setTimeout(tick, Math.min(50, Math.max(0, (deltas[next].t - elapsed) / speed)));
   };
   delete box.dataset.done;
   box._stop = () => {
