@@ -71,14 +71,20 @@ run: $(RUN_STAMP)
 	@echo "make run: serving $(CONFIG); another port: PORT=8080 make run (or gateway serve --port 8080)"
 	$(BIN)/gateway serve --config $(CONFIG) $(if $(PORT),--port $(PORT))
 
+# The admin UI's JavaScript (no build step) is formatted and linted by Biome (biome.json),
+# installed with the UI tests' packages.
+BIOME := tests/ui/node_modules/.bin/biome
+
 test: setup system js
 	$(BIN)/ruff check gateway tests bench clients
+	$(BIOME) ci gateway/ui
 	$(BIN)/mypy
 	$(BIN)/python .ci/audit
 	$(BIN)/pytest -q -p no:cacheprovider
 
-lint: setup
+lint: setup $(UI_STAMP)
 	$(BIN)/ruff check gateway tests bench clients
+	$(BIOME) ci gateway/ui
 
 typecheck: setup
 	$(BIN)/mypy
