@@ -196,6 +196,9 @@ class LookupPrints:
     start_print: str | None = None  # of the history an interrupted turn began with
 
 
+_NOTHING = LookupPrints()  # a first message's: nothing to look up
+
+
 def lookup_prints(
     key_id: str | None,
     user: str | None,
@@ -215,7 +218,7 @@ def lookup_prints(
     prior = prior_history(messages)
     began = repair_history(messages) if repair and view is None else None
     if not prior and not began:
-        return LookupPrints(view, keys=keyed)
+        return _NOTHING if keyed is None else LookupPrints(view, keys=keyed)
     keys = keyed[: len(prior)] if keyed is not None else history_keys(prior)
     history_print = fingerprint(key_id, user, messages, prior, keys) if prior else None
     start_print = None
