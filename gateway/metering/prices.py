@@ -205,6 +205,8 @@ def price_columns(price: Price) -> tuple[str, str]:
         "cache_read": price.cache_read if price.cache_read is not None else price.input,
         "cache_write_5m": write,
         "cache_write_1h": price.cache_write_1h if price.cache_write_1h is not None else write,
+        "audio_input": price.audio_input if price.audio_input is not None else price.input,
+        "audio_output": price.audio_output if price.audio_output is not None else price.output,
     }
     return orjson.dumps(units).decode(), price.where
 

@@ -98,6 +98,10 @@ class UsageRecord:
     # (the tokens read from the cache) are.
     cache_write_5m_tokens: int = 0
     cache_write_1h_tokens: int = 0
+    # Audio tokens inside prompt_tokens and completion_tokens (OpenAI's audio models), billed at
+    # the audio prices where the model has them: what a report re-rates the row by.
+    audio_prompt_tokens: int = 0
+    audio_completion_tokens: int = 0
     # An API call that is no turn (gateway.pipeline.calls): its endpoint (`images.generations`),
     # what it was billed by, as JSON (`{"images": 2, "size": "1024x1024"}`), and for a failed
     # one, its error code. None for a turn's attempts.
@@ -508,6 +512,8 @@ class Meter:
             duration_ms=attempt["duration_ms"],
             cache_write_5m_tokens=write_5m,
             cache_write_1h_tokens=write_1h,
+            audio_prompt_tokens=min(audio[0], prompt),
+            audio_completion_tokens=min(audio[1], completion),
             prices=prices,
             price_source=price_source,
             tags=checkpoint.get("tags"),  # (not in an older gateway's checkpoint)
@@ -642,6 +648,8 @@ class Meter:
             duration_ms=round((ended - attempt.started) * 1000.0, 2),
             cache_write_5m_tokens=write_5m,
             cache_write_1h_tokens=write_1h,
+            audio_prompt_tokens=min(audio[0], prompt),
+            audio_completion_tokens=min(audio[1], completion),
             prices=prices,
             price_source=price_source,
             tags=turn.tags,

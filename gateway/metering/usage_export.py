@@ -44,6 +44,8 @@ FIELDS = (
     "cached_tokens",
     "cache_write_5m_tokens",
     "cache_write_1h_tokens",
+    "audio_prompt_tokens",
+    "audio_completion_tokens",
     "completion_delivered",
     "cost_usd",
     "usage_source",
@@ -56,6 +58,7 @@ _SELECT = (
     ' k.name, u."user", u.endpoint, u.alias, u.deployment, u.provider, u.model, u.status,'
     " u.prompt_tokens, u.completion_tokens, u.reasoning_tokens, u.cached_tokens,"
     " COALESCE(u.cache_write_5m_tokens, 0), COALESCE(u.cache_write_1h_tokens, 0),"
+    " COALESCE(u.audio_prompt_tokens, 0), COALESCE(u.audio_completion_tokens, 0),"
     " u.completion_delivered, u.cost_usd, u.usage_source, u.price_source, u.prices, u.tags"
     " FROM usage u LEFT JOIN teams t ON t.id = u.team_id LEFT JOIN keys k ON k.id = u.key_id"
     " WHERE u.created_at >= ? AND u.created_at < ?"

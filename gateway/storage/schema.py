@@ -141,6 +141,15 @@ _START_FINGERPRINTS = (
 )
 
 
+# Audio tokens inside a usage record's counts, which its audio prices bill: a report re-rates the
+# record by them. NULL in a record written before (no audio counted then).
+def _audio_counts(integer: str) -> tuple[str, ...]:
+    return (
+        f"ALTER TABLE usage ADD COLUMN audio_prompt_tokens {integer} DEFAULT 0",
+        f"ALTER TABLE usage ADD COLUMN audio_completion_tokens {integer} DEFAULT 0",
+    )
+
+
 # A conversation's time to first token as a sum and a count beside its average, so that a new
 # usage record is added to its totals rather than all of them read again (gateway.storage.writes).
 def _ttft_sums(real: str, integer: str) -> tuple[str, ...]:
@@ -759,6 +768,7 @@ MIGRATIONS: dict[Dialect, tuple[Migration, ...]] = {
             "time to first token summed, for totals kept by adding",
             _ttft_sums("REAL", "INTEGER"),
         ),
+        Migration(20, "usage: audio tokens", _audio_counts("INTEGER")),
     ),
     "postgresql": (
         Migration(1, "the whole schema", _POSTGRES_V1),
@@ -794,6 +804,7 @@ MIGRATIONS: dict[Dialect, tuple[Migration, ...]] = {
             "time to first token summed, for totals kept by adding",
             _ttft_sums("DOUBLE PRECISION", "BIGINT"),
         ),
+        Migration(17, "usage: audio tokens", _audio_counts("BIGINT")),
     ),
 }
 

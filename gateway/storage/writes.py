@@ -131,6 +131,8 @@ USAGE_COLUMNS = (
     "duration_ms",
     "cache_write_5m_tokens",
     "cache_write_1h_tokens",
+    "audio_prompt_tokens",
+    "audio_completion_tokens",
     "prices",
     "price_source",
     "tags",

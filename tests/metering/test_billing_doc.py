@@ -35,29 +35,44 @@ async def claude(aiohttp_server: Callable[..., Awaitable[TestServer]]) -> Anthro
     return await AnthropicServer().start(aiohttp_server)
 
 
-def cached_answer(upstream: FakeUpstream) -> Any:
-    """A whole OpenAI answer that read 1,024 of its 1,500 prompt tokens from the cache."""
+def whole_answer(model: str, usage: dict[str, Any]) -> Any:
+    """A whole OpenAI answer with this usage."""
 
     async def reply(request: web.Request) -> web.StreamResponse:
-        usage = {
-            "prompt_tokens": 1500,
-            "completion_tokens": 120,
-            "total_tokens": 1620,
-            "prompt_tokens_details": {"cached_tokens": 1024},
-        }
         message = {"role": "assistant", "content": "It says..."}
         return web.json_response(
             {
                 "id": "chatcmpl-c",
                 "object": "chat.completion",
                 "created": 1,
-                "model": "gpt-4o",
+                "model": model,
                 "choices": [{"index": 0, "message": message, "finish_reason": "stop"}],
                 "usage": usage,
             }
         )
 
     return reply
+
+
+def cached_answer(upstream: FakeUpstream) -> Any:
+    """A whole OpenAI answer that read 1,024 of its 1,500 prompt tokens from the cache."""
+    usage = {
+        "prompt_tokens": 1500,
+        "completion_tokens": 120,
+        "total_tokens": 1620,
+        "prompt_tokens_details": {"cached_tokens": 1024},
+    }
+    return whole_answer("gpt-4o", usage)
+
+
+# An answer of an audio model: audio inside its prompt and completion, at the audio prices.
+AUDIO_USAGE = {
+    "prompt_tokens": 1000,
+    "completion_tokens": 500,
+    "total_tokens": 1500,
+    "prompt_tokens_details": {"audio_tokens": 600, "cached_tokens": 0},
+    "completion_tokens_details": {"audio_tokens": 300, "reasoning_tokens": 0},
+}
 
 
 async def test_the_docs_rerating_finds_each_cost_again_and_names_one_that_differs(
@@ -71,10 +86,12 @@ async def test_the_docs_rerating_finds_each_cost_again_and_names_one_that_differ
     models = [
         {"name": "gpt", "deployments": [upstream.deployment(model="gpt-4o")]},
         {"name": "claude", "deployments": [claude.deployment(model="claude-sonnet-4-5")]},
+        {"name": "voice", "deployments": [upstream.deployment(model="gpt-audio")]},
     ]
     gw = await make_gateway(models=models)
-    upstream.push(cached_answer(upstream))
+    upstream.push(cached_answer(upstream), whole_answer("gpt-audio", AUDIO_USAGE))
     await gw.client().chat.completions.create(model="gpt", messages=HELLO)  # type: ignore[arg-type]
+    await gw.client().chat.completions.create(model="voice", messages=HELLO)  # type: ignore[arg-type]
     start = {
         "input_tokens": 50,
         "cache_creation_input_tokens": 3000,
@@ -97,7 +114,9 @@ async def test_the_docs_rerating_finds_each_cost_again_and_names_one_that_differ
         assert response.status == 200
         export = await response.text()
     rows = [json.loads(line) for line in export.splitlines()]
-    assert sorted(r["upstream_model"] for r in rows) == ["claude-sonnet-4-5", "gpt-4o"]
+    assert sorted(r["upstream_model"] for r in rows) == ["claude-sonnet-4-5", "gpt-4o", "gpt-audio"]
+    heard = next(r for r in rows if r["upstream_model"] == "gpt-audio")
+    assert (heard["audio_prompt_tokens"], heard["audio_completion_tokens"]) == (600, 300)
     assert all(r["usage_source"] == "provider" and r["cost_usd"] > 0 for r in rows)
     monkeypatch.chdir(tmp_path)
     monkeypatch.setenv("LITELLM_LOCAL_MODEL_COST_MAP", "True")  # (the script sets it: undone)

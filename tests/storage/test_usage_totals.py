@@ -6,12 +6,9 @@ of several conversations and attempts in one batch; on both stores."""
 from __future__ import annotations
 
 import random
-import sqlite3
-from pathlib import Path
 from typing import Any
 
-from gateway.config import StoreConfig
-from gateway.storage.backends import make_store
+from gateway.storage import schema
 from gateway.storage.records import TURN_END, Conversation, NewEvent, TurnStart
 from gateway.storage.store import Store
 from tests.conversations.test_listing import usage_row
@@ -106,34 +103,26 @@ async def test_totals_equal_the_records_summed_however_written(store: Store) -> 
         assert kept == summed, cid
 
 
-async def test_a_store_made_before_the_sums_gets_them_when_migrated(tmp_path: Path) -> None:
+async def test_a_store_made_before_the_sums_gets_them_when_migrated(store: Store) -> None:
     """The migration that adds the time to first token's sum and count fills them from the
-    records already there, so the next record added keeps the average right."""
-    path = tmp_path / "store.db"
-    config = StoreConfig(url=f"sqlite:///{path}", spool_path=str(tmp_path / "spool"))
-    store = make_store(config, "gw-1")
-    await store.start()
+    records already there (a row of before it has the columns' defaults), so the next record
+    added keeps the average right."""
+    [sums] = [m for m in schema.MIGRATIONS[store.backend.dialect] if m.name.startswith("time to")]
     store.create_conversation(Conversation("c1", T0, team_id="A", key_id="kA1"))
     store.start_turn(TurnStart("t1", "c1", T0, {"model": "m1"}, "A", "kA1"))
     store.write("usage", usage_row("t1", "c1", 1, ttft=100.0, cost=0.5))
     store.write("usage", usage_row("t1", "c1", 2, ttft=None, cost=0.25))
     await store.flush()
-    await store.close()
-    # As the schema was before the sums: they are taken away, and the migration unrecorded.
-    with sqlite3.connect(path) as db:
-        db.execute("ALTER TABLE conversations DROP COLUMN ttft_sum_ms")
-        db.execute("ALTER TABLE conversations DROP COLUMN ttft_attempts")
-        last = db.execute("SELECT MAX(version) FROM schema_migrations").fetchone()[0]
-        db.execute("DELETE FROM schema_migrations WHERE version = ?", (last,))
-    store = make_store(config, "gw-1")
-    await store.start()
-    try:
-        store.start_turn(TurnStart("t2", "c1", T0 + 1, {"model": "m1"}, "A", "kA1"))
-        store.write("usage", usage_row("t2", "c1", 1, ttft=300.0, cost=0.125))
-        await store.flush()
-        kept, summed = await kept_and_summed(store, "c1")
-        assert kept == summed
-        assert kept[TOTALS.index("ttft_ms")] == 200.0
-        assert kept[-1] == T0 + 1
-    finally:
-        await store.close()
+
+    async def as_before_then_migrated(db: Any) -> None:
+        await db.execute("UPDATE conversations SET ttft_sum_ms = NULL, ttft_attempts = 0")
+        await db.execute(sums.statements[-1])  # the migration's filling of them
+
+    await store.transact(as_before_then_migrated)
+    store.start_turn(TurnStart("t2", "c1", T0 + 1, {"model": "m1"}, "A", "kA1"))
+    store.write("usage", usage_row("t2", "c1", 1, ttft=300.0, cost=0.125))
+    await store.flush()
+    kept, summed = await kept_and_summed(store, "c1")
+    assert kept == summed
+    assert kept[TOTALS.index("ttft_ms")] == 200.0
+    assert kept[-1] == T0 + 1
