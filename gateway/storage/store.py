@@ -64,11 +64,12 @@ _STARTED = (
     f" ORDER BY ended_at DESC LIMIT {_CANDIDATES}"
 )
 # How far the database may fall behind the journal (writes not yet committed) before a turn
-# waits for its commit instead: a few batches, so that the batch being committed and the one
+# waits for its commit instead: some batches, so that the batch being committed and the one
 # gathering meanwhile never make turns wait on a store that keeps up (at 64 streams at once
-# the backlog hovers at one batch and a half), while one that does not keep up is still held
-# to a bound.
-_JOURNAL_LAG_MAX = 4 * _BATCH
+# the backlog hovers at one batch and a half), nor a burst of long histories (a request of
+# 2,000 messages is 2,000 writes at once) make another team's turn wait behind it, while a
+# store that does not keep up is still held to a bound.
+_JOURNAL_LAG_MAX = 16 * _BATCH
 _RETRIES = 3
 _STUCK_RETRY_S = 0.5
 _ACK_WAIT_S = 5.0
