@@ -240,12 +240,16 @@ class Conversations:
             if threaded.continued is not None and not restore_thinking:
                 continues = history[threaded.continued :]
                 return Joined(existing.id, None, continues, prior_keys=keys, keyed=messages)
+        # A turn here that runs while the path is read, or starts (and even ends) meanwhile,
+        # may be missing from it, or only its start be there.
+        before, started = self.store.open_turns(existing.id), self.store.turns_started(existing.id)
         path = await self._settled_path(existing.id, within_s=2.0)
         match = match_history(path, messages, repair=self.repair_interrupted)
-        running = self.store.open_turns(existing.id)
+        running = self.store.open_turns(existing.id) | before
         if path and path[-1].type != TURN_END:
             running |= {path[-1].turn_id}  # running on another replica (or left by a crash)
-        if match.branch_at is None and running:
+        moved = self.store.turns_started(existing.id) != started
+        if match.branch_at is None and (running or moved):
             # Another request continues this conversation from where this one would: its turn
             # is running, and its input already follows that point. This one branches there,
             # so neither history holds the other's turn.

@@ -148,6 +148,10 @@ class ResponseStore:
                     f"The response '{previous_response_id}' has not finished yet.",
                     param="previous_response_id",
                 )
+            # A turn here that runs, or starts and even ends, while the path is read is not in
+            # what was read: this request is then not the one that continues.
+            running = self._store.open_turns(previous.conversation_id)
+            started = self._store.turns_started(previous.conversation_id)
             path = await history_path(self._store, previous.conversation_id)
             upto = own[-1].seq
             upto_path = [e for e in path if e.seq <= upto]
@@ -156,7 +160,9 @@ class ResponseStore:
             if (
                 path
                 and path[-1].seq == upto
+                and not running
                 and not self._store.open_turns(previous.conversation_id)
+                and self._store.turns_started(previous.conversation_id) == started
                 and await self._claimed(previous.turn_id)
             ):
                 return Joined(previous.conversation_id, None, []), derive_messages(
@@ -164,6 +170,8 @@ class ResponseStore:
                 )
             if (
                 new_messages
+                and not running
+                and self._store.turns_started(previous.conversation_id) == started
                 and self._next_step(previous.conversation_id, path, upto, new_messages)
                 and await self._claimed(path[-1].turn_id)
             ):

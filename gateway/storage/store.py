@@ -198,6 +198,10 @@ class Store:
         # The turns this process started and has not ended yet, by conversation: a request that
         # would continue one of these conversations branches instead (`open_turns`).
         self._open: dict[str, set[str]] = {}
+        # How many turns this process started in each (recent) conversation: a request that
+        # read a conversation's path tells by it whether a turn began there meanwhile, and may
+        # have ended too (`turns_started`).
+        self._starts: OrderedDict[str, int] = OrderedDict()
         # Waiting for a conversation's running turns to end (`quiet`), by conversation.
         self._quiet: dict[str, list[asyncio.Future[None]]] = {}
         # Set once the database answered (at start, or later when it started unreachable).
@@ -325,6 +329,7 @@ class Store:
     def start_turn(self, turn: TurnStart) -> None:
         self._open.setdefault(turn.conversation_id, set()).add(turn.id)
         self._ends.pop(turn.conversation_id, None)
+        _keep(self._starts, turn.conversation_id, self._starts.get(turn.conversation_id, 0) + 1)
         self.write(
             "turn",
             {
@@ -392,6 +397,11 @@ class Store:
         where that turn began must not add its own input after that turn's."""
         turns = self._open.get(conversation_id)
         return frozenset(turns) if turns else frozenset()
+
+    def turns_started(self, conversation_id: str) -> int:
+        """A mark of the turns this process started in the conversation: a different one later
+        means a turn began there in between (one forgotten meanwhile reads as a change too)."""
+        return self._starts.get(conversation_id, 0)
 
     async def quiet(self, conversation_id: str, within_s: float) -> bool:
         """Whether no turn of the conversation runs in this process, after waiting up to

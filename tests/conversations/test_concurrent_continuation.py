@@ -16,6 +16,7 @@ from aiohttp import web
 from langchain_core.messages import AIMessage, HumanMessage, ToolMessage
 from langchain_openai import ChatOpenAI
 
+from gateway.conversations import service
 from tests.conftest import GatewayUnderTest, MakeGateway
 from tests.fakes import FakeUpstream, Script, completion
 
@@ -217,6 +218,44 @@ async def test_two_at_once_naming_one_conversation_each_get_a_place(
         messages = await gw.messages(conversation_id)
         check_alternation(messages)
         assert [m["role"] for m in messages] == [m["role"] for m in history] + ["assistant"]
+
+
+async def test_a_turn_begun_and_ended_while_the_history_is_read_is_not_continued_unseen(
+    gw: GatewayUnderTest, upstream: FakeUpstream, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """The worst case of two at once naming one conversation: the second reads its path, and
+    the first then starts and ends whole before the second goes on. What the second read
+    misses the first's turn: it branches where it read, never continuing after that turn."""
+    named = {"X-Conversation-Id": "session-8"}
+    client = gw.client(default_headers=named)
+    upstream.push(completion("Hello."), completion("One."), completion("Two."))
+    hello = [QUESTION, {"role": "assistant", "content": "Hello."}]
+    await client.chat.completions.create(model="fake", messages=[QUESTION])
+    read_path = service.history_path
+    others: list[str] = []
+
+    async def read_then_let_the_other_run(*args: Any, **kwargs: Any) -> Any:
+        path = await read_path(*args, **kwargs)
+        if not others:  # the second request's read: the first runs whole meanwhile
+            others.append("running")
+            raw = await client.chat.completions.with_raw_response.create(
+                model="fake", messages=[*hello, {"role": "user", "content": "First?"}]
+            )
+            others[0] = raw.headers["X-Conversation-Id"]
+        return path
+
+    monkeypatch.setattr(service, "history_path", read_then_let_the_other_run)
+    raw = await client.chat.completions.with_raw_response.create(
+        model="fake", messages=[*hello, {"role": "user", "content": "Second?"}]
+    )
+    second = raw.headers["X-Conversation-Id"]
+    assert others == ["session-8"] and second != "session-8"
+    await gw.flush()
+    for conversation_id, question in (("session-8", "First?"), (second, "Second?")):
+        messages = await gw.messages(conversation_id)
+        check_alternation(messages)
+        assert [m.get("content") for m in messages[:3]] == [QUESTION["content"], "Hello.", question]
+        assert len(messages) == 4
 
 
 async def test_a_langchain_batch_of_one_history_each_get_a_place(

@@ -3,10 +3,12 @@
 from __future__ import annotations
 
 import asyncio
+from typing import Any
 
 import openai
 import pytest
 
+from gateway.conversations import stored_responses
 from tests.conftest import GatewayUnderTest, MakeGateway, MakeUpstream
 from tests.fakes import DONE, USAGE, FakeUpstream, chunk, completion, frames, paused, replay
 
@@ -116,6 +118,39 @@ async def test_responses_join_a_conversation(gw: GatewayUnderTest, upstream: Fak
     ]
     items = await api.conversations.items.list(conversation.id, limit=100)
     assert [getattr(i, "role", None) for i in items.data] == ["user", "user", "assistant"]
+
+
+async def test_a_follow_up_whose_history_went_stale_while_read_forks(
+    gw: GatewayUnderTest, upstream: FakeUpstream, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """The worst case of two follow-ups on one response: the second reads the conversation's
+    history, and the first starts and ends whole before the second goes on. What the second
+    read misses the first's turn, so it forks rather than continue after it unseen."""
+    api = gw.client()
+    upstream.push(completion("Hello."))
+    first = await api.responses.create(model="fake", input="Hi.")
+    upstream.push(completion("One."), completion("Two."))
+    read_path = stored_responses.history_path
+    other: list[str] = []
+
+    async def read_then_let_the_other_run(*args: Any, **kwargs: Any) -> Any:
+        path = await read_path(*args, **kwargs)
+        if not other:  # the second request's read: the first runs whole meanwhile
+            other.append("running")
+            made = await api.responses.with_raw_response.create(
+                model="fake", input="First follow-up.", previous_response_id=first.id
+            )
+            other[0] = made.headers["X-Conversation-Id"]
+        return path
+
+    monkeypatch.setattr(stored_responses, "history_path", read_then_let_the_other_run)
+    second = await api.responses.with_raw_response.create(
+        model="fake", input="Second follow-up.", previous_response_id=first.id
+    )
+    assert other[0] != second.headers["X-Conversation-Id"]
+    for conversation in (other[0], second.headers["X-Conversation-Id"]):
+        messages = await gw.messages(conversation)
+        assert [m["role"] for m in messages] == ["user", "assistant", "user", "assistant"]
 
 
 async def test_a_conversation_with_a_response_running_refuses_another(
