@@ -570,7 +570,9 @@ async def test_the_migration_indexes_what_was_stored_before(
     usage = usage_row("old1-t", "old1", 1, cost=0.7, ttft=90.0, duration=400.0)
     # Not yet at v1: cache writes, and the prices and tags a row keeps.
     later = ("prices", "price_source", "tags")
-    columns = [c for c in USAGE_COLUMNS if not c.startswith("cache_write") and c not in later]
+    columns = [
+        c for c in USAGE_COLUMNS if not c.startswith(("cache_write", "audio_")) and c not in later
+    ]
     names = ", ".join('"' + c + '"' for c in columns)
     marks = ", ".join("?" for _ in columns)
     usage_insert = f"INSERT INTO usage ({names}) VALUES ({marks})"
