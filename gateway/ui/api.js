@@ -96,6 +96,24 @@ export function isAdmin() {
   return Boolean(session.me?.is_admin);
 }
 
+// What a filter form offers: the models the key may use, and (for the admin) the teams and keys;
+// a list that cannot be read is empty rather than the page failing.
+export function filterChoices() {
+  const all = (path) =>
+    isAdmin()
+      ? api(path)
+          .then((r) => r.data)
+          .catch(() => [])
+      : [];
+  return Promise.all([
+    api('/v1/models')
+      .then((r) => r.data.map((m) => m.id))
+      .catch(() => []),
+    all('/v1/gateway/teams'),
+    all('/v1/gateway/keys'),
+  ]);
+}
+
 export function names(teams, keys) {
   // Teams and keys by id, as the pages show them: a key without a name by its prefix.
   return {

@@ -4,7 +4,16 @@
 // adds the next page below, from the API's cursor.
 
 import { append, clear, h } from './dom.js';
-import { adminKeyName, api, isAdmin, names, ownTeamName, query, session } from './api.js';
+import {
+  adminKeyName,
+  api,
+  filterChoices,
+  isAdmin,
+  names,
+  ownTeamName,
+  query,
+  session,
+} from './api.js';
 import { ZONE, fmtInt, fmtMs, fmtTime, fmtUsdExact, plural } from './format.js';
 import { applySoon, go, href } from './router.js';
 import {
@@ -262,21 +271,7 @@ export async function callsPage(root, params) {
   const results = h('div', {}, loading());
   root.append(panel(null, form), results);
 
-  const [models, teams, keys] = await Promise.all([
-    api('/v1/models')
-      .then((r) => r.data.map((m) => m.id))
-      .catch(() => []),
-    isAdmin()
-      ? api('/v1/gateway/teams')
-          .then((r) => r.data)
-          .catch(() => [])
-      : [],
-    isAdmin()
-      ? api('/v1/gateway/keys')
-          .then((r) => r.data)
-          .catch(() => [])
-      : [],
-  ]);
+  const [models, teams, keys] = await filterChoices();
   // A value the URL names that no list has (an endpoint added later, a page size typed in) is
   // kept as an option of its own, so the form shows what the page lists.
   const withCurrent = (options, value) =>

@@ -5,7 +5,16 @@
 import { append, clear, h } from './dom.js';
 import { autoRefresh } from './autorefresh.js';
 import { listTimeline } from './list_timeline.js';
-import { adminKeyName, api, enc, isAdmin, names, ownTeamName, query } from './api.js';
+import {
+  adminKeyName,
+  api,
+  enc,
+  filterChoices,
+  isAdmin,
+  names,
+  ownTeamName,
+  query,
+} from './api.js';
 import { ZONE, fmtAgo, fmtInt, fmtMs, fmtTime, fmtUsd, plural, utcDay } from './format.js';
 import { applySoon, go, href, keepFocus } from './router.js';
 import {
@@ -161,21 +170,7 @@ export async function conversationsPage(root, params) {
   const results = h('div', {}, loading());
   root.append(panel(null, form), results);
 
-  const [models, teams, keys] = await Promise.all([
-    api('/v1/models')
-      .then((r) => r.data.map((m) => m.id))
-      .catch(() => []),
-    isAdmin()
-      ? api('/v1/gateway/teams')
-          .then((r) => r.data)
-          .catch(() => [])
-      : [],
-    isAdmin()
-      ? api('/v1/gateway/keys')
-          .then((r) => r.data)
-          .catch(() => [])
-      : [],
-  ]);
+  const [models, teams, keys] = await filterChoices();
   const since = h('input', {
     type: 'date',
     name: 'since',
