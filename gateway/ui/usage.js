@@ -31,6 +31,11 @@ const PALETTE = [
   '#f03e3e',
   '#868e96',
 ];
+// Rows a table of groups shows until asked for the rest: 344 users' rows are no one's reading.
+const TOP = 20;
+// The tables shown whole, by the report they show: kept while the page refreshes itself, not
+// carried to another range or grouping.
+const shownWhole = new Set();
 const RANGES = {
   '24h': { seconds: 86400, granularity: 'hour', label: 'Last 24 hours' },
   '7d': { seconds: 7 * 86400, granularity: 'day', label: 'Last 7 days' },
@@ -74,6 +79,8 @@ export async function usagePage(root, params) {
     ? `${fromDate || 'last 31 days'} to ${toDate || 'now'} (UTC)`
     : RANGES[range].label;
   const usageQuery = { group_by: groupBy, granularity, from, to, team_id: team };
+  // The report as its URL names it: a preset range's bounds move on with the clock.
+  const reportKey = params.toString();
   root.append(
     pageHeader(
       'Usage',
@@ -476,58 +483,65 @@ export async function usagePage(root, params) {
       ),
       panel(
         'Interrupted and error rates',
-        table(
-          [
-            {
-              label: groupBy[0].toUpperCase() + groupBy.slice(1),
-              cell: (g) =>
-                h('span', { class: 'clip', title: nameOf(g.group), text: nameOf(g.group) }),
-            },
-            { label: 'Requests', num: true, cell: (g) => fmtInt(g.requests) },
-            {
-              label: 'Interrupted',
-              num: true,
-              cell: (g) => `${fmtInt(g.interrupted)} (${fmtPct(g.interrupted, g.requests)})`,
-            },
-            {
-              label: 'Errors',
-              num: true,
-              cell: (g) =>
-                h('span', {
-                  class: g.errors ? 'text-bad' : null,
-                  'data-testid': 'rate-errors',
-                  text: `${fmtInt(g.errors)} (${fmtPct(g.errors, g.requests)})`,
-                }),
-            },
-            { label: 'Attempts', num: true, cell: (g) => fmtInt(g.attempts) },
-            {
-              label: 'Failed attempts',
-              num: true,
-              cell: (g) =>
-                h('span', {
-                  class: g.failed_attempts ? 'text-bad' : null,
-                  'data-testid': 'rate-failed-attempts',
-                  text: `${fmtInt(g.failed_attempts)} (${fmtPct(g.failed_attempts, g.attempts)})`,
-                }),
-            },
-            { label: 'Delivered', num: true, cell: (g) => fmtPct(g.delivered, g.completion) },
-          ],
+        topRows(
+          'rates',
           ranked.map((g) => ({ ...g, attrs: { 'data-group': g.group } })),
-          'No usage in this range.',
+          'by spend',
+          reportKey,
+          (shown) =>
+            table(
+              [
+                {
+                  label: groupBy[0].toUpperCase() + groupBy.slice(1),
+                  cell: (g) =>
+                    h('span', { class: 'clip', title: nameOf(g.group), text: nameOf(g.group) }),
+                },
+                { label: 'Requests', num: true, cell: (g) => fmtInt(g.requests) },
+                {
+                  label: 'Interrupted',
+                  num: true,
+                  cell: (g) => `${fmtInt(g.interrupted)} (${fmtPct(g.interrupted, g.requests)})`,
+                },
+                {
+                  label: 'Errors',
+                  num: true,
+                  cell: (g) =>
+                    h('span', {
+                      class: g.errors ? 'text-bad' : null,
+                      'data-testid': 'rate-errors',
+                      text: `${fmtInt(g.errors)} (${fmtPct(g.errors, g.requests)})`,
+                    }),
+                },
+                { label: 'Attempts', num: true, cell: (g) => fmtInt(g.attempts) },
+                {
+                  label: 'Failed attempts',
+                  num: true,
+                  cell: (g) =>
+                    h('span', {
+                      class: g.failed_attempts ? 'text-bad' : null,
+                      'data-testid': 'rate-failed-attempts',
+                      text: `${fmtInt(g.failed_attempts)} (${fmtPct(g.failed_attempts, g.attempts)})`,
+                    }),
+                },
+                { label: 'Delivered', num: true, cell: (g) => fmtPct(g.delivered, g.completion) },
+              ],
+              shown,
+              'No usage in this range.',
+            ),
         ),
         h('p', {
           class: 'field-hint',
           text: 'Requests are turns, counted once in the group of their last attempt: errors are requests that failed, interrupted those cut short by their client. Attempts count every upstream call (a retry or fallback is one more); failed attempts include those a fallback then recovered. Delivered is the share of generated tokens that reached the client.',
         }),
       ),
-      latencyPanel(latency, latencyGroup, nameOf),
+      latencyPanel(latency, latencyGroup, nameOf, reportKey),
     ),
   );
   if (isAdmin()) body.append(await budgetsPanel(teams, team));
   else if (session.me.kind === 'key') body.append(await ownBudgetPanel(session.me));
 }
 
-function latencyPanel(latency, groupBy, nameOf) {
+function latencyPanel(latency, groupBy, nameOf, reportKey) {
   // Time to first token and duration percentiles of the range's attempts, by the same grouping.
   const title = `Latency by ${groupBy} (every attempt)`;
   if (latency instanceof Error) return panel(title, errorBox(latency));
@@ -541,31 +555,33 @@ function latencyPanel(latency, groupBy, nameOf) {
     h(
       'div',
       { 'data-testid': 'latency' },
-      table(
-        [
-          {
-            label: groupBy[0].toUpperCase() + groupBy.slice(1),
-            cell: (g) =>
-              h('span', {
-                class: 'clip',
-                title: nameOf(g.group ?? '(none)'),
-                text: nameOf(g.group ?? '(none)'),
-              }),
-          },
-          { label: 'Attempts', num: true, cell: (g) => fmtInt(g.duration_ms.count) },
-          ...['p50', 'p95', 'p99'].map((p) => ({
-            label: `TTFT ${p}`,
-            num: true,
-            cell: cell('ttft_ms', p),
-          })),
-          ...['p50', 'p95', 'p99'].map((p) => ({
-            label: `Duration ${p}`,
-            num: true,
-            cell: cell('duration_ms', p),
-          })),
-        ],
-        rows,
-        'No attempts in this range.',
+      topRows('latency', rows, 'by attempts', reportKey, (shown) =>
+        table(
+          [
+            {
+              label: groupBy[0].toUpperCase() + groupBy.slice(1),
+              cell: (g) =>
+                h('span', {
+                  class: 'clip',
+                  title: nameOf(g.group ?? '(none)'),
+                  text: nameOf(g.group ?? '(none)'),
+                }),
+            },
+            { label: 'Attempts', num: true, cell: (g) => fmtInt(g.duration_ms.count) },
+            ...['p50', 'p95', 'p99'].map((p) => ({
+              label: `TTFT ${p}`,
+              num: true,
+              cell: cell('ttft_ms', p),
+            })),
+            ...['p50', 'p95', 'p99'].map((p) => ({
+              label: `Duration ${p}`,
+              num: true,
+              cell: cell('duration_ms', p),
+            })),
+          ],
+          shown,
+          'No attempts in this range.',
+        ),
       ),
     ),
     h('p', {
@@ -573,6 +589,37 @@ function latencyPanel(latency, groupBy, nameOf) {
       text: 'Percentiles by nearest rank over the attempts that measured them (GET /v1/usage/latency): TTFT is the time to the first token, duration the whole attempt; a retry or fallback counts once per attempt, in its own group.',
     }),
   );
+}
+
+function topRows(name, rows, order, reportKey, draw) {
+  // Table `name` drawn by `draw` with its first TOP rows (`rows` come ranked `order`), and a
+  // button that shows the rest in place and takes them away again.
+  if (rows.length <= TOP) return draw(rows);
+  const key = `${reportKey}|${name}`;
+  // The button stays where it is (and keeps the keyboard) while the table beside it changes.
+  const slot = h('div', {});
+  const note = h('span', { class: 'field-hint' });
+  const button = h('button', {
+    class: 'btn btn-small btn-ghost',
+    type: 'button',
+    'data-testid': `${name}-show-all`,
+    onclick: () => {
+      if (shownWhole.has(key)) shownWhole.delete(key);
+      else shownWhole.add(key);
+      fill();
+    },
+  });
+  const fill = () => {
+    const whole = shownWhole.has(key);
+    slot.replaceChildren(draw(whole ? rows : rows.slice(0, TOP)));
+    button.textContent = whole ? `Show the top ${TOP}` : `Show all ${fmtInt(rows.length)}`;
+    button.setAttribute('aria-expanded', String(whole));
+    note.textContent = whole
+      ? `All ${fmtInt(rows.length)}, ${order}.`
+      : `The top ${TOP} of ${fmtInt(rows.length)}, ${order}; the totals and exports count them all.`;
+  };
+  fill();
+  return h('div', {}, slot, h('div', { class: 'top-rows-more' }, button, note));
 }
 
 async function download(button, path) {
