@@ -40,7 +40,7 @@ from gateway.storage.records import (
 )
 from gateway.stream.assembler import BlockAssembler
 from gateway.stream.attempt_log import AttemptLog
-from gateway.stream.compact import CompactRecords, Timed
+from gateway.stream.compact import CompactRecords, Timed, compact
 from gateway.stream.events import StreamEvent
 
 if TYPE_CHECKING:
@@ -85,6 +85,7 @@ class Attempt:
         "outcome",
         "route",
         "upstream_id",
+        "whole",
     )
 
     def __init__(self, number: int, route: dict[str, Any], started: float | None = None) -> None:
@@ -104,6 +105,9 @@ class Attempt:
         # the stream's parser (set once per attempt, never per frame).
         self.upstream_id: str | None = None
         self.id_from: StreamParser | None = None
+        # A whole (non-streamed) answer's events, as received at once: its record is made
+        # from them directly, without reading them back out of the log.
+        self.whole: list[StreamEvent] | None = None
 
     @property
     def answer_id(self) -> str | None:
@@ -192,10 +196,17 @@ def _answer(parts: list[Part]) -> tuple[BlockAssembler, list[dict[str, Any]], bo
     from the events of one attempt or, for a continued answer, of each attempt in order: block
     indexes shifted so they never collide, times measured from the first attempt's start. The
     flag: the stream holds long runs read from the logs when stored (its payload must be a
-    DeferredPayload)."""
+    DeferredPayload). A whole answer, its events received at once and kept whole by the log,
+    is made from those events as they came: what the log's replay would give, for less."""
+    first, end = parts[0]
+    whole = first.whole
+    if whole is not None and len(parts) == 1 and end == first.log.count and not first.log.truncated:
+        received = first.log.first_ms or 0.0
+        records = compact([(received, event) for event in whole])
+        return BlockAssembler.of(whole), _scrubbed(records), False
     assembler = BlockAssembler()
     stream = CompactRecords()
-    origin = parts[0][0].started
+    origin = first.started
     offset = 0
     for part, end in parts:
         shift = (part.started - origin) * 1000.0

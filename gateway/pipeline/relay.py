@@ -327,6 +327,7 @@ class Relay:
         if isinstance(upstream_id := obj.get("id"), str):
             attempt.upstream_id = upstream_id
         attempt.add(events)
+        attempt.whole = events
         attempt.first_token_ms = (time.monotonic() - attempt.started) * 1000
         if events and isinstance(events[0], StreamFailure):
             raise UpstreamStreamError(events[0].message, upstream=events[0].upstream)

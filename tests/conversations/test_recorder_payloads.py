@@ -169,6 +169,54 @@ def test_a_completed_answer() -> None:
     assert store.payload("assistant/message") == orjson.dumps(expected)
 
 
+WHOLE = [
+    BlockStart(0, "reasoning"),
+    BlockDelta(0, "let me think “about” it"),
+    BlockEnd(0, {"signature": "s"}),
+    BlockStart(1, "text"),
+    BlockDelta(1, "Héllo wörld 👋"),
+    BlockEnd(1),
+    BlockStart(2, "tool_call", "call_1", "lookup"),
+    BlockDelta(2, '{"q": '),
+    BlockDelta(2, '"weather"}'),
+    BlockEnd(2),
+    Finish("tool_calls"),
+    Usage({"prompt_tokens": 4, "completion_tokens": 6, "total_tokens": 10}),
+]
+
+
+@pytest.mark.parametrize("at_ms", [0.0, 3.4, 3.6, 1234.5])
+def test_a_whole_answer_is_recorded_from_its_events_as_from_its_log(at_ms: float) -> None:
+    """A non-streamed answer's events, received at once, are recorded without being read back
+    out of the log: byte for byte what the log's replay stores."""
+    records = []
+    for whole in (False, True):
+        turn, store = recorder()
+        attempt = Attempt(1, ROUTE, started=100.0)
+        attempt.log.add(WHOLE, at_ms)
+        if whole:
+            attempt.whole = WHOLE
+        turn.attempts.append(attempt)
+        turn.completed(attempt)
+        records.append(store.payload("assistant/message"))
+    assert records[0] == records[1]
+    assert orjson.loads(records[1])["content"][2]["arguments"] == '{"q": "weather"}'
+
+
+def test_a_whole_answer_cut_at_its_cap_is_read_from_the_log() -> None:
+    """Past the record's cap the log keeps only what fits: the record says so, from the log."""
+    turn, store = recorder()
+    attempt = Attempt(1, ROUTE, started=100.0)
+    attempt.log.cap(5, 1_000)
+    attempt.log.add(WHOLE, 2.0)
+    attempt.whole = WHOLE
+    turn.attempts.append(attempt)
+    turn.completed(attempt)
+    payload = orjson.loads(store.payload("assistant/message"))
+    assert payload["truncated_record"] is True
+    assert payload["content"][0]["text"] == "let m"
+
+
 @pytest.mark.parametrize("frames", range(1, len(FIRST) + 1))
 def test_an_interrupted_answer_holds_the_delivered_prefix(frames: int) -> None:
     turn, store = recorder()
