@@ -168,6 +168,70 @@ async def test_a_refresh_waits_while_a_field_has_the_keyboard(
     await page.context.close()
 
 
+# Headless Chromium keeps every page visible (no window to hide or tab to leave), so the test
+# puts the document in the state a hidden tab's has: `hidden` and `visibilityState` as the
+# browser reports them, and the event it fires. Deleting the own properties gives the real
+# getters back.
+HIDE = """() => {
+    Object.defineProperty(document, 'hidden', { configurable: true, get: () => true });
+    Object.defineProperty(document, 'visibilityState', { configurable: true, get: () => 'hidden' });
+    document.dispatchEvent(new Event('visibilitychange'));
+}"""
+SHOW = """() => {
+    delete document.hidden;
+    delete document.visibilityState;
+    document.dispatchEvent(new Event('visibilitychange'));
+}"""
+# A modal dialog over the list, as the UI opens one (in the top layer, from document.body).
+OPEN_DIALOG = """() => {
+    const dialog = document.createElement('dialog');
+    dialog.dataset.testid = 'some-dialog';
+    dialog.setAttribute('aria-label', 'Some dialog');
+    dialog.append(Object.assign(document.createElement('button'), { textContent: 'Close' }));
+    dialog.querySelector('button').addEventListener('click', () => dialog.close());
+    document.body.append(dialog);
+    dialog.showModal();
+}"""
+
+
+@pytest.mark.parametrize("width", [1440, 390])
+@pytest.mark.parametrize("reason", ["hidden-tab", "open-dialog"])
+async def test_a_refresh_waits_while_the_tab_is_hidden_or_a_dialog_open(
+    scene: Scene, browser: Any, width: int, reason: str
+) -> None:
+    """The turns that come while nobody can see the list (the tab hidden) or while a dialog
+    covers it are skipped; the next one after draws the list again. The page's clock is
+    Playwright's, moved on by the test."""
+    gw, a, _b = scene
+    await ask(gw, a, "A first question")
+    page = await signed_in(browser, gw, viewport=VIEWPORTS[width], bypass_csp=True)
+    rows = page.locator("tr[data-conversation-id]")
+    await expect(rows).to_have_count(1)
+    await page.clock.install()
+    drawn: list[str] = []  # each drawing of the list asks for the models first
+    page.on("request", lambda r: drawn.append(r.url) if "/v1/models" in r.url else None)
+    await page.get_by_test_id("auto-refresh").check()
+    await ask(gw, a, "A second question")
+    if reason == "hidden-tab":
+        await page.evaluate(HIDE)
+        assert await page.evaluate("document.visibilityState") == "hidden"
+    else:
+        await page.evaluate(OPEN_DIALOG)
+        await expect(page.get_by_test_id("some-dialog")).to_be_visible()
+    await page.clock.run_for(12_000)  # two turns, both while nobody sees the list
+    await expect(rows).to_have_count(1)
+    if reason == "hidden-tab":
+        await page.evaluate(SHOW)
+        assert await page.evaluate("document.visibilityState") == "visible"
+    else:
+        await page.get_by_test_id("some-dialog").get_by_role("button", name="Close").click()
+        await expect(page.get_by_test_id("some-dialog")).to_be_hidden()
+    await page.clock.run_for(6_000)
+    await expect(rows).to_have_count(2)
+    assert len(drawn) == 1, drawn
+    await page.context.close()
+
+
 async def ask(gw: GatewayUnderTest, a: FakeUpstream, question: str) -> None:
     """One answered turn (by `a`), in the store."""
     a.push(completion("Fresh."))
