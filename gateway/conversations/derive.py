@@ -11,7 +11,7 @@ from __future__ import annotations
 
 from collections.abc import Iterable
 from itertools import chain
-from typing import Any
+from typing import Any, cast
 
 from gateway.dialects.chat_message import assistant_message
 from gateway.storage.records import (
@@ -19,7 +19,12 @@ from gateway.storage.records import (
     ASSISTANT_TRUNCATE,
     TOOL_RESULT,
     USER_MESSAGE,
+    AssistantMessagePayload,
+    ContentBlock,
     Event,
+    ToolResultPayload,
+    TruncatePayload,
+    UserMessagePayload,
 )
 
 ABORTED_BEFORE_DISPATCH = "ABORTED_BEFORE_DISPATCH"
@@ -27,20 +32,21 @@ ABORTED_CONTENT = f"Error: tool call aborted before dispatch [{ABORTED_BEFORE_DI
 
 
 def surface_message(event: Event) -> dict[str, Any] | None:
-    payload = event.payload
     if event.type == USER_MESSAGE:
-        message: dict[str, Any] = {"role": "user", "content": payload.get("content")}
-        if payload.get("name"):
-            message["name"] = payload["name"]
+        user = cast(UserMessagePayload, event.payload)
+        message: dict[str, Any] = {"role": "user", "content": user.get("content")}
+        if user.get("name"):
+            message["name"] = user["name"]
         return message
     if event.type == TOOL_RESULT:
+        result = cast(ToolResultPayload, event.payload)
         return {
             "role": "tool",
-            "tool_call_id": payload.get("tool_call_id"),
-            "content": payload.get("content"),
+            "tool_call_id": result.get("tool_call_id"),
+            "content": result.get("content"),
         }
     if event.type == ASSISTANT_MESSAGE:
-        return assistant_message(payload.get("content") or [])
+        return assistant_message(cast(AssistantMessagePayload, event.payload).get("content") or [])
     return None
 
 
@@ -99,17 +105,17 @@ def close_unanswered(
 # -- what the user saw (docs/recording.md, "What the user saw") ---------------------------------
 
 
-def text_chars(blocks: Iterable[dict[str, Any]]) -> int:
+def text_chars(blocks: Iterable[ContentBlock]) -> int:
     """The length of an answer's text content (its `text` blocks joined), in code points."""
     return sum(len(b.get("text") or "") for b in blocks if b.get("type") == "text")
 
 
-def cut_blocks(blocks: list[dict[str, Any]], content_chars: int) -> list[dict[str, Any]]:
+def cut_blocks(blocks: list[ContentBlock], content_chars: int) -> list[ContentBlock]:
     """The blocks a client showed when it showed `content_chars` code points of their text:
     everything before the first code point it did not show, that text block cut there (and
     left out when nothing of it was shown), nothing after it (tool calls, reasoning, text).
     A count that reaches the end of the text keeps every block."""
-    kept: list[dict[str, Any]] = []
+    kept: list[ContentBlock] = []
     left = content_chars
     for block in blocks:
         if block.get("type") == "text":
@@ -123,8 +129,8 @@ def cut_blocks(blocks: list[dict[str, Any]], content_chars: int) -> list[dict[st
     return kept
 
 
-def _content_chars(event: Event) -> int | None:
-    value = event.payload.get("content_chars")
+def _content_chars(payload: TruncatePayload) -> int | None:
+    value: object = payload.get("content_chars")  # as the client sent it
     if isinstance(value, int) and not isinstance(value, bool) and value >= 0:
         return value
     return None
@@ -138,16 +144,17 @@ def apply_truncates(events: Iterable[Event], later: Iterable[Event] = ()) -> lis
 
     Truncates only ever shorten: of several for one message, the shortest holds."""
     events = list(events)
-    cuts: dict[tuple[str, Any], tuple[int, Event]] = {}
+    cuts: dict[tuple[str, int | None], tuple[int, Event]] = {}
     found = False
     for event in chain(events, later):
         if event.type != ASSISTANT_TRUNCATE:
             continue
         found = True
-        chars = _content_chars(event)
+        truncate = cast(TruncatePayload, event.payload)
+        chars = _content_chars(truncate)
         if chars is None:
             continue
-        key = (event.conversation_id, event.payload.get("message_seq"))
+        key = (event.conversation_id, truncate.get("message_seq"))
         if key not in cuts or chars < cuts[key][0]:
             cuts[key] = (chars, event)
     if not found:
@@ -158,17 +165,18 @@ def apply_truncates(events: Iterable[Event], later: Iterable[Event] = ()) -> lis
             continue
         cut = cuts.get((event.conversation_id, event.seq))
         if cut is not None and event.type == ASSISTANT_MESSAGE:
-            chars, truncate = cut
-            blocks = list(event.payload.get("content") or [])
+            chars, truncating = cut
+            message = cast(AssistantMessagePayload, event.payload)
+            blocks = list(message.get("content") or [])
             delivered = text_chars(blocks)
-            payload = {
-                **event.payload,
+            payload: AssistantMessagePayload = {
+                **message,
                 "content": cut_blocks(blocks, chars),
                 # An answer that reached its client whole but was shown in part reads as
                 # stopped where the showing stopped.
-                "interrupted": bool(event.payload.get("interrupted")) or chars < delivered,
+                "interrupted": bool(message.get("interrupted")) or chars < delivered,
                 "truncated": {
-                    "seq": truncate.seq,
+                    "seq": truncating.seq,
                     "content_chars": chars,
                     "delivered_chars": delivered,
                 },

@@ -15,12 +15,17 @@ from __future__ import annotations
 import ast
 import re
 from dataclasses import dataclass
-from typing import Any
+from typing import Any, cast
 
 import orjson
 
 from gateway.conversations.derive import surface_message
-from gateway.storage.records import ASSISTANT_MESSAGE, SURFACE_TYPES, Event
+from gateway.storage.records import (
+    ASSISTANT_MESSAGE,
+    SURFACE_TYPES,
+    AssistantMessagePayload,
+    Event,
+)
 
 HISTORY_ROLES = frozenset({"user", "assistant", "tool"})
 
@@ -266,10 +271,10 @@ def _merged_steps(surface: list[Event], s: int, history: list[dict[str, Any]], h
 def _dropped_interrupted(event: Event) -> bool:
     """An answer its client did not show whole: interrupted, or truncated to what was shown
     (after all of it was delivered)."""
-    payload = event.payload
-    return event.type == ASSISTANT_MESSAGE and (
-        bool(payload.get("interrupted")) or "truncated" in payload
-    )
+    if event.type != ASSISTANT_MESSAGE:
+        return False
+    payload = cast(AssistantMessagePayload, event.payload)
+    return bool(payload.get("interrupted")) or "truncated" in payload
 
 
 def match_history(

@@ -7,17 +7,26 @@ path. Items a client adds become the same input events a chat request would reco
 
 from __future__ import annotations
 
-from typing import Any
+from typing import Any, cast
 
 import orjson
 
 from gateway.errors import InvalidRequest
-from gateway.storage.records import ASSISTANT_MESSAGE, TOOL_RESULT, USER_MESSAGE, Event
+from gateway.storage.records import (
+    ASSISTANT_MESSAGE,
+    TOOL_RESULT,
+    USER_MESSAGE,
+    AssistantMessagePayload,
+    Event,
+    MessageContent,
+    ToolResultPayload,
+    UserMessagePayload,
+)
 
 _TEXT_PARTS = ("input_text", "output_text", "text")
 
 
-def _content_parts(content: Any, kind: str) -> list[dict[str, Any]]:
+def _content_parts(content: MessageContent, kind: str) -> list[dict[str, Any]]:
     if isinstance(content, str):
         return [{"type": kind, "text": content}]
     parts = []
@@ -40,30 +49,33 @@ def _content_parts(content: Any, kind: str) -> list[dict[str, Any]]:
 
 
 def event_items(event: Event) -> list[dict[str, Any]]:
-    payload, seq = event.payload, event.seq
+    seq = event.seq
     if event.type == USER_MESSAGE:
+        user = cast(UserMessagePayload, event.payload)
         return [
             {
                 "type": "message",
                 "id": f"msg_{seq}",
                 "role": "user",
                 "status": "completed",
-                "content": _content_parts(payload.get("content"), "input_text"),
+                "content": _content_parts(user.get("content"), "input_text"),
             }
         ]
     if event.type == TOOL_RESULT:
-        output = payload.get("content")
+        result = cast(ToolResultPayload, event.payload)
+        output = result.get("content")
         return [
             {
                 "type": "function_call_output",
                 "id": f"fco_{seq}",
-                "call_id": payload.get("tool_call_id"),
+                "call_id": result.get("tool_call_id"),
                 "output": output if isinstance(output, str) else orjson.dumps(output).decode(),
                 "status": "completed",
             }
         ]
     if event.type != ASSISTANT_MESSAGE:
         return []
+    payload = cast(AssistantMessagePayload, event.payload)
     status = "incomplete" if payload.get("interrupted") else "completed"
     items: list[dict[str, Any]] = []
     texts: list[dict[str, Any]] = []

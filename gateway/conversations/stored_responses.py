@@ -12,7 +12,7 @@ import re
 import time
 from collections.abc import Awaitable, Callable
 from dataclasses import dataclass
-from typing import Any
+from typing import Any, cast
 
 import orjson
 
@@ -27,8 +27,11 @@ from gateway.storage.db import Db, Row
 from gateway.storage.records import (
     ASSISTANT_MESSAGE,
     TURN_END,
+    AssistantMessagePayload,
+    ContentBlock,
     Conversation,
     Event,
+    TurnEndPayload,
 )
 from gateway.storage.store import Store
 
@@ -256,19 +259,20 @@ class ResponseStore:
         return resends(moved, new_messages)
 
 
-def answer_of(events: list[Event]) -> tuple[str, list[dict[str, Any]], dict[str, Any] | None]:
+def answer_of(events: list[Event]) -> tuple[str, list[ContentBlock], dict[str, Any] | None]:
     """(status, assistant blocks, usage) of a response's turn, from its events."""
-    message = next((e for e in reversed(events) if e.type == ASSISTANT_MESSAGE), None)
+    found = next((e for e in reversed(events) if e.type == ASSISTANT_MESSAGE), None)
     end = next((e for e in reversed(events) if e.type == TURN_END), None)
-    blocks = list(message.payload.get("content") or []) if message else []
-    usage = message.payload.get("usage") if message else None
+    message = cast(AssistantMessagePayload, found.payload) if found else None
+    blocks = list(message.get("content") or []) if message else []
+    usage = message.get("usage") if message else None
     if end is None:
         return "in_progress", blocks, usage
-    outcome = end.payload.get("status")
+    outcome = cast(TurnEndPayload, end.payload).get("status")
     if outcome == "aborted":
         return "cancelled", blocks, usage
     if outcome == "error":
         return "failed", blocks, usage
-    if message is not None and message.payload.get("finish_reason") in ("length", "content_filter"):
+    if message is not None and message.get("finish_reason") in ("length", "content_filter"):
         return "incomplete", blocks, usage
     return "completed", blocks, usage

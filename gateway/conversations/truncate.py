@@ -15,7 +15,7 @@ nothing. The answer's usage row then counts as delivered only the share that was
 from __future__ import annotations
 
 import asyncio
-from typing import Any
+from typing import Any, cast
 
 import orjson
 
@@ -30,7 +30,14 @@ from gateway.errors import Conflict, GatewayError, InvalidRequest, NotFound
 from gateway.metering.keys import Principal
 from gateway.metering.tokens import count_text
 from gateway.storage.db import Db, Row
-from gateway.storage.records import ASSISTANT_MESSAGE, ASSISTANT_TRUNCATE, Event, NewEvent
+from gateway.storage.records import (
+    ASSISTANT_MESSAGE,
+    ASSISTANT_TRUNCATE,
+    AssistantMessagePayload,
+    ContentBlock,
+    Event,
+    NewEvent,
+)
 from gateway.storage.writes import keep_usage_totals
 
 OBJECT = "conversation.turn.truncation"
@@ -86,9 +93,10 @@ async def truncate(
             " delivered, or it failed): there is nothing to truncate.",
             code="turn_not_interrupted",
         )
-    blocks = answer.payload.get("content") or []
+    message = cast(AssistantMessagePayload, answer.payload)
+    blocks = message.get("content") or []
     shown = text_chars(blocks)
-    earlier = answer.payload.get("truncated")
+    earlier = message.get("truncated")
     delivered = earlier["delivered_chars"] if earlier else shown
     if content_chars > delivered:
         raise InvalidRequest(
@@ -104,6 +112,7 @@ async def truncate(
             param="content_chars",
             code="truncate_would_lengthen",
         )
+    seq: int | None
     if earlier and earlier["content_chars"] == content_chars:
         seq = earlier["seq"]  # the same truncate again: already recorded
         kept = blocks
@@ -128,7 +137,7 @@ async def truncate(
         store.append(event)
         await store.flush()
         seq = await _seq_of(conversations, event.uid)
-        await _delivered_as_shown(conversations, turn_id, answer, kept)
+        await _delivered_as_shown(conversations, turn_id, answer, message, kept)
     return {
         "object": OBJECT,
         "conversation_id": conversation_id,
@@ -148,7 +157,7 @@ def _answer(path: list[Event], conversation_id: str, turn_id: str) -> Event | No
             event.turn_id == turn_id
             and event.conversation_id == conversation_id
             and event.type == ASSISTANT_MESSAGE
-            and event.payload.get("source") != "client"
+            and cast(AssistantMessagePayload, event.payload).get("source") != "client"
         ):
             return event
     return None
@@ -166,17 +175,21 @@ async def _turn(conversations: Conversations, turn_id: str) -> Row | None:
 
 
 async def _delivered_as_shown(
-    conversations: Conversations, turn_id: str, answer: Event, kept: list[dict[str, Any]]
+    conversations: Conversations,
+    turn_id: str,
+    answer: Event,
+    message: AssistantMessagePayload,
+    kept: list[ContentBlock],
 ) -> None:
     """The answering attempt's usage row counts as delivered only its share that was shown
     (its delivered count scaled by the tokens of what was kept over those of what was
     delivered: the provider's count stays the measure), and the conversation's totals follow.
     The billed counts are left as they are. A count only ever goes down."""
-    attempt = answer.payload.get("attempt")
+    attempt = message.get("attempt")
     if not isinstance(attempt, int):
         return
     kept_tokens = _tokens(kept)
-    all_tokens = _tokens(answer.payload.get("content") or [])
+    all_tokens = _tokens(message.get("content") or [])
     if kept_tokens >= all_tokens:
         return
 
@@ -197,7 +210,7 @@ async def _delivered_as_shown(
     await conversations.store.transact(update)
 
 
-def _tokens(blocks: list[dict[str, Any]]) -> int:
+def _tokens(blocks: list[ContentBlock]) -> int:
     return sum(
         count_text(b.get("text") or b.get("arguments") or "") + count_text(b.get("name") or "")
         for b in blocks

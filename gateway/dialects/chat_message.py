@@ -3,10 +3,14 @@ answer enters model history, and how a non-streaming answer is rendered for a ch
 
 from __future__ import annotations
 
+from collections.abc import Mapping, Sequence
 from typing import Any
 
+# An answer's blocks: as stored (`storage.records.ContentBlock`), or as the assembler makes them.
+Blocks = Sequence[Mapping[str, Any]]
 
-def assistant_message(blocks: list[dict[str, Any]]) -> dict[str, Any]:
+
+def assistant_message(blocks: Blocks) -> dict[str, Any]:
     """An `assistant/message` payload's blocks as one OpenAI chat assistant message."""
     text = "".join(b.get("text", "") for b in blocks if b.get("type") == "text")
     reasoning = "".join(b.get("text", "") for b in blocks if b.get("type") == "reasoning")
@@ -33,7 +37,7 @@ def assistant_message(blocks: list[dict[str, Any]]) -> dict[str, Any]:
     return message
 
 
-def thinking_blocks(blocks: list[dict[str, Any]]) -> list[dict[str, Any]]:
+def thinking_blocks(blocks: Blocks) -> list[dict[str, Any]]:
     """The answer's signed thinking, as Anthropic must get it back in a later turn (with its
     tool calls, docs/providers.md "Thinking"): each reasoning block that carries a `signature`
     and each `redacted_thinking` block, in stream order, in the `thinking_blocks` shape LiteLLM

@@ -47,6 +47,7 @@ from typing import Any, Literal, TypeGuard
 import orjson
 from pydantic import BaseModel, ConfigDict, Field, field_validator
 
+from gateway.dialects.chat_message import Blocks
 from gateway.dialects.requests import (
     MAX_OUTPUT_TOKENS,
     Shape,
@@ -612,7 +613,7 @@ def _function_item_out(
 
 
 def output_items(
-    blocks: list[dict[str, Any]], *, status: str, response_id: str | None = None
+    blocks: Blocks, *, status: str, response_id: str | None = None
 ) -> list[dict[str, Any]]:
     """Recorded assistant blocks as Responses output items, each with the given status.
 

@@ -4,7 +4,7 @@ from __future__ import annotations
 
 import time
 from dataclasses import dataclass, field
-from typing import Any
+from typing import Any, NotRequired, TypedDict
 
 from gateway.ids import sortable_hex
 
@@ -24,6 +24,191 @@ CONVERSATION_NOTE = "conversation/note"
 # Only these make up model history.
 SURFACE_TYPES = frozenset({USER_MESSAGE, TOOL_RESULT, ASSISTANT_MESSAGE})
 
+# -- payloads, one shape per event type (docs/recording.md, "The event log") -------------------
+#
+# Plain dicts at runtime, written as JSON and read back from it: the types say what each kind
+# holds. A usage report stays a dict: its keys are each provider's own.
+
+# A client's message content: its text, or its parts (each a dict with a `type`) as it sent them.
+MessageContent = str | list[dict[str, Any]] | None
+
+
+class ContentBlock(TypedDict, total=False):
+    """One block of an answer (`BlockAssembler` blocks as stored): text, reasoning (plus what
+    the provider attached to it, such as Anthropic's thinking `signature`), a tool call, or a
+    kind the gateway does not know, kept with its `data`."""
+
+    type: str
+    text: str
+    id: str | None  # a tool call's
+    name: str | None  # a tool call's
+    arguments: str  # a tool call's JSON arguments, as streamed
+    signature: str  # signed reasoning
+    data: dict[str, Any] | None  # an unknown kind's
+
+
+class Route(TypedDict):
+    """Where an attempt went (`Deployment.route`)."""
+
+    provider: str
+    deployment: str
+    model: str
+
+
+class TokenCounts(TypedDict):
+    """A turn's provider-reported usage, summed over its attempts."""
+
+    prompt_tokens: int
+    completion_tokens: int
+    total_tokens: int
+
+
+class Segment(TypedDict):
+    """The part of a continued answer one attempt produced."""
+
+    attempt: int
+    route: Route
+    content: list[ContentBlock]
+    usage: dict[str, Any] | None
+
+
+class Truncated(TypedDict):
+    """What an `assistant/truncate` did to the message it names: added when history is derived
+    (`apply_truncates`), never stored."""
+
+    seq: int
+    content_chars: int
+    delivered_chars: int
+
+
+class UserMessagePayload(TypedDict):
+    content: MessageContent
+    name: NotRequired[str]
+
+
+class ToolResultPayload(TypedDict):
+    tool_call_id: str | None
+    content: MessageContent
+    synthetic: bool
+
+
+class AssistantMessagePayload(TypedDict):
+    """An answer; one the client sent as history has only `content`, `interrupted`,
+    `surface_op` and `source`."""
+
+    content: list[ContentBlock]
+    interrupted: bool
+    surface_op: str  # "append"
+    source: NotRequired[str]  # "client"
+    stream: NotRequired[list[dict[str, Any]]]  # the compact stream (gateway.stream.compact)
+    route: NotRequired[Route]
+    attempt: NotRequired[int]
+    finish_reason: NotRequired[str | None]
+    usage: NotRequired[dict[str, Any] | None]
+    upstream_id: NotRequired[str]
+    truncated_record: NotRequired[bool]
+    delivery: NotRequired[str]  # an interrupted one's: "acked" | "sent"
+    segments: NotRequired[list[Segment]]  # a continued one's
+    truncated: NotRequired[Truncated]
+
+
+class DeliveredPrefix(TypedDict):
+    """What a failed attempt had delivered when it failed."""
+
+    content: list[ContentBlock]
+    frames: int
+    delivery: str
+
+
+class AttemptPayload(TypedDict):
+    reason: str  # provider_error | aborted_finish | empty_prefix
+    attempt: int
+    stream: list[dict[str, Any]]
+    route: Route
+    usage: dict[str, Any] | None
+    truncated_record: NotRequired[bool]
+    upstream_id: NotRequired[str]
+    delivered: NotRequired[DeliveredPrefix]
+
+
+class RequestErrorPayload(TypedDict):
+    attempt: int
+    route: Route
+    status: int
+    code: str
+    type: str
+    message: str
+    retryable: bool
+
+
+class TurnEndPayload(TypedDict):
+    status: str  # completed | aborted | error
+    reason: str | None
+    attempts: int
+    duration_ms: float
+    usage: TokenCounts
+    metered: NotRequired[dict[str, Any]]  # the billed totals (gateway.metering.usage)
+    response_id: NotRequired[str]
+    upstream_id: NotRequired[str]
+
+
+class TruncatePayload(TypedDict):
+    message_seq: int
+    content_chars: int
+
+
+class NotePayload(TypedDict):
+    note: str  # thread_ambiguous
+    candidates: NotRequired[list[str]]
+
+
+EventPayload = (
+    UserMessagePayload
+    | ToolResultPayload
+    | AssistantMessagePayload
+    | AttemptPayload
+    | RequestErrorPayload
+    | TurnEndPayload
+    | TruncatePayload
+    | NotePayload
+)
+
+
+class CheckpointMessage(TypedDict):
+    """A checkpoint's delivered prefix: the interrupted `assistant/message` it would become."""
+
+    content: list[ContentBlock]
+    interrupted: bool
+    surface_op: str
+    route: Route
+    attempt: int
+    finish_reason: str | None
+    delivery: str
+    segments: NotRequired[list[Segment]]
+
+
+class CheckpointAttempt(TypedDict):
+    number: int
+    route: Route
+    outcome: str | None
+    usage: dict[str, Any] | None
+    first_token_ms: float | None
+    duration_ms: float
+
+
+class Checkpoint(TypedDict):
+    """What ending a streaming turn as interrupted would record (`TurnRecorder.checkpoint`),
+    kept while it streams so that recovery can close it after a crash."""
+
+    message: CheckpointMessage | None
+    attempts: list[CheckpointAttempt]
+    team_id: str | None
+    key_id: str | None
+    user: str | None
+    alias: str | None
+    reasoning: bool
+    response_id: str | None
+
 
 @dataclass(slots=True)
 class Event:
@@ -32,7 +217,8 @@ class Event:
     turn_id: str
     type: str
     created_at: float
-    payload: dict[str, Any]
+    # Which of EventPayload's shapes is told by `type` (docs/recording.md, "The event log").
+    payload: EventPayload
 
     def to_api(self) -> dict[str, Any]:
         return {
