@@ -27,13 +27,14 @@ literal transcription of the events:
 
 from __future__ import annotations
 
-from collections.abc import Callable
+from collections.abc import Callable, Mapping
 from dataclasses import dataclass
 from typing import Any, Literal, TypeGuard
 
 import orjson
 from pydantic import BaseModel, ConfigDict, Field, field_validator
 
+from gateway.dialects.openai_chat import ChatBody
 from gateway.dialects.requests import (
     MAX_OUTPUT_TOKENS,
     Shape,
@@ -179,9 +180,18 @@ class AnthropicRequest(BaseModel):
         raise ValueError("system must be a string or a list of text blocks")
 
 
+class AnthropicChatBody(ChatBody, total=False):
+    """A Messages request as the chat body it becomes, with what only an Anthropic deployment
+    takes beside it (gateway.providers.params)."""
+
+    anthropic_extras: dict[str, Any]  # ANTHROPIC_EXTRAS
+    anthropic_request: ClientBody  # ANTHROPIC_REQUEST
+    anthropic_headers: dict[str, str]  # ANTHROPIC_HEADERS (set by the handler)
+
+
 def parse_request(
     raw: bytes, shape: Shape | None = None
-) -> tuple[dict[str, Any], AnthropicRequest]:
+) -> tuple[AnthropicChatBody, AnthropicRequest]:
     """Validate a Messages request; return the equivalent OpenAI chat body and the request.
 
     `top_k` rides along for an Anthropic upstream (refused by name by the others,
@@ -233,7 +243,7 @@ def anthropic_extras(extra: dict[str, Any]) -> dict[str, Any]:
 _CARRIED_EXTRAS = frozenset({"output_config", "service_tier", "thread"})
 
 
-def to_openai_body(request: AnthropicRequest) -> dict[str, Any]:
+def to_openai_body(request: AnthropicRequest) -> AnthropicChatBody:
     messages: list[dict[str, Any]] = []
     system = _system(request.system)
     if system is not None:
@@ -246,7 +256,7 @@ def to_openai_body(request: AnthropicRequest) -> dict[str, Any]:
         else:
             messages.append(_assistant_message(message.content, f"messages[{i}].content"))
 
-    out: dict[str, Any] = {
+    out: AnthropicChatBody = {
         "model": request.model,
         "messages": messages,
         "max_tokens": request.max_tokens,
@@ -908,7 +918,7 @@ class AnthropicMessages:
     name = "anthropic.messages"
     wire = "anthropic"  # an Anthropic upstream's bytes are relayed unchanged
 
-    def renderer(self, body: dict[str, Any]) -> MessagesStreamRenderer:
+    def renderer(self, body: Mapping[str, object]) -> MessagesStreamRenderer:
         return MessagesStreamRenderer(str(body.get("model")))
 
     def body(self, model: str, assembler: BlockAssembler, response_id: str) -> bytes:

@@ -2,7 +2,7 @@
 
 from __future__ import annotations
 
-from collections.abc import Callable
+from collections.abc import Callable, Mapping
 from typing import Any, Protocol
 
 from gateway.errors import GatewayError
@@ -47,7 +47,9 @@ class Dialect(Protocol):
     name: str  # as recorded and in metrics, e.g. "openai.chat"
     wire: str  # the upstream wire format whose bytes it relays unchanged
 
-    def renderer(self, body: dict[str, Any]) -> StreamRenderer: ...
+    def renderer(self, body: Mapping[str, object]) -> StreamRenderer:
+        """A renderer for one answer to `body` (a `ChatBody`)."""
+        ...
 
     def body(self, model: str, assembler: BlockAssembler, response_id: str) -> bytes:
         """A whole (non-streaming) answer, with the id `response_id`."""

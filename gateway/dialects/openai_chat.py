@@ -7,8 +7,8 @@ fields this gateway does not know (new OpenAI parameters, provider extensions) p
 from __future__ import annotations
 
 import time
-from collections.abc import Callable
-from typing import Any, Literal
+from collections.abc import Callable, Mapping
+from typing import Any, Literal, Required, TypedDict, cast
 
 import orjson
 from pydantic import BaseModel, ConfigDict, Field, ValidationError, field_validator
@@ -82,19 +82,53 @@ class ChatCompletionRequest(BaseModel):
     stream: bool | None = False
 
 
+class ChatBody(TypedDict, total=False):
+    """A chat completion request as the gateway's path reads it: a chat client's own body, or
+    the one another dialect's request becomes (each adds its carriers: `AnthropicChatBody`,
+    `ResponsesChatBody`, `CompletionsChatBody`). `model`, `messages` and `stream` are checked
+    when the request is parsed; the parameters, as typed here, by `check_output_params` before
+    anything is reserved. Fields the gateway does not read pass through unnamed."""
+
+    model: Required[str]
+    messages: Required[list[dict[str, Any]]]  # OpenAI chat messages
+    stream: bool | None
+    stream_options: dict[str, Any] | None
+    n: int | None
+    max_tokens: int | None
+    max_completion_tokens: int | None
+    temperature: float | None
+    top_p: float | None
+    top_k: int | None  # Anthropic's own, from /v1/messages
+    stop: str | list[str] | None
+    seed: int | None
+    user: str | None
+    metadata: dict[str, Any] | None
+    store: bool | None
+    tools: list[dict[str, Any]] | None
+    tool_choice: str | dict[str, Any] | None
+    parallel_tool_calls: bool | None
+    response_format: dict[str, Any] | None
+    reasoning_effort: str | None
+    verbosity: str | None
+    thinking: dict[str, Any] | None  # Anthropic's, from /v1/messages
+    service_tier: str | None
+    logprobs: bool | None
+    top_logprobs: int | None
+
+
 _ROLES = frozenset(("system", "developer", "user", "assistant", "tool", "function"))
 _PLAIN_KEYS = frozenset(("role", "content"))
 
 
-def parse_chat_request(raw: bytes, shape: Shape | None = None) -> tuple[dict[str, Any], bool]:
+def parse_chat_request(raw: bytes, shape: Shape | None = None) -> tuple[ChatBody, bool]:
     """The request's body, checked as `ChatCompletionRequest` checks it, and whether it asks
     for a stream."""
     body = parse_json_object(raw)
     if shape is not None:
         check_shape(body, *shape)  # before the messages are validated one by one
     if not _passes_as_is(body):
-        return body, bool(validated(ChatCompletionRequest, body).stream)
-    return body, body.get("stream") is True
+        return cast(ChatBody, body), bool(validated(ChatCompletionRequest, body).stream)
+    return cast(ChatBody, body), body.get("stream") is True
 
 
 def _passes_as_is(body: dict[str, Any]) -> bool:
@@ -302,7 +336,7 @@ def completion_body(model: str, assembler: BlockAssembler, response_id: str | No
     )
 
 
-def include_usage(body: dict[str, Any]) -> bool:
+def include_usage(body: Mapping[str, object]) -> bool:
     """Whether the client asked for the stream's usage chunk (`stream_options.include_usage`)."""
     options = body.get("stream_options")
     return isinstance(options, dict) and bool(options.get("include_usage"))
@@ -314,7 +348,7 @@ class OpenAIChat:
     name = "openai.chat"
     wire = "openai_chat"
 
-    def renderer(self, body: dict[str, Any]) -> ChatChunkRenderer:
+    def renderer(self, body: Mapping[str, object]) -> ChatChunkRenderer:
         return ChatChunkRenderer(str(body.get("model")), include_usage=include_usage(body))
 
     def body(self, model: str, assembler: BlockAssembler, response_id: str) -> bytes:

@@ -19,14 +19,15 @@ or of token ids, is a 400 (the gateway records each prompt as the text a user se
 from __future__ import annotations
 
 import time
-from collections.abc import Callable
-from typing import Any
+from collections.abc import Callable, Mapping
+from typing import Any, cast
 
 import orjson
 from pydantic import BaseModel, ConfigDict, Field
 
 from gateway.dialects.openai_chat import (
     CANCELLED_FINISH,
+    ChatBody,
     ChatChunkRenderer,
     OpenAIChat,
     chat_usage,
@@ -56,14 +57,26 @@ class CompletionRequest(BaseModel):
     stream: bool | None = False
 
 
+class CompletionsChatBody(ChatBody, total=False):
+    """A Completions request as the chat body it becomes, with what only a deployment serving
+    `/completions` itself takes beside it (gateway.providers.params)."""
+
+    completions_extras: dict[str, Any]  # COMPLETIONS_EXTRAS
+    completions_request: ClientBody  # COMPLETIONS_REQUEST
+
+
 def parse_request(
     raw: bytes, shape: Shape | None = None
-) -> tuple[dict[str, Any], CompletionRequest]:
+) -> tuple[CompletionsChatBody, CompletionRequest]:
     """Validate a Completions request; return the chat body it becomes and the request."""
     body = parse_json_object(raw)
     request = validated(CompletionRequest, body)
-    messages = [{"role": "user", "content": _prompt(body.get("prompt"))}]
-    chat = {k: v for k, v in body.items() if k != "prompt" and k not in COMPLETIONS_ONLY}
+    messages: list[dict[str, Any]] = [{"role": "user", "content": _prompt(body.get("prompt"))}]
+    # The client's parameters but the prompt, as chat's (its `model` checked above).
+    chat = cast(
+        CompletionsChatBody,
+        {k: v for k, v in body.items() if k != "prompt" and k not in COMPLETIONS_ONLY},
+    )
     chat["messages"] = messages
     extras = {
         name: body[name]
@@ -167,7 +180,7 @@ class OpenAICompletions(OpenAIChat):
     name = "openai.completions"
     wire = "openai_completions"
 
-    def renderer(self, body: dict[str, Any]) -> CompletionChunkRenderer:  # type: ignore[override]
+    def renderer(self, body: Mapping[str, object]) -> CompletionChunkRenderer:  # type: ignore[override]
         return CompletionChunkRenderer(str(body.get("model")), include_usage=include_usage(body))
 
     def body(self, model: str, assembler: BlockAssembler, response_id: str) -> bytes:

@@ -42,12 +42,13 @@ import hashlib
 import re
 from collections.abc import Callable, Mapping
 from dataclasses import dataclass, field
-from typing import Any, Literal, TypeGuard
+from typing import Any, Literal, TypeGuard, cast
 
 import orjson
 from pydantic import BaseModel, ConfigDict, Field, field_validator
 
 from gateway.dialects.chat_message import Blocks
+from gateway.dialects.openai_chat import ChatBody
 from gateway.dialects.requests import (
     MAX_OUTPUT_TOKENS,
     Shape,
@@ -471,9 +472,16 @@ def _chat_params(request: ResponsesRequest) -> dict[str, Any]:
     return out
 
 
+class ResponsesChatBody(ChatBody, total=False):
+    """A Responses request as the chat body it becomes, with the tools only a deployment
+    speaking the Responses API takes beside it (gateway.providers.params)."""
+
+    responses_extras: dict[str, Any]  # RESPONSES_EXTRAS
+
+
 def chat_body(
     request: ResponsesRequest, history: list[dict[str, Any]], new_messages: list[dict[str, Any]]
-) -> dict[str, Any]:
+) -> ResponsesChatBody:
     """The OpenAI Chat Completions body for the upstream.
 
     `instructions` lead as a system message (they are per request: a previous response's
@@ -485,8 +493,10 @@ def chat_body(
         messages.append({"role": "system", "content": request.instructions})
     messages += history
     messages += new_messages
-    out: dict[str, Any] = {"model": request.model, "messages": messages}
-    out.update(_chat_params(request))
+    # The parameters are chat's, some of them by names only this dialect passes on.
+    out = cast(
+        ResponsesChatBody, {"model": request.model, "messages": messages, **_chat_params(request)}
+    )
     tools = _tools(request)
     hosted = hosted_tools(request)
     if hosted:
@@ -1037,7 +1047,7 @@ class Responses:
     def __init__(self, response: dict[str, Any]) -> None:
         self.response = response
 
-    def renderer(self, body: dict[str, Any]) -> ResponsesStreamRenderer:
+    def renderer(self, body: Mapping[str, object]) -> ResponsesStreamRenderer:
         return ResponsesStreamRenderer(self.response)
 
     def body(self, model: str, assembler: BlockAssembler, response_id: str) -> bytes:

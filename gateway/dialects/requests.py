@@ -6,7 +6,7 @@ A bad body is a 400 `invalid_request_error` whose `param` names the field the wa
 
 from __future__ import annotations
 
-from collections.abc import Callable
+from collections.abc import Callable, Mapping
 from typing import Any, TypeGuard, TypeVar
 
 import orjson
@@ -23,7 +23,7 @@ MAX_JSON_DEPTH = 128
 _ORJSON_MAX_DEPTH = 254
 
 
-def _too_deep(body: Any) -> bool:
+def _too_deep(body: object) -> bool:
     """Whether `body` nests deeper than MAX_JSON_DEPTH: orjson, asked to write it inside
     enough empty levels, reaches its own limit exactly then (at C speed, no Python walk)."""
     for _ in range(_ORJSON_MAX_DEPTH - MAX_JSON_DEPTH):
@@ -58,7 +58,7 @@ def param_path(loc: tuple[int | str, ...]) -> str:
     return out
 
 
-def validated(model: type[M], body: dict[str, Any]) -> M:
+def validated(model: type[M], body: Mapping[str, object]) -> M:
     try:
         return model.model_validate(body)
     except ValidationError as exc:
@@ -78,22 +78,22 @@ MAX_OUTPUT_TOKENS = 2**31 - 1
 MAX_CHOICES = 128
 
 
-def _whole(value: Any) -> TypeGuard[int]:
+def _whole(value: object) -> TypeGuard[int]:
     return isinstance(value, int) and not isinstance(value, bool)
 
 
-def _number(low: float, high: float) -> Callable[[Any], bool]:
+def _number(low: float, high: float) -> Callable[[object], bool]:
     return lambda v: isinstance(v, (int, float)) and not isinstance(v, bool) and low <= v <= high
 
 
-def _list_of(kind: type) -> Callable[[Any], bool]:
+def _list_of(kind: type) -> Callable[[object], bool]:
     return lambda v: isinstance(v, list) and all(isinstance(x, kind) for x in v)
 
 
 # The chat parameters the gateway knows, by OpenAI's documented types and ranges: what it does
 # not read itself would otherwise be recorded as sent and left to the upstream to refuse.
 # (Parameters it does not know are forwarded as they are; null stands for "not set".)
-_CHAT_PARAMS: dict[str, tuple[Callable[[Any], bool], str]] = {
+_CHAT_PARAMS: dict[str, tuple[Callable[[object], bool], str]] = {
     "temperature": (_number(0, 2), "a number from 0 to 2"),
     "top_p": (_number(0, 1), "a number from 0 to 1"),
     "presence_penalty": (_number(-2, 2), "a number from -2 to 2"),
@@ -118,7 +118,7 @@ _CHAT_PARAMS: dict[str, tuple[Callable[[Any], bool], str]] = {
 }
 
 
-def check_chat_params(body: dict[str, Any]) -> None:
+def check_chat_params(body: Mapping[str, object]) -> None:
     """The types and ranges of a chat body's known parameters: a 400 naming the first wrong
     one, before anything is admitted or recorded."""
     for name, value in body.items():
@@ -132,7 +132,9 @@ def check_chat_params(body: dict[str, Any]) -> None:
 Shape = tuple[int, int, int]  # server.max_messages, max_message_parts, max_tools
 
 
-def check_shape(body: dict[str, Any], max_messages: int, max_parts: int, max_tools: int) -> None:
+def check_shape(
+    body: Mapping[str, object], max_messages: int, max_parts: int, max_tools: int
+) -> None:
     """The shape limits of a completion request (`server.max_messages`, `max_message_parts`,
     `max_tools`): a 413 naming the limit, before anything is admitted or recorded. Within the
     body-size cap a request of many tiny messages would otherwise become as many events (and
@@ -163,7 +165,7 @@ def check_shape(body: dict[str, Any], max_messages: int, max_parts: int, max_too
         )
 
 
-def check_output_params(body: dict[str, Any]) -> None:
+def check_output_params(body: Mapping[str, object]) -> None:
     """A chat body's parameters (`check_chat_params`), its output bounds and `n`, checked
     before anything is reserved or recorded: a reservation is computed from the bounds, so a
     negative, zero, fractional or absurd one would let a request through a budget it does not
@@ -196,7 +198,7 @@ def check_output_params(body: dict[str, Any]) -> None:
         )
 
 
-def choices(body: dict[str, Any]) -> int:
+def choices(body: Mapping[str, object]) -> int:
     """How many choices a (checked) chat body asks for."""
     n = body.get("n")
     return n if _whole(n) and n >= 1 else 1

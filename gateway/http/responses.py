@@ -3,7 +3,7 @@
 from __future__ import annotations
 
 import time
-from typing import Any
+from typing import Any, cast
 
 from aiohttp import web
 
@@ -60,7 +60,7 @@ async def create(request: web.Request) -> web.StreamResponse:
         # A stateless request (the whole history in `input`, as agent SDKs send it): it
         # continues the conversation its history matches, as a chat request does.
         body = chat_body(parsed, [], new_messages)
-        user = turn_user(principal, body)
+        user = turn_user(principal, cast("dict[str, Any]", body))
         # Only an Anthropic deployment needs the stored answers' signed thinking back (found by
         # comparing the history with the stored one); the plan is made later, so any of the
         # alias's counts.
@@ -110,7 +110,7 @@ async def create(request: web.Request) -> web.StreamResponse:
         )
 
     turn = TurnRequest(
-        body,
+        cast("dict[str, Any]", body),  # the turn reads its body as a plain dict
         bool(parsed.stream),
         Responses(initial),
         request[REQUEST_ID],

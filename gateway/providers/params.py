@@ -25,7 +25,7 @@ from __future__ import annotations
 
 from collections.abc import Callable, Iterable, Mapping
 from dataclasses import dataclass, field
-from typing import Any, Protocol
+from typing import Any, Final, Protocol
 
 from gateway.errors import UnsupportedParameter
 
@@ -103,18 +103,18 @@ CHAT_PARAMETERS = frozenset(
 #   translation (cache markers where the client put them, tool fields, block shapes), unless the
 #   gateway changed its history on the way (a repair, restored thinking, a continuation).
 # - ANTHROPIC_HEADERS: the client's `anthropic-version` and `anthropic-beta`, for the same.
-ANTHROPIC_EXTRAS = "anthropic_extras"
-ANTHROPIC_REQUEST = "anthropic_request"
-ANTHROPIC_HEADERS = "anthropic_headers"
+ANTHROPIC_EXTRAS: Final = "anthropic_extras"
+ANTHROPIC_REQUEST: Final = "anthropic_request"
+ANTHROPIC_HEADERS: Final = "anthropic_headers"
 # The same for /v1/completions (gateway.dialects.openai_completions) and the deployments that
 # serve OpenAI's legacy `/completions` themselves: the parameters chat has no form for
 # (`suffix`, `echo`, `best_of`, `logprobs` as a count), and the client's body.
-COMPLETIONS_EXTRAS = "completions_extras"
-COMPLETIONS_REQUEST = "completions_request"
+COMPLETIONS_EXTRAS: Final = "completions_extras"
+COMPLETIONS_REQUEST: Final = "completions_request"
 # And for /v1/responses and deployments that speak the Responses API themselves: the tools that
 # are no function (hosted `web_search`, a `namespace` of functions, ...), by their place
 # (`tools[4]`).
-RESPONSES_EXTRAS = "responses_extras"
+RESPONSES_EXTRAS: Final = "responses_extras"
 # Carriers of fields one wire alone takes, each refused by its fields' own names elsewhere.
 EXTRAS = (ANTHROPIC_EXTRAS, COMPLETIONS_EXTRAS, RESPONSES_EXTRAS)
 # Never recorded with the turn, never sent to another upstream.

@@ -178,7 +178,7 @@ def price_list(config: GatewayConfig) -> list[PricedDeployment]:
     return out
 
 
-def estimate_tokens(body: dict[str, Any]) -> tuple[int, int]:
+def estimate_tokens(body: Mapping[str, Any]) -> tuple[int, int]:
     """A cheap (prompt, completion) token guess for ordering by cost: about 4 bytes a token."""
     messages = body.get("messages") or []
     prompt = sum(len(str(m.get("content") or "")) for m in messages if isinstance(m, dict)) // 4
@@ -368,8 +368,9 @@ class Router:
     def deployments(self) -> list[Deployment]:
         return [d for a in self._aliases.values() for d in a.deployments]
 
-    def plan(self, alias: Alias, body: dict[str, Any]) -> list[Deployment]:
-        """Every deployment worth trying, best first."""
+    def plan(self, alias: Alias, body: Mapping[str, Any]) -> list[Deployment]:
+        """Every deployment worth trying, best first (`body`: the request's `ChatBody`, empty
+        for a call that has none)."""
         if not alias.config.fallbacks and len(alias.deployments) == 1:
             # Tried whatever its health, as the only one: asking moves one that has cooled
             # down to half-open, so that this request is its probe.
@@ -408,7 +409,7 @@ class Router:
             model = model[len(alias.name) - 1 :]
         return self._resolved_for(group, group.name[:-1] + model, model)
 
-    def _order(self, alias: Alias, body: dict[str, Any]) -> list[Deployment]:
+    def _order(self, alias: Alias, body: Mapping[str, Any]) -> list[Deployment]:
         deployments = list(alias.deployments)
         if len(deployments) < 2:  # an order of one, whatever the strategy
             return deployments
