@@ -266,8 +266,8 @@ async def event_log(
 
 
 async def branch_point(
-    conversations: Conversations, conversation_id: str, at_seq: Any, principal: Principal
-) -> Any:
+    conversations: Conversations, conversation_id: str, at_seq: object, principal: Principal
+) -> object:
     """`at_seq` as `Conversations.branch` takes it. It counts the events of the derived path,
     which leaves truncates out: a branch asked at a truncate that ends the log (or between
     two there) is made at the last event before them, with the same history (a truncate

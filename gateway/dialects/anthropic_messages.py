@@ -104,7 +104,7 @@ class AnthropicMessage(BaseModel):
 
     @field_validator("content", mode="before")
     @classmethod
-    def _content_shape(cls, value: Any) -> Any:
+    def _content_shape(cls, value: object) -> object:
         # Checked here so that a bad value yields one error at `content`, not one per union arm.
         if isinstance(value, str):
             return value
@@ -165,7 +165,7 @@ class AnthropicRequest(BaseModel):
 
     @field_validator("system", mode="before")
     @classmethod
-    def _system_shape(cls, value: Any) -> Any:
+    def _system_shape(cls, value: object) -> object:
         if value is None or isinstance(value, str):
             return value
         if isinstance(value, list):
@@ -388,7 +388,7 @@ def _text(block: dict[str, Any], param: str, field: str = "text") -> str:
     return text
 
 
-def _unsupported(kind: Any, param: str) -> InvalidRequest:
+def _unsupported(kind: object, param: str) -> InvalidRequest:
     return InvalidRequest(
         f"Content blocks of type {kind!r} are not supported here.",
         param=f"{param}.type",
@@ -559,7 +559,7 @@ def _tool_choice(choice: AnthropicToolChoice) -> str | dict[str, Any]:
 # -- responses -----------------------------------------------------------------------------------
 
 
-def _is_int(value: Any) -> TypeGuard[int]:
+def _is_int(value: object) -> TypeGuard[int]:
     return isinstance(value, int) and not isinstance(value, bool)
 
 
@@ -587,8 +587,8 @@ def anthropic_usage(usage: dict[str, Any]) -> dict[str, Any]:
     `prompt_tokens`. Writes have no OpenAI field: they come from an Anthropic upstream's own
     report (`provider_usage`), or litellm's `prompt_tokens_details.cache_creation_tokens`.
     """
-    cached: Any = None
-    written: Any = None
+    cached: object = None
+    written: object = None
     provider = usage.get("provider_usage")
     provider = provider if isinstance(provider, dict) else {}
     if "prompt_tokens" not in usage and _is_int(usage.get("input_tokens")):

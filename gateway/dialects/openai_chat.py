@@ -61,7 +61,7 @@ class ChatMessage(BaseModel):
 
     @field_validator("content", mode="before")
     @classmethod
-    def _content_shape(cls, value: Any) -> Any:
+    def _content_shape(cls, value: object) -> object:
         if value is None or isinstance(value, str):
             return value
         if isinstance(value, list):

@@ -41,7 +41,7 @@ from gateway.stream.assembler import BlockAssembler
 from gateway.stream.events import TEXT, BlockDelta, BlockStart, Finish, StreamEvent, Usage
 
 # Completions parameters with no chat form, and the values of theirs that ask for nothing.
-COMPLETIONS_ONLY: dict[str, tuple[Any, ...]] = {
+COMPLETIONS_ONLY: dict[str, tuple[object, ...]] = {
     "suffix": (None, ""),
     "echo": (None, False),
     "best_of": (None, 1),
@@ -91,7 +91,7 @@ def parse_request(
     return chat, request
 
 
-def _prompt(prompt: Any) -> str:
+def _prompt(prompt: object) -> str:
     if isinstance(prompt, list) and len(prompt) == 1 and isinstance(prompt[0], str):
         prompt = prompt[0]
     if isinstance(prompt, str):

@@ -134,7 +134,7 @@ class ResponsesRequest(BaseModel):
     # union arm (whose names would end up in the `param`).
     @field_validator("input", mode="before")
     @classmethod
-    def _input_shape(cls, value: Any) -> Any:
+    def _input_shape(cls, value: object) -> object:
         if value is None or isinstance(value, str):
             return value
         if isinstance(value, list):
@@ -146,14 +146,14 @@ class ResponsesRequest(BaseModel):
 
     @field_validator("tool_choice", mode="before")
     @classmethod
-    def _tool_choice_shape(cls, value: Any) -> Any:
+    def _tool_choice_shape(cls, value: object) -> object:
         if value is None or isinstance(value, (str, dict)):
             return value
         raise ValueError("tool_choice must be a string or an object")
 
     @field_validator("conversation", mode="before")
     @classmethod
-    def _conversation_shape(cls, value: Any) -> Any:
+    def _conversation_shape(cls, value: object) -> object:
         if value is None or isinstance(value, str):
             return value
         if isinstance(value, dict) and isinstance(value.get("id"), str) and value["id"]:
@@ -348,7 +348,7 @@ def _content(parts: list[dict[str, Any]]) -> str | list[dict[str, Any]]:
     return parts
 
 
-def _output(output: Any, where: str) -> str:
+def _output(output: object, where: str) -> str:
     if isinstance(output, str):
         return output
     if isinstance(output, list):  # a list of input_text parts
@@ -528,11 +528,11 @@ def chat_body(
 # -- responses -----------------------------------------------------------------------------------
 
 
-def _is_int(value: Any) -> TypeGuard[int]:
+def _is_int(value: object) -> TypeGuard[int]:
     return isinstance(value, int) and not isinstance(value, bool)
 
 
-def _int(value: Any) -> int:
+def _int(value: object) -> int:
     return value if _is_int(value) else 0
 
 

@@ -369,7 +369,7 @@ def _arguments(arguments: Any) -> dict[str, Any]:
     return {}
 
 
-def _is_function_tool(tool: Any) -> bool:
+def _is_function_tool(tool: object) -> bool:
     return (
         isinstance(tool, dict)
         and tool.get("type", "function") == "function"
@@ -546,22 +546,22 @@ def native_schema(schema: Any) -> Any:
     return out
 
 
-def _is_primitive(value: Any) -> bool:
+def _is_primitive(value: object) -> bool:
     return value is None or isinstance(value, str | int | float | bool)
 
 
-def _is_int(value: Any) -> TypeGuard[int]:
+def _is_int(value: object) -> TypeGuard[int]:
     return isinstance(value, int) and not isinstance(value, bool)
 
 
-def _is_number(value: Any) -> TypeGuard[int | float]:
+def _is_number(value: object) -> TypeGuard[int | float]:
     return isinstance(value, int | float) and not isinstance(value, bool)
 
 
 # -- responses -----------------------------------------------------------------------------------
 
 
-def _int(value: Any) -> int:
+def _int(value: object) -> int:
     return value if _is_int(value) else 0
 
 

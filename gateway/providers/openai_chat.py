@@ -36,7 +36,7 @@ class ChoiceSink(Protocol):
     def add(self, choice: dict[str, Any]) -> None: ...
 
 
-def _error_message(error: Any) -> str:
+def _error_message(error: object) -> str:
     if isinstance(error, dict):
         message = error.get("message")
         if isinstance(message, str) and message:
@@ -129,7 +129,7 @@ class ChatStreamParser:
         except msgspec.DecodeError:  # not JSON, or not that shape (ValidationError)
             return None
 
-    def _more_text(self, obj: dict[str, Any], choices: Any) -> str | None:
+    def _more_text(self, obj: dict[str, Any], choices: object) -> str | None:
         """Most chunks of an answer are one more piece of the text block already open: read
         that without the general walk (it runs once per frame). None: take the general way.
         Exactly what `chunk` would give for such a chunk, as the piece's text."""
@@ -207,7 +207,7 @@ class ChatStreamParser:
         if text is not None:
             out.append(BlockDelta(index, text))
 
-    def _tool(self, out: list[StreamEvent], call: Any) -> None:
+    def _tool(self, out: list[StreamEvent], call: object) -> None:
         if not isinstance(call, dict):
             return
         position = call.get("index", 0)
@@ -274,7 +274,7 @@ def _with_tier(usage: dict[str, Any], obj: dict[str, Any]) -> dict[str, Any]:
     return {**usage, "service_tier": tier}
 
 
-def _plain_text(choice: Any) -> tuple[str, Any] | None:
+def _plain_text(choice: object) -> tuple[str, object] | None:
     """A first choice whose message is text alone (no reasoning, no tool calls): its text and
     finish reason. None: the general way."""
     if type(choice) is not dict or choice.get("index", 0) != 0:

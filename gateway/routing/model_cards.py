@@ -9,7 +9,7 @@ deployment knows is left out, never guessed.
 
 from __future__ import annotations
 
-from collections.abc import Sequence
+from collections.abc import Iterable, Sequence
 from typing import Any
 
 from gateway.metering.prices import map_entry
@@ -64,7 +64,7 @@ def card(deployments: Sequence[Deployment]) -> dict[str, Any]:
     return out
 
 
-def _least(values: Any) -> int | None:
+def _least(values: Iterable[object]) -> int | None:
     counts = [v for v in values if isinstance(v, int) and not isinstance(v, bool) and v > 0]
     return min(counts) if counts else None
 
