@@ -25,6 +25,7 @@ import orjson
 
 from gateway.metering.reports import parse_time
 from gateway.storage.db import Db, Dialect
+from gateway.storage.records import UserMessagePayload
 from gateway.storage.schema import SEARCHED_TYPES
 from gateway.storage.store import Store
 
@@ -577,9 +578,11 @@ def _usage_row(row: Any) -> dict[str, Any]:
 
 
 def _text_of(payload: str | None) -> str | None:
+    """A preview of a `user/message` payload's text."""
     if payload is None:
         return None
-    content = orjson.loads(payload).get("content")
+    message: UserMessagePayload = orjson.loads(payload)
+    content = message.get("content")
     if isinstance(content, list):
         content = " ".join(str(part.get("text", "")) for part in content if isinstance(part, dict))
     if not isinstance(content, str):

@@ -127,7 +127,7 @@ class ClientBody:
     is still the request's while the chat body holds that very list."""
 
     body: dict[str, Any]
-    messages: list[Any]
+    messages: list[dict[str, Any]]
 
     def current(self, chat: Mapping[str, Any]) -> dict[str, Any] | None:
         """The client's body, if the chat body's history is still the one translated from it."""
