@@ -184,6 +184,8 @@ class AnthropicChatBody(ChatBody, total=False):
     """A Messages request as the chat body it becomes, with what only an Anthropic deployment
     takes beside it (gateway.providers.params)."""
 
+    top_k: int  # Anthropic's own parameter, refused by name by the other wires
+    thinking: dict[str, Any]  # as the client sent it: the Anthropic adapter sends it unchanged
     anthropic_extras: dict[str, Any]  # ANTHROPIC_EXTRAS
     anthropic_request: ClientBody  # ANTHROPIC_REQUEST
     anthropic_headers: dict[str, str]  # ANTHROPIC_HEADERS (set by the handler)

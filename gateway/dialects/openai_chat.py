@@ -98,7 +98,6 @@ class ChatBody(TypedDict, total=False):
     max_completion_tokens: int | None
     temperature: float | None
     top_p: float | None
-    top_k: int | None  # Anthropic's own, from /v1/messages
     stop: str | list[str] | None
     seed: int | None
     user: str | None
@@ -109,8 +108,6 @@ class ChatBody(TypedDict, total=False):
     parallel_tool_calls: bool | None
     response_format: dict[str, Any] | None
     reasoning_effort: str | None
-    verbosity: str | None
-    thinking: dict[str, Any] | None  # Anthropic's, from /v1/messages
     service_tier: str | None
     logprobs: bool | None
     top_logprobs: int | None
