@@ -69,7 +69,7 @@ def close_unanswered(
     their call), else a synthetic ABORTED_BEFORE_DISPATCH one."""
     out: list[dict[str, Any]] = []
     pending: list[str] = []  # tool call ids of the last assistant message still without a result
-    results: dict[Any, list[int]] = {}  # tool call id -> where its results are
+    results: dict[object, list[int]] = {}  # tool call id -> where its results are
     for i, message in enumerate(messages):
         if message.get("role") == "tool":
             results.setdefault(message.get("tool_call_id"), []).append(i)

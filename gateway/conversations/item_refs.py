@@ -113,9 +113,9 @@ async def resolve_items(
     conversations: Conversations,
     principal: Principal,
     conversation_id: str | None,
-    items: Any,
+    items: object,
     param: str = "items",
-) -> Any:
+) -> object:
     """Conversation items a client adds (`POST /v1/conversations/{id}/items`), each
     `item_reference` replaced by the item it names (seq ids resolve in `conversation_id`);
     `items` unchanged when it is not a list or has none."""

@@ -131,7 +131,7 @@ def _text_of(content: Any) -> Any:
     return parts
 
 
-def items_to_messages(items: Any, param: str = "items") -> list[dict[str, Any]]:
+def items_to_messages(items: object, param: str = "items") -> list[dict[str, Any]]:
     """Conversation items a client sends, as OpenAI chat messages (what the log records)."""
     if not isinstance(items, list):
         raise InvalidRequest(f"'{param}' must be an array of items.", param=param)
