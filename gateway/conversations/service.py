@@ -205,11 +205,10 @@ class Conversations:
                 repair = self.repair_interrupted
                 look = functools.partial(lookup_prints, repair=repair, whole=True)
                 prints = await asyncio.to_thread(look, key_id, user, messages)
-                keyed = prints.keys if isinstance(prints.keys, KeyedHistory) else None
             else:
                 keyed = await asyncio.to_thread(keyed_history, key_id, user, messages)
-        history = [m for m in messages if m.get("role") in HISTORY_ROLES]
         if requested_id is not None:
+            history = [m for m in messages if m.get("role") in HISTORY_ROLES]
             _check_id(requested_id)
             try:
                 requested_id, existing = await self._lookup(requested_id, principal)
@@ -226,6 +225,11 @@ class Conversations:
         else:
             threaded = await self._threaded(messages, principal, user, prints)
             existing, keys = threaded.existing, threaded.keys
+            if isinstance(keys, KeyedHistory):
+                keyed = keys  # for the turn's end, however the request is joined
+                history = keys.history
+            else:
+                history = [m for m in messages if m.get("role") in HISTORY_ROLES]
             if existing is None:
                 new = self._new(new_id("conv"), principal)
                 note = None
@@ -552,7 +556,8 @@ class Conversations:
 
 
 def _keyed(joined: Joined, keyed: KeyedHistory | None, messages: list[dict[str, Any]]) -> Joined:
-    """`joined`, carrying the whole history's keys when a large body's were made ahead."""
+    """`joined`, carrying the whole history's keys when they were made ahead (by threading's
+    lookup, or on a thread for a large body)."""
     return joined if keyed is None else replace(joined, prior_keys=keyed, keyed=messages)
 
 

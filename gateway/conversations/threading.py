@@ -49,10 +49,14 @@ def prior_history(messages: list[dict[str, Any]]) -> list[dict[str, Any]]:
     """The history a request continues: its history messages through the last assistant
     message (empty for a first message). What follows it is the request's new input."""
     history = [m for m in messages if m.get("role") in HISTORY_ROLES]
+    return history[: _prior_length(history)]
+
+
+def _prior_length(history: list[dict[str, Any]]) -> int:
     for i in range(len(history) - 1, -1, -1):
         if history[i].get("role") == "assistant":
-            return history[: i + 1]
-    return []
+            return i + 1
+    return 0
 
 
 def repair_history(messages: list[dict[str, Any]]) -> list[dict[str, Any]] | None:
@@ -61,11 +65,16 @@ def repair_history(messages: list[dict[str, Any]]) -> list[dict[str, Any]] | Non
     repair"): its history but a last user message, when what precedes that is not an answer.
     None for any other request: a first message, or one that continues after an answer."""
     history = [m for m in messages if m.get("role") in HISTORY_ROLES]
+    began = _began_length(history)
+    return history[:began] if began else None
+
+
+def _began_length(history: list[dict[str, Any]]) -> int:
     if len(history) < 2 or history[-1].get("role") != "user":
-        return None
+        return 0
     if history[-2].get("role") == "assistant":
-        return None
-    return history[:-1]
+        return 0
+    return len(history) - 1
 
 
 def fingerprint(
@@ -128,6 +137,8 @@ def start_fingerprint(
 ) -> str:
     """The fingerprint of the history a turn began with (its request's), as `repair_history`
     finds it for a request that dropped the turn's answer."""
+    if isinstance(prior_keys, KeyedHistory) and prior_keys.made_for(key_id, user, prompt):
+        return prior_keys.start_fingerprint()
     prompt = dspy_view(prompt) or prompt
     history = [m for m in prompt if m.get("role") in HISTORY_ROLES]
     done = prior_keys or []
@@ -152,30 +163,69 @@ def keyed_history(
 
 
 class KeyedHistory(list[tuple[Any, ...]]):
-    """The canonical forms of every history message of a prompt (`history_keys`), with its
-    turn's fingerprints made as far as they can be before the answer: the start fingerprint
-    whole, the end one hashed up to where the answer's key goes. Made for one key, user and
-    prompt (`made_for`), never for a fresh prompt holding its history (`keyed_history`)."""
+    """The canonical forms of every history message of a prompt (`history_keys`), hashed in
+    one pass into what threading needs of them: the fingerprints of its first messages up to
+    each of `cuts` (the history a request continues, the one an interrupted turn began with),
+    and the state the turn's own fingerprints continue from, the whole history hashed up to
+    where the answer's key goes. Made for one key, user and prompt (`made_for`), never for a
+    fresh prompt holding its history (`keyed_history`)."""
 
-    def __init__(self, key_id: str | None, user: str | None, prompt: list[dict[str, Any]]):
-        history = [m for m in prompt if m.get("role") in HISTORY_ROLES]
+    def __init__(
+        self,
+        key_id: str | None,
+        user: str | None,
+        prompt: list[dict[str, Any]],
+        history: list[dict[str, Any]] | None = None,
+        cuts: tuple[int, ...] = (),
+    ):
+        if history is None:
+            history = [m for m in prompt if m.get("role") in HISTORY_ROLES]
         super().__init__(history_keys(history))
         self.key_id, self.user, self.prompt = key_id, user, prompt
+        self.history = history  # the prompt's history messages
         instructions = [
             text_of(m.get("content")) for m in prompt if m.get("role") in _INSTRUCTION_ROLES
         ]
-        data = _canonical(key_id, user, instructions, self)
-        self.start_fingerprint = hashlib.blake2b(data, digest_size=16).hexdigest()
-        # `data` ends with the steps' list and the whole list closing (`]]`). An answer is an
-        # assistant message at the end, which no step before it merges with (`steps`): its
-        # key follows theirs, and both lists close after it.
-        self._before_answer = hashlib.blake2b(data[:-2], digest_size=16)
+        self.prints: list[str] = []  # the fingerprint of the first messages up to each cut
+        if steps(self) is not self:  # a merged step (history.steps): no prefix is another's
+            data = _canonical(key_id, user, instructions, self)
+            for cut in cuts:
+                prefix = _canonical(key_id, user, instructions, self[:cut])
+                self.prints.append(hashlib.blake2b(prefix, digest_size=16).hexdigest())
+            # `data` ends with the steps' list and the whole list closing (`]]`).
+            self._before_answer = hashlib.blake2b(data[:-2], digest_size=16)
+            return
+        # The steps are the keys themselves: the canonical form of any first messages is the
+        # whole history's up to the end of their last key, then `]]`. So the history is
+        # serialised and hashed once, a part between cuts at a time.
+        head = orjson.dumps([key_id, user, instructions], option=orjson.OPT_SORT_KEYS)
+        state = hashlib.blake2b(head[:-1] + b",[", digest_size=16)
+        at = 0
+        for stop in (*cuts, len(self)):
+            if stop > at:
+                keys = self if at == 0 and stop == len(self) else self[at:stop]
+                part = orjson.dumps(keys, option=orjson.OPT_SORT_KEYS)[1:-1]
+                state.update(b"," + part if at else part)
+                at = stop
+            if len(self.prints) < len(cuts):
+                done = state.copy()
+                done.update(b"]]")
+                self.prints.append(done.hexdigest())
+        self._before_answer = state
 
     def made_for(self, key_id: str | None, user: str | None, prompt: list[dict[str, Any]]) -> bool:
         return prompt is self.prompt and key_id == self.key_id and user == self.user
 
+    def start_fingerprint(self) -> str:
+        """`start_fingerprint` of this history, hashing nothing more."""
+        state = self._before_answer.copy()
+        state.update(b"]]")
+        return state.hexdigest()
+
     def end_fingerprint(self, answer: dict[str, Any]) -> str:
-        """`end_fingerprint` of this history and `answer`, hashing only the answer."""
+        """`end_fingerprint` of this history and `answer`, hashing only the answer. An answer
+        is an assistant message at the end, which no step before it merges with (`steps`):
+        its key follows theirs, and both lists close after it."""
         rest = orjson.dumps(message_key(answer), option=orjson.OPT_SORT_KEYS) + b"]]"
         state = self._before_answer.copy()
         state.update(b"," + rest if self else rest)
@@ -209,28 +259,24 @@ def lookup_prints(
 ) -> LookupPrints:
     """The fingerprints a request's history is looked up by: of its prior history, and with
     `repair` of the history an interrupted turn would have begun with (`repair_history`).
-    `whole`: key the whole history once (`KeyedHistory`), for a body large enough that this
-    runs on a thread."""
+    The whole history is keyed and hashed once for both and for the turn's own fingerprints
+    (`KeyedHistory`), so that its end hashes only the answer; a first message's is left to its
+    end, unless `whole` (a large body's, which this keys on a thread)."""
     view = dspy_view(messages)
-    keyed = KeyedHistory(key_id, user, messages) if whole and view is None else None
-    if view is not None:
-        messages = view  # a fresh prompt: the history it holds (reshaped.py)
-    prior = prior_history(messages)
-    began = repair_history(messages) if repair and view is None else None
-    if not prior and not began:
-        return _NOTHING if keyed is None else LookupPrints(view, keys=keyed)
-    keys = keyed[: len(prior)] if keyed is not None else history_keys(prior)
-    history_print = fingerprint(key_id, user, messages, prior, keys) if prior else None
-    start_print = None
-    if began:
-        began_keys = (
-            keyed[: len(began)]
-            if keyed is not None
-            else [
-                *keys,
-                *history_keys(began[len(prior) :]),
-            ]
-        )
-        start_print = fingerprint(key_id, user, messages, began, began_keys)
-    whole_keys = keyed if keyed is not None else keys
-    return LookupPrints(view, len(prior), whole_keys, history_print, start_print)
+    if view is not None:  # a fresh prompt: the history it holds (reshaped.py)
+        continued = prior_history(view)
+        if not continued:
+            return _NOTHING
+        keys = history_keys(continued)
+        looked_up = fingerprint(key_id, user, view, continued, keys)
+        return LookupPrints(view, len(continued), keys, looked_up)
+    history = [m for m in messages if m.get("role") in HISTORY_ROLES]
+    prior = _prior_length(history)
+    began = _began_length(history) if repair else 0
+    if not prior and not began and not whole:
+        return _NOTHING
+    keyed = KeyedHistory(key_id, user, messages, history, tuple(c for c in (prior, began) if c))
+    prints = iter(keyed.prints)
+    history_print = next(prints) if prior else None
+    start_print = next(prints) if began else None
+    return LookupPrints(None, prior, keyed, history_print, start_print)

@@ -17,6 +17,7 @@ from gateway.conversations.threading import (
     keyed_history,
     lookup_prints,
     prior_history,
+    repair_history,
     start_fingerprint,
 )
 from tests.conversations.test_threading_frameworks import dspy_prompt
@@ -78,6 +79,26 @@ KEYED_PROMPTS: list[list[dict[str, Any]]] = [
         {"role": "tool", "tool_call_id": "call_1", "content": "a"},
     ],
     [{"role": "user", "content": "go"}, MERGED],
+    # Follow-ups that may have dropped an interrupted answer (history repair): a user message
+    # after a user message, with and without an answer before them.
+    [
+        {"role": "system", "content": "Be brief."},
+        {"role": "user", "content": "one"},
+        {"role": "assistant", "content": "two"},
+        {"role": "user", "content": "three"},
+        {"role": "user", "content": "four"},
+    ],
+    [{"role": "user", "content": "one"}, {"role": "user", "content": "two"}],
+    [
+        {"role": "user", "content": "go"},
+        MERGED,
+        {"role": "tool", "tool_call_id": "call_2", "content": "b"},
+        {"role": "tool", "tool_call_id": "call_1", "content": "a"},
+        {"role": "user", "content": "and?"},
+        {"role": "user", "content": "well?"},
+    ],
+    # A prompt ending with an answer's start (a prefill).
+    [{"role": "user", "content": "one"}, {"role": "assistant", "content": "Once upon"}],
 ]
 ANSWERS = [
     {"role": "assistant", "content": "six"},
@@ -100,16 +121,23 @@ def test_a_history_keyed_ahead_gives_the_fingerprints_made_at_the_turns_end(
     assert end_fingerprint("key", "bob", prompt, answer, keyed) == end_fingerprint(
         "key", "bob", prompt, answer
     )
-    # Looked up on a thread (a large body), a request's prints are those made on the loop.
+    # A request's lookup keys its whole history once: its prints are those of each prefix
+    # made alone, and the keys it hands on are the keyed history's.
     for repair in (True, False):
-        on_loop = lookup_prints("key", "ann", prompt, repair=repair)
-        ahead = lookup_prints("key", "ann", prompt, repair=repair, whole=True)
-        assert (ahead.history_print, ahead.start_print, ahead.prior) == (
-            on_loop.history_print,
-            on_loop.start_print,
-            on_loop.prior,
-        )
-        assert isinstance(ahead.keys, KeyedHistory) and ahead.keys == keyed
+        looked = lookup_prints("key", "ann", prompt, repair=repair)
+        prior, began = prior_history(prompt), repair_history(prompt) if repair else None
+        assert looked.prior == len(prior)
+        assert looked.history_print == (fingerprint("key", "ann", prompt, prior) if prior else None)
+        assert looked.start_print == (fingerprint("key", "ann", prompt, began) if began else None)
+        if prior or began:
+            assert isinstance(looked.keys, KeyedHistory) and looked.keys == keyed
+            assert looked.keys.end_fingerprint(answer) == end_fingerprint(
+                "key", "ann", prompt, answer
+            )
+        else:  # a first message: keyed at its end, unless its body is large (on a thread)
+            assert looked.keys is None
+            ahead = lookup_prints("key", "ann", prompt, repair=repair, whole=True)
+            assert isinstance(ahead.keys, KeyedHistory) and ahead.keys == keyed
 
 
 def test_a_fresh_prompt_holding_its_history_is_not_keyed_ahead() -> None:
