@@ -338,11 +338,14 @@ def run_on_backends(
     description: str | None,
     bench: Callable[[argparse.Namespace, str | None], Coroutine[Any, Any, None]],
     prefix: str,
+    options: Callable[[argparse.ArgumentParser], None] | None = None,
 ) -> None:
-    """A bench's command line (its seed's size, runs, backends, a PostgreSQL URL), then the
-    bench, with a throwaway PostgreSQL (its data directory named `prefix`...) unless given
-    one or told to leave PostgreSQL out."""
+    """A bench's command line (its seed's size, runs, backends, a PostgreSQL URL, and the
+    bench's own `options`), then the bench, with a throwaway PostgreSQL (its data directory
+    named `prefix`...) unless given one or told to leave PostgreSQL out."""
     parser = argparse.ArgumentParser(description=description)
+    if options is not None:
+        options(parser)
     parser.add_argument("--conversations", type=int, default=100_000)
     parser.add_argument("--runs", type=int, default=20)
     parser.add_argument("--backends", default="sqlite,postgresql")

@@ -103,13 +103,15 @@ async def fill_postgres(url: str, rows: list[tuple[Any, ...]]) -> None:
     await conn.close()
 
 
-async def measure(url: str, now: float, runs: int) -> tuple[list[Result], list[Result]]:
+async def measure(
+    url: str, now: float, args: argparse.Namespace
+) -> tuple[list[Result], list[Result]]:
     store = make_store(StoreConfig(url=url, spool_path=tempfile.mkdtemp()), "bench")
     await store.start()
     reports, latencies = [], []
     try:
         usage = UsageStore(store)
-        for name, group_by, granularity, days, team in CASES:
+        for name, group_by, granularity, days, team in CASES if "reports" in args.only else []:
 
             async def report(
                 group_by: str = group_by, granularity: str = granularity, days: int = days,
@@ -123,8 +125,8 @@ async def measure(url: str, now: float, runs: int) -> tuple[list[Result], list[R
                     team_id=team,
                 )
 
-            reports.append(await timed(name, report, runs))
-        for name, group_by, days, team in LATENCY_CASES:
+            reports.append(await timed(name, report, args.runs))
+        for name, group_by, days, team in LATENCY_CASES if "latency" in args.only else []:
 
             async def latency(
                 group_by: str = group_by, days: int = days, team: str | None = team
@@ -134,7 +136,7 @@ async def measure(url: str, now: float, runs: int) -> tuple[list[Result], list[R
                     timeout_s=60,
                 )  # fmt: skip
 
-            latencies.append(await timed(name, latency, runs))
+            latencies.append(await timed(name, latency, args.runs))
     finally:
         await store.close()
     return reports, latencies
@@ -179,13 +181,19 @@ async def main(args: argparse.Namespace, pg_url: str | None) -> None:
             started = time.perf_counter()
             await fill_sqlite(path, rows)
             print(f"SQLite filled in {time.perf_counter() - started:.0f} s")
-            show("SQLite", await measure(f"sqlite:///{path}", now, args.runs))
+            show("SQLite", await measure(f"sqlite:///{path}", now, args))
     if pg_url is not None:
         started = time.perf_counter()
         await fill_postgres(pg_url, rows)
         print(f"PostgreSQL filled in {time.perf_counter() - started:.0f} s")
-        show("PostgreSQL", await measure(pg_url, now, args.runs))
+        show("PostgreSQL", await measure(pg_url, now, args))
+
+
+def options(parser: argparse.ArgumentParser) -> None:
+    parser.add_argument(
+        "--only", default="reports,latency", help="which tables: reports, latency or both"
+    )
 
 
 if __name__ == "__main__":
-    run_on_backends(__doc__, main, "gw-usage-")
+    run_on_backends(__doc__, main, "gw-usage-", options)
