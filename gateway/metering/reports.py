@@ -12,6 +12,9 @@ from datetime import UTC, datetime
 from typing import Any, TypeVar
 
 from gateway.metering.reports_latency import SortedDays, latency_rows
+from gateway.metering.reports_latency import apart as _apart
+from gateway.metering.reports_latency import whole_days as _whole_days
+from gateway.metering.reports_latency import within as _within
 from gateway.metering.usage import UsageRecord
 from gateway.storage.db import Db, Dialect, Op, Row
 from gateway.storage.schema import USAGE_DAY, USAGE_DAY_COUNTS, USAGE_LATER, usage_day_of
@@ -404,30 +407,6 @@ async def _fill_day(db: Db, day: int, group_by: str, column: str) -> None:
 
 def _date(day: int) -> str:
     return datetime.fromtimestamp(day, UTC).date().isoformat()
-
-
-def _whole_days(start: float, end: float) -> tuple[int, int]:
-    """The first and the end of the whole days in [start, end), as Unix seconds."""
-    return math.ceil(start / USAGE_DAY) * USAGE_DAY, math.floor(end / USAGE_DAY) * USAGE_DAY
-
-
-def _apart(start: float, end: float, done: list[int]) -> list[tuple[float, float]]:
-    """[start, end) without the days `done` (in order)."""
-    ranges, at = [], start
-    for day in done:
-        if at < day:
-            ranges.append((at, float(day)))
-        at = max(at, day + USAGE_DAY)
-    if at < end:
-        ranges.append((at, end))
-    return ranges
-
-
-def _within(ranges: list[tuple[float, float]]) -> tuple[str, list[Any]]:
-    if not ranges:
-        return "1 = 0", []
-    text = " OR ".join("(created_at >= ? AND created_at < ?)" for _ in ranges)
-    return f"({text})", [bound for pair in ranges for bound in pair]
 
 
 def _head(dialect: Dialect) -> str:

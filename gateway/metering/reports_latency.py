@@ -2,14 +2,21 @@
 attempts measured their time to first token and their duration, the p50, p95 and p99 of each by
 nearest rank (a value an attempt had, never between two), and the mean.
 
-PostgreSQL finds them itself (`percentile_disc`). SQLite has no percentile: its values are
-sorted here, on the read's own thread. Every value of the range has to be looked at, so SQLite's
-whole UTC days are kept in memory, each group's values sorted (`SortedDays`): a report reads
-only the days not kept and the part days at its ends, and merges the rest."""
+Every value of the range has to be looked at. PostgreSQL keeps each whole UTC day's values of a
+grouping of all teams sorted in a table (`usage_latency_days`, filled by the reports as
+usage_days is): a report reads those arrays for the days filled, each other day's values sorted
+by group in the same statement's other half, and merges them here. A team's report, a few of the
+rows through the team's index, has PostgreSQL find them itself (`percentile_disc`). SQLite has
+no percentile: its values are sorted here, on the read's own thread, and its whole days are kept
+in memory, each group's values sorted (`SortedDays`): a report reads only the days not kept and
+the part days at its ends, and merges the rest."""
 
 from __future__ import annotations
 
+import asyncio
+import logging
 import math
+import sys
 import threading
 from array import array
 from collections import OrderedDict
@@ -20,11 +27,14 @@ from gateway.storage.db import Db, Row
 from gateway.storage.schema import USAGE_DAY
 from gateway.storage.store import Store
 
+log = logging.getLogger(__name__)
+
 PERCENTILES = (50, 95, 99)
 LATENCIES = ("ttft_ms", "duration_ms")
 # How many values the kept days may hold in all (8 bytes each): every grouping of 90 days of
 # about 190,000 attempts, with room to spare.
 KEPT_VALUES = 4_000_000
+_FILL_LOCK = 7426175  # pg_advisory_xact_lock: the fillers of usage_latency_days
 
 Values = tuple[list[float], list[float]]  # one group's time to first token and duration values
 Day = dict[Any, tuple["array[float]", "array[float]"]]  # group -> its values of a day, sorted
@@ -44,9 +54,16 @@ async def latency_rows(
     one record a group, ordered by group (none last); `ReadTimeout` past `timeout_s`."""
     team = " AND team_id = ?" if team_id is not None else ""
     args = [start, end, *([team_id] if team_id is not None else [])]
+    by_day = store.dialect == "postgresql" and team_id is None
+    if by_day:
+        await _fill_days(store, column, start, end)
 
-    async def op(db: Db) -> list[Row]:
+    async def op(db: Db) -> list[Row] | dict[Any, Values]:
         if db.dialect == "postgresql":
+            # Each group's values sorted in memory, not in files.
+            await db.execute("SET LOCAL work_mem = '64MB'")
+            if by_day:
+                return await _merged_days(db, column, start, end)
             return list(await db.fetch(_latency_postgres(column, team), *args))
         # A replayed write may change a row in place, which no rowid shows; and another
         # process's spool is not seen from here: then every value is read.
@@ -55,7 +72,161 @@ async def latency_rows(
             return _percentiles(await _values(db, column, start, end, team_id))
         return _percentiles(await days.values(db, column, start, end, team_id))
 
-    return _records(await store.read(op, timeout_s))
+    read = await store.read(op, timeout_s)
+    if isinstance(read, dict):  # sorted apart from the event loop, a group at a time
+        read = await asyncio.to_thread(_percentiles, read)
+    return _records(read)
+
+
+def _dimension(column: str) -> str:
+    """A grouping's name in usage_latency_days and usage_days_done."""
+    return "latency:" + column.strip('"')
+
+
+async def _merged_days(db: Db, column: str, start: float, end: float) -> dict[Any, Values]:
+    """PostgreSQL: each group's values in [start, end), every day's sorted run one after
+    another: the filled days' from usage_latency_days, the others' from the rows, in one
+    snapshot (a day filled or dropped meanwhile read once)."""
+    await db.execute("SET TRANSACTION ISOLATION LEVEL REPEATABLE READ")
+    first, last = whole_days(start, end)
+    dimension = _dimension(column)
+    kept = [
+        int(row[0])
+        for row in await db.fetch(
+            "SELECT DISTINCT day FROM usage_latency_days"
+            " WHERE dimension = ? AND day >= ? AND day < ? ORDER BY day",
+            dimension,
+            first,
+            last,
+        )
+    ]
+    where, bounds = within(apart(start, end, kept))
+    # Each group's runs in one text of doubles, as float8send writes them: no value is an
+    # object until the merge.
+    runs: dict[Any, tuple[list[bytes], list[bytes]]] = {}
+    for group, ttft, duration in await db.fetch(
+        "SELECT grp, string_agg(ttft, ''::bytea ORDER BY day),"
+        " string_agg(duration, ''::bytea ORDER BY day) FROM usage_latency_days"
+        " WHERE dimension = ? AND day >= ? AND day < ? GROUP BY grp"
+        f" UNION ALL SELECT {column}, {_sorted_values('ttft_ms')},"
+        f" {_sorted_values('duration_ms')} FROM usage WHERE {where} GROUP BY {column}",
+        dimension,
+        first,
+        last,
+        *bounds,
+    ):
+        parts = runs.setdefault(group, ([], []))
+        parts[0].append(ttft)
+        parts[1].append(duration)
+    return {
+        group: (_doubles(b"".join(ttft)), _doubles(b"".join(duration)))
+        for group, (ttft, duration) in runs.items()
+    }
+
+
+def _sorted_values(name: str) -> str:
+    """A group's values of latency `name`, sorted, as float8send writes each (8 bytes, the
+    most significant first)."""
+    return f"COALESCE(string_agg(float8send({name}), ''::bytea ORDER BY {name}), ''::bytea)"
+
+
+def _doubles(data: bytes) -> list[float]:
+    values = array("d")
+    values.frombytes(data)
+    if sys.byteorder == "little":
+        values.byteswap()
+    return values.tolist()
+
+
+async def _fill_days(store: Store, column: str, start: float, end: float) -> None:
+    """PostgreSQL: into usage_latency_days, the whole days of [start, end) that hold rows
+    and are not there yet for this grouping, of those a report may fill (the day before
+    yesterday and older, by the database's clock: a row written into one later drops it, by
+    the trigger usage_days has), each day in a transaction of its own."""
+    dimension = _dimension(column)
+
+    async def missing(db: Db) -> list[int]:
+        oldest, newest = await _bounds(db)
+        if oldest is None or newest is None:
+            return []
+        now = float(await db.fetchval("SELECT extract(epoch FROM clock_timestamp())"))
+        first = max(math.ceil(start / USAGE_DAY), math.floor(oldest / USAGE_DAY))
+        last = min(
+            math.floor(end / USAGE_DAY),
+            math.floor(newest / USAGE_DAY) + 1,
+            math.floor(now / USAGE_DAY) - 1,
+        )
+        if first >= last:
+            return []
+        rows = await db.fetch(
+            "SELECT day FROM usage_days_done WHERE dimension = ? AND day >= ? AND day < ?",
+            dimension,
+            first * USAGE_DAY,
+            last * USAGE_DAY,
+        )
+        have = {int(row[0]) for row in rows}
+        return [d * USAGE_DAY for d in range(first, last) if d * USAGE_DAY not in have]
+
+    for day in await store.run(missing):
+
+        async def fill(db: Db, day: int = day) -> None:
+            # One filler at a time; and no usage row written into the day while its values
+            # are read, which the trigger would miss. Not for long: a day left is read from
+            # its rows.
+            await db.execute("SET LOCAL lock_timeout = '1s'")
+            await db.execute(f"SELECT pg_advisory_xact_lock({_FILL_LOCK})")
+            await db.execute("LOCK TABLE usage IN SHARE MODE")
+            if await db.fetchval(
+                "SELECT 1 FROM usage_days_done WHERE day = ? AND dimension = ?", day, dimension
+            ):
+                return
+            await db.execute(
+                "DELETE FROM usage_latency_days WHERE dimension = ? AND day = ?", dimension, day
+            )
+            await db.execute(
+                "INSERT INTO usage_latency_days (dimension, day, grp, ttft, duration)"
+                f" SELECT CAST(? AS TEXT), CAST(? AS BIGINT), {column},"
+                f" {_sorted_values('ttft_ms')}, {_sorted_values('duration_ms')}"
+                f" FROM usage WHERE created_at >= ? AND created_at < ? GROUP BY {column}",
+                dimension,
+                day,
+                day,
+                day + USAGE_DAY,
+            )
+            await db.execute(
+                "INSERT INTO usage_days_done (day, dimension) VALUES (?, ?)", day, dimension
+            )
+
+        try:
+            await store.transact(fill)
+        except Exception as exc:  # the days not filled are read from their rows
+            log.warning("latency report: could not keep the values of day %d: %r", day, exc)
+            return
+
+
+def whole_days(start: float, end: float) -> tuple[int, int]:
+    """The first and the end of the whole days in [start, end), as Unix seconds."""
+    return math.ceil(start / USAGE_DAY) * USAGE_DAY, math.floor(end / USAGE_DAY) * USAGE_DAY
+
+
+def apart(start: float, end: float, done: list[int]) -> list[tuple[float, float]]:
+    """[start, end) without the days `done` (in order)."""
+    ranges, at = [], start
+    for day in done:
+        if at < day:
+            ranges.append((at, float(day)))
+        at = max(at, day + USAGE_DAY)
+    if at < end:
+        ranges.append((at, end))
+    return ranges
+
+
+def within(ranges: list[tuple[float, float]]) -> tuple[str, list[Any]]:
+    """A condition on created_at that holds in `ranges`, and its arguments."""
+    if not ranges:
+        return "1 = 0", []
+    text = " OR ".join("(created_at >= ? AND created_at < ?)" for _ in ranges)
+    return f"({text})", [bound for pair in ranges for bound in pair]
 
 
 class SortedDays:

@@ -738,6 +738,38 @@ _POSTGRES_USAGE_DAYS = (
 )
 
 
+def _forget_latencies(at: str) -> str:
+    return f"DELETE FROM usage_latency_days WHERE day = {usage_day_of('postgresql', at)};"
+
+
+# PostgreSQL: the latency percentiles' values (gateway.metering.reports_latency), kept per whole
+# day for each grouping of all teams: each group's time to first token and duration values of the
+# day, sorted, one after another as float8send writes them. A report over months reads these for
+# the days it covers whole rather than every usage row, and merges them. Filled by the reports,
+# as usage_days is (the day marked `latency:<grouping>` in usage_days_done), and dropped with its
+# marker by the same trigger.
+_POSTGRES_LATENCY_DAYS = (
+    """CREATE TABLE usage_latency_days (
+        dimension TEXT NOT NULL, day BIGINT NOT NULL, grp TEXT,
+        ttft BYTEA NOT NULL, duration BYTEA NOT NULL)""",
+    "CREATE INDEX usage_latency_days_in_order ON usage_latency_days (dimension, day)",
+    f"""CREATE OR REPLACE FUNCTION gateway_usage_day_stale() RETURNS trigger LANGUAGE plpgsql
+    SET search_path FROM CURRENT AS $$
+    BEGIN
+        IF TG_OP <> 'INSERT' THEN
+            {_forget_day("postgresql", "OLD.created_at")}
+            {_forget_latencies("OLD.created_at")}
+        END IF;
+        IF TG_OP <> 'DELETE' THEN
+            {_forget_day("postgresql", "NEW.created_at")}
+            {_forget_latencies("NEW.created_at")}
+        END IF;
+        RETURN NULL;
+    END
+    $$""",
+)
+
+
 MIGRATIONS: dict[Dialect, tuple[Migration, ...]] = {
     "sqlite": (
         Migration(1, "conversations, turns, events, teams, keys, usage, responses", _SQLITE_V1),
@@ -805,6 +837,7 @@ MIGRATIONS: dict[Dialect, tuple[Migration, ...]] = {
             _ttft_sums("DOUBLE PRECISION", "BIGINT"),
         ),
         Migration(17, "usage: audio tokens", _audio_counts("BIGINT")),
+        Migration(18, "latency percentiles' values by day", _POSTGRES_LATENCY_DAYS),
     ),
 }
 
