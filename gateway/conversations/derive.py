@@ -32,21 +32,25 @@ ABORTED_CONTENT = f"Error: tool call aborted before dispatch [{ABORTED_BEFORE_DI
 
 
 def surface_message(event: Event) -> dict[str, Any] | None:
-    if event.type == USER_MESSAGE:
-        user = cast(UserMessagePayload, event.payload)
+    # The payload is read as the shape its type names, bound rather than cast(): this runs for
+    # every event of every history read, and a cast is a call.
+    kind, payload = event.type, event.payload
+    if kind == USER_MESSAGE:
+        user: UserMessagePayload = payload  # type: ignore[assignment]
         message: dict[str, Any] = {"role": "user", "content": user.get("content")}
         if user.get("name"):
             message["name"] = user["name"]
         return message
-    if event.type == TOOL_RESULT:
-        result = cast(ToolResultPayload, event.payload)
+    if kind == TOOL_RESULT:
+        result: ToolResultPayload = payload  # type: ignore[assignment]
         return {
             "role": "tool",
             "tool_call_id": result.get("tool_call_id"),
             "content": result.get("content"),
         }
-    if event.type == ASSISTANT_MESSAGE:
-        return assistant_message(cast(AssistantMessagePayload, event.payload).get("content") or [])
+    if kind == ASSISTANT_MESSAGE:
+        answer: AssistantMessagePayload = payload  # type: ignore[assignment]
+        return assistant_message(answer.get("content") or [])
     return None
 
 

@@ -15,7 +15,7 @@ from __future__ import annotations
 import ast
 import re
 from dataclasses import dataclass
-from typing import Any, cast
+from typing import Any
 
 import orjson
 
@@ -273,7 +273,8 @@ def _dropped_interrupted(event: Event) -> bool:
     (after all of it was delivered)."""
     if event.type != ASSISTANT_MESSAGE:
         return False
-    payload = cast(AssistantMessagePayload, event.payload)
+    # Bound rather than cast(), which is a call: this runs for every event a history matches.
+    payload: AssistantMessagePayload = event.payload  # type: ignore[assignment]
     return bool(payload.get("interrupted")) or "truncated" in payload
 
 
