@@ -7,7 +7,9 @@ from __future__ import annotations
 import re
 import time
 from datetime import UTC, datetime
+from typing import Any
 
+import orjson
 from aiohttp import web
 
 from gateway.context import GATEWAY
@@ -68,7 +70,7 @@ async def usage(request: web.Request) -> web.StreamResponse:
     rows = await reports.report(
         group_by=group_by, start=start, end=end, granularity=granularity, team_id=team
     )
-    return web.json_response(
+    return json_answer(
         {
             "object": "list",
             "group_by": group_by,
@@ -97,7 +99,7 @@ async def latency(request: web.Request) -> web.StreamResponse:
             " ask for a shorter range, or one team's.",
             code="report_timeout",
         ) from None
-    return web.json_response(
+    return json_answer(
         {"object": "list", "group_by": group_by, "from": start, "to": end, "data": rows}
     )
 
@@ -130,6 +132,12 @@ async def requests(request: web.Request) -> web.StreamResponse:
             await response.write(render(page))
     await response.write_eof()
     return response
+
+
+def json_answer(body: dict[str, Any]) -> web.Response:
+    # A report by key over months is some 18,000 rows: the standard library's encoder took
+    # ten times as long as orjson's.
+    return web.Response(body=orjson.dumps(body), content_type="application/json")
 
 
 def _range(request: web.Request) -> tuple[float, float]:
