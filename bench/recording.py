@@ -16,6 +16,7 @@ holding a `gateway/` package), that is measured too, first, for comparison. ~1 m
 from __future__ import annotations
 
 import asyncio
+import contextlib
 import os
 import re
 import subprocess
@@ -61,7 +62,10 @@ async def record(turns: int) -> None:
             conversation = Conversation(cid, time.time(), team_id="bench", key_id="key_bench")
             turn.begin(new_conversation=conversation, new_messages=messages, request=request)
             attempt = turn.new_attempt(route)
-            attempt.add(parse_body(OPENAI_CHAT, answer))
+            events = parse_body(OPENAI_CHAT, answer)
+            attempt.add(events)
+            with contextlib.suppress(AttributeError):  # (a revision without whole answers)
+                attempt.whole = events  # a whole answer, as the relay keeps it
             turn.completed(attempt)
 
         for _ in range(turns // _PER_JOURNAL):
