@@ -22,6 +22,7 @@ from gateway.metering.limits import Limiter
 from gateway.metering.reports import UsageStore
 from gateway.metering.usage import Meter
 from gateway.routing.router import Router
+from gateway.storage.records import ContentBlock
 from gateway.storage.store import Store
 from gateway.upstream.pool import UpstreamPool
 
@@ -35,7 +36,7 @@ class InFlight(Protocol):
         """Stop it; False when it is already finishing."""
         ...
 
-    def shown(self) -> list[dict[str, Any]] | None:
+    def shown(self) -> list[ContentBlock] | None:
         """The answer's blocks as its client has them now; None for a whole answer."""
         ...
 

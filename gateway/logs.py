@@ -44,7 +44,7 @@ import orjson
 from gateway.scrub import scrub
 
 if TYPE_CHECKING:
-    from collections.abc import Sequence
+    from collections.abc import Mapping, Sequence
 
     from gateway.config import LoggingConfig
 
@@ -85,7 +85,7 @@ def annotate(**fields: Any) -> None:
 
 class _Attempt(Protocol):
     @property
-    def route(self) -> dict[str, Any]: ...
+    def route(self) -> Mapping[str, Any]: ...
 
     @property
     def usage(self) -> dict[str, Any] | None: ...

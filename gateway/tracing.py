@@ -205,14 +205,14 @@ class TurnTrace:
         elif event.type == TURN_END:
             self._ended(event.payload)
 
-    def _attempt_failed(self, error: dict[str, Any]) -> None:
+    def _attempt_failed(self, error: Mapping[str, Any]) -> None:
         recorder = self.recorder
         assert recorder is not None
         number = error.get("attempt")
         if isinstance(number, int) and (span := self._attempts.pop(number, None)) is not None:
             self._end_attempt(span, recorder.attempts[number - 1], error)
 
-    def _ended(self, end: dict[str, Any]) -> None:
+    def _ended(self, end: Mapping[str, Any]) -> None:
         recorder, span = self.recorder, self.span
         assert recorder is not None
         status = _STATUS.get(end["status"], end["status"])
@@ -245,7 +245,7 @@ class TurnTrace:
         span.set_attributes(attributes)
         span.end()
 
-    def _end_attempt(self, span: Span, attempt: Attempt, error: dict[str, Any] | None) -> None:
+    def _end_attempt(self, span: Span, attempt: Attempt, error: Mapping[str, Any] | None) -> None:
         outcome = attempt.outcome or "error"
         attributes: dict[str, Any] = {
             "gateway.attempt.outcome": outcome,

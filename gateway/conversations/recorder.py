@@ -18,7 +18,7 @@ from __future__ import annotations
 import asyncio
 import time
 from collections.abc import Callable, Sequence
-from typing import TYPE_CHECKING, Any, Protocol
+from typing import TYPE_CHECKING, Any, Literal, Protocol, TypeVar
 
 from gateway import metrics
 from gateway.conversations.threading import end_fingerprint, start_fingerprint
@@ -34,9 +34,21 @@ from gateway.storage.records import (
     TOOL_RESULT,
     TURN_END,
     USER_MESSAGE,
+    AssistantMessagePayload,
+    AttemptPayload,
+    Checkpoint,
+    CheckpointMessage,
+    ContentBlock,
     Conversation,
+    EventPayload,
     NewEvent,
+    NotePayload,
+    RequestErrorPayload,
+    Route,
+    TokenCounts,
+    TurnEndPayload,
     TurnStart,
+    UserMessagePayload,
 )
 from gateway.stream.assembler import BlockAssembler
 from gateway.stream.attempt_log import AttemptLog
@@ -88,7 +100,7 @@ class Attempt:
         "whole",
     )
 
-    def __init__(self, number: int, route: dict[str, Any], started: float | None = None) -> None:
+    def __init__(self, number: int, route: Route, started: float | None = None) -> None:
         self.number = number
         self.route = route
         self.log = AttemptLog(started)
@@ -147,10 +159,10 @@ class Attempt:
         return self.log.usage()
 
 
-def _input_event(message: dict[str, Any]) -> tuple[str, dict[str, Any]]:
+def _input_event(message: dict[str, Any]) -> tuple[str, EventPayload]:
     role = message.get("role")
     if role == "user":
-        payload: dict[str, Any] = {"content": message.get("content")}
+        payload: UserMessagePayload = {"content": message.get("content")}
         if message.get("name"):
             payload["name"] = message["name"]
         return USER_MESSAGE, payload
@@ -161,7 +173,7 @@ def _input_event(message: dict[str, Any]) -> tuple[str, dict[str, Any]]:
             "synthetic": False,
         }
     # An assistant message the client supplied (its own history, few-shot examples).
-    blocks: list[dict[str, Any]] = []
+    blocks: list[ContentBlock] = []
     if message.get("reasoning_content"):
         blocks.append({"type": "reasoning", "text": message["reasoning_content"]})
     content = message.get("content")
@@ -188,6 +200,10 @@ def _input_event(message: dict[str, Any]) -> tuple[str, dict[str, Any]]:
 
 
 Segment = tuple[Attempt, int]  # an earlier attempt, and how many of its frames the client got
+# A payload that says which attempt answered (and its upstream's id for it), and one holding
+# an answer's blocks (which a continued answer credits to its attempts, `_with_segments`).
+_Answered = TypeVar("_Answered", AssistantMessagePayload, AttemptPayload)
+_Answer = TypeVar("_Answer", AssistantMessagePayload, CheckpointMessage)
 Part = tuple[Attempt, int]  # an attempt, and how many of its events (in received order) count
 
 
@@ -225,18 +241,18 @@ def _scrubbed(records: list[dict[str, Any]]) -> list[dict[str, Any]]:
     return records
 
 
-def _with_upstream_id(attempt: Attempt, payload: dict[str, Any]) -> dict[str, Any]:
+def _with_upstream_id(attempt: Attempt, payload: _Answered) -> _Answered:
     if upstream_id := attempt.answer_id:
         payload["upstream_id"] = upstream_id  # the provider's own id for what it answered
     return payload
 
 
-def _stored(payload: dict[str, Any], deferred: bool) -> dict[str, Any]:
+def _stored(payload: _Answered, deferred: bool) -> _Answered | DeferredPayload:
     """A payload whose stream has long runs is encoded when the store writes it, not now."""
     return DeferredPayload(payload) if deferred else payload
 
 
-def _with_segments(payload: dict[str, Any], parts: list[Part]) -> dict[str, Any]:
+def _with_segments(payload: _Answer, parts: list[Part]) -> _Answer:
     """Credit each part of a continued answer to the deployment that produced it."""
     if len(parts) == 1:
         return payload
@@ -256,14 +272,21 @@ def _parts(prior: Sequence[Segment], attempt: Attempt, end: int) -> list[Part]:
     return [(a, a.log.cut(frames)) for a, frames in prior] + [(attempt, end)]
 
 
-def _sum_usage(usages: list[dict[str, Any]]) -> dict[str, int]:
-    total = {"prompt_tokens": 0, "completion_tokens": 0, "total_tokens": 0}
+def _sum_usage(usages: list[dict[str, Any]]) -> TokenCounts:
+    total: TokenCounts = {"prompt_tokens": 0, "completion_tokens": 0, "total_tokens": 0}
     for usage in usages:
-        for key in total:
+        for key in _TOKEN_COUNTS:
             value = usage.get(key)
             if isinstance(value, int):
                 total[key] += value
     return total
+
+
+_TOKEN_COUNTS: tuple[Literal["prompt_tokens", "completion_tokens", "total_tokens"], ...] = (
+    "prompt_tokens",
+    "completion_tokens",
+    "total_tokens",
+)
 
 
 class TurnRecorder:
@@ -306,7 +329,7 @@ class TurnRecorder:
         # The id of the answer the client was sent (its first frame's), kept with the turn's end
         # so that it finds the turn.
         self.response_id: str | None = None
-        self._answer: list[dict[str, Any]] | None = None  # the recorded answer's blocks
+        self._answer: list[ContentBlock] | None = None  # the recorded answer's blocks
         self._cut = False  # the answer recorded is interrupted
         self.attempts: list[Attempt] = []
         self.ended = False
@@ -323,7 +346,7 @@ class TurnRecorder:
         new_conversation: Conversation | None,
         new_messages: list[dict[str, Any]],
         request: dict[str, Any],
-        note: dict[str, Any] | None = None,
+        note: NotePayload | None = None,
     ) -> None:
         if new_conversation is not None:
             self.store.create_conversation(new_conversation)
@@ -344,7 +367,7 @@ class TurnRecorder:
             self._append(kind, payload)
         self.start_mark = self.store.submitted
 
-    def new_attempt(self, route: dict[str, Any]) -> Attempt:
+    def new_attempt(self, route: Route) -> Attempt:
         attempt = Attempt(len(self.attempts) + 1, route)
         self.attempts.append(attempt)
         return attempt
@@ -435,18 +458,16 @@ class TurnRecorder:
                 "delivery": level,
             }
         self._append(ASSISTANT_ATTEMPT, payload)
-        self._append(
-            REQUEST_ERROR,
-            {
-                "attempt": attempt.number,
-                "route": attempt.route,
-                "status": error.status,
-                "code": error.code,
-                "type": error.type,
-                "message": scrub(error.message),
-                "retryable": error.retryable,
-            },
-        )
+        failure: RequestErrorPayload = {
+            "attempt": attempt.number,
+            "route": attempt.route,
+            "status": error.status,
+            "code": error.code,
+            "type": error.type,
+            "message": scrub(error.message),
+            "retryable": error.retryable,
+        }
+        self._append(REQUEST_ERROR, failure)
 
     def inputs_recorded(self) -> None:
         """A turn that only adds input (the Conversations API's items): nothing to answer."""
@@ -466,11 +487,11 @@ class TurnRecorder:
         delivered: int,
         level: str,
         prior: Sequence[Segment] = (),
-    ) -> dict[str, Any]:
+    ) -> Checkpoint:
         """What ending the turn as interrupted now would record, recording nothing: the blocks
         of its first `delivered` frames, and what each attempt is known to cost. A restart or
         a peer closes the turn with it if this process dies (gateway.pipeline.checkpoints)."""
-        message: dict[str, Any] | None = None
+        message: CheckpointMessage | None = None
         if attempt is not None and delivered:
             parts = _parts(prior, attempt, attempt.log.cut(delivered))
             if len(parts) == 1:
@@ -478,18 +499,16 @@ class TurnRecorder:
             else:
                 assembler = _answer(parts)[0]
             if blocks := assembler.interrupted_blocks():
-                message = _with_segments(
-                    {
-                        "content": [b.to_content() for b in blocks],
-                        "interrupted": True,
-                        "surface_op": "append",
-                        "route": attempt.route,
-                        "attempt": attempt.number,
-                        "finish_reason": None,
-                        "delivery": level,
-                    },
-                    parts,
-                )
+                shown: CheckpointMessage = {
+                    "content": [b.to_content() for b in blocks],
+                    "interrupted": True,
+                    "surface_op": "append",
+                    "route": attempt.route,
+                    "attempt": attempt.number,
+                    "finish_reason": None,
+                    "delivery": level,
+                }
+                message = _with_segments(shown, parts)
         now = time.monotonic()
         return {
             "message": message,
@@ -521,8 +540,8 @@ class TurnRecorder:
         stream: list[dict[str, Any]],
         *,
         interrupted: bool,
-    ) -> dict[str, Any]:
-        payload = {
+    ) -> AssistantMessagePayload:
+        payload: AssistantMessagePayload = {
             "content": [b.to_content() for b in assembler.blocks()],
             "interrupted": interrupted,
             "surface_op": "append",
@@ -536,9 +555,9 @@ class TurnRecorder:
             payload["truncated_record"] = True
         return _with_upstream_id(attempt, payload)
 
-    def _attempt_payload(self, attempt: Attempt, reason: str) -> dict[str, Any]:
+    def _attempt_payload(self, attempt: Attempt, reason: str) -> AttemptPayload | DeferredPayload:
         _, stream, deferred = _answer([(attempt, attempt.log.count)])
-        payload = {
+        payload: AttemptPayload = {
             "reason": reason,
             "attempt": attempt.number,
             "stream": stream,
@@ -555,7 +574,7 @@ class TurnRecorder:
             return
         self.ended = True
         usages = [u for a in self.attempts if (u := a.usage)]
-        payload: dict[str, Any] = {
+        payload: TurnEndPayload = {
             "status": status,
             "reason": reason,
             "attempts": len(self.attempts),
@@ -594,5 +613,5 @@ class TurnRecorder:
         metrics.COMPLETIONS.labels(alias, str(last or ""), self.dialect, status).inc()
         metrics.DURATION.labels(alias).observe(time.monotonic() - self._started)
 
-    def _append(self, kind: str, payload: dict[str, Any]) -> None:
+    def _append(self, kind: str, payload: EventPayload | DeferredPayload) -> None:
         self.store.append(NewEvent(self.conversation_id, self.turn_id, kind, payload))

@@ -26,7 +26,7 @@ from gateway.errors import Conflict, InvalidRequest, NotFound
 from gateway.ids import new_id
 from gateway.metering.keys import Principal
 from gateway.storage.db import StoreUnavailable
-from gateway.storage.records import TURN_END, Conversation, Event
+from gateway.storage.records import TURN_END, Conversation, Event, NotePayload
 from gateway.storage.store import Store
 
 log = logging.getLogger(__name__)
@@ -51,7 +51,7 @@ class Joined:
     keyed: list[dict[str, Any]] | None = None
     # A note recorded with the turn, before its input (`conversation/note`): why threading
     # started a new conversation rather than continue one.
-    note: dict[str, Any] | None = None
+    note: NotePayload | None = None
 
 
 @dataclass(frozen=True)
@@ -232,7 +232,7 @@ class Conversations:
                 history = [m for m in messages if m.get("role") in HISTORY_ROLES]
             if existing is None:
                 new = self._new(new_id("conv"), principal)
-                note = None
+                note: NotePayload | None = None
                 if threaded.ambiguous:
                     note = {"note": "thread_ambiguous", "candidates": threaded.ambiguous}
                 return Joined(*new, history, prior_keys=keys, keyed=messages, note=note)

@@ -17,7 +17,7 @@ from gateway.errors import Conflict, InvalidRequest, NotFound
 from gateway.http.auth import PRINCIPAL
 from gateway.pipeline.cancel import CANCEL_BUS, Outcome, stop
 from gateway.storage.db import Db
-from gateway.storage.records import Conversation
+from gateway.storage.records import ContentBlock, Conversation
 from gateway.storage.store import Store
 
 
@@ -171,7 +171,7 @@ async def live_turn(request: web.Request) -> web.StreamResponse:
     )
     await response.prepare(request)
     if here is not None:
-        shown: list[dict[str, Any]] | None = None
+        shown: list[ContentBlock] | None = None
         while not here.turn.ended:
             now = here.shown()
             if now is not None and now != shown:

@@ -21,6 +21,7 @@ from collections.abc import Sequence
 from typing import TYPE_CHECKING, Any, NamedTuple
 
 from gateway.metering.tokens import count_text
+from gateway.storage.records import Checkpoint
 
 if TYPE_CHECKING:
     from gateway.stream.attempt_log import AttemptLog
@@ -132,7 +133,7 @@ class OtherChoices:
         return self._counted[1]
 
 
-def with_other_choices(checkpoint: dict[str, Any], attempts: Sequence[Any]) -> None:
+def with_other_choices(checkpoint: Checkpoint, attempts: Sequence[Any]) -> None:
     """Each attempt of a checkpoint (TurnRecorder.checkpoint, its attempts in the order of
     `attempts`) that streamed several choices, with their `counts` as `others`."""
     for entry, attempt in zip(checkpoint["attempts"], attempts, strict=False):

@@ -12,7 +12,7 @@ cache writes, the rest of the prompt, and the output, reasoning included.
 from __future__ import annotations
 
 import time
-from collections.abc import Callable, Iterable, Sequence
+from collections.abc import Callable, Iterable, Mapping, Sequence
 from dataclasses import dataclass
 from typing import Any, NamedTuple, Protocol
 
@@ -33,12 +33,14 @@ class Attempt(Protocol):
     """What the meter reads of an attempt (gateway.conversations.recorder.Attempt)."""
 
     number: int
-    route: dict[str, Any]
     log: AttemptLog
     id_from: Any  # its stream's parser, whose `others` hold an n > 1 request's other choices
     outcome: str | None
     delivered: int
     ended: float | None
+
+    @property
+    def route(self) -> Mapping[str, Any]: ...
 
     @property
     def started(self) -> float: ...
@@ -403,7 +405,7 @@ class Meter:
         meter._reasoning, meter._cache_reads = self._reasoning, self._cache_reads
         return meter
 
-    def cost_of(self, route: dict[str, Any], usage: dict[str, Any]) -> float | None:
+    def cost_of(self, route: Mapping[str, Any], usage: dict[str, Any]) -> float | None:
         """What a provider's whole usage report costs at its deployment's price (None when
         unpriced): the cost a stream's usage chunk carries to the client."""
         price = self._price_of(str(route.get("deployment")), str(route.get("model")))

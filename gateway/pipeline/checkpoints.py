@@ -23,6 +23,7 @@ from __future__ import annotations
 import asyncio
 import logging
 import time
+from collections.abc import Mapping
 from typing import Any
 
 import orjson
@@ -30,6 +31,7 @@ import orjson
 from gateway.context import Gateway, InFlight
 from gateway.metering.choices import with_other_choices
 from gateway.pipeline.relay import Relay
+from gateway.storage.records import Checkpoint
 
 log = logging.getLogger(__name__)
 
@@ -41,14 +43,14 @@ TICK_S = 0.05
 SLOTS = round(INTERVAL_S / TICK_S)
 
 
-def _without(d: dict[str, Any], *keys: str) -> dict[str, Any]:
-    rest = d.copy()  # (a copy less some keys: faster than a comprehension over all of them)
+def _without(d: Mapping[str, Any], *keys: str) -> dict[str, Any]:
+    rest = dict(d)  # (a copy less some keys: faster than a comprehension over all of them)
     for key in keys:
         rest.pop(key, None)
     return rest
 
 
-def _attempts(body: dict[str, Any]) -> list[dict[str, Any]]:
+def _attempts(body: Checkpoint) -> list[dict[str, Any]]:
     """The attempts but for their durations, which change at every look."""
     return [_without(attempt, "duration_ms") for attempt in body["attempts"]]
 
@@ -60,8 +62,9 @@ class _Last:
 
     __slots__ = ("attempts", "blocks", "fields", "lengths", "message", "parts", "size")
 
-    def __init__(self, body: dict[str, Any], size: int) -> None:
+    def __init__(self, body: Checkpoint, size: int) -> None:
         message = body["message"]
+        assert message is not None
         self.fields = _without(body, "message", "attempts")
         self.message = _without(message, "content")
         self.blocks = [_without(block, "text") for block in message["content"]]
@@ -71,7 +74,7 @@ class _Last:
         self.size = size  # the whole checkpoint's JSON
         self.parts = 0  # the parts' since
 
-    def grown(self, body: dict[str, Any]) -> tuple[list[tuple[int, str]], list[int]] | None:
+    def grown(self, body: Checkpoint) -> tuple[list[tuple[int, str]], list[int]] | None:
         """What each block of `body` gained on this checkpoint (position, text), and their
         lengths; None when `body` is not this checkpoint grown.
 
@@ -127,7 +130,7 @@ class StreamCheckpoints:
         self.several = several
         self.tags = tags
 
-    def complete(self, body: dict[str, Any], relay: Relay) -> dict[str, Any]:
+    def complete(self, body: Checkpoint, relay: Relay) -> Checkpoint:
         """`body` with what this stream adds to it (`several`, `tags`)."""
         if self.several:
             with_other_choices(body, relay.turn.attempts)
@@ -135,7 +138,7 @@ class StreamCheckpoints:
             body["tags"] = self.tags
         return body
 
-    def encode(self, body: dict[str, Any]) -> tuple[int | None, str]:
+    def encode(self, body: Checkpoint) -> tuple[int | None, str]:
         """Checkpoint `body` (TurnRecorder.checkpoint) as the store is to hold it: (None, its
         JSON) to be written whole, or (its number, a part) to be added to the last one written
         whole (gateway.conversations.recovery.checkpoint_of puts them together)."""

@@ -60,6 +60,7 @@ from gateway.providers.wire import OPENAI_CHAT, StreamParser, parse_body, stream
 from gateway.routing.retry import RetryPlan
 from gateway.routing.router import Alias, Deployment
 from gateway.scrub import credentials, scrub_error
+from gateway.storage.records import Checkpoint, ContentBlock
 from gateway.stream.assembler import BlockAssembler
 from gateway.stream.events import (
     REASONING,
@@ -577,7 +578,7 @@ class Relay:
     def _gone_reason(self) -> str:
         return "client_idle" if self.idle else self.gateway.cancel_reason()
 
-    def checkpoint(self) -> dict[str, Any] | None:
+    def checkpoint(self) -> Checkpoint | None:
         """What a crash now should leave recorded (TurnRecorder.checkpoint), when the frames
         the client has changed since the last one; None otherwise, or for a turn with no
         stream to cut."""
@@ -590,7 +591,7 @@ class Relay:
         attempt, delivered, prior = self._split_delivery(delivered)
         return self.turn.checkpoint(attempt, delivered, level, prior)
 
-    def shown(self) -> list[dict[str, Any]] | None:
+    def shown(self) -> list[ContentBlock] | None:
         """The answer's blocks as its client has them now (a live view; nothing recorded, and
         the checkpoints' own bookkeeping left alone); None for a whole answer, or once the
         turn has ended."""

@@ -44,6 +44,7 @@ from gateway.providers.openai_compatible import (
     OpenAIResponsesProvider,
 )
 from gateway.routing.health import DeploymentHealth
+from gateway.storage.records import Route
 from gateway.upstream.pool import UpstreamPool
 
 log = logging.getLogger(__name__)
@@ -62,7 +63,7 @@ class Deployment:
     priced: Resolved = field(default_factory=lambda: Resolved(None, "unpriced"))
 
     @property
-    def route(self) -> dict[str, Any]:
+    def route(self) -> Route:
         return {
             "provider": self.provider_name,
             "deployment": self.name,

@@ -194,6 +194,7 @@ class CheckpointAttempt(TypedDict):
     usage: dict[str, Any] | None
     first_token_ms: float | None
     duration_ms: float
+    others: NotRequired[dict[str, int]]  # an `n > 1` stream's other choices' counts
 
 
 class Checkpoint(TypedDict):
@@ -208,6 +209,7 @@ class Checkpoint(TypedDict):
     alias: str | None
     reasoning: bool
     response_id: str | None
+    tags: NotRequired[str]  # the request's metadata tags, for its usage rows
 
 
 @dataclass(slots=True)
@@ -238,7 +240,8 @@ class NewEvent:
     conversation_id: str
     turn_id: str
     type: str
-    payload: dict[str, Any]
+    # One of EventPayload's shapes, or a DeferredPayload (gateway.storage.payload) holding one.
+    payload: EventPayload | dict[str, Any]
     created_at: float = field(default_factory=time.time)
     # Makes its write idempotent: a write replayed from the spool twice lands once.
     uid: str = field(default_factory=sortable_hex)

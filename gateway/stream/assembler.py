@@ -9,6 +9,7 @@ from typing import Any
 
 import orjson
 
+from gateway.storage.records import ContentBlock
 from gateway.stream.events import (
     KNOWN_KINDS,
     REASONING,
@@ -37,14 +38,15 @@ class Block:
     def text(self) -> str:
         return "".join(self.parts)
 
-    def to_content(self) -> dict[str, Any]:
+    def to_content(self) -> ContentBlock:
         """The block as stored in an `assistant/message` payload."""
         if self.kind == TOOL_CALL:
             return {"type": TOOL_CALL, "id": self.id, "name": self.name, "arguments": self.text}
         if self.kind in KNOWN_KINDS:
-            out: dict[str, Any] = {"type": self.kind, "text": self.text}
+            out: ContentBlock = {"type": self.kind, "text": self.text}
             if self.data:
-                out.update(self.data)
+                # What the provider attached (a thinking block's `signature`): stored beside it.
+                out.update(self.data)  # type: ignore[typeddict-item]
             return out
         return {"type": self.kind, "data": self.data, "text": self.text}
 
