@@ -2,7 +2,7 @@
 
 from __future__ import annotations
 
-from typing import Any, cast
+from typing import Any
 
 from aiohttp import web
 
@@ -20,8 +20,7 @@ from gateway.pipeline.turn import TurnRequest, run_turn, shape_of
 async def chat_completions(request: web.Request) -> web.StreamResponse:
     shape = shape_of(request)
     body, stream = await read_parsed(request, lambda raw: parse_chat_request(raw, shape))
-    # (The turn reads its body as a plain dict: `TurnRequest.body`.)
-    turn = TurnRequest(cast("dict[str, Any]", body), stream, OPENAI_CHAT, request[REQUEST_ID])
+    turn = TurnRequest(body, stream, OPENAI_CHAT, request[REQUEST_ID])
     return await run_turn(request.app[GATEWAY], request, request[PRINCIPAL], turn)
 
 

@@ -2,8 +2,6 @@
 
 from __future__ import annotations
 
-from typing import Any, cast
-
 from aiohttp import web
 
 from gateway.context import GATEWAY
@@ -19,7 +17,7 @@ async def completions(request: web.Request) -> web.StreamResponse:
     shape = shape_of(request)
     body, parsed = await read_parsed(request, lambda raw: parse_request(raw, shape))
     turn = TurnRequest(
-        cast("dict[str, Any]", body),  # the turn reads its body as a plain dict
+        body,
         bool(parsed.stream),
         OPENAI_COMPLETIONS,
         request[REQUEST_ID],

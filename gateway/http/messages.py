@@ -7,8 +7,6 @@ events; from an Anthropic upstream its bytes are relayed unchanged.
 
 from __future__ import annotations
 
-from typing import Any, cast
-
 from aiohttp import web
 
 from gateway.context import GATEWAY
@@ -26,9 +24,7 @@ async def messages(request: web.Request) -> web.StreamResponse:
     body, parsed = await read_parsed(request, lambda raw: parse_request(raw, shape))
     if asked := anthropic_headers(request):
         body[ANTHROPIC_HEADERS] = asked
-    # (The turn reads its body as a plain dict: `TurnRequest.body`.)
-    plain = cast("dict[str, Any]", body)
-    turn = TurnRequest(plain, bool(parsed.stream), ANTHROPIC_MESSAGES, request[REQUEST_ID])
+    turn = TurnRequest(body, bool(parsed.stream), ANTHROPIC_MESSAGES, request[REQUEST_ID])
     return await run_turn(request.app[GATEWAY], request, request[PRINCIPAL], turn)
 
 

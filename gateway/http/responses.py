@@ -110,7 +110,7 @@ async def create(request: web.Request) -> web.StreamResponse:
         )
 
     turn = TurnRequest(
-        cast("dict[str, Any]", body),  # the turn reads its body as a plain dict
+        body,
         bool(parsed.stream),
         Responses(initial),
         request[REQUEST_ID],

@@ -13,6 +13,7 @@ a count is made once, when a reservation or an estimate first needs it.
 
 from __future__ import annotations
 
+from collections.abc import Mapping
 from typing import Any
 
 import orjson
@@ -46,7 +47,7 @@ class PromptExtras:
         return self._text + framing
 
 
-def prompt_extras(body: dict[str, Any]) -> PromptExtras | None:
+def prompt_extras(body: Mapping[str, Any]) -> PromptExtras | None:
     """What `body` sends besides its messages, None when nothing (the usual request)."""
     values: list[Any] = []
     for name in _TOOLS:

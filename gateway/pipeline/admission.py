@@ -18,6 +18,7 @@ The real cost replaces the reservation when the turn ends. The TPM window takes 
 
 from __future__ import annotations
 
+from collections.abc import Mapping
 from typing import Any
 
 from gateway.dialects.requests import check_output_params, choices
@@ -38,7 +39,7 @@ DEFAULT_COMPLETION_ESTIMATE = 1024
 async def admit(
     limiter: Limiter,
     principal: Principal,
-    body: dict[str, Any],
+    body: Mapping[str, Any],
     plan: list[Deployment],
     *,
     embeddings: bool = False,
@@ -93,7 +94,7 @@ async def admit(
 async def _admit_embeddings(
     limiter: Limiter,
     scopes: list[tuple[str, str, Limits]],
-    body: dict[str, Any],
+    body: Mapping[str, Any],
     plan: list[Deployment],
 ) -> Lease:
     require_price(scopes, plan)

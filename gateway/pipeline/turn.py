@@ -12,9 +12,9 @@ call `run_turn`; the answer comes back already rendered in the client's dialect.
 
 from __future__ import annotations
 
-from collections.abc import Callable
+from collections.abc import Callable, Mapping
 from dataclasses import dataclass
-from typing import Any
+from typing import Any, cast
 
 from aiohttp import web
 
@@ -23,6 +23,7 @@ from gateway.context import GATEWAY, Gateway
 from gateway.conversations.recorder import TurnRecorder
 from gateway.conversations.service import Joined
 from gateway.dialects.base import Dialect
+from gateway.dialects.openai_chat import ChatBody
 from gateway.dialects.requests import Shape
 from gateway.errors import InvalidRequest
 from gateway.ids import new_id
@@ -41,7 +42,7 @@ class TurnRequest:
     """What a client asked for, already in OpenAI chat shape whatever its dialect. (Not frozen:
     one is made per request, and a frozen dataclass sets each field the slow way.)"""
 
-    body: dict[str, Any]
+    body: ChatBody
     stream: bool
     dialect: Dialect  # the client's: how answers, errors and cancels are rendered
     request_id: str
@@ -80,7 +81,7 @@ async def _run_turn(
     trace: TurnTrace | None,
 ) -> web.StreamResponse:
     body = turn.body
-    if isinstance(body.get("user"), str) and "\x00" in body["user"]:
+    if isinstance(named := body.get("user"), str) and "\x00" in named:
         # Recorded with the turn's usage, where PostgreSQL text refuses NUL: the usage row
         # would be dropped and the request go unmetered (a way round budgets).
         raise InvalidRequest("'user' may not contain a NUL character.", param="user")
@@ -195,7 +196,7 @@ async def _run_turn(
 _CARRIED = frozenset((*PRIVATE, ANTHROPIC_EXTRAS))
 
 
-def recorded_params(body: dict[str, Any]) -> dict[str, Any]:
+def recorded_params(body: Mapping[str, Any]) -> dict[str, Any]:
     """The request's parameters as the turn keeps them: not its messages (recorded as events),
     not what the gateway carries beside them (a Messages client's body and headers), and no
     MCP server's `authorization_token`."""
@@ -224,7 +225,7 @@ def shape_of(request: web.Request) -> Shape:
 
 
 def turn_user(
-    principal: Principal, body: dict[str, Any], request: web.Request | None = None
+    principal: Principal, body: Mapping[str, Any], request: web.Request | None = None
 ) -> str | None:
     """Who the turn is for: the key's own user, else the request's `user`, else the header
     `limits.end_user_header` names (read only when one is configured)."""
@@ -278,30 +279,31 @@ def recorded_headers(request: web.Request, session_headers: tuple[str, ...]) -> 
 _LITELLM_FIELDS = frozenset(("litellm_session_id", "litellm_trace_id", "litellm_metadata", "tags"))
 
 
-def _without_litellm_fields(body: dict[str, Any]) -> dict[str, Any]:
+def _without_litellm_fields(body: ChatBody) -> dict[str, Any]:
+    """The body as it goes upstream: without what only litellm's clients send the gateway."""
     metadata = body.get("metadata")
     tagged = isinstance(metadata, dict) and "tags" in metadata
     if not tagged and _LITELLM_FIELDS.isdisjoint(body):
-        return body  # the usual request: nothing to take out
-    body = {k: v for k, v in body.items() if k not in _LITELLM_FIELDS}
+        return cast("dict[str, Any]", body)  # the usual request: nothing to take out
+    upstream = {k: v for k, v in body.items() if k not in _LITELLM_FIELDS}
     if tagged:
         assert isinstance(metadata, dict)
         rest = {k: v for k, v in metadata.items() if k != "tags"}
         if rest:
-            body["metadata"] = rest
+            upstream["metadata"] = rest
         else:
-            del body["metadata"]
-    return body
+            del upstream["metadata"]
+    return upstream
 
 
-def _without_conversation_id(body: dict[str, Any]) -> dict[str, Any]:
+def _without_conversation_id(body: ChatBody) -> ChatBody:
     """`metadata.conversation_id` is the gateway's: OpenAI refuses `metadata` on a chat
     completion that is not stored, so it goes upstream only with the client's other keys."""
     metadata = body.get("metadata")
     if not isinstance(metadata, dict) or "conversation_id" not in metadata:
         return body
     rest = {k: v for k, v in metadata.items() if k != "conversation_id"}
-    body = {k: v for k, v in body.items() if k != "metadata"}
+    trimmed = {k: v for k, v in body.items() if k != "metadata"}
     if rest:
-        body["metadata"] = rest
-    return body
+        trimmed["metadata"] = rest
+    return cast(ChatBody, trimmed)

@@ -17,6 +17,7 @@ from __future__ import annotations
 
 import re
 from collections import OrderedDict
+from collections.abc import Mapping
 from typing import Any, TypeGuard
 
 import orjson
@@ -94,7 +95,7 @@ _DATA_URL = re.compile(r"^data:(?P<media>[\w.+-]+/[\w.+-]+);base64,(?P<data>.*)$
 # -- requests ------------------------------------------------------------------------------------
 
 
-def anthropic_max_tokens(body: dict[str, Any]) -> int:
+def anthropic_max_tokens(body: Mapping[str, Any]) -> int:
     """The `max_tokens` an OpenAI chat body is sent to Anthropic with: the client's bound,
     raised to make room for a thinking budget the gateway added for its `reasoning_effort`,
     else `DEFAULT_MAX_TOKENS` (plus the budget). A client's own Messages body, sent as it came,
@@ -406,7 +407,7 @@ def _tool_choice(choice: Any) -> dict[str, Any] | None:
     return None
 
 
-def _thinking(body: dict[str, Any]) -> tuple[dict[str, Any] | None, bool]:
+def _thinking(body: Mapping[str, Any]) -> tuple[dict[str, Any] | None, bool]:
     """The `thinking` object to send, and whether it was guessed from `reasoning_effort`."""
     passthrough = body.get("thinking")
     if isinstance(passthrough, dict):

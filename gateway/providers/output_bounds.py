@@ -9,13 +9,14 @@ is sent no bound, and may answer up to its model's own limit.
 
 from __future__ import annotations
 
+from collections.abc import Mapping
 from typing import Any, Protocol
 
 from gateway.providers.anthropic_messages import anthropic_max_tokens
 from gateway.providers.demo import MAX_ANSWER_TOKENS
 
 
-def output_bound(body: dict[str, Any]) -> int | None:
+def output_bound(body: Mapping[str, Any]) -> int | None:
     """The most output tokens a (checked) chat body allows per choice, if it names a bound."""
     bound = body.get("max_completion_tokens") or body.get("max_tokens")
     return bound if isinstance(bound, int) and not isinstance(bound, bool) else None
@@ -26,7 +27,7 @@ class _Deployment(Protocol):
     def provider_name(self) -> str: ...
 
 
-def sent_output_bound(body: dict[str, Any], deployment: _Deployment) -> int | None:
+def sent_output_bound(body: Mapping[str, Any], deployment: _Deployment) -> int | None:
     """The most output tokens a choice of this (checked) chat body may take at `deployment`."""
     provider = deployment.provider_name
     if provider == "anthropic":

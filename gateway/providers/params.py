@@ -36,7 +36,7 @@ REFUSED = "refused"
 IGNORED = "ignored"  # no parameter of the client's API: only OpenAI-compatible upstreams get it
 
 # A status, or a function of the value and the whole body that decides one.
-Rule = str | Callable[[Any, dict[str, Any]], str]
+Rule = str | Callable[[Any, Mapping[str, Any]], str]
 
 # Every parameter of OpenAI's Chat Completions API (openai.types.chat.CompletionCreateParams),
 # and the extensions the gateway understands: `thinking` (Anthropic's, sent by the /v1/messages
@@ -167,13 +167,13 @@ _GATEWAY: dict[str, Rule] = {
 }
 
 
-def _thinking_elsewhere(value: Any, body: dict[str, Any]) -> str:
+def _thinking_elsewhere(value: Any, body: Mapping[str, Any]) -> str:
     """Anthropic's `thinking` where the wire has `reasoning_effort`: the /v1/messages dialect
     sends both, so the effort carries it; alone, it has no form here."""
     return MAPPED if body.get("reasoning_effort") is not None else REFUSED
 
 
-def _anthropic_service_tier(value: Any, body: dict[str, Any]) -> str:
+def _anthropic_service_tier(value: Any, body: Mapping[str, Any]) -> str:
     return MAPPED if value in _ANTHROPIC_TIERS else REFUSED
 
 
@@ -181,7 +181,7 @@ def _anthropic_service_tier(value: Any, body: dict[str, Any]) -> str:
 THINKING_BUDGETS = {"minimal": 1024, "low": 1024, "medium": 4096, "high": 16384}
 
 
-def _anthropic_effort(value: Any, body: dict[str, Any]) -> str:
+def _anthropic_effort(value: Any, body: Mapping[str, Any]) -> str:
     return MAPPED if value in THINKING_BUDGETS else REFUSED
 
 
@@ -314,7 +314,7 @@ class Policy:
     # Parameters an OpenAI-compatible upstream gets in another form (the rest as sent).
     mapped: dict[str, Rule] = field(default_factory=dict)
 
-    def status(self, name: str, value: Any, body: dict[str, Any]) -> str:
+    def status(self, name: str, value: Any, body: Mapping[str, Any]) -> str:
         if self.rules is None:
             rule: Rule = self.mapped.get(name, SENT)
         elif name not in CHAT_PARAMETERS:
@@ -323,7 +323,7 @@ class Policy:
             rule = self.rules.get(name, REFUSED)
         return rule(value, body) if callable(rule) else rule
 
-    def refused(self, body: dict[str, Any]) -> list[str]:
+    def refused(self, body: Mapping[str, Any]) -> list[str]:
         """The body's parameters this deployment cannot carry, in the body's order (the
         Messages API's own fields each by its name)."""
         out: list[str] = []
@@ -363,7 +363,7 @@ COMPLETIONS = Policy(
 )
 
 
-def _openai_thinking(body: dict[str, Any]) -> str:
+def _openai_thinking(body: Mapping[str, Any]) -> str:
     """Anthropic's `thinking` sent by the /v1/messages dialect goes as its `reasoning_effort`;
     a chat client's own (some OpenAI-compatible servers take it) as it is."""
     return MAPPED if body.get("reasoning_effort") is not None else SENT
@@ -385,7 +385,7 @@ def policy(deployment: _Deployment) -> Policy:
 
 
 def check_plan(
-    body: dict[str, Any], plan: Iterable[_Deployment], *, drop: bool, alias: str
+    body: Mapping[str, Any], plan: Iterable[_Deployment], *, drop: bool, alias: str
 ) -> dict[str, list[str]]:
     """The parameters each deployment of the plan drops (by deployment name), before the first
     attempt. Without `drop`, a parameter a deployment cannot carry is a 400 naming the first
@@ -411,7 +411,7 @@ def check_plan(
     return dropped
 
 
-def _value(body: dict[str, Any], name: str) -> Any:
+def _value(body: Mapping[str, Any], name: str) -> Any:
     if name in body:
         return body[name]
     for carrier in EXTRAS:
