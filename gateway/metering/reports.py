@@ -31,6 +31,8 @@ GROUPS = {
     "deployment": "deployment",
 }
 GRANULARITY = {"hour": 3600, "day": 86400}
+# A grouping's name in usage_days_done for its sums by hour (usage_hours).
+HOURS = "hour:"
 # `group_by=tag:<key>`: the value of one key of the requests' metadata (a usage row's `tags`).
 TAG_PREFIX = "tag:"
 TAG_KEY = re.compile(r"^[A-Za-z0-9_.:-]{1,64}$")
@@ -105,18 +107,22 @@ class UsageStore:
         if group_by.startswith(TAG_PREFIX):
             return await self._tag_report(group_by[len(TAG_PREFIX) :], start, end, bucket, team_id)
         column = GROUPS[group_by]
-        if bucket != USAGE_DAY:
+        summed = self._store.dialect == "postgresql" or not self._store.shared
+        if bucket != USAGE_DAY and (team_id is not None or not summed):
+            # A team's hours: a few of the rows, through the team's index.
 
             async def hours(db: Db) -> list[dict[str, Any]]:
                 sql, args = _report_sql(db.dialect, column, bucket, [(start, end)], team_id)
                 return _records(await db.fetch(sql, *args))[0]
 
             return await self._store.run(hours)
-        summed = self._store.dialect == "postgresql" or not self._store.shared
         if summed:
-            await self._fill_days(group_by, column, start, end)
-        # A team's rows, or those for all teams, which are fewer (a user in many teams).
+            await self._fill_days(group_by, column, start, end, hourly=bucket != USAGE_DAY)
+        # A team's rows, or those for all teams, which are fewer (a user in many teams); by
+        # hour, those for all teams alone are kept.
         dimension = group_by if team_id is not None else group_by + "*"
+        if bucket != USAGE_DAY:
+            dimension = HOURS + dimension
 
         async def days(db: Db) -> list[dict[str, Any]]:
             first, last = _whole_days(start, end)
@@ -134,9 +140,10 @@ class UsageStore:
                 done = [int(row[0]) for row in filled if int(row[0]) not in late]
             ranges = _apart(start, end, done)
             read = (dimension, done[0], done[-1] + USAGE_DAY) if done else None
-            sql, args = _report_sql(db.dialect, column, USAGE_DAY, ranges, team_id, read)
+            sql, args = _report_sql(db.dialect, column, bucket, ranges, team_id, read, by_day=True)
             records, by_key = _records(await db.fetch(sql, *args))
-            await _across_days(db, by_key, column, (start, end), team_id, (first, last), ranges)
+            span, days = (start, end), (first, last)
+            await _across_days(db, by_key, column, span, team_id, days, ranges, bucket)
             return records
 
         return await self._in_snapshot(days)
@@ -241,11 +248,14 @@ class UsageStore:
 
         return await self._store.run(deferred)
 
-    async def _fill_days(self, group_by: str, column: str, start: float, end: float) -> None:
-        """Into usage_days, the whole days of [start, end) not there yet for this grouping,
-        of those a report may fill (`_fillable_until`), each day in a transaction of its own.
-        On SQLite, first the days of the rows inserted since a report last looked dropped;
-        and none filled while writes wait in the spool (gateway.storage.schema)."""
+    async def _fill_days(
+        self, group_by: str, column: str, start: float, end: float, *, hourly: bool = False
+    ) -> None:
+        """Into usage_days (usage_hours, `hourly`), the whole days of [start, end) not there
+        yet for this grouping, of those a report may fill (`_fillable_until`), each day in a
+        transaction of its own. On SQLite, first the days of the rows inserted since a report
+        last looked dropped; and none filled while writes wait in the spool
+        (gateway.storage.schema)."""
         first, last = _whole_days(start, end)
         if first >= last:
             return
@@ -254,7 +264,8 @@ class UsageStore:
                 await self._store.transact(_forget_late_days)
             if self._store.spooled_bytes():
                 return
-        wanted = {group_by, group_by + "*", "turns"}
+        sums = [HOURS + group_by + "*"] if hourly else [group_by, group_by + "*"]
+        wanted = {*sums, "turns"}
 
         async def missing(db: Db) -> list[int]:
             until = min(last, await _fillable_until(db))
@@ -273,7 +284,7 @@ class UsageStore:
         for day in await self._store.run(missing):
 
             async def fill(db: Db, day: int = day) -> None:
-                await _fill_day(db, day, group_by, column)
+                await _fill_day(db, day, group_by, column, hourly=hourly)
 
             try:
                 await self._store.transact(fill)
@@ -320,7 +331,7 @@ async def _forget_late_days(db: Db) -> None:
     """SQLite: the days of the usage rows inserted since a report last looked dropped from
     usage_days (those filled), and the rows looked at."""
     for day in await _late_days(db):
-        for table in ("usage_days", "usage_days_turns", "usage_days_done"):
+        for table in ("usage_days", "usage_hours", "usage_days_turns", "usage_days_done"):
             await db.execute(f"DELETE FROM {table} WHERE day = ?", day)
     await db.execute(
         "UPDATE usage_days_seen SET last_rowid = (SELECT COALESCE(MAX(rowid), 0) FROM usage)"
@@ -334,9 +345,10 @@ async def _fillable_until(db: Db) -> int:
     return int(now // USAGE_DAY) * USAGE_DAY - USAGE_DAY
 
 
-async def _fill_day(db: Db, day: int, group_by: str, column: str) -> None:
-    """One day's rows of usage_days for a grouping (per team, and for all teams), and its
-    turns with attempts on other days, those not there yet."""
+async def _fill_day(db: Db, day: int, group_by: str, column: str, *, hourly: bool) -> None:
+    """One day's rows of usage_days for a grouping (per team, and for all teams), or of
+    usage_hours (`hourly`: for all teams), and its turns with attempts on other days, those
+    not there yet."""
     if db.dialect == "postgresql":
         # One filler at a time; and no usage row written into the day while its sums are
         # taken, which the triggers would miss (a row not yet committed drops no day not
@@ -348,7 +360,20 @@ async def _fill_day(db: Db, day: int, group_by: str, column: str) -> None:
     have = {row[0] for row in rows}
     bounds = [day, day + USAGE_DAY]
     later = USAGE_LATER[db.dialect]
-    if not {group_by, group_by + "*"} <= have:
+    hours = HOURS + group_by + "*"
+    if hourly and hours not in have:
+        await db.execute("DELETE FROM usage_hours WHERE dimension = ? AND day = ?", hours, day)
+        # What a report by hour of this day alone says, for all teams.
+        sql, args = _report_sql(db.dialect, column, 3600, [(day, day + USAGE_DAY)], None)
+        await db.execute(
+            f"INSERT INTO usage_hours (dimension, day, hour, grp, {_COUNTS}, cost_usd)"
+            f" SELECT CAST(? AS TEXT), CAST(? AS BIGINT), x.* FROM ({sql}) x",
+            hours,
+            day,
+            *args,
+        )
+        await db.execute("INSERT INTO usage_days_done (day, dimension) VALUES (?, ?)", day, hours)
+    if not hourly and not {group_by, group_by + "*"} <= have:
         for dimension in (group_by, group_by + "*"):
             await db.execute(
                 "DELETE FROM usage_days WHERE dimension = ? AND day = ?", dimension, day
@@ -492,10 +517,13 @@ def _report_sql(
     ranges: list[tuple[float, float]],
     team_id: str | None,
     read: tuple[str, int, int] | None = None,
+    *,
+    by_day: bool = False,
 ) -> tuple[str, list[Any]]:
     """The report's rows from usage rows in `ranges`, and (`read`: a dimension and its first
-    and end day) the days in usage_days. By day, each day's attempts of a turn count as a
-    turn of their own, as in usage_days: `_across_days` counts the turns of several days."""
+    and end day) the days in usage_days (by hour: in usage_hours, all teams'). By day, or
+    `by_day`, each day's attempts of a turn count as a turn of their own, as in usage_days:
+    `_across_days` counts the turns of several days."""
     team = " AND team_id = ?" if team_id is not None else ""
     teams = [team_id] if team_id is not None else []
     floor = "FLOOR" if dialect == "postgresql" else ""
@@ -510,7 +538,7 @@ def _report_sql(
             f" WHERE created_at >= ? AND created_at < ?{team} GROUP BY 1, 2"
         )
         args += [low, high, *teams]
-    moves = _moves_sql(dialect, column, within, team, period, by_day=bucket == USAGE_DAY)
+    moves = _moves_sql(dialect, column, within, team, period, by_day or bucket == USAGE_DAY)
     parts.append(moves.replace("{keys}", "period, grp"))
     args += [*bounds, *teams]
     # Integers from PostgreSQL's sums too, which are numeric.
@@ -524,12 +552,19 @@ def _report_sql(
         # A day filled holds one row a group (of one team, or of all), in the report's order;
         # and no usage row of it is read above.
         dimension, first, end_day = read
-        sql += (
-            f" UNION ALL SELECT day, grp, {_COUNTS}, cost_usd FROM usage_days"
-            f" WHERE dimension = ? AND team_id {'= ?' if team_id is not None else 'IS NULL'}"
-            " AND day >= ? AND day < ?"
-        )
-        args += [dimension, *teams, first, end_day]
+        if bucket == USAGE_DAY:
+            sql += (
+                f" UNION ALL SELECT day, grp, {_COUNTS}, cost_usd FROM usage_days"
+                f" WHERE dimension = ? AND team_id {'= ?' if team_id is not None else 'IS NULL'}"
+                " AND day >= ? AND day < ?"
+            )
+            args += [dimension, *teams, first, end_day]
+        else:
+            sql += (
+                f" UNION ALL SELECT hour, grp, {_COUNTS}, cost_usd FROM usage_hours"
+                " WHERE dimension = ? AND hour >= ? AND hour < ?"
+            )
+            args += [dimension, first, end_day]
     return sql + " ORDER BY 1, 2", args
 
 
@@ -560,9 +595,11 @@ async def _across_days(
     team_id: str | None,
     days: tuple[int, int],
     ranges: list[tuple[float, float]],
+    bucket: int = USAGE_DAY,
 ) -> None:
     """Each turn with attempts on more than one day of the report counted once, at its last
-    attempt, rather than on each day as a report of each day alone counts it: the turns
+    attempt (in the report's period of `bucket` seconds), rather than on each day as a report
+    of each day alone counts it: the turns
     usage_days_turns names for the days filled (`days`, at most), and those with an attempt
     after their first in `ranges`, read from their attempts in `span`."""
     team = " AND team_id = ?" if team_id is not None else ""
@@ -594,18 +631,18 @@ async def _across_days(
             by_day.setdefault(math.floor(row[3] / USAGE_DAY) * USAGE_DAY, []).append(row)
         if len(by_day) < 2:
             continue
-        _count_turn(by_key, attempts, 1)
+        _count_turn(by_key, attempts, 1, bucket)
         for some in by_day.values():
-            _count_turn(by_key, some, -1)
+            _count_turn(by_key, some, -1, bucket)
 
 
 def _count_turn(
-    by_key: dict[tuple[int, Any], dict[str, Any]], attempts: list[Row], sign: int
+    by_key: dict[tuple[int, Any], dict[str, Any]], attempts: list[Row], sign: int, bucket: int
 ) -> None:
     """Count a turn of these attempts (rows of `_FIELDS`) at its last, `sign` times."""
     last = max(attempts, key=lambda row: (len(row[0]), row[0]))
     _, _, _, at, group, status, _, _, _, _ = last
-    record = by_key[(math.floor(at / USAGE_DAY) * USAGE_DAY, group)]
+    record = by_key[(math.floor(at / bucket) * bucket, group)]
     record["requests"] += sign
     record["interrupted"] += sign * (status == "interrupted")
     record["errors"] += sign * (status == "error")

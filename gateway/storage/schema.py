@@ -770,6 +770,45 @@ _POSTGRES_LATENCY_DAYS = (
 )
 
 
+# The usage report's sums by hour (gateway.metering.reports), kept per whole day for each grouping
+# of all teams, as usage_days keeps them by day: each day's rows hold what a report by hour of
+# that day alone would say (`dimension` `hour:` and a GROUPS name and `*`; `hour` the start of
+# each hour). Filled, marked done in usage_days_done and dropped as usage_days is.
+def _usage_hours(integer: str, real: str) -> tuple[str, ...]:
+    counts = ", ".join(f"{name} {integer} NOT NULL" for name in USAGE_DAY_COUNTS)
+    return (
+        f"""CREATE TABLE usage_hours (
+            dimension TEXT NOT NULL, day {integer} NOT NULL, hour {integer} NOT NULL, grp TEXT,
+            {counts}, cost_usd {real})""",
+        "CREATE INDEX usage_hours_in_order ON usage_hours (dimension, hour, grp)",
+        "CREATE INDEX usage_hours_by_day ON usage_hours (day)",
+    )
+
+
+def _forget_hours(at: str) -> str:
+    return f"DELETE FROM usage_hours WHERE day = {usage_day_of('postgresql', at)};"
+
+
+_POSTGRES_USAGE_HOURS = (
+    *_usage_hours("BIGINT", "DOUBLE PRECISION"),
+    f"""CREATE OR REPLACE FUNCTION gateway_usage_day_stale() RETURNS trigger LANGUAGE plpgsql
+    SET search_path FROM CURRENT AS $$
+    BEGIN
+        IF TG_OP <> 'INSERT' THEN
+            {_forget_day("postgresql", "OLD.created_at")}
+            {_forget_latencies("OLD.created_at")}
+            {_forget_hours("OLD.created_at")}
+        END IF;
+        IF TG_OP <> 'DELETE' THEN
+            {_forget_day("postgresql", "NEW.created_at")}
+            {_forget_latencies("NEW.created_at")}
+            {_forget_hours("NEW.created_at")}
+        END IF;
+        RETURN NULL;
+    END
+    $$""",
+)
+
 MIGRATIONS: dict[Dialect, tuple[Migration, ...]] = {
     "sqlite": (
         Migration(1, "conversations, turns, events, teams, keys, usage, responses", _SQLITE_V1),
@@ -801,6 +840,7 @@ MIGRATIONS: dict[Dialect, tuple[Migration, ...]] = {
             _ttft_sums("REAL", "INTEGER"),
         ),
         Migration(20, "usage: audio tokens", _audio_counts("INTEGER")),
+        Migration(21, "usage reports' sums by hour", _usage_hours("INTEGER", "REAL")),
     ),
     "postgresql": (
         Migration(1, "the whole schema", _POSTGRES_V1),
@@ -838,6 +878,7 @@ MIGRATIONS: dict[Dialect, tuple[Migration, ...]] = {
         ),
         Migration(17, "usage: audio tokens", _audio_counts("BIGINT")),
         Migration(18, "latency percentiles' values by day", _POSTGRES_LATENCY_DAYS),
+        Migration(19, "usage reports' sums by hour", _POSTGRES_USAGE_HOURS),
     ),
 }
 

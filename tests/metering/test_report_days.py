@@ -242,14 +242,21 @@ async def test_reports_by_day_say_what_the_rows_say(store: Store) -> None:
                     expected = reference(records, group_by, start, end, bucket, team_id)
                     assert_same(rows, expected)
     # The days before yesterday were read from their sums, for each grouping, per team and
-    # for all teams; yesterday and today from their rows.
+    # for all teams, and by hour for all teams; yesterday and today from their rows.
     filled = await query(store, "SELECT DISTINCT day, dimension FROM usage_days_done")
     days = {day for day, _ in filled}
     # (A day more when midnight passed since the module was imported: yesterday is summable.)
     passed = (math.floor(time.time() / DAY) * DAY - TODAY) // DAY
     assert days == {BASE - DAY + n * DAY for n in range(8 + passed)}
     dimensions = {dimension for _, dimension in filled}
-    assert dimensions == {*GROUPS, *(name + "*" for name in GROUPS), "turns"}
+    assert dimensions == {
+        *GROUPS,
+        *(name + "*" for name in GROUPS),
+        *(f"hour:{name}*" for name in GROUPS),
+        "turns",
+    }
+    hours = await query(store, "SELECT DISTINCT day FROM usage_hours")
+    assert {day for (day,) in hours} == days - {BASE - DAY}  # that one holds no rows
     spanning = await query(store, "SELECT day, turn_id FROM usage_days_turns")
     assert (BASE + DAY, "turn300") in spanning  # its second attempt, after midnight
 
@@ -263,10 +270,11 @@ async def test_a_row_written_into_a_summed_day_is_counted(store: Store) -> None:
     span = (BASE, TODAY + DAY)
 
     async def check(group_by: str = "user") -> None:
-        rows = await usage.report(
-            group_by=group_by, start=span[0], end=span[1], granularity="day", team_id=None
-        )
-        assert_same(rows, reference(records, group_by, *span, DAY, None))
+        for granularity, bucket in (("day", DAY), ("hour", 3600)):
+            rows = await usage.report(
+                group_by=group_by, start=span[0], end=span[1], granularity=granularity, team_id=None
+            )
+            assert_same(rows, reference(records, group_by, *span, bucket, None))
 
     await check()
     day = BASE + 2 * DAY
@@ -307,6 +315,7 @@ async def test_a_row_written_into_a_summed_day_is_counted(store: Store) -> None:
         await check(group_by)
     # Dropped and summed again.
     assert stale <= {d for (d,) in await query(store, "SELECT day FROM usage_days_done")}
+    assert stale <= {d for (d,) in await query(store, "SELECT day FROM usage_hours")}
 
 
 async def test_sqlite_sums_no_day_while_writes_wait_or_other_processes_write(
