@@ -64,12 +64,13 @@ async def test_a_tab_opened_from_a_signed_in_one_is_signed_in(
     await context.close()
 
 
+@pytest.mark.parametrize("width", [1440, 390])
 async def test_a_key_is_rotated_from_the_keys_page_and_dialogs_name_what_they_edit(
-    scene: Scene, browser: Any
+    scene: Scene, browser: Any, width: int
 ) -> None:
     gw, _a, _b = scene
     old = await team_and_key(gw)
-    page = await signed_in(browser, gw)
+    page = await signed_in(browser, gw, viewport=VIEWPORTS[width])
     await page.goto(gw.url + "/ui/#/keys")
     row = page.locator(f"tr[data-key-id='{old['id']}']")
     await row.get_by_test_id("edit-limits").click()
@@ -103,10 +104,13 @@ async def test_a_key_is_rotated_from_the_keys_page_and_dialogs_name_what_they_ed
     await page.context.close()
 
 
-async def test_a_page_not_found_shows_no_internal_id(scene: Scene, browser: Any) -> None:
+@pytest.mark.parametrize("width", [1440, 390])
+async def test_a_page_not_found_shows_no_internal_id(
+    scene: Scene, browser: Any, width: int
+) -> None:
     gw, _a, _b = scene
     key = await team_and_key(gw)
-    page = await signed_in(browser, gw, key=key["key"])
+    page = await signed_in(browser, gw, key=key["key"], viewport=VIEWPORTS[width])
     await page.goto(gw.url + "/ui/#/conversations/not-here")
     found = page.get_by_test_id("not-found")
     await expect(found).to_contain_text("There is no conversation not-here that this key can see.")
