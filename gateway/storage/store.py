@@ -21,7 +21,8 @@ import logging
 import os
 import time
 from collections import OrderedDict, deque
-from collections.abc import Awaitable, Callable, Iterable
+from collections.abc import Awaitable, Callable, Hashable, Iterable
+from contextvars import ContextVar
 from dataclasses import dataclass
 from itertools import islice
 from typing import Any, Protocol, TypeVar
@@ -31,7 +32,7 @@ import orjson
 from gateway import metrics
 from gateway.storage import schema
 from gateway.storage.db import Db, Dialect, Op, StoreUnavailable
-from gateway.storage.journal import Journal
+from gateway.storage.journal import Journal, Lead
 from gateway.storage.payload import DeferredPayload
 from gateway.storage.records import (
     TURN_END,
@@ -66,9 +67,11 @@ _STARTED = (
 # How far the database may fall behind the journal (writes not yet committed) before a turn
 # waits for its commit instead: some batches, so that the batch being committed and the one
 # gathering meanwhile never make turns wait on a store that keeps up (at 64 streams at once
-# the backlog hovers at one batch and a half), nor a burst of long histories (a request of
-# 2,000 messages is 2,000 writes at once) make another team's turn wait behind it, while a
-# store that does not keep up is still held to a bound.
+# the backlog hovers at one batch and a half), while a store that does not keep up is still
+# held to a bound. Past it, only the turns of a lane (a team, or a key of none) with more than
+# a quarter of that bound of its own waiting wait: a burst of long histories (a request of
+# 2,000 messages is 2,000 writes at once) slows the team sending it, not every team behind
+# it; past four times the bound, every turn waits (many lanes, each within its share).
 _JOURNAL_LAG_MAX = 16 * _BATCH
 _RETRIES = 3
 _STUCK_RETRY_S = 0.5
@@ -130,6 +133,15 @@ class _Unwritable(Exception):
 
 W = TypeVar("W", bound=tuple[Any, ...])
 
+# The lane of the turn last started in this context (a request's task): whose writes a
+# `durable_enough` there is about, since its callers do not say.
+_UNKNOWN = object()
+_LANE: ContextVar[Hashable] = ContextVar("store_lane", default=_UNKNOWN)
+
+
+def _lane(team_id: str | None, key_id: str | None) -> Hashable:
+    return team_id if team_id is not None or key_id is None else ("key", key_id)
+
 
 def _released(waiters: list[W], handled: int, *, everyone: bool = False) -> list[W]:
     """Wake the waiters (`(mark, future, ...)`) whose writes are all handled (or `everyone`);
@@ -181,6 +193,8 @@ class Store:
         self._urgent: asyncio.Future[None] | None = None  # cuts a gathering wait short
         self._journal = journal
         self._journaled = 0  # writes submitted whose lines the journal holds
+        self._lead = Lead()  # the writes not handled yet, by lane
+        self._turn_lanes: dict[str, Hashable] = {}  # the lane of each turn until its end
         # Writes submitted up to which a copy is in the spool, made because the database took
         # too long (`_rescue`), and the task making one.
         self._rescued = 0
@@ -305,8 +319,12 @@ class Store:
     # -- writes ----------------------------------------------------------------------------
 
     def write(self, kind: Kind, row: dict[str, Any], search: str | None = None) -> None:
-        self._queue.append(Write(kind, row, search))
+        self._submit(Write(kind, row, search), _lane(row.get("team_id"), row.get("key_id")))
+
+    def _submit(self, write: Write, lane: Hashable) -> None:
+        self._queue.append(write)
         self._submitted += 1
+        self._lead.submitted(lane)
         if len(self._queue) == 1:
             self._wake.set()
 
@@ -330,6 +348,8 @@ class Store:
         self._open.setdefault(turn.conversation_id, set()).add(turn.id)
         self._ends.pop(turn.conversation_id, None)
         _keep(self._starts, turn.conversation_id, self._starts.get(turn.conversation_id, 0) + 1)
+        _LANE.set(lane := _lane(turn.team_id, turn.key_id))
+        self._turn_lanes[turn.id] = lane
         self.write(
             "turn",
             {
@@ -374,6 +394,10 @@ class Store:
         if (start := event.start_fingerprint) is not None:  # an interrupted answer's turn end
             row["start_fingerprint"] = start
             self._remember_thread(start, event.conversation_id)
+        lanes = self._turn_lanes
+        lane = (
+            lanes.pop(event.turn_id, None) if event.type == TURN_END else lanes.get(event.turn_id)
+        )
         if event.type == TURN_END and (running := self._open.get(event.conversation_id)):
             running.discard(event.turn_id)
             if not running:
@@ -389,7 +413,7 @@ class Store:
         search = None  # (a long stream's: taken out of its payload once it is stored)
         if self._indexes_text and event.type in schema.SEARCHED_TYPES and type(payload) is str:
             search = search_text(event.payload)
-        self.write("event", row, search)
+        self._submit(Write("event", row, search), lane)
 
     def open_turns(self, conversation_id: str) -> frozenset[str]:
         """The conversation's turns this process started and has not ended: while one runs,
@@ -440,10 +464,10 @@ class Store:
         mark = self._submitted
         if self._handled >= mark or self._writer is None or self._stuck:
             return
-        # The journal while the database keeps up; behind by more than a few batches, the turn
-        # waits for its commit: the backlog must not grow without bound (it would spill).
-        backlog = len(self._queue) + len(self._inflight)
-        if self._journal is not None and backlog <= _JOURNAL_LAG_MAX and self._journal_append(mark):
+        # The journal while the database keeps up; when it is behind by more than a few batches
+        # of this turn's lane's writes, the turn waits for its commit: the backlog must not
+        # grow without bound (it would spill).
+        if self._journal is not None and self._may_lead() and self._journal_append(mark):
             return
         # A future per waiting turn and one shared watchdog timer, rather than a timeout per
         # turn: this runs on every request.
@@ -453,6 +477,20 @@ class Store:
         if self._watchdog is None:
             self._watchdog = asyncio.get_running_loop().call_later(_ACK_WAIT_S, self._expire)
         await future
+
+    def _may_lead(self) -> bool:
+        """Whether the journal may answer for the turn in this context, the database being
+        as far behind as it is (`_JOURNAL_LAG_MAX`). A turn whose lane is not known waits
+        whenever the database is behind."""
+        backlog = len(self._queue) + len(self._inflight)
+        if backlog <= _JOURNAL_LAG_MAX:
+            return True
+        lane = _LANE.get()
+        return (
+            backlog <= 4 * _JOURNAL_LAG_MAX
+            and lane is not _UNKNOWN
+            and self._lead.of(lane) <= _JOURNAL_LAG_MAX // 4
+        )
 
     @property
     def submitted(self) -> int:
@@ -626,6 +664,7 @@ class Store:
 
     def _handled_up_to(self, count: int) -> None:
         self._handled += count
+        self._lead.handled(count)
         if self._journal is not None:
             self._journal.handled(self._handled)
         if self._durable:

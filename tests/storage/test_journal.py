@@ -6,6 +6,7 @@ does not have yet."""
 from __future__ import annotations
 
 import asyncio
+import contextvars
 from collections.abc import AsyncIterator, Awaitable, Callable
 from dataclasses import dataclass, field
 from pathlib import Path
@@ -278,3 +279,81 @@ async def test_a_database_behind_by_more_than_its_lag_bound_makes_turns_wait_for
     release = hold_commits(store, monkeypatch)
     a_turn(store, "behind")  # five writes: more than the database may lag behind
     await waits_for_its_commit(store, release, tmp_path)
+
+
+def a_long_turn(store: Store, team: str, cid: str, messages: int) -> None:
+    """A turn of `team` whose request holds `messages` messages (an agent's long history)."""
+    store.create_conversation(Conversation(cid, 1.0, team_id=team))
+    store.start_turn(TurnStart(f"t-{cid}", cid, 1.0, {}, team_id=team))
+    for n in range(messages):
+        store.append(NewEvent(cid, f"t-{cid}", "user/message", {"content": f"{team} {n}"}))
+
+
+async def answered(store: Store, request: contextvars.Context) -> asyncio.Task[None]:
+    """`durable_enough` in a request's task (its context, where its turn started), given one
+    step: done then if the journal answered for it, else waiting for a commit."""
+    task = asyncio.create_task(store.durable_enough(), context=request)
+    await asyncio.sleep(0)  # the task's first step runs before this resumes
+    return task
+
+
+async def test_a_team_behind_the_database_waits_and_another_answers_from_the_journal(
+    make: MakeStore, crash: Crash, monkeypatch: pytest.MonkeyPatch, tmp_path: Path
+) -> None:
+    """Backpressure falls on the lane making the backlog: a team's long histories slow that
+    team's turns, not another team's whose own writes are few; that one is durable as ever
+    (the journal holds every write up to its own, the flood's too, in order)."""
+    from gateway.storage import store as store_module
+
+    monkeypatch.setattr(store_module, "_JOURNAL_LAG_MAX", 16)
+    store = await make()
+    release = hold_commits(store, monkeypatch)
+    flood, other = contextvars.copy_context(), contextvars.copy_context()
+    try:
+        flood.run(a_long_turn, store, "a", "flood", 30)  # 32 writes: twice what may lag
+        flooding = await answered(store, flood)
+        assert not flooding.done() and journal_writes(tmp_path) == 0
+        other.run(a_long_turn, store, "b", "other", 1)
+        assert (await answered(store, other)).done()
+        assert journal_writes(tmp_path) == store.pending_writes() == 35
+        flood.run(a_long_turn, store, "a", "flood-2", 1)  # the flooding team's next turn waits
+        flooding_again = await answered(store, flood)
+        assert not flooding_again.done()
+    except BaseException:
+        release.set()  # the store is closed after a failure, which waits for the commits
+        raise
+    flooding.cancel()
+    flooding_again.cancel()
+    await crash(store)
+    again = await make()
+    assert [e.payload["content"] for e in await again.events("other")] == ["b 0"]
+    assert len(await again.events("flood")) == 30
+
+
+async def test_every_turn_waits_once_the_database_is_far_enough_behind(
+    make: MakeStore, monkeypatch: pytest.MonkeyPatch, tmp_path: Path
+) -> None:
+    """Many lanes, each within its share, still make a backlog the database must be given time
+    for; and a turn whose lane is not known (its start in another context) waits as before."""
+    from gateway.storage import store as store_module
+
+    monkeypatch.setattr(store_module, "_JOURNAL_LAG_MAX", 16)
+    store = await make()
+    release = hold_commits(store, monkeypatch)
+    for n in range(6):  # six teams of 3 writes: 18 behind, each team's 3 within a quarter of 16
+        contextvars.copy_context().run(a_long_turn, store, f"team-{n}", f"c{n}", 1)
+    late = contextvars.copy_context()
+    try:
+        late.run(a_long_turn, store, "late", "late", 1)
+        assert (await answered(store, late)).done()
+        unknown = await answered(store, contextvars.copy_context())
+        assert not unknown.done()
+        for n in range(10):  # ten teams more, of 5 writes: 71 behind, past four times the bound
+            contextvars.copy_context().run(a_long_turn, store, f"more-{n}", f"m{n}", 3)
+        late_again = await answered(store, late)
+        assert not late_again.done()
+    finally:
+        release.set()
+    async with asyncio.timeout(5):
+        await asyncio.gather(unknown, late_again)
+    assert store.pending_writes() == 0
