@@ -2,6 +2,12 @@
 
 Uses tiktoken's cl100k_base, loaded from the files litellm ships (no network); falls back to
 about 4 characters a token if they are missing. An estimate is always flagged as one.
+
+Loading the tokenizer holds the interpreter for about a tenth of a second. What a request
+reserves against its limits (`tally_messages`) is counted at the same 4 characters a token until
+it is loaded, its load begun on a thread of its own, rather than stall the event loop for it:
+that reservation is settled by the provider's count. What a turn is billed (`count_messages`,
+`count_text`) waits for the tokenizer.
 """
 
 from __future__ import annotations
@@ -26,10 +32,25 @@ _loading = threading.Lock()
 _stopping = threading.Event()
 
 
+_loader: threading.Thread | None = None
+
+
 def _encoding() -> Any:
     if _loaded is _UNLOADED:
         _load()
     return _loaded
+
+
+def _encoding_now() -> Any:
+    """The tokenizer, or None (the rough rate) while it is not loaded yet: then its load is
+    begun on a thread, unless one is under way (warm(), or an estimate before)."""
+    global _loader
+    if _loaded is not _UNLOADED:
+        return _loaded
+    if (_loader is None or not _loader.is_alive()) and not _loading.locked():
+        _loader = threading.Thread(target=_load, name="tokenizer-load", daemon=True)
+        _loader.start()
+    return None
 
 
 def _load() -> None:
@@ -86,10 +107,11 @@ _SAMPLE_CHARS = 8192
 _TALLY_CHARS = 65536
 
 
-def count_text(text: str) -> int:
+def count_text(text: str, *, wait: bool = True) -> int:
+    """`text`'s tokens; without `wait`, at the rough rate while the tokenizer is loading."""
     if not text:
         return 0
-    encoding = _encoding()
+    encoding = _encoding() if wait else _encoding_now()
     if encoding is None:
         return max(1, len(text) // 4)
     if len(text) <= _SAMPLE_CHARS:
@@ -101,7 +123,7 @@ def count_text(text: str) -> int:
 def count_messages(messages: list[Any], vendor: str = "openai", model: str | None = None) -> int:
     """A chat request's prompt tokens: text plus a few tokens of framing per message, and each
     image, audio clip or file by the rules of the `vendor` that bills it (`vendor_of`)."""
-    return tally_messages(messages).tokens(vendor, model)
+    return tally_messages(messages, wait=True).tokens(vendor, model)
 
 
 def count_embedding_input(value: Any) -> int:
@@ -116,10 +138,11 @@ def count_embedding_input(value: Any) -> int:
     return 0
 
 
-def tally_messages(messages: list[Any]) -> PromptTally:
+def tally_messages(messages: list[Any], *, wait: bool = False) -> PromptTally:
     """What a chat request's prompt holds, counted once: its text tokens and its other inputs,
-    which each deployment's provider then prices by its own rules (`PromptTally.tokens`)."""
-    tally = PromptTally()
+    which each deployment's provider then prices by its own rules (`PromptTally.tokens`).
+    Counted at the rough rate while the tokenizer is loading, unless `wait`."""
+    tally = PromptTally(wait=wait)
     tally.text = 3
     for message in messages:
         if not isinstance(message, dict):
@@ -132,9 +155,9 @@ def tally_messages(messages: list[Any]) -> PromptTally:
             for part in content:
                 _tally_part(part, tally)
         elif content is not None:
-            tally.text += _count_other(content)
+            tally.text += _count_other(content, tally.wait)
         for call in message.get("tool_calls") or ():
-            tally.text += _count_other(call)
+            tally.text += _count_other(call, tally.wait)
     return tally
 
 
@@ -174,12 +197,13 @@ class PromptTally:
     # is counted at their rate, as one long text is from its sample (`count_text`).
     chars: int = 0
     counted: int = 0
+    wait: bool = True  # for the tokenizer, were it not loaded yet (`count_text`)
 
     def count(self, text: str) -> int:
         """`count_text`, for one text of many in a prompt."""
         if self.chars >= _TALLY_CHARS and self.counted:
             return max(1, round(len(text) * self.counted / self.chars)) if text else 0
-        tokens = count_text(text)
+        tokens = count_text(text, wait=self.wait)
         self.chars += len(text)
         self.counted += tokens
         return tokens
@@ -294,7 +318,7 @@ def _patches(width: int | None, height: int | None) -> int:
 
 def _tally_part(part: Any, tally: PromptTally) -> None:
     if not isinstance(part, dict):
-        tally.text += _count_other(part)
+        tally.text += _count_other(part, tally.wait)
         return
     kind = part.get("type")
     if kind == "text" and isinstance(part.get("text"), str):
@@ -313,14 +337,14 @@ def _tally_part(part: Any, tally: PromptTally) -> None:
         tally.media.append(Audio(_audio_seconds(data, audio.get("format"))))
     elif kind == "file":
         file = part.get("file")
-        tally.media.append(_file(file if isinstance(file, dict) else {}))
+        tally.media.append(_file(file if isinstance(file, dict) else {}, tally.wait))
     else:
-        tally.text += _count_other(part)
+        tally.text += _count_other(part, tally.wait)
 
 
-def _count_other(value: Any) -> int:
+def _count_other(value: Any, wait: bool = True) -> int:
     """A value of no known shape: its text, without any base64 it carries."""
-    return count_text(orjson.dumps(_without_blobs(value)).decode())
+    return count_text(orjson.dumps(_without_blobs(value)).decode(), wait=wait)
 
 
 def _without_blobs(value: Any) -> Any:
@@ -479,7 +503,7 @@ _PDF_PAGE = re.compile(rb"/Type\s*/Page(?![A-Za-z])")
 _PDF_BYTES_PER_PAGE = 50_000
 
 
-def _file(file: dict[str, Any]) -> File:
+def _file(file: dict[str, Any], wait: bool = True) -> File:
     data = file.get("file_data")
     if not isinstance(data, str):
         return File(pages=1, text_tokens=0)  # a file id: its contents are not in the request
@@ -490,6 +514,6 @@ def _file(file: dict[str, Any]) -> File:
         pages = len(_PDF_PAGE.findall(raw)) or max(1, len(raw) // _PDF_BYTES_PER_PAGE)
         return File(pages=pages, text_tokens=0)
     try:
-        return File(pages=0, text_tokens=count_text(raw.decode()))
+        return File(pages=0, text_tokens=count_text(raw.decode(), wait=wait))
     except UnicodeDecodeError:
         return File(pages=max(1, len(raw) // _PDF_BYTES_PER_PAGE), text_tokens=0)

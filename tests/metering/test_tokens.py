@@ -2,11 +2,15 @@
 
 from __future__ import annotations
 
+import threading
 import time
+from collections.abc import Iterator
 
+import pytest
 import tiktoken
 
-from gateway.metering.tokens import count_messages, count_text
+from gateway.metering import tokens
+from gateway.metering.tokens import count_messages, count_text, tally_messages
 
 
 def test_short_text_is_counted_exactly() -> None:
@@ -45,3 +49,43 @@ def test_many_texts_are_counted_from_a_sample_in_a_time_that_does_not_grow_with_
     exact = 3 + sum(4 + len(encoding.encode(t)) for t in texts)
     estimate = count_messages([{"role": "user", "content": t} for t in texts])
     assert abs(estimate - exact) / exact < 0.10
+
+
+@pytest.fixture
+def loading(monkeypatch: pytest.MonkeyPatch) -> Iterator[tuple[threading.Event, list[int]]]:
+    """The tokenizer as if not loaded yet, its load (each one counted) held until the event."""
+    real = tokens._encoding()
+    release, loads = threading.Event(), []
+
+    def held() -> object:
+        loads.append(1)
+        release.wait(10)
+        return real
+
+    monkeypatch.setattr(tokens, "_loaded", tokens._UNLOADED)
+    monkeypatch.setattr(tokens, "_loader", None)
+    monkeypatch.setattr(tokens, "_read_encoding", held)
+    yield release, loads
+    release.set()
+    if tokens._loader is not None:
+        tokens._loader.join(10)
+
+
+def test_a_reservation_made_while_the_tokenizer_loads_counts_characters_instead_of_waiting(
+    loading: tuple[threading.Event, list[int]],
+) -> None:
+    """A request's reservation must not hold the event loop for the tokenizer's load: it
+    counts four characters a token until the load, begun by it on a thread, is done."""
+    release, loads = loading
+    text = "What a user saw is what the model remembers, no more, no less."
+    messages = [{"role": "user", "content": text}]
+    assert tally_messages(messages).tokens() == 3 + 4 + len(text) // 4  # the load is held
+    assert tally_messages(messages).tokens() == 3 + 4 + len(text) // 4
+    release.set()
+    loader = tokens._loader
+    assert loader is not None
+    loader.join(10)
+    exact = len(tiktoken.get_encoding("cl100k_base").encode(text))
+    assert exact != len(text) // 4
+    assert tally_messages(messages).tokens() == count_messages(messages) == 3 + 4 + exact
+    assert loads == [1]  # one load, however many estimates came during it
