@@ -77,7 +77,7 @@ class KeyStore:
                 for i, n, c, m, lim in rows
             ]
 
-        return await self._store.run(op)
+        return await self._store.lookup(op)
 
     async def team(self, team_id: str) -> Team | None:
         return next((t for t in await self.teams() if t.id == team_id), None)
@@ -130,7 +130,8 @@ class KeyStore:
             row = await db.fetchrow(f"SELECT {_KEY_COLUMNS} FROM keys WHERE {column} = ?", value)
             return _key(row) if row else None
 
-        return await self._store.run(op)
+        # A request's key check: never behind the turns queued for the database.
+        return await self._store.lookup(op)
 
     async def update_key(self, key_id: str, changes: dict[str, Any]) -> KeyRecord | None:
         fields = [f for f in changes if f in KEY_UPDATABLE or f == "revoked_at"]

@@ -31,7 +31,7 @@ import orjson
 
 from gateway import metrics
 from gateway.storage import schema
-from gateway.storage.db import Db, Dialect, Op, StoreUnavailable
+from gateway.storage.db import Db, Dialect, Op, ReadTimeout, StoreUnavailable
 from gateway.storage.journal import Journal, Lead
 from gateway.storage.payload import DeferredPayload
 from gateway.storage.records import (
@@ -76,6 +76,7 @@ _JOURNAL_LAG_MAX = 16 * _BATCH
 _RETRIES = 3
 _STUCK_RETRY_S = 0.5
 _ACK_WAIT_S = 5.0
+_LOOKUP_S = 5.0  # a key or team lookup's longest read (Store.lookup)
 # How long a checkpoint whose turn is not in the database is kept (claim_orphaned_turns).
 _ORPHAN_CHECKPOINT_S = 24 * 3600.0
 # How long writes nobody waits for yet (a turn's start) may wait for more (its end): one
@@ -603,6 +604,17 @@ class Store:
         self._reachable()
         await self._caught_up()
         return await self.backend.read(op, timeout_s, search=search)
+
+    async def lookup(self, op: Op[T]) -> T:
+        """A short read of rows no write of the queue touches (keys, teams: written straight
+        to the database): it waits neither for the queued writes nor behind the writer, so
+        one team's backlog never holds another's key check. Past `_LOOKUP_S` the store counts
+        as unavailable (a 503, worth retrying)."""
+        self._reachable()
+        try:
+            return await self.backend.read(op, _LOOKUP_S)
+        except ReadTimeout as exc:
+            raise StoreUnavailable(f"a lookup took more than {_LOOKUP_S:g} s") from exc
 
     async def ping(self) -> None:
         self._reachable()
