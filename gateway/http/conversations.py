@@ -16,9 +16,7 @@ from gateway.dialects.requests import parse_json_object
 from gateway.errors import Conflict, InvalidRequest, NotFound
 from gateway.http.auth import PRINCIPAL
 from gateway.pipeline.cancel import CANCEL_BUS, Outcome, stop
-from gateway.storage.db import Db
 from gateway.storage.records import ContentBlock, Conversation
-from gateway.storage.store import Store
 
 
 async def events(request: web.Request) -> web.Response:
@@ -28,43 +26,10 @@ async def events(request: web.Request) -> web.Response:
     # What each turn asked for (its recorded request: endpoint, parameters, tools, system
     # prompt, request id, the headers that matter) and the id of the answer it was sent, for
     # the admin UI's request panel.
-    turns = await _turns(
-        request.app[GATEWAY].store, list(dict.fromkeys(e.turn_id for e in path if e.turn_id))
+    turns = await request.app[GATEWAY].store.turn_requests(
+        list(dict.fromkeys(e.turn_id for e in path if e.turn_id))
     )
     return web.json_response({"object": "list", "data": [e.to_api() for e in path], "turns": turns})
-
-
-async def _turns(store: Store, turn_ids: list[str]) -> list[dict[str, Any]]:
-    """Each of `turn_ids` the store holds, in their order: its id, recorded request and
-    response id."""
-
-    async def read(db: Db) -> dict[str, dict[str, Any]]:
-        found: dict[str, dict[str, Any]] = {}
-        for first in range(0, len(turn_ids), 500):
-            ids = turn_ids[first : first + 500]
-            marks = ", ".join("?" * len(ids))
-            rows = await db.fetch(
-                f"SELECT id, request, response_id, upstream_id FROM turns WHERE id IN ({marks})",
-                *ids,
-            )
-            found.update(
-                (
-                    r[0],
-                    {
-                        "id": r[0],
-                        "request": orjson.loads(r[1]),
-                        "response_id": r[2],
-                        "upstream_id": r[3],
-                    },
-                )
-                for r in rows
-            )
-        return found
-
-    if not turn_ids:
-        return []
-    found = await store.run(read)
-    return [found[t] for t in turn_ids if t in found]
 
 
 async def messages(request: web.Request) -> web.Response:

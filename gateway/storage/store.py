@@ -1029,6 +1029,34 @@ class Store:
 
         return await self.run(read)
 
+    async def turn_requests(self, turn_ids: list[str]) -> list[dict[str, Any]]:
+        """Each of `turn_ids` the store holds, in their order: its id, its recorded request,
+        and the ids the client and the provider gave its answer."""
+
+        async def read(db: Db) -> dict[str, dict[str, Any]]:
+            found: dict[str, dict[str, Any]] = {}
+            for first in range(0, len(turn_ids), 500):
+                ids = turn_ids[first : first + 500]
+                marks = ", ".join("?" * len(ids))
+                rows = await db.fetch(
+                    "SELECT id, request, response_id, upstream_id FROM turns"
+                    f" WHERE id IN ({marks})",
+                    *ids,
+                )
+                for turn_id, request, response_id, upstream_id in rows:
+                    found[turn_id] = {
+                        "id": turn_id,
+                        "request": orjson.loads(request),
+                        "response_id": response_id,
+                        "upstream_id": upstream_id,
+                    }
+            return found
+
+        if not turn_ids:
+            return []
+        found = await self.run(read)
+        return [found[t] for t in turn_ids if t in found]
+
     async def open_turn_of_request(self, request_id: str, team_id: str | None) -> str | None:
         """The newest turn still open that a request with this id started, for this team (None:
         any team's, for the admin): what a cancel by request id names on another replica."""
