@@ -230,6 +230,13 @@ class UsageStore:
                 # A plan for the times asked: one made for any (the connection's prepared
                 # statement, after a few runs) reads a day as it would read a year.
                 await db.execute("SET LOCAL plan_cache_mode = force_custom_plan")
+                # The answer's rows sorted in memory: 90 days by hour or by key, some 20,000
+                # rows, went to disk at the default 4 MB. A larger setting is kept.
+                await db.execute(
+                    "SELECT set_config('work_mem', GREATEST(setting::bigint, ?)::text || 'kB',"
+                    " true) FROM pg_settings WHERE name = 'work_mem'",
+                    _SORT_KB,
+                )
                 return await op(db)
 
             return await self._store.transact(repeatable)
@@ -304,6 +311,7 @@ def _tag_column(dialect: Dialect, key: str) -> str:
 
 
 _FILL_LOCK = 7426174  # pg_advisory_xact_lock: the fillers of usage_days
+_SORT_KB = 32 * 1024  # PostgreSQL's work_mem for a report, at least
 _NOW = {
     "sqlite": "SELECT (julianday('now') - 2440587.5) * 86400.0",
     "postgresql": "SELECT extract(epoch FROM clock_timestamp())",
@@ -568,28 +576,56 @@ def _report_sql(
     return sql + " ORDER BY 1, 2", args
 
 
-def _records(
-    rows: list[Row],
-) -> tuple[list[dict[str, Any]], dict[tuple[int, Any], dict[str, Any]]]:
-    """The report's rows as records, and each by its period (Unix seconds) and group."""
-    out, by_key = [], {}
-    periods: dict[int, str] = {}
-    for row in rows:
-        record = dict(zip(COLUMNS, row, strict=True))
-        period = int(row[0])
-        if period not in periods:
-            periods[period] = datetime.fromtimestamp(period, UTC).isoformat()
-        record["period_start"] = periods[period]
-        cost = row[-1]
-        record["cost_usd"] = round(cost, 10) if cost is not None else None
+# A report's records by period (Unix seconds), then group.
+Index = dict[int, dict[Any, dict[str, Any]]]
+
+
+def _records(rows: list[Row]) -> tuple[list[dict[str, Any]], Index]:
+    """The report's rows as records, and each by its period and group. Indexed without a
+    tuple a record: records of plain values are left out of the garbage collector's walks, a
+    tuple is not."""
+    out = []
+    periods: dict[int, tuple[str, dict[Any, dict[str, Any]]]] = {}
+    # A dict display with the keys written out is built at once, keys hashed in advance: a
+    # report by key over months is 18,000 of them, and dict(zip(COLUMNS, row)) took twice as
+    # long. tests/metering/test_report_days.py holds its keys to COLUMNS, in order.
+    for (
+        period, group, requests, attempts, failed, interrupted, errors, prompt, completion,
+        delivered, reasoning, cached, write_5m, write_1h, estimated, unpriced, unpriced_prompt,
+        unpriced_completion, cost,
+    ) in rows:  # fmt: skip
+        seen = periods.get(period)
+        if seen is None:
+            seen = periods[period] = (datetime.fromtimestamp(period, UTC).isoformat(), {})
+        start, groups = seen
+        groups[group] = record = {
+            "period_start": start,
+            "group": group,
+            "requests": requests,
+            "attempts": attempts,
+            "failed_attempts": failed,
+            "interrupted": interrupted,
+            "errors": errors,
+            "prompt_tokens": prompt,
+            "completion_tokens": completion,
+            "completion_delivered": delivered,
+            "reasoning_tokens": reasoning,
+            "cached_tokens": cached,
+            "cache_write_5m_tokens": write_5m,
+            "cache_write_1h_tokens": write_1h,
+            "estimated": estimated,
+            "unpriced_requests": unpriced,
+            "unpriced_prompt_tokens": unpriced_prompt,
+            "unpriced_completion_tokens": unpriced_completion,
+            "cost_usd": None if cost is None else round(cost, 10),
+        }
         out.append(record)
-        by_key[(period, row[1])] = record
-    return out, by_key
+    return out, {int(period): groups for period, (_, groups) in periods.items()}
 
 
 async def _across_days(
     db: Db,
-    by_key: dict[tuple[int, Any], dict[str, Any]],
+    by_key: Index,
     column: str,
     span: tuple[float, float],
     team_id: str | None,
@@ -636,13 +672,11 @@ async def _across_days(
             _count_turn(by_key, some, -1, bucket)
 
 
-def _count_turn(
-    by_key: dict[tuple[int, Any], dict[str, Any]], attempts: list[Row], sign: int, bucket: int
-) -> None:
+def _count_turn(by_key: Index, attempts: list[Row], sign: int, bucket: int) -> None:
     """Count a turn of these attempts (rows of `_FIELDS`) at its last, `sign` times."""
     last = max(attempts, key=lambda row: (len(row[0]), row[0]))
     _, _, _, at, group, status, _, _, _, _ = last
-    record = by_key[(math.floor(at / bucket) * bucket, group)]
+    record = by_key[math.floor(at / bucket) * bucket][group]
     record["requests"] += sign
     record["interrupted"] += sign * (status == "interrupted")
     record["errors"] += sign * (status == "error")

@@ -166,6 +166,7 @@ def reference(
 def assert_same(rows: list[dict[str, Any]], expected: dict[tuple[str, Any], Any]) -> None:
     got = {(r["period_start"], r["group"]): r for r in rows}
     assert len(got) == len(rows)  # a row a period and group
+    assert all(list(r) == COLUMNS for r in rows)  # the answer's fields, in the documented order
     assert set(got) == set(expected)
     for key, want in expected.items():
         have = {name: got[key][name] for name in want}
