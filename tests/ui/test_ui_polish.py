@@ -122,11 +122,12 @@ async def test_a_page_not_found_shows_no_internal_id(
     await page.context.close()
 
 
+@pytest.mark.parametrize("width", [1440, 390])
 async def test_one_rule_for_costs_and_one_word_for_a_state_in_progress(
-    scene: Scene, browser: Any
+    scene: Scene, browser: Any, width: int
 ) -> None:
     gw, a, _b = scene
-    page = await signed_in(browser, gw)
+    page = await signed_in(browser, gw, viewport=VIEWPORTS[width])
     shown = await page.evaluate(
         """async () => {
             const { fmtUsd, fmtUsdExact } = await import('./format.js');
