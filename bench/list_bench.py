@@ -18,15 +18,23 @@ page deep by cursor, `q` (a common word, the commonest, an uncommon one, a rare 
 words), `id` (a conversation's, a request's, an answer's), `user` (the user with the most
 conversations, and a rare one), a metadata filter, a cost range, and a team key's first page.
 Prints p50 and p95 in milliseconds, and the rows each found.
+
+`--ui` then times the page too: a gateway served on each store (`gateway serve`, on the bench's
+own CPUs), the conversation list opened in Debian's Chromium (Playwright, signed in with the
+master key) until the first page's rows are drawn: the default list, a search (`q=water`,
+`q=the`) and the heaviest user. Prints the p50 of `--ui-runs` in ms, opened from a blank page
+(the app's code loaded too) and from another page of the app (its address changed).
 """
 
 from __future__ import annotations
 
 import argparse
 import asyncio
+import os
 import random
 import sqlite3
 import statistics
+import sys
 import tempfile
 import time
 from collections.abc import Callable, Coroutine, Iterator
@@ -37,6 +45,7 @@ from typing import Any
 import asyncpg
 import orjson
 
+from bench.procs import free_port, port_open, spawn, wait_until
 from gateway.config import StoreConfig
 from gateway.conversations.listing import Cursor, ListQuery, list_conversations
 from gateway.storage.backends import make_store
@@ -327,11 +336,102 @@ async def main(args: argparse.Namespace, pg_url: str | None) -> None:
             size = path.stat().st_size / 2**20
             print(f"SQLite filled in {time.perf_counter() - t:.0f} s ({size:.0f} MiB)")
             report("SQLite", await bench(f"sqlite:///{path}", made, args.runs))
+            if args.ui:
+                report_ui("SQLite", await ui_times(f"sqlite:///{path}", made, args.ui_runs))
     if pg_url is not None:
         t = time.perf_counter()
         await fill_postgres(pg_url, made)
         print(f"PostgreSQL filled in {time.perf_counter() - t:.0f} s")
         report("PostgreSQL", await bench(pg_url, made, args.runs))
+        if args.ui:
+            report_ui("PostgreSQL", await ui_times(pg_url, made, args.ui_runs))
+
+
+UI_MASTER = "sk-list-bench-master-key-0123456789"
+CHROMIUM = "/usr/bin/chromium"  # Debian's, as tests/ui drives it
+BROWSER_ARGS = ["--no-sandbox", "--disable-gpu", "--disable-dev-shm-usage", "--no-first-run"]
+ROWS = "[data-page=conversations] tr[data-conversation-id]"
+
+
+def ui_pages(made: Seed) -> list[tuple[str, str]]:
+    heavy, conversations = made.heavy_user
+    return [
+        ("first page", "#/conversations"),
+        ("q=water (common)", "#/conversations?q=water"),
+        ("q=the (the commonest)", "#/conversations?q=the"),
+        (f"user={heavy} (heavy: {conversations:,})", f"#/conversations?user={heavy}"),
+    ]
+
+
+async def ui_times(url: str, made: Seed, runs: int) -> list[tuple[str, float, float]]:
+    """Each page of `ui_pages` opened `runs` times after one warm-up, in a gateway served on
+    the store at `url`: (page, p50 from a blank page to its rows drawn, p50 from another page
+    of the app) in ms."""
+    from playwright.async_api import async_playwright, expect
+
+    where = Path(tempfile.mkdtemp(prefix="gw-list-ui-"))
+    config = where / "gateway.yaml"
+    spool = where / "spool"
+    config.write_text(
+        orjson.dumps(
+            {
+                "store": {"url": url, "spool_path": str(spool)},
+                "auth": {"master_key": UI_MASTER},
+                "models": [
+                    {"name": "demo", "deployments": [{"provider": "demo", "price": "free"}]}
+                ],
+            }
+        ).decode()
+    )
+    port = free_port()
+    core = min(os.sched_getaffinity(0))
+    argv = [sys.executable, "-m", "gateway", "serve", "--config", str(config), "--port", str(port)]
+    gateway = spawn("gateway", argv, core, where / "gateway.log", Path.cwd())
+    results = []
+    try:
+        wait_until(gateway, lambda: port_open(port), timeout=120)
+        base = f"http://127.0.0.1:{port}/ui/"
+        async with async_playwright() as p:
+            browser = await p.chromium.launch(
+                executable_path=CHROMIUM, headless=True, args=BROWSER_ARGS
+            )
+            page = await browser.new_page(viewport={"width": 1440, "height": 900})
+            page.set_default_timeout(30_000)
+            await page.goto(base)
+            await page.get_by_test_id("login-key").fill(UI_MASTER)
+            await page.get_by_test_id("login-submit").click()
+            await expect(page.locator(ROWS).first).to_be_visible(timeout=30_000)
+            for name, route in ui_pages(made):
+                opened, moved = [], []
+                for _ in range(runs + 1):
+                    await page.goto("about:blank")
+                    start = time.perf_counter()
+                    await page.goto(base + route)
+                    await expect(page.locator(ROWS).first).to_be_visible(timeout=30_000)
+                    opened.append((time.perf_counter() - start) * 1000)
+                    # Then within the app, its code loaded: from a page without rows.
+                    await page.goto(base + "#/nowhere")
+                    await expect(page.get_by_test_id("not-found")).to_be_visible()
+                    start = time.perf_counter()
+                    await page.evaluate("route => { location.hash = route }", route[1:])
+                    await expect(page.locator(ROWS).first).to_be_visible(timeout=30_000)
+                    moved.append((time.perf_counter() - start) * 1000)
+                results.append((name, statistics.median(opened[1:]), statistics.median(moved[1:])))
+            await browser.close()
+    finally:
+        gateway.stop()
+    return results
+
+
+def report_ui(name: str, results: list[tuple[str, float, float]]) -> None:
+    print(f"\n{name}, the list page in Chromium: ms to its rows drawn, p50 opened / in the app")
+    for page, opened, moved in results:
+        print(f"  {page:36} {opened:8.1f} {moved:8.1f}")
+
+
+def options(parser: argparse.ArgumentParser) -> None:
+    parser.add_argument("--ui", action="store_true", help="time the list page in Chromium too")
+    parser.add_argument("--ui-runs", type=int, default=5, help="times each page is opened")
 
 
 def run_on_backends(
@@ -363,4 +463,4 @@ def run_on_backends(
 
 
 if __name__ == "__main__":
-    run_on_backends(__doc__, main, "gw-list-")
+    run_on_backends(__doc__, main, "gw-list-", options)
