@@ -32,6 +32,7 @@ import argparse
 import asyncio
 import os
 import random
+import shutil
 import sqlite3
 import statistics
 import sys
@@ -420,6 +421,7 @@ async def ui_times(url: str, made: Seed, runs: int) -> list[tuple[str, float, fl
             await browser.close()
     finally:
         gateway.stop()
+    shutil.rmtree(where)  # kept, with the gateway's log, when something failed
     return results
 
 
