@@ -44,7 +44,7 @@ SLOTS = round(INTERVAL_S / TICK_S)
 
 
 def _without(d: Mapping[str, Any], *keys: str) -> dict[str, Any]:
-    rest = dict(d)  # (a copy less some keys: faster than a comprehension over all of them)
+    rest = {**d}  # (a copy less some keys: faster than a comprehension over all of them)
     for key in keys:
         rest.pop(key, None)
     return rest
