@@ -22,6 +22,7 @@ from gateway.errors import UpstreamError
 from gateway.storage.payload import DeferredPayload, as_text, encoded
 from gateway.storage.records import NewEvent
 from gateway.storage.store import Store
+from gateway.storage.writes import Write
 from gateway.stream import attempt_log
 from gateway.stream import compact as compact_module
 from gateway.stream.assembler import BlockAssembler
@@ -293,25 +294,31 @@ def test_a_failed_attempt_keeps_everything_it_received() -> None:
     assert store.payload("assistant/attempt") == orjson.dumps(expected)
 
 
+class Queue:
+    """Store.append over a queue that keeps each row it is given (the store's own code, none of
+    its state but what append reads)."""
+
+    _indexes_text = False  # as on PostgreSQL: no search text made
+
+    def __init__(self, rows: list[dict[str, Any]]) -> None:
+        self.rows = rows
+        self._ends: OrderedDict[str, str] = OrderedDict()
+        self._open: dict[str, set[str]] = {}
+        self._turn_lanes: dict[str, object] = {}
+
+    def _submit(self, write: Write, lane: object) -> None:
+        self.rows.append(write.row)
+
+    def append(self, event: NewEvent) -> None:
+        Store.append(self, event)  # type: ignore[arg-type]
+
+
 def test_the_store_writes_the_json_of_the_old_records() -> None:
     """What reaches the database is Store.append's JSON text of the payload."""
     rows: list[dict[str, Any]] = []
 
-    class Queue:
-        _indexes_text = False  # as on PostgreSQL: no search text made
-
-        def __init__(self) -> None:
-            self._ends: OrderedDict[str, str] = OrderedDict()
-            self._open: dict[str, set[str]] = {}
-
-        def write(self, kind: str, row: dict[str, Any], search: str | None = None) -> None:
-            rows.append(row)
-
-        def append(self, event: NewEvent) -> None:
-            Store.append(self, event)  # type: ignore[arg-type]
-
     attempt, old = both(1, 100.0, FIRST + SECOND)
-    turn = TurnRecorder(Queue(), "c", "t")  # type: ignore[arg-type]
+    turn = TurnRecorder(Queue(rows), "c", "t")  # type: ignore[arg-type]
     turn.attempts.append(attempt)
     turn.completed(attempt)
     expected = old_message([(old, old.events)], 1, interrupted=False)
@@ -325,19 +332,6 @@ def test_a_long_answer_is_encoded_when_stored_and_the_same() -> None:
     written, giving the old JSON; later deltas (a drain after the client left) change nothing."""
     rows: list[dict[str, Any]] = []
 
-    class Queue:
-        _indexes_text = False  # as on PostgreSQL: no search text made
-
-        def __init__(self) -> None:
-            self._ends: OrderedDict[str, str] = OrderedDict()
-            self._open: dict[str, set[str]] = {}
-
-        def write(self, kind: str, row: dict[str, Any], search: str | None = None) -> None:
-            rows.append(row)
-
-        def append(self, event: NewEvent) -> None:
-            Store.append(self, event)  # type: ignore[arg-type]
-
     frames: list[tuple[int, list[StreamEvent]]] = [(1, [BlockStart(0, "text")])]
     frames += [(2 + i // 3, [BlockDelta(0, f"w{i} ")]) for i in range(40)]
     with pytest.MonkeyPatch.context() as patch:
@@ -345,7 +339,7 @@ def test_a_long_answer_is_encoded_when_stored_and_the_same() -> None:
         patch.setattr(attempt_log, "BATCH", 4)
         patch.setattr(attempt_log, "_JOIN_AT", 3)
         attempt, old = both(1, 100.0, frames)
-        turn = TurnRecorder(Queue(), "c", "t")  # type: ignore[arg-type]
+        turn = TurnRecorder(Queue(rows), "c", "t")  # type: ignore[arg-type]
         turn.attempts.append(attempt)
         turn.interrupted(attempt, 30, "acked", "client_disconnect")
         payload = rows[0]["payload"]
