@@ -853,6 +853,7 @@ async def test_thinking_is_recorded_with_its_signature(make_claude: MakeClaude, 
             model="claude", messages=[{"role": "user", "content": "Hi"}]
         )
     ).headers["X-Conversation-Id"]
+    await gw.flush()  # the turns' writes committed, not only journaled
     rows = gw.query(
         "SELECT payload FROM events WHERE type = 'assistant/message' AND conversation_id != ?"
         " ORDER BY seq",
