@@ -4,16 +4,7 @@
 // adds the next page below, from the API's cursor.
 
 import { append, clear, h } from './dom.js';
-import {
-  adminKeyName,
-  api,
-  filterChoices,
-  isAdmin,
-  names,
-  ownTeamName,
-  query,
-  session,
-} from './api.js';
+import { api, filterChoices, isAdmin, names, ownTeamName, query, session } from './api.js';
 import { ZONE, fmtInt, fmtMs, fmtTime, fmtUsdExact, plural } from './format.js';
 import { applySoon, go, href } from './router.js';
 import {
@@ -26,6 +17,7 @@ import {
   select,
   statusBadge,
   table,
+  teamKeyCell,
 } from './widgets.js';
 
 const FILTERS = ['endpoint', 'status', 'model', 'team_id', 'key_id', 'limit', 'id'];
@@ -226,28 +218,7 @@ function columns(teamName, keyName) {
       label: 'Team · key',
       heading: 'Team',
       sub: 'key',
-      cell: (c) =>
-        h(
-          'div',
-          { class: 'team-key' },
-          c.team_id
-            ? h('span', {
-                class: 'clip',
-                'data-col': 'team',
-                title: c.team_id,
-                text: teamName.get(c.team_id) || c.team_id,
-              })
-            : h('span', { class: 'muted', 'data-col': 'team', text: 'none' }),
-          h(
-            'div',
-            { class: 'conv-sub', 'data-col': 'key' },
-            c.key_id
-              ? keyName.has(c.key_id)
-                ? h('span', { class: 'clip', title: c.key_id, text: keyName.get(c.key_id) })
-                : idCell(c.key_id)
-              : h('span', { class: 'muted', text: adminKeyName() }),
-          ),
-        ),
+      cell: (c) => teamKeyCell(c, teamName, keyName),
     },
   ];
 }

@@ -18,6 +18,16 @@ import {
   table,
 } from './widgets.js';
 
+// A create form's limits, folded away: most keys and teams are made without any.
+function limitsDetails() {
+  return h(
+    'details',
+    { class: 'limits-details' },
+    h('summary', {}, 'Limits and budget'),
+    limitsFields(null),
+  );
+}
+
 function limitsFields(limits) {
   const l = limits || {};
   const b = l.budget || {};
@@ -150,12 +160,7 @@ export async function keysPage(root) {
         }),
       ),
     ),
-    h(
-      'details',
-      { class: 'limits-details' },
-      h('summary', {}, 'Limits and budget'),
-      limitsFields(null),
-    ),
+    limitsDetails(),
     h(
       'div',
       { class: 'filter-actions' },
@@ -221,12 +226,7 @@ export async function keysPage(root) {
         }),
       ),
     ),
-    h(
-      'details',
-      { class: 'limits-details' },
-      h('summary', {}, 'Limits and budget'),
-      limitsFields(null),
-    ),
+    limitsDetails(),
     h(
       'div',
       { class: 'filter-actions' },

@@ -5,16 +5,7 @@
 import { append, clear, h } from './dom.js';
 import { autoRefresh } from './autorefresh.js';
 import { listTimeline } from './list_timeline.js';
-import {
-  adminKeyName,
-  api,
-  enc,
-  filterChoices,
-  isAdmin,
-  names,
-  ownTeamName,
-  query,
-} from './api.js';
+import { api, enc, filterChoices, isAdmin, names, ownTeamName, query } from './api.js';
 import { ZONE, fmtAgo, fmtInt, fmtMs, fmtTime, fmtUsd, plural, utcDay } from './format.js';
 import { applySoon, go, href, keepFocus } from './router.js';
 import {
@@ -27,6 +18,7 @@ import {
   select,
   statusBadge,
   table,
+  teamKeyCell,
 } from './widgets.js';
 
 const PAGE_STACK = new Map(); // filters -> the cursors of the pages before this one
@@ -516,27 +508,7 @@ export async function conversationsPage(root, params) {
         label: 'Team · key',
         heading: 'Team',
         sub: 'key',
-        cell: (c) =>
-          h(
-            'div',
-            { class: 'team-key' },
-            c.team_id
-              ? h('span', {
-                  class: 'clip',
-                  title: c.team_id,
-                  text: teamName.get(c.team_id) || c.team_id,
-                })
-              : h('span', { class: 'muted', text: 'none' }),
-            h(
-              'div',
-              { class: 'conv-sub' },
-              c.key_id
-                ? keyName.has(c.key_id)
-                  ? h('span', { class: 'clip', title: c.key_id, text: keyName.get(c.key_id) })
-                  : idCell(c.key_id)
-                : h('span', { class: 'muted', text: adminKeyName() }),
-            ),
-          ),
+        cell: (c) => teamKeyCell(c, teamName, keyName),
       },
       {
         label: `Created (${ZONE})`,

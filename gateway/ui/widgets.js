@@ -1,6 +1,7 @@
 // The gateway's admin UI: the pieces every view is built from (icons, panels, fields, badges,
 // tables, alerts) (an ES module of the page; no build step).
 
+import { adminKeyName } from './api.js';
 import { h, s } from './dom.js';
 import { shortId } from './format.js';
 
@@ -148,6 +149,32 @@ export function select(name, options, value, props = {}) {
 export function idCell(id, link) {
   const text = h('code', { class: 'id', title: id, text: shortId(id) });
   return link ? h('a', { href: link, class: 'id-link' }, text) : text;
+}
+
+// A row's team and, under it, its key, by name where the names are known (the conversation
+// list's and the API calls' "Team · key" column).
+export function teamKeyCell(row, teamName, keyName) {
+  return h(
+    'div',
+    { class: 'team-key' },
+    row.team_id
+      ? h('span', {
+          class: 'clip',
+          'data-col': 'team',
+          title: row.team_id,
+          text: teamName.get(row.team_id) || row.team_id,
+        })
+      : h('span', { class: 'muted', 'data-col': 'team', text: 'none' }),
+    h(
+      'div',
+      { class: 'conv-sub', 'data-col': 'key' },
+      row.key_id
+        ? keyName.has(row.key_id)
+          ? h('span', { class: 'clip', title: row.key_id, text: keyName.get(row.key_id) })
+          : idCell(row.key_id)
+        : h('span', { class: 'muted', text: adminKeyName() }),
+    ),
+  );
 }
 
 export function table(columns, rows, empty = 'Nothing here yet.', sorting = null) {
