@@ -29,6 +29,7 @@ from aiohttp import web
 
 from gateway.config import ConfigError, TracingConfig
 from gateway.errors import GatewayError
+from gateway.storage.backlog import Mark
 from gateway.storage.records import REQUEST_ERROR, TURN_END, Conversation, NewEvent, TurnStart
 from gateway.stream.attempt_log import Other
 from gateway.stream.events import Finish
@@ -311,9 +312,8 @@ class _Watched:
     async def durable_enough(self) -> None:
         await self._store.durable_enough()
 
-    @property
-    def submitted(self) -> int:
-        return self._store.submitted
+    def mark(self) -> Mark:
+        return self._store.mark()
 
     def __getattr__(self, name: str) -> Any:
         return getattr(self._store, name)

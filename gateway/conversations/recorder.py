@@ -25,6 +25,7 @@ from gateway.conversations.threading import end_fingerprint, start_fingerprint
 from gateway.dialects.chat_message import assistant_message
 from gateway.errors import GatewayError, UpstreamError
 from gateway.scrub import scrub, scrub_json
+from gateway.storage.backlog import Mark
 from gateway.storage.payload import DeferredPayload
 from gateway.storage.records import (
     ASSISTANT_ATTEMPT,
@@ -71,8 +72,7 @@ class TurnWrites(Protocol):
 
     async def durable_enough(self) -> None: ...
 
-    @property
-    def submitted(self) -> int: ...
+    def mark(self) -> Mark: ...
 
 
 class TurnMeter(Protocol):
@@ -335,9 +335,9 @@ class TurnRecorder:
         self.ended = False
         self._on_end: asyncio.Future[None] | None = None  # made by a first `wait_ended`
         self._started = time.monotonic()
-        # The store's count of writes once the turn's start and input were submitted: they are
-        # durable when the store is durable up to it (Store.durable).
-        self.start_mark = 0
+        # Where the store's writes stood once the turn's start and input were submitted: they
+        # are durable when the store says the mark is (Store.durable).
+        self.start_mark: Mark = (0, None)
         self.metered: dict[str, Any] | None = None  # what the turn's end billed, once it ended
 
     def begin(
@@ -365,7 +365,7 @@ class TurnRecorder:
         for message in new_messages:
             kind, payload = _input_event(message)
             self._append(kind, payload)
-        self.start_mark = self.store.submitted
+        self.start_mark = self.store.mark()
 
     def new_attempt(self, route: Route) -> Attempt:
         attempt = Attempt(len(self.attempts) + 1, route)

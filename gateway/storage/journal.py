@@ -24,9 +24,7 @@ from __future__ import annotations
 import os
 import re
 from collections import deque
-from collections.abc import Hashable
 from pathlib import Path
-from typing import Any
 
 import orjson
 
@@ -124,45 +122,3 @@ class Journal:
             PRIVATE_FILE,
         )
         self._size = 0
-
-
-class Lead:
-    """How far each lane's writes run ahead of the database: the writes submitted and not yet
-    handled, counted by the lane (a team, or a key of none) that submitted them. The store makes
-    a turn wait for the database only when its own lane is behind, so one team's backlog (a
-    flood of long histories) slows that team's turns, not every turn queued behind it."""
-
-    def __init__(self) -> None:
-        self._runs: deque[list[Any]] = deque()  # [lane, count] of the writes not handled, in order
-        self._pending: dict[Hashable, int] = {}
-
-    def submitted(self, lane: Hashable) -> None:
-        runs = self._runs
-        if runs and runs[-1][0] == lane:
-            runs[-1][1] += 1
-        else:
-            runs.append([lane, 1])
-        pending = self._pending
-        pending[lane] = pending.get(lane, 0) + 1
-
-    def handled(self, count: int) -> None:
-        """The next `count` writes, in the order they were submitted, are handled."""
-        runs, pending = self._runs, self._pending
-        while count and runs:
-            run = runs[0]
-            lane, size = run
-            taken = min(size, count)
-            count -= taken
-            if taken == size:
-                runs.popleft()
-            else:
-                run[1] = size - taken
-            left = pending[lane] - taken
-            if left:
-                pending[lane] = left
-            else:
-                del pending[lane]
-
-    def of(self, lane: Hashable) -> int:
-        """The writes of `lane` not handled yet."""
-        return self._pending.get(lane, 0)

@@ -20,19 +20,19 @@ import asyncio
 import logging
 import os
 import time
-from collections import OrderedDict, deque
+from collections import OrderedDict
 from collections.abc import Awaitable, Callable, Hashable, Iterable
 from contextvars import ContextVar
 from dataclasses import dataclass
-from itertools import islice
 from typing import Any, Protocol, TypeVar
 
 import orjson
 
 from gateway import metrics
 from gateway.storage import schema
+from gateway.storage.backlog import Backlog, Mark
 from gateway.storage.db import Db, Dialect, Op, ReadTimeout, StoreUnavailable
-from gateway.storage.journal import Journal, Lead
+from gateway.storage.journal import Journal
 from gateway.storage.payload import DeferredPayload
 from gateway.storage.records import (
     TURN_END,
@@ -49,6 +49,10 @@ log = logging.getLogger(__name__)
 T = TypeVar("T")
 
 _BATCH = 512
+# And at most about this much JSON a batch (gateway.storage.backlog): a turn waits for the
+# batch its writes are in, and for the one being written before it, so a batch of one team's
+# long histories must not take long to write.
+_BATCH_WEIGHT = 256 * 1024
 # Turn fingerprints kept in memory: many more than can be waiting to be committed.
 _THREADS_KEPT = 8192
 # The conversations a threading lookup returns at most: two tell that a history is ambiguous;
@@ -132,8 +136,6 @@ class _Unwritable(Exception):
         self.writes = writes
 
 
-W = TypeVar("W", bound=tuple[Any, ...])
-
 # The lane of the turn last started in this context (a request's task): whose writes a
 # `durable_enough` there is about, since its callers do not say.
 _UNKNOWN = object()
@@ -142,19 +144,6 @@ _LANE: ContextVar[Hashable] = ContextVar("store_lane", default=_UNKNOWN)
 
 def _lane(team_id: str | None, key_id: str | None) -> Hashable:
     return team_id if team_id is not None or key_id is None else ("key", key_id)
-
-
-def _released(waiters: list[W], handled: int, *, everyone: bool = False) -> list[W]:
-    """Wake the waiters (`(mark, future, ...)`) whose writes are all handled (or `everyone`);
-    the others, still waiting."""
-    still = []
-    for waiter in waiters:
-        if everyone or waiter[0] <= handled:
-            if not waiter[1].done():
-                waiter[1].set_result(None)
-        else:
-            still.append(waiter)
-    return still
 
 
 class Store:
@@ -177,15 +166,17 @@ class Store:
         self._spool = spool
         self._queue_max = queue_max
         self._migrate = migrate
-        self._queue: deque[Write] = deque()
+        self._backlog = Backlog()
         self._wake = asyncio.Event()
         self._submitted = 0
-        self._handled = 0  # in the database, or fsync'd in the spool
+        # Every write submitted before this one is handled: in the database, or fsync'd in the
+        # spool (writes of other lanes after it may be too: gateway.storage.backlog).
+        self._handled = 0
         self._waiters: list[tuple[int, asyncio.Future[None]]] = []
         self._spooling = False
         self._stuck = False  # neither the database nor the spool takes writes right now
-        # durable_enough(): (mark, future, deadline) of each turn waiting to be durable.
-        self._durable: list[tuple[int, asyncio.Future[None], float]] = []
+        # durable_enough(): (mark, future, deadline, lane) of each turn waiting to be durable.
+        self._durable: list[tuple[int, asyncio.Future[None], float, Hashable]] = []
         self._watchdog: asyncio.TimerHandle | None = None
         self._spool_lock = asyncio.Lock()
         self._writer: asyncio.Task[None] | None = None
@@ -194,13 +185,11 @@ class Store:
         self._urgent: asyncio.Future[None] | None = None  # cuts a gathering wait short
         self._journal = journal
         self._journaled = 0  # writes submitted whose lines the journal holds
-        self._lead = Lead()  # the writes not handled yet, by lane
         self._turn_lanes: dict[str, Hashable] = {}  # the lane of each turn until its end
         # Writes submitted up to which a copy is in the spool, made because the database took
         # too long (`_rescue`), and the task making one.
         self._rescued = 0
         self._rescuing: asyncio.Task[None] | None = None
-        self._inflight: list[Write] = []  # the batch the writer is handling
         # The newest turn fingerprints this process wrote (gateway.conversations.threading): a
         # lookup of one waits for the writer, which may still hold it, and any other does not;
         # and, on a store no other process writes, those the database was asked for and did
@@ -323,10 +312,10 @@ class Store:
         self._submit(Write(kind, row, search), _lane(row.get("team_id"), row.get("key_id")))
 
     def _submit(self, write: Write, lane: Hashable) -> None:
-        self._queue.append(write)
+        backlog = self._backlog
+        backlog.add(self._submitted, lane, write)
         self._submitted += 1
-        self._lead.submitted(lane)
-        if len(self._queue) == 1:
+        if len(backlog) == 1:
             self._wake.set()
 
     def create_conversation(self, conversation: Conversation) -> None:
@@ -463,63 +452,72 @@ class Store:
         anyway. A gateway that stops answering because its disk is full is worse than one
         that keeps the turn in memory until the disk has room."""
         mark = self._submitted
-        if self._handled >= mark or self._writer is None or self._stuck:
+        lane = _LANE.get()
+        if self._settled(mark, lane) or self._writer is None or self._stuck:
             return
         # The journal while the database keeps up; when it is behind by more than a few batches
         # of this turn's lane's writes, the turn waits for its commit: the backlog must not
         # grow without bound (it would spill).
-        if self._journal is not None and self._may_lead() and self._journal_append(mark):
+        if self._journal is not None and self._may_lead(lane) and self._journal_append(mark):
             return
         # A future per waiting turn and one shared watchdog timer, rather than a timeout per
         # turn: this runs on every request.
         future = asyncio.get_running_loop().create_future()
-        self._durable.append((mark, future, time.monotonic() + _ACK_WAIT_S))
+        self._durable.append((mark, future, time.monotonic() + _ACK_WAIT_S, lane))
         self._hurry()
         if self._watchdog is None:
             self._watchdog = asyncio.get_running_loop().call_later(_ACK_WAIT_S, self._expire)
         await future
 
-    def _may_lead(self) -> bool:
-        """Whether the journal may answer for the turn in this context, the database being
-        as far behind as it is (`_JOURNAL_LAG_MAX`). A turn whose lane is not known waits
-        whenever the database is behind."""
-        backlog = len(self._queue) + len(self._inflight)
-        if backlog <= _JOURNAL_LAG_MAX:
+    def _may_lead(self, lane: Hashable) -> bool:
+        """Whether the journal may answer for a turn of `lane`, the database being as far
+        behind as it is (`_JOURNAL_LAG_MAX`). A turn whose lane is not known waits whenever
+        the database is behind."""
+        behind = self._backlog.behind
+        if behind <= _JOURNAL_LAG_MAX:
             return True
-        lane = _LANE.get()
         return (
-            backlog <= 4 * _JOURNAL_LAG_MAX
+            behind <= 4 * _JOURNAL_LAG_MAX
             and lane is not _UNKNOWN
-            and self._lead.of(lane) <= _JOURNAL_LAG_MAX // 4
+            and self._backlog.count(lane) <= _JOURNAL_LAG_MAX // 4
         )
+
+    def _settled(self, mark: int, lane: Hashable) -> bool:
+        """Whether the writes submitted before `mark` that a turn of `lane` needs are in the
+        database or the spool: all of its lane's (the writer takes lanes in turns), or every
+        write when the lane is not known (or is the barrier lane, `None`)."""
+        if mark <= self._handled or mark <= self._rescued:
+            return True
+        if lane is _UNKNOWN or lane is None:
+            return False
+        return self._backlog.settled(lane, mark)
 
     @property
     def submitted(self) -> int:
-        """How many writes were submitted: a mark for `durable`."""
+        """How many writes were submitted."""
         return self._submitted
 
-    def durable(self, mark: int) -> bool:
-        """Whether the first `mark` writes submitted are durable: in the database, the
-        journal or the spool. A checkpoint of a turn is written only once its start is
+    def mark(self) -> Mark:
+        """Where this context's writes stand (those submitted so far, and its turn's lane):
+        a mark for `durable`."""
+        return (self._submitted, _LANE.get())
+
+    def durable(self, mark: Mark) -> bool:
+        """Whether the writes a mark covers are durable: in the database, the journal or the
+        spool. A checkpoint of a turn is written only once its start is
         (gateway.pipeline.checkpoints): recovery never finds one without its turn."""
-        return mark <= self._handled or mark <= self._journaled or mark <= self._rescued
+        count, lane = mark
+        return count <= self._journaled or self._settled(count, lane)
 
     def _journal_append(self, mark: int) -> bool:
         """Append the writes up to `mark` not yet in the database or the journal; False when
         they cannot be (a long stream's payload, encoded only as the database writes it; a
         journal that fails): then the commit is waited for."""
         assert self._journal is not None
-        count = mark - max(self._journaled, self._handled)
-        if count <= 0:
+        since = max(self._journaled, self._handled)
+        if mark <= since:
             return True
-        # Those writes are the last `count` of what is being written and what waits.
-        queued = len(self._queue)
-        if count > queued:
-            inflight = self._inflight
-            writes = inflight[len(inflight) - (count - queued) :] + list(self._queue)
-        else:
-            writes = list(islice(reversed(self._queue), count))
-            writes.reverse()
+        writes = self._backlog.unhandled(since)
         if any(w.kind == "event" and type(w.row["payload"]) is DeferredPayload for w in writes):
             return False
         try:
@@ -537,9 +535,9 @@ class Store:
         durable on this machine; the waits then answer."""
         self._watchdog = None
         now = time.monotonic()
-        if any(deadline <= now for _, _, deadline in self._durable) and self._rescuing is None:
+        if any(deadline <= now for _, _, deadline, _ in self._durable) and self._rescuing is None:
             self._rescuing = asyncio.create_task(self._rescue(), name="store-rescue")
-        later = [deadline for _, _, deadline in self._durable if deadline > now]
+        later = [deadline for _, _, deadline, _ in self._durable if deadline > now]
         if later:
             self._watchdog = asyncio.get_running_loop().call_later(min(later) - now, self._expire)
 
@@ -551,7 +549,7 @@ class Store:
         write, the waits answer anyway: a gateway that stops answering is worse than a turn
         kept in memory until the database takes it."""
         mark = self._submitted
-        writes = [*self._inflight, *self._queue]
+        writes = self._backlog.unhandled()
         try:
             if writes and await self._to_spool(writes, force=True):
                 self._rescued = mark
@@ -568,10 +566,9 @@ class Store:
         finally:
             self._rescuing = None
             now = time.monotonic()
-            done = max(self._handled, self._rescued)
             still = []
             for waiter in self._durable:
-                if waiter[0] <= done or waiter[2] <= now:
+                if waiter[2] <= now or self._settled(waiter[0], waiter[3]):
                     _settle_once(waiter[1])
                 else:
                     still.append(waiter)
@@ -581,9 +578,14 @@ class Store:
                 self._watchdog = None
 
     def _release_durable(self) -> None:
-        handled = max(self._handled, self._rescued)
-        self._durable = _released(self._durable, handled, everyone=self._stuck)
-        if not self._durable and self._watchdog is not None:
+        still = []
+        for waiter in self._durable:
+            if self._stuck or self._settled(waiter[0], waiter[3]):
+                _settle_once(waiter[1])
+            else:
+                still.append(waiter)
+        self._durable = still
+        if not still and self._watchdog is not None:
             self._watchdog.cancel()
             self._watchdog = None
 
@@ -648,7 +650,7 @@ class Store:
         return self._spooling
 
     def queue_depth(self) -> int:
-        return len(self._queue)
+        return len(self._backlog)
 
     def spooled_bytes(self) -> int:
         return self._spool.pending_bytes
@@ -674,50 +676,55 @@ class Store:
         self._hurry()
         await future
 
-    def _handled_up_to(self, count: int) -> None:
-        self._handled += count
-        self._lead.handled(count)
+    def _handled_batch(self, count: int) -> None:
+        """The first `count` writes of the batch taken are handled (the rest go back)."""
+        backlog = self._backlog
+        backlog.done(count)
+        oldest = backlog.oldest()
+        self._handled = self._submitted if oldest is None else oldest
         if self._journal is not None:
             self._journal.handled(self._handled)
         if self._durable:
             self._release_durable()
         if self._waiters:
-            self._waiters = _released(self._waiters, self._handled)
+            still = []
+            for mark, future in self._waiters:
+                if mark <= self._handled:
+                    _settle_once(future)
+                else:
+                    still.append((mark, future))
+            self._waiters = still
 
     # -- the writer ------------------------------------------------------------------------
 
     async def _write_loop(self) -> None:
         while True:
-            if not self._queue:
+            backlog = self._backlog
+            if not backlog:
                 if self._closing:
                     return
                 self._wake.clear()
                 await self._wake.wait()
                 continue
-            if len(self._queue) < _BATCH and not (
+            if len(backlog) < _BATCH and not (
                 self._durable or self._waiters or self._closing or self._stuck
             ):
                 await self._gather()
-            batch = self._inflight = [
-                self._queue.popleft() for _ in range(min(_BATCH, len(self._queue)))
-            ]
+            batch = backlog.take(_BATCH, _BATCH_WEIGHT)
             try:
                 await self._write(batch)
             except _Unwritable as stuck:
                 # Neither the database nor the spool's disk takes them: keep them in memory, in
                 # order, and try again shortly. Nothing is dropped while memory lasts.
-                self._stuck = True
-                self._queue.extendleft(reversed(stuck.writes))
-                self._inflight = []
-                self._handled_up_to(len(batch) - len(stuck.writes))  # releases durability waits
+                self._stuck = True  # (the writes it could not handle are its batch's last)
+                self._handled_batch(len(batch) - len(stuck.writes))  # releases durability waits
                 await asyncio.sleep(_STUCK_RETRY_S)
                 continue
             except Exception:  # the writer must outlive anything one batch does
                 log.exception("store writer: %d writes could not be handled", len(batch))
                 metrics.STORE_WRITE_ERRORS.inc(len(batch))
             self._stuck = False
-            self._inflight = []
-            self._handled_up_to(len(batch))
+            self._handled_batch(len(batch))
 
     async def _gather(self) -> None:
         """Nobody waits on the queued writes yet (a turn's start, typically): give them up to
@@ -737,7 +744,7 @@ class Store:
             self._urgent.set_result(None)
 
     async def _write(self, batch: list[Write]) -> None:
-        spill = self._spooling or len(self._queue) > self._queue_max
+        spill = self._spooling or len(self._backlog) > self._queue_max
         if spill and await self._to_spool(batch):
             return
         try:
@@ -770,7 +777,7 @@ class Store:
         """Append to the spool if spooling (or `force`: start spooling). False: not spooling
         any more (the replay caught up meanwhile), so write to the database instead."""
         async with self._spool_lock:
-            if not (self._spooling or force or len(self._queue) > self._queue_max):
+            if not (self._spooling or force or len(self._backlog) > self._queue_max):
                 return False
             try:
                 await asyncio.to_thread(self._spool.append, batch)

@@ -33,9 +33,8 @@ class Kept:
     async def durable_enough(self) -> None:
         pass
 
-    @property
-    def submitted(self) -> int:
-        return len(self.events)
+    def mark(self) -> tuple[int, None]:
+        return (len(self.events), None)
 
     def types(self, turn: TurnRecorder) -> list[str]:
         return [e.type for e in self.events if e.turn_id == turn.turn_id]

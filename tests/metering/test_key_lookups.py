@@ -33,7 +33,7 @@ async def test_a_key_is_checked_while_queued_writes_wait_for_a_locked_database(
     lock.execute("BEGIN IMMEDIATE")
     try:
         store.write("conversation", {"id": "conv_held", "created_at": time.time()})
-        mark = store.submitted
+        mark = store.mark()
         found = await keys.key_by_hash(hash_key(secret))
         teams = await keys.teams()
         # Answered while the queued write is still where it was: neither committed nor, as

@@ -112,9 +112,8 @@ class Kept:
     async def durable_enough(self) -> None:
         pass
 
-    @property
-    def submitted(self) -> int:
-        return len(self.events)
+    def mark(self) -> tuple[int, None]:
+        return (len(self.events), None)
 
 
 def turn_with(frames: int, number: int = 1) -> tuple[TurnRecorder, Kept, Attempt]:

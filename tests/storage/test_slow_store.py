@@ -13,6 +13,7 @@ import pytest
 from gateway.config import StoreConfig
 from gateway.storage import store as store_module
 from gateway.storage.backends import make_store
+from gateway.storage.backlog import Mark
 from gateway.storage.db import Db
 from gateway.storage.payload import DeferredPayload
 from gateway.storage.records import Conversation, NewEvent, TurnStart
@@ -86,12 +87,12 @@ async def crash(store: Store) -> None:
     await store.backend.close()
 
 
-def a_stream_starts(store: Store, cid: str) -> int:
+def a_stream_starts(store: Store, cid: str) -> Mark:
     """A streamed turn's start and input, as the recorder submits them: its mark."""
     store.create_conversation(Conversation(cid, 1.0))
     store.start_turn(TurnStart(f"t-{cid}", cid, 1.0, {"model": "m"}))
     store.append(NewEvent(cid, f"t-{cid}", "user/message", {"content": f"question {cid}"}))
-    return store.submitted
+    return store.mark()
 
 
 async def test_a_turn_the_database_holds_back_is_in_the_spool_when_its_client_is_answered(

@@ -1,0 +1,160 @@
+"""Writes are taken by the store's writer in fair turns by lane (gateway.storage.backlog): a
+team's flood of writes does not hold another team's turn until the flood is committed, and
+each lane's writes, each conversation's, keep the order they were submitted in."""
+
+from __future__ import annotations
+
+import asyncio
+import contextvars
+from collections.abc import AsyncIterator, Awaitable, Callable
+from pathlib import Path
+
+import pytest
+
+from gateway.config import StoreConfig
+from gateway.storage.backends import make_store
+from gateway.storage.backlog import Backlog
+from gateway.storage.records import Conversation, NewEvent, TurnStart
+from gateway.storage.store import Store
+from gateway.storage.writes import Write
+
+MakeStore = Callable[[], Awaitable[Store]]
+
+
+def event(text: str, size: int = 0) -> Write:
+    return Write("event", {"type": "user/message", "payload": '"' + text + "x" * size + '"'})
+
+
+def texts(writes: list[Write]) -> list[str]:
+    return [w.row["payload"].strip('"').rstrip("x") for w in writes]
+
+
+def filled(*lanes: tuple[object, list[str]]) -> Backlog:
+    backlog = Backlog()
+    number = 0
+    for lane, names in lanes:
+        for name in names:
+            backlog.add(number, lane, event(name))
+            number += 1
+    return backlog
+
+
+# -- the backlog ---------------------------------------------------------------------------
+
+
+def test_each_lane_gets_its_share_of_a_batch_in_its_own_order() -> None:
+    backlog = filled(("a", [f"a{n}" for n in range(10)]), ("b", ["b0", "b1"]))
+    batch = texts(backlog.take(6, 1 << 20))
+    assert sorted(batch) == ["a0", "a1", "a2", "a3", "b0", "b1"]
+    assert [t for t in batch if t[0] == "a"] == ["a0", "a1", "a2", "a3"]
+    assert batch.index("b0") < batch.index("b1")
+    backlog.done(6)
+    assert texts(backlog.take(6, 1 << 20)) == ["a4", "a5", "a6", "a7", "a8", "a9"]
+
+
+def test_a_batch_is_bounded_by_the_json_it_carries_and_each_lane_still_gets_one() -> None:
+    backlog = Backlog()
+    for n in range(4):
+        backlog.add(n, "a", event(f"a{n}", size=1000))
+    backlog.add(4, "b", event("b0", size=1000))
+    assert sorted(texts(backlog.take(100, 2000))) == ["a0", "b0"]
+
+
+def test_a_write_of_no_lane_is_taken_after_everything_before_it_and_before_everything_after() -> (
+    None
+):
+    backlog = Backlog()
+    for number, (lane, name) in enumerate(
+        [("a", "a0"), ("a", "a1"), ("b", "b0"), (None, "barrier"), ("b", "b1"), ("a", "a2")]
+    ):
+        backlog.add(number, lane, event(name))
+    order = []
+    while len(backlog):
+        order += texts(backlog.take(2, 1 << 20))
+        backlog.done(len(backlog.taken))
+    assert set(order[:3]) == {"a0", "a1", "b0"} and order.index("a0") < order.index("a1")
+    assert order[3] == "barrier" and set(order[4:]) == {"b1", "a2"}
+
+
+def test_what_is_handled_and_what_is_not_is_told_by_lane_and_in_order() -> None:
+    backlog = filled(("a", ["a0", "a1", "a2", "a3"]), ("b", ["b0"]))  # numbered 0-3, 4
+    backlog.take(2, 1 << 20)  # a0 and b0: an equal share
+    assert not backlog.settled("b", 5) and backlog.oldest() == 0
+    backlog.done(2)
+    assert backlog.settled("b", 5) and not backlog.settled("a", 3) and backlog.settled("a", 1)
+    assert backlog.oldest() == 1 and backlog.count("a") == 3 and backlog.behind == 3
+    assert texts(backlog.unhandled(2)) == ["a2", "a3"]
+
+
+def test_writes_not_handled_go_back_to_be_taken_first_in_their_order() -> None:
+    backlog = filled(("a", ["a0", "a1", "a2"]), ("b", ["b0", "b1"]))
+    assert texts(backlog.take(4, 1 << 20)) == ["a0", "a1", "b0", "b1"]
+    backlog.done(1)  # the first handled; the spool's disk refused the rest
+    assert texts(backlog.unhandled()) == ["a1", "a2", "b0", "b1"] and backlog.oldest() == 1
+    again = texts(backlog.take(10, 1 << 20))
+    assert sorted(again) == ["a1", "a2", "b0", "b1"]
+    assert [t for t in again if t[0] == "a"] == ["a1", "a2"]
+    assert [t for t in again if t[0] == "b"] == ["b0", "b1"]
+
+
+# -- the store -----------------------------------------------------------------------------
+
+
+@pytest.fixture(params=["sqlite-no-journal", "postgresql"])
+async def make(request: pytest.FixtureRequest, tmp_path: Path) -> AsyncIterator[MakeStore]:
+    """A store whose turns wait for the database's commit (a journal would answer for them
+    before it)."""
+    url = (
+        request.getfixturevalue("pg_url")
+        if request.param == "postgresql"
+        else f"sqlite:///{tmp_path}/store.db"
+    )
+    made: list[Store] = []
+
+    async def start() -> Store:
+        config = StoreConfig(url=url, spool_path=str(tmp_path / "spool"), journal=False)
+        store = make_store(config, "me")
+        await store.start()
+        made.append(store)
+        return store
+
+    yield start
+    for store in reversed(made):
+        await store.close()
+
+
+def a_turn(store: Store, team: str, cid: str, messages: int) -> None:
+    """A turn of `team` whose request holds `messages` messages (an agent's long history)."""
+    store.create_conversation(Conversation(cid, 1.0, team_id=team))
+    store.start_turn(TurnStart(f"t-{cid}", cid, 1.0, {}, team_id=team))
+    for n in range(messages):
+        store.append(NewEvent(cid, f"t-{cid}", "user/message", {"content": f"{team} {n}"}))
+
+
+async def test_a_team_s_turn_is_committed_ahead_of_another_team_s_flood(
+    make: MakeStore,
+) -> None:
+    store = await make()
+    flood, other = contextvars.copy_context(), contextvars.copy_context()
+    flood.run(a_turn, store, "a", "flood", 2000)  # four batches of writes and more
+    flood_mark = flood.run(store.mark)
+    other.run(a_turn, store, "b", "other", 1)
+    behind_when_answered = []
+
+    async def answered() -> None:
+        await store.durable_enough()
+        behind_when_answered.append(store.pending_writes())
+
+    async with asyncio.timeout(30):
+        await asyncio.create_task(answered(), context=other)
+    # Durable in the database, while most of the flood is still to be written.
+    assert behind_when_answered[0] > 1000 and not store.durable(flood_mark)
+    committed = await store.backend.run(
+        lambda db: db.fetchval("SELECT count(*) FROM events WHERE conversation_id = 'other'")
+    )
+    assert committed == 1
+    await store.flush()
+    assert store.durable(flood_mark)
+    flooded = [e.payload["content"] for e in await store.events("flood")]
+    assert flooded == [f"a {n}" for n in range(2000)]
+    assert [e.payload["content"] for e in await store.events("other")] == ["b 0"]
