@@ -3,14 +3,15 @@
     .venv/bin/python -m bench.body_flood [--mb 12] [--flood 4] [--rounds 3] [--shape one|many]
                                          [--messages 2000] [--core 0] [--tree DIR]
                                          [--no-probes] [--late] [--profile stacks.txt]
+                                         [--store postgresql://...]
 
-A `gateway serve` process (SQLite store, master key, teams `a` and `b`) in front of two fake
-upstreams (a process each: one for team a's model, one for team b's) that read each body and
-answer a short stream. Team a sends `--flood` bodies of `--mb` megabytes at once, `--rounds`
-times; meanwhile two probe processes ask again and again, each on a kept-alive connection, one
-`GET /health/live` and one a small streamed chat completion of team b (its own model). Prints
-each probe's median, 90th percentile and worst time, in
-milliseconds; the gateway's CPU time a body (all of it, and its event loop's thread's: a
+A `gateway serve` process (SQLite store, or `--store URL`; master key, teams `a` and `b`) in
+front of two fake upstreams (a process each: one for team a's model, one for team b's) that
+read each body and answer a short stream. Team a sends `--flood` bodies of `--mb` megabytes at
+once, `--rounds` times; meanwhile two probe processes ask again and again, each on a kept-alive
+connection, one `GET /health/live` and one a small streamed chat completion of team b (its own
+model). Prints each probe's median, 90th percentile and worst time, in milliseconds; the
+gateway's CPU time a body (all of it, and its event loop's thread's: a
 figure a busy machine moves less than the probes' times; `--no-probes` for it alone); and the
 longest stretches of CPU its event loop ran at once during the flood (`watched_serve`), with
 `--late` where it was when a timer on it ran 30 ms late.
@@ -260,6 +261,7 @@ async def main() -> None:
     parser.add_argument("--core", type=int, default=0)
     parser.add_argument("--profile", type=Path)
     parser.add_argument("--late", action="store_true", help="where the loop was when late")
+    parser.add_argument("--store", help="the store's URL (a PostgreSQL one); SQLite by default")
     parser.add_argument(
         "--no-probes", dest="probes", action="store_false", help="the CPU figures alone"
     )
@@ -308,7 +310,7 @@ async def main() -> None:
                 orjson.dumps(
                     {
                         "auth": {"master_key": MASTER},
-                        "store": {"url": f"sqlite:///{tmp}/gw.db", "spool_path": tmp},
+                        "store": {"url": args.store or f"sqlite:///{tmp}/gw.db", "spool_path": tmp},
                         "models": models,
                     }
                 )
