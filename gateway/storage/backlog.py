@@ -21,13 +21,10 @@ what a turn of that lane waits for.
 from __future__ import annotations
 
 from collections import deque
-from collections.abc import Hashable, Iterator
+from collections.abc import Hashable
 
 from gateway.storage.writes import Write
 
-# A write as the backlog holds it: its number, its lane, the write, its weight (the length
-# of the JSON it carries).
-Entry = tuple[int, Hashable, Write, int]
 # Where a context's writes stand: the count of writes submitted, and the lane of its turn.
 Mark = tuple[int, Hashable]
 
@@ -35,13 +32,13 @@ Mark = tuple[int, Hashable]
 class Backlog:
     def __init__(self) -> None:
         # The writes not taken yet, in epochs split by barriers: each epoch's writes by lane,
-        # a lane's in order. Only the first epoch is taken from.
-        self._epochs: deque[dict[Hashable, deque[Entry]]] = deque([{}])
+        # a lane's in order; every write of an epoch was submitted before any of the next.
+        # Only the first epoch is taken from.
+        self._epochs: deque[dict[Hashable, deque[Write]]] = deque([{}])
         self._queued = 0
-        self._unhandled_count = 0
-        # The numbers of each lane's writes not handled yet (queued or taken), oldest first.
-        self._unhandled: dict[Hashable, deque[int]] = {}
-        self._taken: list[Entry] = []  # the batch being handled
+        self._taken: list[Write] = []  # the batch being handled
+        self._taken_first: dict[Hashable, int] = {}  # its first write's number, by lane
+        self._taken_last = -1  # its last write's number
 
     def __len__(self) -> int:
         """Writes queued (not taken)."""
@@ -50,33 +47,37 @@ class Backlog:
     @property
     def behind(self) -> int:
         """Writes not handled yet: queued, or taken and being handled."""
-        return self._unhandled_count
+        return self._queued + len(self._taken)
 
-    def add(self, number: int, lane: Hashable, write: Write) -> None:
-        entry = (number, lane, write, _weight(write))
+    def add(self, number: int, lane: Hashable, write: Write) -> bool:
+        """Queue a write; whether the backlog was empty (nothing queued) before it."""
+        row = write.row
+        text = row.get("payload") if write.kind == "event" else row.get("request")
+        write.number = number
+        write.lane = lane
+        # Its weight: the length of the JSON it carries (an event's payload, a turn's or a
+        # response's request); a long stream's payload, encoded only as it is written, counts
+        # as a batch's worth.
+        write.weight = len(text) if text.__class__ is str else 0 if text is None else 1 << 30
         epochs = self._epochs
-        if lane is None:
-            if self._queued:  # behind everything queued, ahead of everything after it
-                epochs.append({None: deque([entry])})
-                epochs.append({})
-            else:
-                epochs[-1][None] = deque([entry])
-        else:
-            epoch = epochs[-1]
-            if None in epoch:  # a barrier alone in the epoch ended it
-                epochs.append(epoch := {})
-            queue = epoch.get(lane)
-            if queue is None:
-                epoch[lane] = deque([entry])
-            else:
-                queue.append(entry)
+        was_empty = not self._queued
         self._queued += 1
-        self._unhandled_count += 1
-        numbers = self._unhandled.get(lane)
-        if numbers is None:
-            self._unhandled[lane] = deque([number])
+        if lane is None:
+            if was_empty:
+                epochs[-1][None] = deque([write])
+            else:  # behind everything queued, ahead of everything after it
+                epochs.append({None: deque([write])})
+                epochs.append({})
+            return was_empty
+        epoch = epochs[-1]
+        if None in epoch:  # a barrier alone in the epoch ended it
+            epochs.append(epoch := {})
+        queue = epoch.get(lane)
+        if queue is None:
+            epoch[lane] = deque([write])
         else:
-            numbers.append(number)
+            queue.append(write)
+        return was_empty
 
     def take(self, limit: int, budget: int) -> list[Write]:
         """The next batch, up to `limit` writes and about `budget` of weight (the time a
@@ -84,6 +85,7 @@ class Backlog:
         lane with writes queued, a lane with less leaving the rest to the others; at least
         one write of each lane. A lane taken from goes to the back of the turn."""
         taken = self._taken
+        first = self._taken_first
         epochs = self._epochs
         weight = 0
         while len(taken) < limit and weight < budget and self._queued:
@@ -95,96 +97,104 @@ class Backlog:
             share_weight = max(1, (budget - weight) // len(epoch))
             for lane in list(epoch):
                 queue = epoch.pop(lane)
-                count = carried = 0
-                while queue and count < share and (not count or carried < share_weight):
-                    entry = queue.popleft()
-                    taken.append(entry)
-                    carried += entry[3]
-                    count += 1
-                if queue:
-                    epoch[lane] = queue  # at the back
+                if lane not in first:
+                    first[lane] = queue[0].number
+                count = len(queue)
+                # All of it, if it is within both shares (or is one write).
+                carried = sum([w.weight for w in queue]) if count <= share else share_weight + 1
+                if count == 1 or carried <= share_weight:
+                    taken.extend(queue)
+                else:
+                    count = carried = 0
+                    while queue and count < share and (not count or carried < share_weight):
+                        write = queue.popleft()
+                        taken.append(write)
+                        carried += write.weight
+                        count += 1
+                    if queue:
+                        epoch[lane] = queue  # at the back
                 self._queued -= count
                 weight += carried
+                if taken[-1].number > self._taken_last:
+                    self._taken_last = taken[-1].number
                 if len(taken) >= limit or weight >= budget:
                     break
             if not epoch and len(epochs) > 1:
                 epochs.popleft()
-        return [entry[2] for entry in taken]
-
-    @property
-    def taken(self) -> list[Write]:
-        """The batch being handled (empty between batches)."""
-        return [entry[2] for entry in self._taken]
+        return taken
 
     def done(self, handled: int) -> None:
         """The first `handled` writes of the batch are handled; the rest go back to the front
         of their lanes, to be taken first next time (nothing took them)."""
-        taken, self._taken = self._taken, []
-        unhandled = self._unhandled
-        self._unhandled_count -= handled
-        for _, lane, _, _ in taken[:handled]:
-            numbers = unhandled[lane]
-            numbers.popleft()
-            if not numbers:
-                del unhandled[lane]
-        back = taken[handled:]
+        back = self._taken[handled:]
+        self._taken = []
+        self._taken_first = {}
+        self._taken_last = -1
         if back:
             # Before every epoch: they were submitted before anything still queued of their
             # lane, and any barrier still queued came after them.
-            front: dict[Hashable, deque[Entry]] = {}
-            for entry in back:
-                front.setdefault(entry[1], deque()).append(entry)
+            front: dict[Hashable, deque[Write]] = {}
+            for write in back:
+                front.setdefault(write.lane, deque()).append(write)
             if None in front:  # a barrier among them: the batch goes back as one queue
-                for entry in reversed(back):
-                    self._epochs.appendleft({entry[1]: deque([entry])})
+                for write in reversed(back):
+                    self._epochs.appendleft({write.lane: deque([write])})
             else:
                 self._epochs.appendleft(front)
             self._queued += len(back)
 
     def count(self, lane: Hashable) -> int:
         """The writes of `lane` not handled yet."""
-        numbers = self._unhandled.get(lane)
-        return len(numbers) if numbers else 0
+        queued = sum(len(epoch[lane]) for epoch in self._epochs if lane in epoch)
+        if lane in self._taken_first:
+            queued += sum(1 for write in self._taken if write.lane == lane)
+        return queued
 
     def oldest(self) -> int | None:
         """The number of the first write not handled yet (None: every write is handled)."""
-        return min((numbers[0] for numbers in self._unhandled.values()), default=None)
+        heads = list(self._taken_first.values())
+        for epoch in self._epochs:  # the first with writes holds the oldest queued
+            if epoch:
+                heads.extend(queue[0].number for queue in epoch.values())
+                break
+        return min(heads, default=None)
 
     def settled(self, lane: Hashable, mark: int) -> bool:
         """Whether every write of `lane` numbered below `mark` is handled."""
-        numbers = self._unhandled.get(lane)
-        return not numbers or numbers[0] >= mark
+        first = self._taken_first.get(lane)
+        if first is not None and first < mark:
+            return False
+        for epoch in self._epochs:  # the lane's oldest queued write is in the first it is in
+            queue = epoch.get(lane)
+            if queue:
+                return queue[0].number >= mark
+        return True
 
     def unhandled(self, since: int = 0) -> list[Write]:
         """The writes numbered `since` or later not handled yet (taken or queued), in the
-        order they were submitted."""
-        found = [entry for entry in self._taken if entry[0] >= since]
-        for entry in self._entries_since(since):
-            found.append(entry)
-        found.sort(key=_number)
-        return [entry[2] for entry in found]
-
-    def _entries_since(self, since: int) -> Iterator[Entry]:
+        order they were submitted. Those are usually the last few: each queue is read from
+        its end."""
+        found = [w for w in self._taken if w.number >= since] if self._taken_last >= since else []
+        sources = 1 if found else 0
         for epoch in self._epochs:
             for queue in epoch.values():
-                if queue[-1][0] < since:
+                if queue[-1].number < since:
                     continue
-                for entry in reversed(queue):
-                    if entry[0] < since:
+                sources += 1
+                if queue[0].number >= since:
+                    found.extend(queue)
+                    continue
+                tail = []
+                for write in reversed(queue):
+                    if write.number < since:
                         break
-                    yield entry
+                    tail.append(write)
+                tail.reverse()
+                found.extend(tail)
+        if sources > 1:
+            found.sort(key=_number)
+        return found
 
 
-def _number(entry: Entry) -> int:
-    return entry[0]
-
-
-def _weight(write: Write) -> int:
-    """The length of the JSON a write carries: an event's payload, a turn's or a response's
-    request; a long stream's payload (encoded only as it is written) counts as a batch's
-    worth."""
-    row = write.row
-    text = row.get("payload") if write.kind == "event" else row.get("request")
-    if text.__class__ is str:
-        return len(text)
-    return 0 if text is None else 1 << 30
+def _number(write: Write) -> int:
+    return write.number

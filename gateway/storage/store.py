@@ -312,11 +312,9 @@ class Store:
         self._submit(Write(kind, row, search), _lane(row.get("team_id"), row.get("key_id")))
 
     def _submit(self, write: Write, lane: Hashable) -> None:
-        backlog = self._backlog
-        backlog.add(self._submitted, lane, write)
-        self._submitted += 1
-        if len(backlog) == 1:
+        if self._backlog.add(self._submitted, lane, write):
             self._wake.set()
+        self._submitted += 1
 
     def create_conversation(self, conversation: Conversation) -> None:
         self.write(

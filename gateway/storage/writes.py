@@ -8,7 +8,7 @@ once.
 
 from __future__ import annotations
 
-from collections.abc import Mapping
+from collections.abc import Hashable, Mapping
 from dataclasses import dataclass
 from operator import itemgetter
 from typing import Any, Literal
@@ -32,6 +32,12 @@ class Write:
     # still an object (`search_text`; "" when it has none). Never journaled or spooled: a
     # replayed write's is taken out of its payload's JSON by SQL, as a write without it is.
     search: str | None = None
+    # Its place while the store's backlog holds it (gateway.storage.backlog): its number in
+    # the order of submission, its lane, the length of the JSON it carries. Kept on the write
+    # rather than beside it: a tuple a write would be one more object for the collector.
+    number: int = 0
+    lane: Hashable = None
+    weight: int = 0
 
     def encode(self) -> bytes:
         """One line (the spool's and the journal's), without its newline: the write as JSON,

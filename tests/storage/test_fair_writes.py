@@ -70,8 +70,9 @@ def test_a_write_of_no_lane_is_taken_after_everything_before_it_and_before_every
         backlog.add(number, lane, event(name))
     order = []
     while len(backlog):
-        order += texts(backlog.take(2, 1 << 20))
-        backlog.done(len(backlog.taken))
+        batch = backlog.take(2, 1 << 20)
+        order += texts(batch)
+        backlog.done(len(batch))
     assert set(order[:3]) == {"a0", "a1", "b0"} and order.index("a0") < order.index("a1")
     assert order[3] == "barrier" and set(order[4:]) == {"b1", "a2"}
 
@@ -158,3 +159,19 @@ async def test_a_team_s_turn_is_committed_ahead_of_another_team_s_flood(
     flooded = [e.payload["content"] for e in await store.events("flood")]
     assert flooded == [f"a {n}" for n in range(2000)]
     assert [e.payload["content"] for e in await store.events("other")] == ["b 0"]
+
+
+def test_a_lane_whose_last_write_passes_its_share_of_the_budget_is_emptied_cleanly() -> None:
+    backlog = Backlog()
+    backlog.add(0, "a", event("a0", size=1000))
+    backlog.add(1, "a", event("a1", size=1000))
+    assert texts(backlog.take(10, 1500)) == ["a0", "a1"]
+    backlog.done(2)
+    assert len(backlog) == 0 and backlog.oldest() is None and backlog.settled("a", 2)
+
+
+def test_a_lane_alone_is_taken_a_batch_at_a_time() -> None:
+    backlog = Backlog()
+    for n in range(10):
+        backlog.add(n, "a", event(f"a{n}"))
+    assert texts(backlog.take(4, 1 << 20)) == ["a0", "a1", "a2", "a3"]
