@@ -18,7 +18,7 @@ from typing import Any
 
 import orjson
 
-from gateway.metering.tokens import count_text
+from gateway.metering.tokens import count_text, tokenizer_ready
 from gateway.providers.params import RESPONSES_EXTRAS
 
 # Anthropic's tool-use system prompt ("Tool use with Claude", "Pricing"): 346 tokens for the
@@ -39,12 +39,18 @@ class PromptExtras:
         self.tools = tools  # the request offers tools
         self._text: int | None = None
 
-    def tokens(self, vendor: str = "openai") -> int:
-        """Their prompt tokens on a deployment of `vendor` (`tokens.vendor_of`)."""
-        if self._text is None:
-            self._text = sum(count_text(orjson.dumps(v).decode()) for v in self.values)
+    def tokens(self, vendor: str = "openai", *, wait: bool = True) -> int:
+        """Their prompt tokens on a deployment of `vendor` (`tokens.vendor_of`). Without
+        `wait`, at the rough rate while the tokenizer is loading (a reservation's count,
+        which is not kept: what a turn is billed is counted exactly)."""
+        text = self._text
+        if text is None:
+            exact = wait or tokenizer_ready()
+            text = sum(count_text(orjson.dumps(v).decode(), wait=exact) for v in self.values)
+            if exact:
+                self._text = text
         framing = ANTHROPIC_TOOL_PROMPT if self.tools and vendor == "anthropic" else 0
-        return self._text + framing
+        return text + framing
 
 
 def prompt_extras(body: Mapping[str, Any]) -> PromptExtras | None:

@@ -4,7 +4,8 @@ Uses tiktoken's cl100k_base, loaded from the files litellm ships (no network); f
 about 4 characters a token if they are missing. An estimate is always flagged as one.
 
 Loading the tokenizer holds the interpreter for about a tenth of a second. What a request
-reserves against its limits (`tally_messages`) is counted at the same 4 characters a token until
+reserves against its limits (`tally_messages`, and the tools and schemas it sends:
+`request_tokens.PromptExtras`) is counted at the same 4 characters a token until
 it is loaded, its load begun on a thread of its own, rather than stall the event loop for it:
 that reservation is settled by the provider's count. What a turn is billed (`count_messages`,
 `count_text`) waits for the tokenizer.
@@ -39,6 +40,11 @@ def _encoding() -> Any:
     if _loaded is _UNLOADED:
         _load()
     return _loaded
+
+
+def tokenizer_ready() -> bool:
+    """Whether the tokenizer is loaded (counts made now without waiting are exact)."""
+    return _loaded is not _UNLOADED
 
 
 def _encoding_now() -> Any:

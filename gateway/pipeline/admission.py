@@ -76,7 +76,7 @@ async def admit(
             continue
         model, provider = deployment.upstream_model, deployment.provider_name
         vendor = vendor_of(provider, model)
-        prompt = prompt_of(vendor, model) + (extras.tokens(vendor) if extras else 0)
+        prompt = prompt_of(vendor, model) + (extras.tokens(vendor, wait=False) if extras else 0)
         most = sent or price.max_output_tokens
         if most is None:
             if hard is not None and price.output > 0:
@@ -84,7 +84,7 @@ async def admit(
             most = DEFAULT_COMPLETION_ESTIMATE
         cost = max(cost, price.cost(prompt, n * most))
     # The TPM estimate: OpenAI's rules for what is not text (the tokens, not their price).
-    tokens = prompt_of("openai", None) + (extras.tokens() if extras else 0)
+    tokens = prompt_of("openai", None) + (extras.tokens(wait=False) if extras else 0)
     tokens += n * (largest or DEFAULT_COMPLETION_ESTIMATE)
     lease = await limiter.admit(scopes, tokens, cost)
     lease.extras = extras

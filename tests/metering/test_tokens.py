@@ -6,10 +6,12 @@ import threading
 import time
 from collections.abc import Iterator
 
+import orjson
 import pytest
 import tiktoken
 
 from gateway.metering import tokens
+from gateway.metering.request_tokens import prompt_extras
 from gateway.metering.tokens import count_messages, count_text, tally_messages
 
 
@@ -89,3 +91,24 @@ def test_a_reservation_made_while_the_tokenizer_loads_counts_characters_instead_
     assert exact != len(text) // 4
     assert tally_messages(messages).tokens() == count_messages(messages) == 3 + 4 + exact
     assert loads == [1]  # one load, however many estimates came during it
+
+
+def test_the_tools_of_a_reservation_made_while_the_tokenizer_loads_count_characters_too(
+    loading: tuple[threading.Event, list[int]],
+) -> None:
+    """A request offering tools reserves their tokens too: at the rough rate while the load
+    is held, without keeping that count; once loaded, the exact count is what is billed."""
+    release, loads = loading
+    tools = [{"type": "function", "function": {"name": "lookup", "description": "Find a row."}}]
+    extras = prompt_extras({"tools": tools})
+    assert extras is not None
+    text = orjson.dumps(tools).decode()  # what the model is shown
+    assert extras.tokens(wait=False) == len(text) // 4  # the load is held: it did not wait
+    release.set()
+    loader = tokens._loader
+    assert loader is not None
+    loader.join(10)
+    exact = len(tiktoken.get_encoding("cl100k_base").encode(text))
+    assert exact != len(text) // 4
+    assert extras.tokens(wait=False) == extras.tokens() == exact
+    assert loads == [1]
