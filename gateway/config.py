@@ -679,15 +679,15 @@ class ConversationsConfig(_Model):
     record_max_text_chars: int = Field(
         4_000_000,
         ge=1,
-        description="Most characters of text and reasoning an attempt's record keeps; past"
-        " them the stream is still relayed whole, but its record is cut there and marked"
-        " `truncated_record` (metric gateway_truncated_records_total).",
+        description="Most characters of text and reasoning a turn's record keeps, its"
+        " attempts' together; past them the stream is still relayed whole, but its record is"
+        " cut there and marked `truncated_record` (metric gateway_truncated_records_total).",
     )
     record_max_tool_argument_chars: int = Field(
         4_000_000,
         ge=1,
-        description="Most characters of tool-call arguments an attempt's record keeps; past"
-        " them, as for text.",
+        description="Most characters of tool-call arguments a turn's record keeps, its"
+        " attempts' together; past them, as for text.",
     )
 
 

@@ -244,7 +244,11 @@ class Relay:
         self.deployment = deployment
         attempt = self.attempt = self.turn.new_attempt(deployment.route)
         recorded = self.gateway.config.conversations
-        attempt.log.cap(recorded.record_max_text_chars, recorded.record_max_tool_argument_chars)
+        attempts = self.turn.attempts
+        if len(attempts) > 1:  # the caps are the turn's: what the attempts before kept counts
+            attempt.log.cap(*attempts[-2].log.left())
+        else:
+            attempt.log.cap(recorded.record_max_text_chars, recorded.record_max_tool_argument_chars)
         if self.trace is not None:
             self.trace.attempt(attempt, deployment)  # its span, named in the upstream request
         health = deployment.health

@@ -216,6 +216,13 @@ class AttemptLog:
         self._lane = _TEXT
         self._left = text_chars
 
+    def left(self) -> tuple[int, int]:
+        """The characters of text and reasoning, and of tool-call arguments, it may still
+        record (0 for a kind cut): the caps of the turn's next attempt."""
+        lefts = self._lefts.copy()
+        lefts[self._lane] = self._left
+        return max(0, lefts[_TEXT]), max(0, lefts[_TOOL])
+
     # -- while streaming (once per upstream frame: kept lean) ----------------------------
 
     def add(self, events: list[StreamEvent], t_ms: float | None = None) -> None:

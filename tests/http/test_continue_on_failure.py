@@ -142,3 +142,38 @@ async def test_a_cancel_during_the_continuation_keeps_every_delivered_segment(
         ("b", [{"type": "text", "text": "wor"}]),
     ]
     assert events[-1]["payload"]["status"] == "aborted"
+
+
+async def test_the_record_caps_count_every_attempt_of_the_turn(
+    make_gateway: MakeGateway, make_upstream: MakeUpstream
+) -> None:
+    """A hostile upstream cannot double what a turn records by failing and being continued:
+    the continuation is capped at what the attempt before it left of the turn's caps."""
+    a, b = await make_upstream(), await make_upstream()
+    gw = await make_gateway(
+        models=[
+            {
+                "name": "m",
+                "continue_on_failure": True,
+                "retry": {"backoff_s": 0.01},
+                "deployments": [
+                    {"provider": "openai", "api_base": a.url, "name": "a"},
+                    {"provider": "openai", "api_base": b.url, "name": "b"},
+                ],
+            }
+        ],
+        conversations={"record_max_text_chars": 10},
+    )
+    a.push(frames(chunk("Hello, "), chunk("wor"), then="reset"))  # 10: the whole cap
+    b.push(frames(chunk("ld! And more."), chunk(finish="stop"), DONE))
+    body, conversation_id = await gw.post_stream(
+        {"model": "m", "messages": QUESTION, "stream": True}
+    )
+    assert text_of(body) == "Hello, world! And more."  # the client gets every byte
+    events = await gw.wait_turn_end(conversation_id)
+    message = next(e for e in events if e["type"] == "assistant/message")["payload"]
+    assert [(s["route"]["deployment"], s["content"]) for s in message["segments"]] == [
+        ("a", [{"type": "text", "text": "Hello, wor"}]),
+        ("b", []),
+    ]
+    assert message["truncated_record"] is True
