@@ -59,18 +59,12 @@ class Backlog:
         # response's request); a long stream's payload, encoded only as it is written, counts
         # as a batch's worth.
         write.weight = len(text) if text.__class__ is str else 0 if text is None else 1 << 30
-        epochs = self._epochs
         was_empty = not self._queued
         self._queued += 1
-        if lane is None:
-            if was_empty:
-                epochs[-1][None] = deque([write])
-            else:  # behind everything queued, ahead of everything after it
-                epochs.append({None: deque([write])})
-                epochs.append({})
-            return was_empty
+        epochs = self._epochs
         epoch = epochs[-1]
-        if None in epoch:  # a barrier alone in the epoch ended it
+        # A barrier joins only barriers before it; a write of a lane never joins barriers.
+        if epoch and (lane is None) is not (None in epoch):
             epochs.append(epoch := {})
         queue = epoch.get(lane)
         if queue is None:

@@ -175,3 +175,13 @@ def test_a_lane_alone_is_taken_a_batch_at_a_time() -> None:
     for n in range(10):
         backlog.add(n, "a", event(f"a{n}"))
     assert texts(backlog.take(4, 1 << 20)) == ["a0", "a1", "a2", "a3"]
+
+
+def test_writes_of_no_lane_alone_are_one_queue() -> None:
+    """Open mode: no keys, no teams, every write a barrier, taken in order."""
+    backlog = filled((None, [f"w{n}" for n in range(5)]))
+    assert texts(backlog.take(3, 1 << 20)) == ["w0", "w1", "w2"]
+    backlog.done(3)
+    backlog.add(5, "a", event("a0"))
+    backlog.add(6, None, event("w5"))
+    assert texts(backlog.take(10, 1 << 20)) == ["w3", "w4", "a0", "w5"]
