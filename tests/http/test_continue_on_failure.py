@@ -14,10 +14,14 @@ QUESTION = [{"role": "user", "content": "Greet the world."}]
 
 
 async def setup(
-    make_gateway: MakeGateway, make_upstream: MakeUpstream, **alias: Any
+    make_gateway: MakeGateway,
+    make_upstream: MakeUpstream,
+    conversations: dict[str, Any] | None = None,
+    **alias: Any,
 ) -> tuple[GatewayUnderTest, FakeUpstream, FakeUpstream]:
     a, b = await make_upstream(), await make_upstream()
     gw = await make_gateway(
+        **({"conversations": conversations} if conversations else {}),
         models=[
             {
                 "name": "m",
@@ -29,7 +33,7 @@ async def setup(
                 ],
                 **alias,
             }
-        ]
+        ],
     )
     return gw, a, b
 
@@ -149,21 +153,7 @@ async def test_the_record_caps_count_every_attempt_of_the_turn(
 ) -> None:
     """A hostile upstream cannot double what a turn records by failing and being continued:
     the continuation is capped at what the attempt before it left of the turn's caps."""
-    a, b = await make_upstream(), await make_upstream()
-    gw = await make_gateway(
-        models=[
-            {
-                "name": "m",
-                "continue_on_failure": True,
-                "retry": {"backoff_s": 0.01},
-                "deployments": [
-                    {"provider": "openai", "api_base": a.url, "name": "a"},
-                    {"provider": "openai", "api_base": b.url, "name": "b"},
-                ],
-            }
-        ],
-        conversations={"record_max_text_chars": 10},
-    )
+    gw, a, b = await setup(make_gateway, make_upstream, conversations={"record_max_text_chars": 10})
     a.push(frames(chunk("Hello, "), chunk("wor"), then="reset"))  # 10: the whole cap
     b.push(frames(chunk("ld! And more."), chunk(finish="stop"), DONE))
     body, conversation_id = await gw.post_stream(
