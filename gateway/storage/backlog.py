@@ -32,8 +32,9 @@ Mark = tuple[int, Hashable]
 class Backlog:
     def __init__(self) -> None:
         # The writes not taken yet, in epochs split by barriers: each epoch's writes by lane,
-        # a lane's in order; every write of an epoch was submitted before any of the next.
-        # Only the first epoch is taken from.
+        # a lane's in order; a lane's writes, and barriers, in an epoch before those of the
+        # next (writes a failed batch put back make an epoch before the others, though other
+        # lanes' older writes may be behind it). Only the first epoch is taken from.
         self._epochs: deque[dict[Hashable, deque[Write]]] = deque([{}])
         self._queued = 0
         self._taken: list[Write] = []  # the batch being handled
@@ -147,10 +148,8 @@ class Backlog:
     def oldest(self) -> int | None:
         """The number of the first write not handled yet (None: every write is handled)."""
         heads = list(self._taken_first.values())
-        for epoch in self._epochs:  # the first with writes holds the oldest queued
-            if epoch:
-                heads.extend(queue[0].number for queue in epoch.values())
-                break
+        for epoch in self._epochs:
+            heads.extend(queue[0].number for queue in epoch.values())
         return min(heads, default=None)
 
     def settled(self, lane: Hashable, mark: int) -> bool:
@@ -169,7 +168,7 @@ class Backlog:
         order they were submitted. Those are usually the last few: each queue is read from
         its end."""
         found = [w for w in self._taken if w.number >= since] if self._taken_last >= since else []
-        sources = 1 if found else 0
+        sources = len(self._taken_first) if found else 0  # the batch: lane after lane
         for epoch in self._epochs:
             for queue in epoch.values():
                 if queue[-1].number < since:

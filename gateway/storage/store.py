@@ -309,7 +309,12 @@ class Store:
     # -- writes ----------------------------------------------------------------------------
 
     def write(self, kind: Kind, row: dict[str, Any], search: str | None = None) -> None:
-        self._submit(Write(kind, row, search), _lane(row.get("team_id"), row.get("key_id")))
+        lane = _lane(row.get("team_id"), row.get("key_id"))
+        if lane is None and (context := _LANE.get()) is not _UNKNOWN:
+            # A row that names no team or key (a stored response of a key of no team) is in
+            # the lane of the turn its request started, whose conversation it belongs to.
+            lane = context
+        self._submit(Write(kind, row, search), lane)
 
     def _submit(self, write: Write, lane: Hashable) -> None:
         if self._backlog.add(self._submitted, lane, write):
@@ -482,13 +487,15 @@ class Store:
 
     def _settled(self, mark: int, lane: Hashable) -> bool:
         """Whether the writes submitted before `mark` that a turn of `lane` needs are in the
-        database or the spool: all of its lane's (the writer takes lanes in turns), or every
-        write when the lane is not known (or is the barrier lane, `None`)."""
+        database or the spool: all of its lane's (the writer takes lanes in turns) and every
+        barrier (a write of no lane: one after the turn's end, say), or every write when the
+        lane is not known (or is the barrier lane, `None`)."""
         if mark <= self._handled or mark <= self._rescued:
             return True
         if lane is _UNKNOWN or lane is None:
             return False
-        return self._backlog.settled(lane, mark)
+        backlog = self._backlog
+        return backlog.settled(lane, mark) and backlog.settled(None, mark)
 
     @property
     def submitted(self) -> int:

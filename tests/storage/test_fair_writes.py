@@ -124,10 +124,10 @@ async def make(request: pytest.FixtureRequest, tmp_path: Path) -> AsyncIterator[
         await store.close()
 
 
-def a_turn(store: Store, team: str, cid: str, messages: int) -> None:
+def a_turn(store: Store, team: str | None, cid: str, messages: int, key: str | None = None) -> None:
     """A turn of `team` whose request holds `messages` messages (an agent's long history)."""
-    store.create_conversation(Conversation(cid, 1.0, team_id=team))
-    store.start_turn(TurnStart(f"t-{cid}", cid, 1.0, {}, team_id=team))
+    store.create_conversation(Conversation(cid, 1.0, team_id=team, key_id=key))
+    store.start_turn(TurnStart(f"t-{cid}", cid, 1.0, {}, team_id=team, key_id=key))
     for n in range(messages):
         store.append(NewEvent(cid, f"t-{cid}", "user/message", {"content": f"{team} {n}"}))
 
@@ -185,3 +185,72 @@ def test_writes_of_no_lane_alone_are_one_queue() -> None:
     backlog.add(5, "a", event("a0"))
     backlog.add(6, None, event("w5"))
     assert texts(backlog.take(10, 1 << 20)) == ["w3", "w4", "a0", "w5"]
+
+
+def test_the_oldest_write_not_handled_is_found_behind_a_failed_batch_put_back() -> None:
+    """The database refused a batch that held a later write of another lane than an older one
+    still queued: nothing before the older one may count as handled."""
+    backlog = Backlog()
+    backlog.add(0, "a", event("a0", size=10))
+    backlog.add(1, "a", event("a1", size=10))
+    backlog.add(2, "b", event("b0", size=10))
+    assert texts(backlog.take(512, 1)) == ["a0"]  # the budget: one write, then b's turn
+    backlog.done(1)
+    assert texts(backlog.take(512, 1)) == ["b0"]
+    backlog.done(0)  # refused: it goes back
+    assert backlog.oldest() == 1 and not backlog.settled("a", 2)
+    assert texts(backlog.unhandled()) == ["a1", "b0"]
+
+
+def test_what_is_not_handled_comes_in_the_order_it_was_submitted_across_lanes() -> None:
+    backlog = filled(("a", ["a0"]), ("b", ["b0"]), ("a", ["a1"]))  # numbered a0 0, b0 1, a1 2
+    batch = backlog.take(512, 1 << 20)
+    assert texts(batch) == ["a0", "a1", "b0"]  # lane after lane
+    assert texts(backlog.unhandled()) == ["a0", "b0", "a1"]  # as submitted (the journal's order)
+
+
+async def answered_while_flooded(store: Store, request: contextvars.Context) -> int:
+    """`durable_enough` in a request's context, with another team's flood queued before its
+    writes: the writes still to be written when it returned."""
+    behind = []
+
+    async def answered() -> None:
+        await store.durable_enough()
+        behind.append(store.pending_writes())
+
+    async with asyncio.timeout(30):
+        await asyncio.create_task(answered(), context=request)
+    return behind[0]
+
+
+async def test_a_turn_waits_for_a_write_of_no_lane_it_submitted(make: MakeStore) -> None:
+    """A write after a turn's end (a lane of none: it orders with every write) is durable
+    before the turn's client is answered, flood or not."""
+    store = await make()
+    contextvars.copy_context().run(a_turn, store, "a", "flood", 2000)
+    request = contextvars.copy_context()
+    request.run(a_turn, store, "b", "other", 1)
+    request.run(store.append, NewEvent("other", "t-other", "turn/end", {"status": "completed"}))
+    request.run(store.append, NewEvent("other", "t-other", "conversation/note", {"note": "x"}))
+    await answered_while_flooded(store, request)
+    noted = await store.backend.run(
+        lambda db: db.fetchval(
+            "SELECT count(*) FROM events WHERE conversation_id = 'other' AND type = ?",
+            "conversation/note",
+        )
+    )
+    assert noted == 1
+
+
+async def test_a_stored_response_of_a_key_of_no_team_keeps_its_turn_s_lane(
+    make: MakeStore,
+) -> None:
+    """Its row names no team and no key: it goes in its turn's lane, not behind the flood."""
+    store = await make()
+    contextvars.copy_context().run(a_turn, store, "a", "flood", 2000)
+    request = contextvars.copy_context()
+    request.run(a_turn, store, None, "keyed", 1, key="key_k")
+    row = {"id": "resp_1", "turn_id": "t-keyed", "conversation_id": "keyed", "team_id": None}
+    row |= {"created_at": 1.0, "request": "{}", "previous_response_id": None, "store": 1}
+    request.run(store.write, "response", row)
+    assert await answered_while_flooded(store, request) > 1000
