@@ -214,7 +214,7 @@ async def test_the_supervisor_passes_sighup_to_every_worker(tmp_path: Path) -> N
     finally:
         code = await stop(supervisor, log)
     assert code == 0, "".join(log.lines)
-    assert not log.having("exited with")
+    assert not log.having("exited with"), "".join(log.lines)
 
 
 def test_the_systemd_unit_reloads_with_sighup() -> None:
