@@ -18,6 +18,7 @@ import os
 import queue
 import sqlite3
 import threading
+import time
 from collections.abc import Callable
 from pathlib import Path
 from typing import Any, NoReturn, TypeVar, cast
@@ -36,6 +37,8 @@ log = logging.getLogger(__name__)
 # as they fill rather than grow the cache by the payload's size. The usual size is restored
 # after it.
 _LONG_PAYLOAD_CACHE_KIB = 256
+# How long a statement waits for another connection's lock (another worker's commit).
+_BUSY_MS = 5000
 
 # A NULL parameter as it is, without the module's search for an adapter: sqlite3 binds int,
 # float and str directly but looks every other value up, None included, and a miss there costs
@@ -178,9 +181,9 @@ class SQLiteBackend:
         assert loop is not None
         try:
             raw = sqlite3.connect(self.path, isolation_level=None, check_same_thread=False)
-            raw.execute("PRAGMA journal_mode=WAL")
+            raw.execute(f"PRAGMA busy_timeout={_BUSY_MS}")
+            _write_ahead_log(raw)
             raw.execute("PRAGMA synchronous=NORMAL")
-            raw.execute("PRAGMA busy_timeout=5000")
         except Exception as exc:
             loop.call_soon_threadsafe(_settle, ready, None, exc)
             return
@@ -241,6 +244,22 @@ def _write_long_payload(raw: sqlite3.Connection, payload: DeferredPayload) -> in
 def _changed(size: int, written: int) -> NoReturn:
     # Its sources changed between the two passes: never stored cut or padded.
     raise RuntimeError(f"a long payload changed as it was written ({size} -> {written}+ bytes)")
+
+
+def _write_ahead_log(raw: sqlite3.Connection) -> None:
+    """Put the database in WAL mode. Two processes opening a new file at once (the workers of
+    `serve --workers`) can each hold what the other's switch needs; SQLite then answers
+    "locked" at once rather than wait (waiting would never end), so the switch is tried again
+    once the other is through, within the busy timeout."""
+    deadline = time.monotonic() + _BUSY_MS / 1000
+    while True:
+        try:
+            raw.execute("PRAGMA journal_mode=WAL")
+            return
+        except sqlite3.OperationalError as exc:
+            if "locked" not in str(exc) or time.monotonic() > deadline:
+                raise
+            time.sleep(0.01)
 
 
 def _classify(exc: sqlite3.OperationalError) -> BaseException:
