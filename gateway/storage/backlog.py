@@ -79,9 +79,20 @@ class Backlog:
         batch takes is the time its JSON takes to store): an equal share of both for each
         lane with writes queued, a lane with less leaving the rest to the others; at least
         one write of each lane. A lane taken from goes to the back of the turn."""
+        epochs = self._epochs
+        one = len(epochs) == 1 and not self._taken and len(epoch := epochs[0]) == 1
+        if one and self._queued <= limit:
+            # The usual batch: one lane's writes, all of them.
+            ((lane, queue),) = epoch.items()
+            if len(queue) == 1 or sum([w.weight for w in queue]) <= budget:
+                epoch.clear()
+                self._queued = 0
+                self._taken_first = {lane: queue[0].number}
+                self._taken_last = queue[-1].number
+                self._taken = list(queue)
+                return self._taken
         taken = self._taken
         first = self._taken_first
-        epochs = self._epochs
         weight = 0
         while len(taken) < limit and weight < budget and self._queued:
             epoch = epochs[0]
@@ -121,11 +132,12 @@ class Backlog:
     def done(self, handled: int) -> None:
         """The first `handled` writes of the batch are handled; the rest go back to the front
         of their lanes, to be taken first next time (nothing took them)."""
-        back = self._taken[handled:]
+        taken = self._taken
         self._taken = []
         self._taken_first = {}
         self._taken_last = -1
-        if back:
+        if handled < len(taken):
+            back = taken[handled:]
             # Before every epoch: they were submitted before anything still queued of their
             # lane, and any barrier still queued came after them.
             front: dict[Hashable, deque[Write]] = {}
@@ -147,10 +159,12 @@ class Backlog:
 
     def oldest(self) -> int | None:
         """The number of the first write not handled yet (None: every write is handled)."""
-        heads = list(self._taken_first.values())
-        for epoch in self._epochs:
-            heads.extend(queue[0].number for queue in epoch.values())
-        return min(heads, default=None)
+        if not self._queued and not self._taken:
+            return None
+        heads = [queue[0].number for epoch in self._epochs for queue in epoch.values()]
+        if self._taken_first:
+            heads += self._taken_first.values()
+        return min(heads)
 
     def settled(self, lane: Hashable, mark: int) -> bool:
         """Whether every write of `lane` numbered below `mark` is handled."""

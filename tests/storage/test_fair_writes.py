@@ -254,3 +254,12 @@ async def test_a_stored_response_of_a_key_of_no_team_keeps_its_turn_s_lane(
     row |= {"created_at": 1.0, "request": "{}", "previous_response_id": None, "store": 1}
     request.run(store.write, "response", row)
     assert await answered_while_flooded(store, request) > 1000
+
+
+def test_a_lane_alone_is_taken_within_the_budget_too() -> None:
+    backlog = Backlog()
+    for n in range(3):
+        backlog.add(n, "a", event(f"a{n}", size=1000))
+    assert texts(backlog.take(512, 2000)) == ["a0", "a1"]
+    backlog.done(2)
+    assert texts(backlog.take(512, 2000)) == ["a2"]
