@@ -73,6 +73,17 @@ def loading(monkeypatch: pytest.MonkeyPatch) -> Iterator[tuple[threading.Event, 
         tokens._loader.join(10)
 
 
+def loaded_and_counted(release: threading.Event, text: str) -> int:
+    """Let the held load finish; `text`'s exact count, which the rough rate misses."""
+    release.set()
+    loader = tokens._loader
+    assert loader is not None
+    loader.join(10)
+    exact = len(tiktoken.get_encoding("cl100k_base").encode(text))
+    assert exact != len(text) // 4
+    return exact
+
+
 def test_a_reservation_made_while_the_tokenizer_loads_counts_characters_instead_of_waiting(
     loading: tuple[threading.Event, list[int]],
 ) -> None:
@@ -83,12 +94,7 @@ def test_a_reservation_made_while_the_tokenizer_loads_counts_characters_instead_
     messages = [{"role": "user", "content": text}]
     assert tally_messages(messages).tokens() == 3 + 4 + len(text) // 4  # the load is held
     assert tally_messages(messages).tokens() == 3 + 4 + len(text) // 4
-    release.set()
-    loader = tokens._loader
-    assert loader is not None
-    loader.join(10)
-    exact = len(tiktoken.get_encoding("cl100k_base").encode(text))
-    assert exact != len(text) // 4
+    exact = loaded_and_counted(release, text)
     assert tally_messages(messages).tokens() == count_messages(messages) == 3 + 4 + exact
     assert loads == [1]  # one load, however many estimates came during it
 
@@ -104,11 +110,6 @@ def test_the_tools_of_a_reservation_made_while_the_tokenizer_loads_count_charact
     assert extras is not None
     text = orjson.dumps(tools).decode()  # what the model is shown
     assert extras.tokens(wait=False) == len(text) // 4  # the load is held: it did not wait
-    release.set()
-    loader = tokens._loader
-    assert loader is not None
-    loader.join(10)
-    exact = len(tiktoken.get_encoding("cl100k_base").encode(text))
-    assert exact != len(text) // 4
+    exact = loaded_and_counted(release, text)
     assert extras.tokens(wait=False) == extras.tokens() == exact
     assert loads == [1]
