@@ -497,11 +497,6 @@ class Store:
         backlog = self._backlog
         return backlog.settled(lane, mark) and backlog.settled(None, mark)
 
-    @property
-    def submitted(self) -> int:
-        """How many writes were submitted."""
-        return self._submitted
-
     def mark(self) -> Mark:
         """Where this context's writes stand (those submitted so far, and its turn's lane):
         a mark for `durable`."""
@@ -570,23 +565,18 @@ class Store:
             )
         finally:
             self._rescuing = None
-            now = time.monotonic()
-            still = []
-            for waiter in self._durable:
-                if waiter[2] <= now or self._settled(waiter[0], waiter[3]):
-                    _settle_once(waiter[1])
-                else:
-                    still.append(waiter)
-            self._durable = still
-            if not still and self._watchdog is not None:
-                self._watchdog.cancel()
-                self._watchdog = None
+            self._release_durable(expired=time.monotonic())
 
-    def _release_durable(self) -> None:
+    def _release_durable(self, expired: float | None = None) -> None:
+        """Answer the durability waits whose writes are durable now, and those whose deadline
+        is `expired`; with no deadline given, every one while the store is stuck."""
+        everyone = expired is None and self._stuck
+        late = float("-inf") if expired is None else expired
         still = []
         for waiter in self._durable:
-            if self._stuck or self._settled(waiter[0], waiter[3]):
-                _settle_once(waiter[1])
+            mark, future, deadline, lane = waiter
+            if everyone or deadline <= late or self._settled(mark, lane):
+                _settle_once(future)
             else:
                 still.append(waiter)
         self._durable = still
