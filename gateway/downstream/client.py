@@ -130,8 +130,11 @@ class ClientStream:
         return done, tracker.level
 
     def close(self) -> None:
+        # Both hold a bound method of the relay: no cycle outlives the stream.
+        self._on_idle = None
         if self._idle_watch is not None:
             self._idle_watch.stop()
+            self._idle_watch = None
         if self.tracker is not None:  # made when the response started
             self.tracker.close()
             metrics.STREAMS.dec()

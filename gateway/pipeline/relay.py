@@ -217,7 +217,11 @@ class Relay:
             return self.client.response
         last.headers["X-Gateway-Attempts"] = str(len(self.turn.attempts))
         last.retries_spent = True  # the plan has run out: a client retry would only repeat it
-        raise last
+        try:
+            raise last
+        finally:
+            # The error's traceback holds this frame: without these names, no cycle through it.
+            del last, plan
 
     def _frames_sent_by_attempt(self) -> int:
         return self.client.frames_written - sum(n for _, n in self.segments)
@@ -752,3 +756,7 @@ class Relay:
         if self.upstream is not None:
             self.upstream.close()
         self.client.close()
+        # The renderer holds a bound method of this relay (as the client stream did until it
+        # closed): left in place, that cycle would leave the request's whole object graph (its
+        # aiohttp request, task, turn and logs) to the cyclic collector, on every request.
+        self.renderer.price = None

@@ -1,0 +1,124 @@
+"""A served turn leaves no reference cycle: its relay, and with it the request's whole object
+graph, is freed as soon as its handler returns, never left to the cyclic collector (which
+would walk and free every request's objects in its collections, on the event loop)."""
+
+from __future__ import annotations
+
+import asyncio
+import gc
+import weakref
+from collections.abc import Awaitable, Callable, Iterator
+from typing import Any
+
+import anthropic
+import openai
+import pytest
+
+from gateway.pipeline.relay import Relay
+from tests.conftest import GatewayUnderTest
+from tests.fakes import FakeUpstream, completion, replay
+
+QUESTION = [{"role": "user", "content": "What is the capital of the UK?"}]
+
+
+@pytest.fixture
+def relays(monkeypatch: pytest.MonkeyPatch) -> Iterator[list[weakref.ref[Relay]]]:
+    """Every relay made meanwhile, weakly; the cyclic collector off, so that only reference
+    counting frees them."""
+    made: list[weakref.ref[Relay]] = []
+    init = Relay.__init__
+
+    def recording_init(self: Relay, *args: Any, **kwargs: Any) -> None:
+        init(self, *args, **kwargs)
+        made.append(weakref.ref(self))
+
+    monkeypatch.setattr(Relay, "__init__", recording_init)
+    gc.collect()
+    gc.disable()
+    try:
+        yield made
+    finally:
+        gc.enable()
+
+
+def _name(referrer: object) -> str:
+    code = getattr(referrer, "f_code", None)  # a frame: its function's
+    return code.co_name if code is not None else type(referrer).__name__
+
+
+async def _all_freed(made: list[weakref.ref[Relay]]) -> None:
+    """Until every relay is freed: at once once its handler has returned, unless a cycle holds
+    it (then never, with the collector off)."""
+    assert made, "no relay served the request"
+    try:
+        async with asyncio.timeout(5):
+            while any(ref() is not None for ref in made):
+                await asyncio.sleep(0.001)
+    except TimeoutError:
+        alive = [relay for ref in made if (relay := ref()) is not None]
+        holders = [_name(h) for relay in alive for h in gc.get_referrers(relay) if h is not alive]
+        raise AssertionError(f"a relay outlived its request, held by {holders}") from None
+
+
+async def _chat(gw: GatewayUnderTest, upstream: FakeUpstream) -> None:
+    upstream.push(completion("London."))
+    await gw.client().chat.completions.create(
+        model="fake", messages=[{"role": "user", "content": "Capital of the UK?"}]
+    )
+
+
+async def _chat_stream(gw: GatewayUnderTest, upstream: FakeUpstream) -> None:
+    upstream.push(replay("openai-chat-text-usage.sse"))
+    stream = await gw.client().chat.completions.create(
+        model="fake", messages=[{"role": "user", "content": "Capital of the UK?"}], stream=True
+    )
+    assert [c async for c in stream]
+
+
+async def _messages_stream(gw: GatewayUnderTest, upstream: FakeUpstream) -> None:
+    upstream.push(replay("openai-chat-text-usage.sse"))
+    async with (
+        anthropic.AsyncAnthropic(base_url=gw.url, api_key="test-key", max_retries=0) as api,
+        api.messages.stream(model="fake", max_tokens=100, messages=QUESTION) as stream,  # type: ignore[arg-type]
+    ):
+        assert "".join([t async for t in stream.text_stream])
+
+
+async def _responses_stream(gw: GatewayUnderTest, upstream: FakeUpstream) -> None:
+    upstream.push(replay("openai-chat-text-usage.sse"))
+    stream = await gw.client().responses.create(model="fake", input="Capital?", stream=True)
+    assert [e.type async for e in stream][-1] == "response.completed"
+
+
+async def _provider_error(gw: GatewayUnderTest, upstream: FakeUpstream) -> None:
+    upstream.http_error(400, "no such thing")
+    with pytest.raises(openai.BadRequestError):
+        await gw.client().chat.completions.create(
+            model="fake", messages=[{"role": "user", "content": "Capital of the UK?"}]
+        )
+
+
+async def _client_leaves(gw: GatewayUnderTest, upstream: FakeUpstream) -> None:
+    upstream.stall_after(["London ", "is "])
+    stream = await gw.client().chat.completions.create(
+        model="fake", messages=[{"role": "user", "content": "Capital of the UK?"}], stream=True
+    )
+    async for _ in stream:  # the first chunk
+        break
+    await stream.close()
+    await asyncio.wait_for(upstream.disconnected.wait(), 5)
+
+
+@pytest.mark.parametrize(
+    "serve",
+    [_chat, _chat_stream, _messages_stream, _responses_stream, _provider_error, _client_leaves],
+    ids=["chat", "chat-stream", "messages-stream", "responses-stream", "error", "client-leaves"],
+)
+async def test_a_served_turn_is_freed_without_the_cyclic_collector(
+    gw: GatewayUnderTest,
+    upstream: FakeUpstream,
+    relays: list[weakref.ref[Relay]],
+    serve: Callable[[GatewayUnderTest, FakeUpstream], Awaitable[None]],
+) -> None:
+    await serve(gw, upstream)
+    await _all_freed(relays)
