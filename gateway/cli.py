@@ -30,10 +30,11 @@ def settle_collector() -> None:
     """The cyclic garbage collector, once the process has started and before it serves."""
     # Everything made so far lives as long as the process: out of every later collection's way.
     gc.freeze()
-    # A request makes no reference cycles, so young collections find nothing; at the default
-    # threshold (700 objects) the requests in flight alone cross it every few requests, and
-    # each time the collector walks live objects for nothing. Ten thousand is above what
-    # dozens of requests in flight hold, and still bounds any cyclic garbage.
+    # A request makes no reference cycles (tests/pipeline/test_relay_cycles.py holds the relay
+    # to that), so young collections find nothing; at the default threshold (700 objects) the
+    # requests in flight alone cross it every few requests, and each time the collector walks
+    # live objects for nothing. Ten thousand is above what dozens of requests in flight hold,
+    # and still bounds any cyclic garbage.
     gc.set_threshold(_YOUNG_COLLECTION_AT, *gc.get_threshold()[1:])
     gc.enable()
 
