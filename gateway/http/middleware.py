@@ -120,6 +120,10 @@ async def errors_and_ids(request: web.Request, handler: Handler) -> web.StreamRe
         tell = gateway is None or gateway.config.server.tell_clients_not_to_retry
         response = error_response(error, _dialect(request), tell_not_to_retry=tell)
         error_code = error.code
+        # Answered. A frame that raised it may hold it (`error = ...; raise error`), and its
+        # traceback holds that frame: without this, every frame of the request down to the
+        # raise would be left to the cyclic collector.
+        error.__traceback__ = None
         if error_code == "shutdown":
             response.force_close()  # `Connection: close`: the next request goes elsewhere
     except web.HTTPException as exc:
@@ -129,6 +133,7 @@ async def errors_and_ids(request: web.Request, handler: Handler) -> web.StreamRe
         gateway_error = _from_http_exception(exc)
         response = error_response(gateway_error, _dialect(request))
         error_code = gateway_error.code
+        exc.__traceback__ = None  # (aiohttp's router keeps its 404 in the request's match info)
     except StoreUnavailable as exc:
         # What needed the store and could not do without it: worth retrying shortly (writes
         # alone never get here, they wait in the spool).

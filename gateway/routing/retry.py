@@ -31,7 +31,9 @@ class RetryPlan:
         self.last_error: UpstreamError | None = None
 
     def failed(self, deployment: Deployment, error: UpstreamError) -> None:
-        self._errors[deployment.name] = self.last_error = error
+        # Kept without its traceback, whose frames (the relay's, with this plan in them) would
+        # hold the request's whole object graph in a cycle once the request is answered.
+        self._errors[deployment.name] = self.last_error = error.with_traceback(None)
 
     async def next(self) -> Deployment | None:
         """The deployment to try now (after any wait), or None when the budget is spent."""

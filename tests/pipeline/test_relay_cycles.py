@@ -15,7 +15,7 @@ import openai
 import pytest
 
 from gateway.pipeline.relay import Relay
-from tests.conftest import GatewayUnderTest
+from tests.conftest import GatewayUnderTest, MakeGateway
 from tests.fakes import FakeUpstream, completion, replay
 
 QUESTION = [{"role": "user", "content": "What is the capital of the UK?"}]
@@ -111,8 +111,22 @@ async def _client_leaves(gw: GatewayUnderTest, upstream: FakeUpstream) -> None:
 
 @pytest.mark.parametrize(
     "serve",
-    [_chat, _chat_stream, _messages_stream, _responses_stream, _provider_error, _client_leaves],
-    ids=["chat", "chat-stream", "messages-stream", "responses-stream", "error", "client-leaves"],
+    [
+        _chat,
+        _chat_stream,
+        _messages_stream,
+        _responses_stream,
+        _provider_error,
+        _client_leaves,
+    ],
+    ids=[
+        "chat",
+        "chat-stream",
+        "messages-stream",
+        "responses-stream",
+        "error",
+        "client-leaves",
+    ],
 )
 async def test_a_served_turn_is_freed_without_the_cyclic_collector(
     gw: GatewayUnderTest,
@@ -121,4 +135,21 @@ async def test_a_served_turn_is_freed_without_the_cyclic_collector(
     serve: Callable[[GatewayUnderTest, FakeUpstream], Awaitable[None]],
 ) -> None:
     await serve(gw, upstream)
+    await _all_freed(relays)
+
+
+async def test_a_turn_answered_on_a_retry_is_freed_without_the_cyclic_collector(
+    make_gateway: MakeGateway, upstream: FakeUpstream, relays: list[weakref.ref[Relay]]
+) -> None:
+    retried = {"max_attempts": 2, "backoff_s": 0}
+    gw = await make_gateway(
+        [{"name": "fake", "retry": retried, "deployments": [upstream.deployment()]}]
+    )
+    upstream.http_error(503, "busy")  # the first attempt's error, kept by the plan
+    upstream.push(completion("London."))
+    answer = await gw.client().chat.completions.create(
+        model="fake", messages=[{"role": "user", "content": "Capital of the UK?"}]
+    )
+    assert answer.choices[0].message.content == "London."
+    assert len(upstream.requests) == 2
     await _all_freed(relays)
