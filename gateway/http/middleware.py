@@ -152,6 +152,9 @@ async def errors_and_ids(request: web.Request, handler: Handler) -> web.StreamRe
         raise
     finally:
         metrics.IN_FLIGHT.dec()
+        # A response holds its request until its body's end, which a stream whose client left
+        # never reaches: kept here, the two would hold each other.
+        request.pop(_SENT, None)
     metrics.REQUESTS.labels(route, str(response.status)).inc()
     _access(request, gateway, notes, started, response, error_code, route=route)
     return response

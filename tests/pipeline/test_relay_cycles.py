@@ -13,6 +13,7 @@ from typing import Any
 import anthropic
 import openai
 import pytest
+from aiohttp import web
 
 from gateway.pipeline.relay import Relay
 from tests.conftest import GatewayUnderTest, MakeGateway
@@ -21,16 +22,27 @@ from tests.fakes import FakeUpstream, completion, replay
 QUESTION = [{"role": "user", "content": "What is the capital of the UK?"}]
 
 
+class Served:
+    """Every relay made meanwhile, and the aiohttp request each served, weakly."""
+
+    def __init__(self) -> None:
+        self.relays: list[weakref.ref[object]] = []
+        self.requests: list[weakref.ref[object]] = []
+
+
 @pytest.fixture
-def relays(monkeypatch: pytest.MonkeyPatch) -> Iterator[list[weakref.ref[Relay]]]:
-    """Every relay made meanwhile, weakly; the cyclic collector off, so that only reference
+def served(monkeypatch: pytest.MonkeyPatch) -> Iterator[Served]:
+    """What requests are served meanwhile; the cyclic collector off, so that only reference
     counting frees them."""
-    made: list[weakref.ref[Relay]] = []
+    made = Served()
     init = Relay.__init__
 
-    def recording_init(self: Relay, *args: Any, **kwargs: Any) -> None:
-        init(self, *args, **kwargs)
-        made.append(weakref.ref(self))
+    def recording_init(
+        self: Relay, gateway: Any, request: web.Request, *args: Any, **kw: Any
+    ) -> None:
+        init(self, gateway, request, *args, **kw)
+        made.relays.append(weakref.ref(self))
+        made.requests.append(weakref.ref(request))
 
     monkeypatch.setattr(Relay, "__init__", recording_init)
     gc.collect()
@@ -46,18 +58,19 @@ def _name(referrer: object) -> str:
     return code.co_name if code is not None else type(referrer).__name__
 
 
-async def _all_freed(made: list[weakref.ref[Relay]]) -> None:
-    """Until every relay is freed: at once once its handler has returned, unless a cycle holds
-    it (then never, with the collector off)."""
-    assert made, "no relay served the request"
+async def _all_freed(made: list[weakref.ref[object]]) -> None:
+    """Until each is freed: at once once its handler has returned, unless a cycle holds it
+    (then never, with the collector off)."""
+    assert made, "nothing served the request"
     try:
         async with asyncio.timeout(5):
             while any(ref() is not None for ref in made):
                 await asyncio.sleep(0.001)
     except TimeoutError:
-        alive = [relay for ref in made if (relay := ref()) is not None]
-        holders = [_name(h) for relay in alive for h in gc.get_referrers(relay) if h is not alive]
-        raise AssertionError(f"a relay outlived its request, held by {holders}") from None
+        alive = [kept for ref in made if (kept := ref()) is not None]
+        held = {type(kept).__name__: [_name(h) for h in gc.get_referrers(kept) if h is not alive]
+                for kept in alive}  # fmt: skip
+        raise AssertionError(f"outlived its request: {held}") from None
 
 
 async def _chat(gw: GatewayUnderTest, upstream: FakeUpstream) -> None:
@@ -131,15 +144,15 @@ async def _client_leaves(gw: GatewayUnderTest, upstream: FakeUpstream) -> None:
 async def test_a_served_turn_is_freed_without_the_cyclic_collector(
     gw: GatewayUnderTest,
     upstream: FakeUpstream,
-    relays: list[weakref.ref[Relay]],
+    served: Served,
     serve: Callable[[GatewayUnderTest, FakeUpstream], Awaitable[None]],
 ) -> None:
     await serve(gw, upstream)
-    await _all_freed(relays)
+    await _all_freed(served.relays)
 
 
 async def test_a_turn_answered_on_a_retry_is_freed_without_the_cyclic_collector(
-    make_gateway: MakeGateway, upstream: FakeUpstream, relays: list[weakref.ref[Relay]]
+    make_gateway: MakeGateway, upstream: FakeUpstream, served: Served
 ) -> None:
     retried = {"max_attempts": 2, "backoff_s": 0}
     gw = await make_gateway(
@@ -152,4 +165,15 @@ async def test_a_turn_answered_on_a_retry_is_freed_without_the_cyclic_collector(
     )
     assert answer.choices[0].message.content == "London."
     assert len(upstream.requests) == 2
-    await _all_freed(relays)
+    await _all_freed(served.relays)
+
+
+async def test_a_stream_whose_client_left_frees_its_request(
+    gw: GatewayUnderTest, upstream: FakeUpstream, served: Served
+) -> None:
+    """Its response never reaches its body's end, where aiohttp lets go of the request: nothing
+    of the gateway's may hold the response from the request. (A client that keeps its
+    connection open keeps its last request alive in aiohttp until the next one: this client
+    closes it.)"""
+    await _client_leaves(gw, upstream)
+    await _all_freed(served.relays + served.requests)
