@@ -2,8 +2,6 @@
 
 from __future__ import annotations
 
-import asyncio
-import gc
 import weakref
 from collections.abc import Iterator
 from typing import Any
@@ -15,6 +13,7 @@ import pytest
 from gateway.errors import GatewayError
 from gateway.http import middleware
 from tests.conftest import GatewayUnderTest, MakeGateway
+from tests.freed import all_freed, collector_off
 from tests.http.test_limits import HELLO, setup
 
 
@@ -30,24 +29,8 @@ def answered(monkeypatch: pytest.MonkeyPatch) -> Iterator[list[weakref.ref[Gatew
         return error_response(error, *args, **kwargs)
 
     monkeypatch.setattr(middleware, "error_response", recording)
-    gc.collect()
-    gc.disable()
-    try:
+    with collector_off():
         yield made
-    finally:
-        gc.enable()
-
-
-async def _all_freed(answered: list[weakref.ref[GatewayError]]) -> None:
-    """Until every answered error is freed: at once once its handler has returned, unless a
-    cycle holds it (then never, with the collector off), and with it the request's frames."""
-    assert answered, "no error was answered"
-    try:
-        async with asyncio.timeout(5):
-            while any(ref() is not None for ref in answered):
-                await asyncio.sleep(0.001)
-    except TimeoutError:
-        raise AssertionError("an answered error outlived its request") from None
 
 
 async def test_a_refusal_raised_from_a_local_is_freed_once_answered(
@@ -59,7 +42,7 @@ async def test_a_refusal_raised_from_a_local_is_freed_once_answered(
     with pytest.raises(openai.RateLimitError) as refused:
         await gw.client(api_key=key).chat.completions.create(model="demo", messages=HELLO)
     assert refused.value.code == "budget_exceeded"
-    await _all_freed(answered)
+    await all_freed(answered)
 
 
 async def test_an_unknown_path_is_answered_without_a_cycle_through_the_request(
@@ -70,4 +53,4 @@ async def test_an_unknown_path_is_answered_without_a_cycle_through_the_request(
     async with aiohttp.ClientSession() as session, session.get(gw.url + "/v1/nope") as response:
         assert response.status == 404
         assert (await response.json())["error"]["code"] == "not_found"
-    await _all_freed(answered)
+    await all_freed(answered)

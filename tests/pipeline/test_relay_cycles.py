@@ -5,7 +5,6 @@ would walk and free every request's objects in its collections, on the event loo
 from __future__ import annotations
 
 import asyncio
-import gc
 import weakref
 from collections.abc import Awaitable, Callable, Iterator
 from typing import Any
@@ -18,6 +17,7 @@ from aiohttp import web
 from gateway.pipeline.relay import Relay
 from tests.conftest import GatewayUnderTest, MakeGateway
 from tests.fakes import FakeUpstream, completion, replay
+from tests.freed import all_freed, collector_off
 
 QUESTION = [{"role": "user", "content": "What is the capital of the UK?"}]
 
@@ -45,32 +45,8 @@ def served(monkeypatch: pytest.MonkeyPatch) -> Iterator[Served]:
         made.requests.append(weakref.ref(request))
 
     monkeypatch.setattr(Relay, "__init__", recording_init)
-    gc.collect()
-    gc.disable()
-    try:
+    with collector_off():
         yield made
-    finally:
-        gc.enable()
-
-
-def _name(referrer: object) -> str:
-    code = getattr(referrer, "f_code", None)  # a frame: its function's
-    return code.co_name if code is not None else type(referrer).__name__
-
-
-async def _all_freed(made: list[weakref.ref[object]]) -> None:
-    """Until each is freed: at once once its handler has returned, unless a cycle holds it
-    (then never, with the collector off)."""
-    assert made, "nothing served the request"
-    try:
-        async with asyncio.timeout(5):
-            while any(ref() is not None for ref in made):
-                await asyncio.sleep(0.001)
-    except TimeoutError:
-        alive = [kept for ref in made if (kept := ref()) is not None]
-        held = {type(kept).__name__: [_name(h) for h in gc.get_referrers(kept) if h is not alive]
-                for kept in alive}  # fmt: skip
-        raise AssertionError(f"outlived its request: {held}") from None
 
 
 async def _chat(gw: GatewayUnderTest, upstream: FakeUpstream) -> None:
@@ -148,7 +124,7 @@ async def test_a_served_turn_is_freed_without_the_cyclic_collector(
     serve: Callable[[GatewayUnderTest, FakeUpstream], Awaitable[None]],
 ) -> None:
     await serve(gw, upstream)
-    await _all_freed(served.relays)
+    await all_freed(served.relays)
 
 
 async def test_a_turn_answered_on_a_retry_is_freed_without_the_cyclic_collector(
@@ -165,7 +141,7 @@ async def test_a_turn_answered_on_a_retry_is_freed_without_the_cyclic_collector(
     )
     assert answer.choices[0].message.content == "London."
     assert len(upstream.requests) == 2
-    await _all_freed(served.relays)
+    await all_freed(served.relays)
 
 
 async def test_a_stream_whose_client_left_frees_its_request(
@@ -176,4 +152,4 @@ async def test_a_stream_whose_client_left_frees_its_request(
     connection open keeps its last request alive in aiohttp until the next one: this client
     closes it.)"""
     await _client_leaves(gw, upstream)
-    await _all_freed(served.relays + served.requests)
+    await all_freed(served.relays + served.requests)
