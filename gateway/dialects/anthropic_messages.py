@@ -48,7 +48,7 @@ from gateway.errors import (
     ThreadUnsupported,
     UpstreamStreamError,
 )
-from gateway.ids import random_hex
+from gateway.ids import random_hex, sortable_hex
 from gateway.providers.anthropic_messages import ERROR_STATUS, STOP_REASONS
 from gateway.providers.params import ANTHROPIC_EXTRAS, ANTHROPIC_REQUEST, ClientBody
 from gateway.stream.assembler import BlockAssembler
@@ -566,7 +566,7 @@ def _is_int(value: object) -> TypeGuard[int]:
 
 
 def _message_id() -> str:
-    return f"msg_{random_hex(12)}"
+    return f"msg_{sortable_hex()}"
 
 
 def _tool_use_id() -> str:

@@ -16,7 +16,7 @@ from pydantic import BaseModel, ConfigDict, Field, ValidationError, field_valida
 from gateway.dialects.chat_message import assistant_message
 from gateway.dialects.requests import Shape, check_shape, parse_json_object, validated
 from gateway.errors import GatewayError
-from gateway.ids import random_hex
+from gateway.ids import sortable_hex
 from gateway.stream.assembler import BlockAssembler
 from gateway.stream.events import (
     REASONING,
@@ -306,7 +306,7 @@ def usage_chunk_with_cost(frame: bytes, cost: float) -> bytes:
 
 
 def completion_id() -> str:
-    return f"chatcmpl-{random_hex(12)}"
+    return f"chatcmpl-{sortable_hex()}"
 
 
 def completion_body(model: str, assembler: BlockAssembler, response_id: str | None = None) -> bytes:

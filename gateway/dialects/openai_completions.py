@@ -35,7 +35,7 @@ from gateway.dialects.openai_chat import (
 )
 from gateway.dialects.requests import Shape, check_shape, parse_json_object, validated
 from gateway.errors import InvalidRequest
-from gateway.ids import random_hex
+from gateway.ids import sortable_hex
 from gateway.providers.params import COMPLETIONS_EXTRAS, COMPLETIONS_REQUEST, ClientBody
 from gateway.stream.assembler import BlockAssembler
 from gateway.stream.events import TEXT, BlockDelta, BlockStart, Finish, StreamEvent, Usage
@@ -106,7 +106,7 @@ def _prompt(prompt: object) -> str:
 
 
 def completion_id() -> str:
-    return f"cmpl-{random_hex(12)}"
+    return f"cmpl-{sortable_hex()}"
 
 
 class CompletionChunkRenderer:

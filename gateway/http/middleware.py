@@ -30,7 +30,7 @@ from gateway.errors import (
     openai_body,
 )
 from gateway.http.auth import PRINCIPAL
-from gateway.ids import random_hex
+from gateway.ids import sortable_hex
 from gateway.metering.auth import presented_key
 from gateway.storage.db import StoreUnavailable
 
@@ -101,7 +101,7 @@ async def errors_and_ids(request: web.Request, handler: Handler) -> web.StreamRe
     if gateway is not None:
         scrub.learn(gateway.config)
     incoming = request.headers.get("X-Request-Id", "")
-    request_id = incoming if _SAFE_ID.match(incoming) else random_hex(16)
+    request_id = incoming if _SAFE_ID.match(incoming) else sortable_hex()
     request[REQUEST_ID] = request_id
     notes = logs.begin_request(request_id)
     route = (
