@@ -24,6 +24,8 @@ import asyncio
 import logging
 import time
 from collections.abc import Callable
+from itertools import repeat
+from operator import add
 from typing import Any
 
 from aiohttp import web
@@ -371,8 +373,8 @@ class Relay:
             parser.others = OtherChoices(attempt.log, self.passthrough)
         # Chat chunks relayed unchanged: most are one more piece of the open text, read
         # without events (the chat renderer tracks nothing, so no events are needed for it).
-        text_delta = (
-            parser.text_delta if self.passthrough and isinstance(parser, ChatStreamParser) else None
+        text_run = (
+            parser.text_run if self.passthrough and isinstance(parser, ChatStreamParser) else None
         )
         held: list[bytes] = []  # to write: byte strings, and the size of each frame in them
         sizes: list[int] = []
@@ -392,7 +394,7 @@ class Relay:
                 # whole answer, so the turn is complete, as a clean end there would be.
                 chunk = b""
             try:
-                split = decoder.split(chunk) if text_delta is not None and chunk else None
+                split = decoder.split(chunk) if text_run is not None and chunk else None
                 frames = (
                     () if split is not None else decoder.feed(chunk) if chunk else decoder.flush()
                 )
@@ -405,8 +407,8 @@ class Relay:
                 if frame.complete and (failure := self._take(frame, received_ms)) is not None:
                     break
             if split is not None:
-                assert text_delta is not None
-                failure = self._take_split(*split, text_delta, received_ms)
+                assert text_run is not None
+                failure = self._take_split(*split, text_run, received_ms)
             if held and not clock.holding:
                 # Written before a failure in the same read too, so that what the client sees
                 # does not depend on how the upstream's bytes were split into reads.
@@ -444,7 +446,7 @@ class Relay:
         self,
         span: bytes,
         pieces: list[bytes],
-        text_delta: Callable[[bytes], tuple[int, str] | None],
+        text_run: Callable[[list[bytes], int], tuple[int, list[str], int]],
         received_ms: float,
     ) -> StreamFailure | None:
         """A read's frames as `SSEDecoder.split` gives them, relayed unchanged. A run of frames
@@ -457,18 +459,11 @@ class Relay:
         at = written = 0  # where the next piece starts in the span; what went to `held`
         i, n = 0, len(pieces)
         while i < n:
-            texts: list[str] = []
-            index, start = 0, i
-            while i < n:
-                piece = pieces[i]
-                if piece[:6] != b"data: " or (delta := text_delta(piece[6:])) is None:
-                    break
-                index = delta[0]
-                texts.append(delta[1])
-                i += 1
+            start = i
+            index, texts, i = text_run(pieces, i)
             if texts:
                 received.text_frames(index, texts, received_ms)
-                run = [len(p) + 2 for p in pieces[start:i]]
+                run = list(map(add, map(len, pieces[start:i]), repeat(2)))  # and "\n\n"
                 sizes += run
                 at += sum(run)
                 if clock.holding and any(texts):

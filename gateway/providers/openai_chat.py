@@ -116,18 +116,26 @@ class ChatStreamParser:
             return events, "usage_only"
         return events, "data"
 
-    def text_delta(self, payload: bytes) -> tuple[int, str] | None:
-        """A frame's `data:` payload, when it is one more piece of the text block already
-        open (most frames of an answer): that block's index and the piece, exactly the one
-        BlockDelta `feed` would give, without building any event. None: use `feed`."""
+    def text_run(self, pieces: list[bytes], start: int) -> tuple[int, list[str], int]:
+        """Frames in a row (`SSEDecoder.split`'s pieces, from `start`) that are each one more
+        piece of the text block already open (most frames of an answer): that block's index,
+        the pieces, exactly the BlockDeltas `feed` would give, without building any event,
+        and where the run stopped (at the first frame that is not one: `feed` takes it)."""
+        texts: list[str] = []
         if len(self._open) != 1 or (index := self._open.get(TEXT)) is None:
-            return None
-        if payload[:1] != b"{":
-            return None  # `[DONE]`, or an object after whitespace: `feed` knows them
-        try:
-            return index, _read_text_chunk(payload).choices[0].delta.content
-        except msgspec.DecodeError:  # not JSON, or not that shape (ValidationError)
-            return None
+            return 0, texts, start
+        read, append = _read_text_chunk, texts.append
+        i, n = start, len(pieces)
+        while i < n:
+            piece = pieces[i]
+            if not piece.startswith(b"data: {"):
+                break  # `[DONE]`, another field, or an object after whitespace: `feed`'s
+            try:
+                append(read(piece[6:]).choices[0].delta.content)
+            except msgspec.DecodeError:  # not JSON, or not that shape (ValidationError)
+                break
+            i += 1
+        return index, texts, i
 
     def _more_text(self, obj: dict[str, Any], choices: object) -> str | None:
         """Most chunks of an answer are one more piece of the text block already open: read

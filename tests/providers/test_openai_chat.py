@@ -136,6 +136,26 @@ def test_chunks_that_are_not_plain_text_leave_the_fast_path() -> None:
         assert parser._more_text(other, other["choices"]) is None, other
 
 
+def _text_delta(parser: ChatStreamParser, payload: bytes) -> tuple[int, str] | None:
+    """One frame's `data:` payload read by `text_run`: the open block's index and the piece,
+    or None when it is not one more piece of the open text."""
+    index, texts, stop = parser.text_run([b"data: " + payload], 0)
+    assert stop == len(texts)
+    return (index, texts[0]) if texts else None
+
+
+def test_a_run_of_text_frames_stops_at_the_first_that_is_not_one() -> None:
+    parser = ChatStreamParser()
+    piece = b'data: {"choices":[{"index":0,"delta":{"content":"%s"}}]}'
+    pieces = [piece % b"a", piece % b"b", b"data: [DONE]", piece % b"c"]
+    assert parser.text_run(pieces, 0) == (0, [], 0)  # no text block open yet
+    parser.chunk({"choices": [{"index": 0, "delta": {"content": "open"}}]})
+    assert parser.text_run(pieces, 0) == (0, ["a", "b"], 2)
+    assert parser.text_run(pieces, 2) == (0, [], 2)
+    assert parser.text_run(pieces, 3) == (0, ["c"], 4)
+    assert parser.text_run([b"event: x", *pieces], 0) == (0, [], 0)
+
+
 @pytest.mark.parametrize("name", CHAT)
 def test_reading_text_deltas_off_raw_payloads_gives_the_events_feed_gives(name: str) -> None:
     general, _ = parse(name)
@@ -144,7 +164,7 @@ def test_reading_text_deltas_off_raw_payloads_gives_the_events_feed_gives(name: 
     read_fast = 0
     for frame in SSEDecoder().feed(fixture_bytes(name)):
         simple = frame.raw.startswith(b"data: ") and frame.raw.count(b"\n") == 2
-        if simple and (delta := parser.text_delta(frame.raw[6:-2])) is not None:
+        if simple and (delta := _text_delta(parser, frame.raw[6:-2])) is not None:
             events.append(BlockDelta(*delta))
             read_fast += 1
         else:
@@ -156,9 +176,9 @@ def test_reading_text_deltas_off_raw_payloads_gives_the_events_feed_gives(name: 
 
 def test_raw_payloads_that_are_not_one_more_piece_of_text_are_refused() -> None:
     parser = ChatStreamParser()
-    assert parser.text_delta(b'{"choices":[{"index":0,"delta":{"content":"a"}}]}') is None
+    assert _text_delta(parser, b'{"choices":[{"index":0,"delta":{"content":"a"}}]}') is None
     parser.chunk({"choices": [{"index": 0, "delta": {"content": "a"}}]})  # text is open now
-    assert parser.text_delta(b'{"choices":[{"index":0,"delta":{"content":"b"}}]}') == (0, "b")
+    assert _text_delta(parser, b'{"choices":[{"index":0,"delta":{"content":"b"}}]}') == (0, "b")
     for payload in [
         b"[DONE]",
         b'{"error":{"message":"overloaded"},"choices":[{"index":0,"delta":{"content":"b"}}]}',
@@ -169,7 +189,7 @@ def test_raw_payloads_that_are_not_one_more_piece_of_text_are_refused() -> None:
         b'["not an object"]',
         b'{"choices":[{"index":0,"delta":{"content":"\xff"}}]}',  # not UTF-8: feed replaces
     ]:
-        assert parser.text_delta(payload) is None, payload
+        assert _text_delta(parser, payload) is None, payload
 
 
 # Chunks near the shape of a text piece: each field the fast read looks at may be missing, of
@@ -223,7 +243,7 @@ def test_a_text_piece_read_off_the_raw_payload_is_what_feed_reads(
     fast, general = ChatStreamParser(), ChatStreamParser()
     for parser in (fast, general):
         parser.chunk({"choices": [{"index": 0, "delta": {"content": "open"}}]})
-    read = fast.text_delta(payload)
+    read = _text_delta(fast, payload)
     try:
         events, kind = general.feed(SSEDecoder().feed(b"data: " + payload + b"\n\n")[0])
     except UpstreamProtocolError:
