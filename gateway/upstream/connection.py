@@ -17,6 +17,7 @@ from __future__ import annotations
 import asyncio
 import re
 import zlib
+from itertools import repeat
 from typing import Protocol, cast
 
 from gateway.errors import UpstreamConnectError, UpstreamProtocolError
@@ -287,6 +288,11 @@ class Connection(asyncio.Protocol):
         each whole one is taken in a few C calls and the read's data is handed on at once."""
         pos, end, state = 0, len(data), self._state
         parts: list[bytes] = []  # this read's chunk data, handed on together
+        if state == _CHUNK_SIZE:
+            # The usual read: whole chunks, perhaps then the body's last one (walked below).
+            whole = data[:-5] if data.endswith(b"\r\n0\r\n\r\n") else data
+            if taken := _whole_chunks(whole):
+                parts, pos = taken, len(whole)
         while pos < end:
             if state == _CHUNK_SIZE:
                 eol = data.find(b"\r\n", pos)
@@ -665,3 +671,23 @@ class Response:
             conn.abort()
         self._exc = UpstreamProtocolError("the upstream's compressed body is invalid")
         return self._exc
+
+
+def _whole_chunks(data: bytes) -> list[bytes] | None:
+    """A read that is whole chunks one after another, each of data without a CRLF and none
+    the last (zero-size) one, as their data; None for any other read (`_chunks` walks it).
+    One split of the read at every CRLF, then its sizes checked all at once: a chunk whose
+    data holds a CRLF comes out shorter than its size says, so it fails the check."""
+    lines = data.split(b"\r\n")
+    if len(lines) < 3 or lines[-1]:  # (it ends inside a chunk)
+        return None
+    sizes, parts = lines[0:-1:2], lines[1::2]
+    if (
+        len(sizes) != len(parts)
+        or b"".join(sizes).translate(None, _HEX_DIGITS)
+        or not 0 < min(map(len, sizes)) <= max(map(len, sizes)) <= 15
+    ):
+        return None  # a chunk extension, a size that is no hex number, an empty line
+    if list(map(len, parts)) != list(map(int, sizes, repeat(16))) or not all(parts):
+        return None
+    return parts

@@ -321,6 +321,43 @@ async def test_any_chunked_body_split_anywhere_reads_back_whole(
     await fed.pool.close()
 
 
+@settings(max_examples=150, deadline=None)
+@given(
+    st.lists(
+        st.tuples(_chunk_data, st.sampled_from(["%x", "%X", "%03x", "%x;ext=1", "%x "])),
+        min_size=1,
+        max_size=30,
+    ),
+    st.sets(st.integers(1, 30)),
+)
+async def test_a_chunked_body_read_a_few_whole_chunks_at_a_time_reads_back_whole(
+    chunks: list[tuple[bytes, str]], ends: set[int]
+) -> None:
+    # Reads that end where a chunk ends, as a stream's usually do: each is read at once when
+    # its chunks are plain (no extension, no CRLF in their data), else walked.
+    whole = [(size % len(data)).encode() + b"\r\n" + data + b"\r\n" for data, size in chunks]
+    at = sorted(e for e in ends if e < len(whole))
+    reads = [b"".join(whole[a:b]) for a, b in zip([0, *at], [*at, len(whole)], strict=True)]
+    fed = await feed(_CHUNKED_HEAD, *reads, b"0\r\n\r\n")
+    assert await read_all(fed.response) == b"".join(data for data, _ in chunks)
+    assert fed.conn.in_pool and not fed.transport.aborted
+    await fed.pool.close()
+
+
+def test_a_read_is_taken_whole_only_when_it_is_plain_whole_chunks() -> None:
+    assert connection._whole_chunks(b"5\r\nhello\r\n2\r\nhi\r\n") == [b"hello", b"hi"]
+    for read in [
+        b"5\r\nhello\r\n2\r\nh",  # ends inside a chunk
+        b"5\r\nhello\r\n2\r\n",  # ends after a size line
+        b"7\r\nhe\r\nlo\r\n",  # its data holds a CRLF
+        b"5;x=1\r\nhello\r\n",  # an extension
+        b"0x5\r\nhello\r\n",
+        b"5\r\nhello\r\n0\r\n\r\n",  # the last chunk
+        b"\r\nhello\r\n",
+    ]:
+        assert connection._whole_chunks(read) is None, read
+
+
 async def test_closed_once_read_enough_the_connection_is_pooled_when_its_body_ends() -> None:
     fed = await feed(_CHUNKED_HEAD + _MANY)  # the body not ended yet
     assert (await fed.response.read()).startswith(b'data: {"i": 0}')
