@@ -8,6 +8,7 @@ side by side until text, reasoning or the finish arrives.
 
 from __future__ import annotations
 
+from operator import attrgetter, itemgetter
 from typing import Any, Literal, Protocol
 
 import msgspec
@@ -73,6 +74,8 @@ class _TextChunk(msgspec.Struct, gc=False):
 
 _read_text_chunk = msgspec.json.Decoder(_TextChunk).decode
 _read_text_chunks = msgspec.json.Decoder(list[_TextChunk]).decode
+# A read chunk's text: `chunk.choices[0].delta.content`.
+_CHOICES, _FIRST, _CONTENT = attrgetter("choices"), itemgetter(0), attrgetter("delta.content")
 
 
 class ChatStreamParser:
@@ -139,7 +142,7 @@ class ChatStreamParser:
             except msgspec.DecodeError:
                 continue  # one of them is not
             if len(chunks) == stop - i:
-                texts = [chunk.choices[0].delta.content for chunk in chunks]
+                texts = list(map(_CONTENT, map(_FIRST, map(_CHOICES, chunks))))  # (in C)
                 i = stop
                 break
         # The rest frame by frame, up to the first that is not one.
