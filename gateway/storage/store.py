@@ -185,6 +185,9 @@ class Store:
         self._urgent: asyncio.Future[None] | None = None  # cuts a gathering wait short
         self._journal = journal
         self._journaled = 0  # writes submitted whose lines the journal holds
+        # Writes submitted up to the last with a long stream's payload, which the journal
+        # cannot hold (it is encoded only as the database writes it).
+        self._deferred = 0
         self._turn_lanes: dict[str, Hashable] = {}  # the lane of each turn until its end
         # Writes submitted up to which a copy is in the spool, made because the database took
         # too long (`_rescue`), and the task making one.
@@ -363,11 +366,12 @@ class Store:
         # The payload's JSON text (decoded: orjson's bytes keep a 4 KiB buffer however short
         # they are, a str is its size), or a long stream's payload, encoded when it is written
         # (gateway.storage.payload).
-        payload: str | DeferredPayload = (
-            event.payload
-            if isinstance(event.payload, DeferredPayload)
-            else orjson.dumps(event.payload).decode()
-        )
+        payload: str | DeferredPayload
+        if isinstance(event.payload, DeferredPayload):
+            payload = event.payload
+            self._deferred = self._submitted + 1
+        else:
+            payload = orjson.dumps(event.payload).decode()
         row = {
             "conversation_id": event.conversation_id,
             "turn_id": event.turn_id,
@@ -517,9 +521,9 @@ class Store:
         since = max(self._journaled, self._handled)
         if mark <= since:
             return True
-        writes = self._backlog.unhandled(since)
-        if any(w.kind == "event" and type(w.row["payload"]) is DeferredPayload for w in writes):
+        if self._deferred > since:  # (or was: handled already, it costs a wait for a commit)
             return False
+        writes = self._backlog.unhandled(since)
         try:
             self._journal.append(writes, mark)
         except OSError as exc:

@@ -309,19 +309,15 @@ _ACTIVITY = (
 )
 
 
-def _activity_of(writes: list[Write]) -> dict[str, float]:
-    """The latest turn start or end a batch writes, per conversation."""
+def _activity_of(turns: list[dict[str, Any]], ends: list[dict[str, Any]]) -> dict[str, float]:
+    """The latest turn start or end a batch writes, per conversation: from the rows of its
+    turns and of its turns' ends."""
     latest: dict[str, float] = {}
-    for w in writes:
-        if w.kind == "turn":
-            at = w.row["started_at"]
-        elif w.kind == "event" and w.row["type"] == "turn/end":
-            at = w.row["created_at"]
-        else:
-            continue
-        cid = w.row["conversation_id"]
-        if cid not in latest or at > latest[cid]:
-            latest[cid] = at
+    for rows, column in ((turns, "started_at"), (ends, "created_at")):
+        for row in rows:
+            cid, at = row["conversation_id"], row[column]
+            if cid not in latest or at > latest[cid]:
+                latest[cid] = at
     return latest
 
 
@@ -365,13 +361,10 @@ async def apply_batch(db: Db, writes: list[Write]) -> None:
         by_kind.setdefault(write.kind, []).append(write)
     # The batch's turn ends, by turn: a turn whose start is in the batch is inserted ended
     # (no UPDATE after it, and never in the index of open turns); the others are updated.
-    ends = {
-        w.row["turn_id"]: _end_args(w.row)
-        for w in by_kind.get("event", ())
-        if w.row["type"] == "turn/end"
-    }
+    end_rows = [w.row for w in by_kind.get("event", ()) if w.row["type"] == "turn/end"]
+    ends = {row["turn_id"]: _end_args(row) for row in end_rows}
     remade: list[str] = []
-    activity = _activity_of(writes)
+    activity = _activity_of([w.row for w in by_kind.get("turn", ())], end_rows)
     for kind in _ORDER:
         group = by_kind.get(kind)
         if not group:
@@ -514,4 +507,6 @@ async def apply(db: Db, write: Write) -> None:
             values += _NOT_ENDED  # a turn alone: its end comes with its turn/end
         await db.execute(_SQL[write.kind], *values)
     remade = [row["conversation_id"]] if write.kind == "usage" else []
-    await _keep_totals(db, remade, _activity_of([write]))
+    ended = write.kind == "event" and row["type"] == "turn/end"
+    activity = _activity_of([row] if write.kind == "turn" else [], [row] if ended else [])
+    await _keep_totals(db, remade, activity)

@@ -305,6 +305,7 @@ class Queue:
         self._ends: OrderedDict[str, str] = OrderedDict()
         self._open: dict[str, set[str]] = {}
         self._turn_lanes: dict[str, object] = {}
+        self._submitted = self._deferred = 0
 
     def _submit(self, write: Write, lane: object) -> None:
         self.rows.append(write.row)
