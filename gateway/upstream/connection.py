@@ -288,8 +288,9 @@ class Connection(asyncio.Protocol):
         each whole one is taken in a few C calls and the read's data is handed on at once."""
         pos, end, state = 0, len(data), self._state
         parts: list[bytes] = []  # this read's chunk data, handed on together
-        if state == _CHUNK_SIZE:
-            # The usual read: whole chunks, perhaps then the body's last one (walked below).
+        if state == _CHUNK_SIZE and data.count(b"\r\n") > 4:
+            # The usual read of a busy stream: whole chunks, perhaps then the body's last one
+            # (walked below). One or two chunks are walked: fewer steps than the checks.
             whole = data[:-5] if data.endswith(b"\r\n0\r\n\r\n") else data
             if taken := _whole_chunks(whole):
                 parts, pos = taken, len(whole)
