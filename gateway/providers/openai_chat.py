@@ -8,7 +8,6 @@ side by side until text, reasoning or the finish arrives.
 
 from __future__ import annotations
 
-from operator import attrgetter, itemgetter
 from typing import Any, Literal, Protocol
 
 import msgspec
@@ -73,9 +72,6 @@ class _TextChunk(msgspec.Struct, gc=False):
 
 
 _read_text_chunk = msgspec.json.Decoder(_TextChunk).decode
-_read_text_chunks = msgspec.json.Decoder(list[_TextChunk]).decode
-# A read chunk's text: `chunk.choices[0].delta.content`.
-_CHOICES, _FIRST, _CONTENT = attrgetter("choices"), itemgetter(0), attrgetter("delta.content")
 
 
 class ChatStreamParser:
@@ -128,25 +124,8 @@ class ChatStreamParser:
         texts: list[str] = []
         if len(self._open) != 1 or (index := self._open.get(TEXT)) is None:
             return 0, texts, start
-        i, n = start, len(pieces)
-        # Usually every frame left is one, or all but a stream's last few (its finish, its
-        # usage, `[DONE]`): those read as one JSON array, in one call. A frame is one line, so
-        # "\ndata: " is only ever where one ends and the next begins; and each must be one
-        # value for the array to have as many as there are frames.
-        for stop in (n, n - 3):
-            if stop - i < 2 or not pieces[i].startswith(b"data: {"):
-                break
-            run = b"\n".join(pieces[i:stop]).replace(b"\ndata: ", b",")
-            try:
-                chunks = _read_text_chunks(b"[%s]" % run[6:])
-            except msgspec.DecodeError:
-                continue  # one of them is not
-            if len(chunks) == stop - i:
-                texts = list(map(_CONTENT, map(_FIRST, map(_CHOICES, chunks))))  # (in C)
-                i = stop
-                break
-        # The rest frame by frame, up to the first that is not one.
         read, append = _read_text_chunk, texts.append
+        i, n = start, len(pieces)
         while i < n:
             piece = pieces[i]
             if not piece.startswith(b"data: {"):

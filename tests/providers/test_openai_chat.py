@@ -153,9 +153,6 @@ def test_a_run_of_text_frames_stops_at_the_first_that_is_not_one() -> None:
     assert parser.text_run(pieces, 0) == (0, ["a", "b"], 2)
     assert parser.text_run(pieces, 2) == (0, [], 2)
     assert parser.text_run(pieces, 3) == (0, ["c"], 4)
-    assert parser.text_run([pieces[0], pieces[1], pieces[3]], 0) == (0, ["a", "b", "c"], 3)
-    two_in_one = b'data: {"choices":[{"index":0,"delta":{"content":"x"}}]},' + pieces[0][6:]
-    assert parser.text_run([pieces[0], two_in_one], 0) == (0, ["a"], 1)  # no frame of its own
     assert parser.text_run([b"event: x", *pieces], 0) == (0, [], 0)
 
 
@@ -233,50 +230,6 @@ _chunk = _fields(
     error=st.none() | _maybe,
     obfuscation=_maybe,
 )
-
-
-_text_piece = st.text(max_size=5).map(
-    lambda t: {"choices": [{"index": 0, "delta": {"content": t}}]}
-)
-
-
-@settings(max_examples=300, deadline=None)
-@given(
-    chunks=st.lists(_text_piece | _chunk, min_size=1, max_size=8),
-    spaces=st.lists(st.sampled_from(["", " ", "\t"]), min_size=16, max_size=16),
-    start=st.integers(0, 2),
-)
-def test_a_run_of_text_frames_gives_the_events_feed_gives(
-    chunks: list[dict[str, object]], spaces: list[str], start: int
-) -> None:
-    # Frames as a stream's read holds them, some with whitespace around their JSON, a few no
-    # text piece at all: the run read (at once or frame by frame), then the rest fed, gives
-    # what feeding every frame gives.
-    pieces = [
-        b"data: " + before.encode() + json.dumps(chunk).encode() + after.encode()
-        for chunk, before, after in zip(chunks, spaces[::2], spaces[1::2], strict=False)
-    ]
-    start = min(start, len(pieces))
-    fast, general = ChatStreamParser(), ChatStreamParser()
-    events: dict[ChatStreamParser, list[StreamEvent]] = {fast: [], general: []}
-    for parser in (fast, general):
-        parser.chunk({"choices": [{"index": 0, "delta": {"content": "open"}}]})
-        for piece in pieces[:start]:
-            try:
-                events[parser] += parser.feed(SSEDecoder().feed(piece + b"\n\n")[0])[0]
-            except UpstreamProtocolError:
-                return  # a stream that ends before the run
-    index, texts, stop = fast.text_run(pieces, start)
-    assert start <= stop <= len(pieces) and len(texts) == stop - start
-    events[fast] += [BlockDelta(index, text) for text in texts]
-    for parser, rest in ((fast, pieces[stop:]), (general, pieces[start:])):
-        for piece in rest:
-            try:
-                events[parser] += parser.feed(SSEDecoder().feed(piece + b"\n\n")[0])[0]
-            except UpstreamProtocolError as exc:  # (JSON's Infinity): refused either way
-                events[parser].append(StreamFailure(str(exc), {}))
-                break
-    assert events[fast] == events[general]
 
 
 @settings(max_examples=400, deadline=None)
