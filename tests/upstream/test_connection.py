@@ -298,50 +298,43 @@ _chunk_data = st.binary(min_size=1, max_size=40) | st.sampled_from(
 )
 
 
+# A chunk's data and how its size line is written (extensions and padding included).
+_sized_chunk = st.tuples(_chunk_data, st.sampled_from(["%x", "%X", "%03x", "%x;ext=1", "%x "]))
+
+
+def _chunked(data: bytes, size: str) -> bytes:
+    return (size % len(data)).encode() + b"\r\n" + data + b"\r\n"
+
+
+async def _reads_back_whole(fed: Fed, chunks: list[tuple[bytes, str]]) -> None:
+    assert await read_all(fed.response) == b"".join(data for data, _ in chunks)
+    assert fed.conn.in_pool and not fed.transport.aborted
+    await fed.pool.close()
+
+
 @settings(max_examples=150, deadline=None)
-@given(
-    st.lists(
-        st.tuples(_chunk_data, st.sampled_from(["%x", "%X", "%03x", "%x;ext=1", "%x "])),
-        min_size=1,
-        max_size=60,
-    ),
-    st.lists(st.integers(0, 4000), max_size=6),
-)
+@given(st.lists(_sized_chunk, min_size=1, max_size=60), st.lists(st.integers(0, 4000), max_size=6))
 async def test_any_chunked_body_split_anywhere_reads_back_whole(
     chunks: list[tuple[bytes, str]], cuts: list[int]
 ) -> None:
-    body = b"".join((size % len(data)).encode() + b"\r\n" + data + b"\r\n" for data, size in chunks)
-    raw = _CHUNKED_HEAD + body + b"0\r\n\r\n"
+    raw = _CHUNKED_HEAD + b"".join(_chunked(*chunk) for chunk in chunks) + b"0\r\n\r\n"
     head = len(_CHUNKED_HEAD)  # the head whole in the first read, the body cut anywhere
     at = sorted({head + c for c in cuts if head + c < len(raw)})
     pieces = [raw[a:b] for a, b in zip([0, *at], [*at, len(raw)], strict=True)]
-    fed = await feed(*pieces)
-    assert await read_all(fed.response) == b"".join(data for data, _ in chunks)
-    assert fed.conn.in_pool and not fed.transport.aborted
-    await fed.pool.close()
+    await _reads_back_whole(await feed(*pieces), chunks)
 
 
 @settings(max_examples=150, deadline=None)
-@given(
-    st.lists(
-        st.tuples(_chunk_data, st.sampled_from(["%x", "%X", "%03x", "%x;ext=1", "%x "])),
-        min_size=1,
-        max_size=30,
-    ),
-    st.sets(st.integers(1, 30)),
-)
+@given(st.lists(_sized_chunk, min_size=1, max_size=30), st.sets(st.integers(1, 30)))
 async def test_a_chunked_body_read_a_few_whole_chunks_at_a_time_reads_back_whole(
     chunks: list[tuple[bytes, str]], ends: set[int]
 ) -> None:
-    # Reads that end where a chunk ends, as a stream's usually do: each is read at once when
-    # its chunks are plain (no extension, no CRLF in their data), else walked.
-    whole = [(size % len(data)).encode() + b"\r\n" + data + b"\r\n" for data, size in chunks]
+    # Reads that end where a chunk ends, as a stream's usually do: one of three chunks or more,
+    # all plain (no extension, no CRLF in their data), is read at once; any other is walked.
+    whole = [_chunked(*chunk) for chunk in chunks]
     at = sorted(e for e in ends if e < len(whole))
     reads = [b"".join(whole[a:b]) for a, b in zip([0, *at], [*at, len(whole)], strict=True)]
-    fed = await feed(_CHUNKED_HEAD, *reads, b"0\r\n\r\n")
-    assert await read_all(fed.response) == b"".join(data for data, _ in chunks)
-    assert fed.conn.in_pool and not fed.transport.aborted
-    await fed.pool.close()
+    await _reads_back_whole(await feed(_CHUNKED_HEAD, *reads, b"0\r\n\r\n"), chunks)
 
 
 def test_a_read_is_taken_whole_only_when_it_is_plain_whole_chunks() -> None:
