@@ -284,8 +284,10 @@ class Connection(asyncio.Protocol):
     def _chunks(self, response: Response, data: bytes) -> None:
         """Transfer-Encoding: chunked, from wherever the previous piece stopped.
 
-        A streaming upstream sends one chunk per event, so a read holds many small chunks:
-        each whole one is taken in a few C calls and the read's data is handed on at once."""
+        A streaming upstream sends one chunk per event, so a busy stream's read holds many
+        small chunks: a read of nothing but whole ones is split in one go (`_whole_chunks`);
+        any other is walked, each whole chunk taken in a few C calls. Either way the read's
+        data is handed on at once."""
         pos, end, state = 0, len(data), self._state
         parts: list[bytes] = []  # this read's chunk data, handed on together
         if state == _CHUNK_SIZE and data.count(b"\r\n") > 4:
