@@ -24,8 +24,6 @@ import asyncio
 import logging
 import time
 from collections.abc import Callable
-from itertools import repeat
-from operator import add
 from typing import Any
 
 from aiohttp import web
@@ -463,7 +461,7 @@ class Relay:
             index, texts, i = text_run(pieces, i)
             if texts:
                 received.text_frames(index, texts, received_ms)
-                run = list(map(add, map(len, pieces[start:i]), repeat(2)))  # and "\n\n"
+                run = [len(p) + 2 for p in pieces[start:i]]
                 sizes += run
                 at += sum(run)
                 if clock.holding and any(texts):

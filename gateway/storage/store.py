@@ -521,7 +521,9 @@ class Store:
         since = max(self._journaled, self._handled)
         if mark <= since:
             return True
-        if self._deferred > since:  # (or was: handled already, it costs a wait for a commit)
+        if self._deferred > since:
+            # A long stream's payload among the writes the journal would take (or handled
+            # since, behind older writes: this turn then waits for a commit it could skip).
             return False
         writes = self._backlog.unhandled(since)
         try:
