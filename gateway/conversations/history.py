@@ -335,3 +335,26 @@ def match_history(
     if s == len(surface):
         return HistoryMatch(new, None, repaired, restored)
     return HistoryMatch(new, surface[s - 1].seq if s else 0, restored=restored)
+
+
+def branch_after(
+    after: list[Event], new_messages: list[dict[str, Any]], seq: int, *, repair: bool
+) -> HistoryMatch | None:
+    """`match_history`'s answer for a request whose history is known to be the stored one
+    through the event `seq` (it has the fingerprint of a turn that ended there), given the
+    events `after` it (the first of them) and the request's messages after that history
+    (`new_messages`: user and tool messages): the branch it makes where they depart.
+
+    None when these events cannot tell, and the whole path is to be compared: the messages
+    reach past them (the request may continue the conversation at its end), or an answer
+    the request leaves out is one history repair might put back, which depends on the
+    truncates recorded after it."""
+    surface = [e for e in after if e.type in SURFACE_TYPES]
+    match = match_history(surface, new_messages)
+    if match.branch_at is None:
+        return None
+    # With no answer among the messages, each that matches is one stored event.
+    s = len(new_messages) - len(match.new_messages)
+    if repair and match.new_messages and surface[s].type == ASSISTANT_MESSAGE:
+        return None
+    return match if s else HistoryMatch(match.new_messages, seq)

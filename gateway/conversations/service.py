@@ -12,7 +12,7 @@ from dataclasses import dataclass, replace
 from typing import Any
 
 from gateway.conversations.derive import derive_messages
-from gateway.conversations.history import HISTORY_ROLES, match_history
+from gateway.conversations.history import HISTORY_ROLES, branch_after, match_history
 from gateway.conversations.path import history_path
 from gateway.conversations.recorder import TurnRecorder
 from gateway.conversations.threading import (
@@ -69,6 +69,10 @@ class _Threaded:
     # The request is a fresh prompt holding its history (reshaped.py): the fingerprint of
     # that history, which the conversation's last turn must have ended with.
     reshaped: str | None = None
+    # The fingerprint the conversation was found by, when it is of a turn's end alone (not
+    # of where an interrupted turn began), and how many history messages it covers.
+    ended: str | None = None
+    prior: int = 0
 
 
 def _check_id(requested_id: str, where: str = "X-Conversation-Id") -> None:
@@ -244,6 +248,10 @@ class Conversations:
             if threaded.continued is not None and not restore_thinking:
                 continues = history[threaded.continued :]
                 return Joined(existing.id, None, continues, prior_keys=keys, keyed=messages)
+            if threaded.ended is not None and not restore_thinking:
+                branch = await self._branch_after(existing, threaded, history, principal)
+                if branch is not None:
+                    return _keyed(branch, keyed, messages)
         # A turn here that runs while the path is read, or starts (and even ends) meanwhile,
         # may be missing from it, or only its start be there.
         before, started = self.store.open_turns(existing.id), self.store.turns_started(existing.id)
@@ -365,8 +373,35 @@ class Conversations:
         continued = None
         if history_print is not None and self.store.ends_at(conversation.id, history_print):
             continued = prints.prior
-        reshaped = history_print if prints.view is not None else None
-        return _Threaded(conversation, continued, keys, reshaped=reshaped)
+        if prints.view is not None:
+            return _Threaded(conversation, continued, keys, reshaped=history_print)
+        ended = history_print if start_print is None else None
+        return _Threaded(conversation, continued, keys, ended=ended, prior=prints.prior)
+
+    async def _branch_after(
+        self,
+        existing: Conversation,
+        threaded: _Threaded,
+        history: list[dict[str, Any]],
+        principal: Principal,
+    ) -> Joined | None:
+        """A regenerate or an edited message after a turn of `existing`: the request's history
+        is the conversation as that turn ended it (its fingerprint says so), so only what
+        follows the turn is read to find where the request departs from it, not the whole
+        path, which costs in the conversation's length. None when that cannot tell (`join`
+        then compares the whole path)."""
+        assert threaded.ended is not None
+        new = history[threaded.prior :]
+        # Enough events for each new message and the turn ends and notes between them: a
+        # request whose messages reach past them is compared with the whole path.
+        found = await self.store.after_end(existing.id, threaded.ended, 4 * len(new) + 8)
+        if found is None:
+            return None
+        seq, after = found
+        match = branch_after(after, new, seq, repair=self.repair_interrupted)
+        if match is None or match.branch_at is None:
+            return None
+        return self._branch(existing, match.branch_at, match.new_messages, principal)
 
     async def _at_end(self, conversation_id: str, threaded: _Threaded) -> bool:
         """Whether a fresh prompt's history is where the conversation is now: its last turn

@@ -35,6 +35,7 @@ from gateway.storage.db import Db, Dialect, Op, ReadTimeout, StoreUnavailable
 from gateway.storage.journal import Journal
 from gateway.storage.payload import DeferredPayload
 from gateway.storage.records import (
+    SURFACE_TYPES,
     TURN_END,
     Conversation,
     Event,
@@ -60,6 +61,7 @@ _THREADS_KEPT = 8192
 _CANDIDATES = 4
 # The newest turns that ended with a fingerprint, and those whose interrupted answer began at
 # one (`Store.threads_of`): each through its own index.
+_SURFACE = ", ".join(f"'{t}'" for t in sorted(SURFACE_TYPES))  # (for SQL: constant names)
 _ENDED = (
     "SELECT conversation_id, ended_at FROM turns WHERE fingerprint = ?"
     f" ORDER BY ended_at DESC LIMIT {_CANDIDATES}"
@@ -887,7 +889,48 @@ class Store:
                 conversation_id,
                 limit,
             )
-            return [Event(conversation_id, s, t, ty, c, orjson.loads(p)) for s, t, ty, c, p in rows]
+            return _events(conversation_id, rows)
+
+        return await self.run(read)
+
+    async def after_end(
+        self, conversation_id: str, fingerprint: str, limit: int
+    ) -> tuple[int, list[Event]] | None:
+        """Where the conversation's newest turn that ended with this fingerprint ends: the seq
+        of its last message, and the first `limit` of the conversation's own events after it,
+        in seq order, as recorded. None when there is no such turn with a message.
+
+        What a request whose history is that turn's end needs of the conversation to see where
+        it departs from it, read in the size of what follows the turn rather than of the
+        whole conversation (Conversations.join)."""
+
+        async def read(db: Db) -> tuple[int, list[Event]] | None:
+            turn_id = await db.fetchval(
+                "SELECT id FROM turns WHERE fingerprint = ? AND conversation_id = ?"
+                " ORDER BY ended_at DESC LIMIT 1",
+                fingerprint,
+                conversation_id,
+            )
+            if turn_id is None:
+                return None
+            # The conversation's events walked back from its end to the turn's: a regenerate
+            # departs near the end.
+            seq = await db.fetchval(
+                "SELECT seq FROM events WHERE conversation_id = ? AND turn_id = ?"
+                f" AND type IN ({_SURFACE}) ORDER BY seq DESC LIMIT 1",
+                conversation_id,
+                turn_id,
+            )
+            if seq is None:
+                return None
+            rows = await db.fetch(
+                f"SELECT seq, turn_id, type, created_at, {_PAYLOAD[db.dialect]} FROM events"
+                " WHERE conversation_id = ? AND seq > ? ORDER BY seq LIMIT ?",
+                conversation_id,
+                seq,
+                limit,
+            )
+            return seq, _events(conversation_id, rows)
 
         return await self.run(read)
 
@@ -1240,6 +1283,11 @@ class Store:
 _CONVERSATION_COLUMNS = (
     "c.id, c.created_at, c.parent_id, c.parent_seq, c.team_id, c.key_id, c.metadata, c.deleted_at"
 )
+
+
+def _events(conversation_id: str, rows: list[Any]) -> list[Event]:
+    """Events from rows of (seq, turn_id, type, created_at, payload JSON)."""
+    return [Event(conversation_id, s, t, ty, c, orjson.loads(p)) for s, t, ty, c, p in rows]
 
 
 def _conversation(row: Any) -> Conversation:

@@ -4,7 +4,7 @@ from __future__ import annotations
 
 from typing import Any
 
-from gateway.conversations.history import match_history
+from gateway.conversations.history import branch_after, match_history
 from gateway.storage.records import Event
 
 
@@ -49,6 +49,40 @@ def test_a_regenerate_branches_at_the_user_message() -> None:
     match = match_history(HISTORY, [{"role": "user", "content": "Q1"}])
     assert match.branch_at == 1
     assert match.new_messages == []
+
+
+# What follows a turn at seq 10 whose end a request's history is (by its fingerprint): the
+# next question, its interrupted answer, the turn's end.
+AFTER = [
+    Event("c", 11, "t2", "turn/end", 0.0, {"status": "completed"}),
+    Event("c", 12, "t3", "user/message", 0.0, {"content": "Q2"}),
+    Event("c", 13, "t3", "assistant/message", 0.0, {"content": [], "interrupted": True}),
+    Event("c", 14, "t3", "turn/end", 0.0, {"status": "aborted"}),
+]
+
+
+def test_after_a_turn_a_regenerate_branches_at_its_question() -> None:
+    match = branch_after(AFTER, [{"role": "user", "content": "Q2"}], 10, repair=False)
+    assert match is not None and (match.branch_at, match.new_messages) == (12, [])
+
+
+def test_after_a_turn_an_edited_question_branches_at_the_turn() -> None:
+    edited = [{"role": "user", "content": "Q2, edited"}]
+    match = branch_after(AFTER, edited, 10, repair=True)
+    assert match is not None and (match.branch_at, match.new_messages) == (10, edited)
+
+
+def test_after_a_turn_messages_past_the_events_read_cannot_tell() -> None:
+    # All of them match: the request may continue the conversation at its end.
+    assert branch_after(AFTER[:2], [{"role": "user", "content": "Q2"}], 10, repair=False) is None
+    assert branch_after([], [{"role": "user", "content": "Q2"}], 10, repair=False) is None
+
+
+def test_after_a_turn_an_answer_repair_may_put_back_is_left_to_the_whole_path() -> None:
+    follow_up = [{"role": "user", "content": "Q2"}, {"role": "user", "content": "Go on"}]
+    assert branch_after(AFTER, follow_up, 10, repair=True) is None
+    match = branch_after(AFTER, follow_up, 10, repair=False)
+    assert match is not None and (match.branch_at, match.new_messages) == (12, follow_up[1:])
 
 
 def test_nothing_in_common_branches_at_zero() -> None:

@@ -38,6 +38,19 @@ async def ask(gw: GatewayUnderTest, messages: list[dict[str, Any]], **extra: Any
     return raw.headers["X-Conversation-Id"], message
 
 
+def path_reads(gw: GatewayUnderTest, monkeypatch: pytest.MonkeyPatch) -> list[str]:
+    """The conversations whose events the store reads back from now on, in order."""
+    reads: list[str] = []
+    read = gw.gateway.store.events
+
+    async def counted(conversation_id: str, up_to_seq: int | None = None) -> Any:
+        reads.append(conversation_id)
+        return await read(conversation_id, up_to_seq)
+
+    monkeypatch.setattr(gw.gateway.store, "events", counted)
+    return reads
+
+
 async def tool_loop(
     gw: GatewayUnderTest, upstream: FakeUpstream, question: dict[str, Any], run: str = "a"
 ) -> tuple[list[str], list[dict[str, Any]]]:
@@ -260,6 +273,42 @@ async def test_a_regenerate_and_an_edit_branch_at_their_turn(
     assert onward == regenerated
     upstream.push(completion("Ha."))
     original, _ = await ask(gw, [first, hello, second, joke, first])
+    assert original == conversation_id
+
+
+async def test_a_regenerate_reads_only_what_follows_its_turn(
+    gw: GatewayUnderTest, upstream: FakeUpstream, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    history: list[dict[str, Any]] = []
+    for n in range(4):
+        history.append({"role": "user", "content": f"Question {n}"})
+        upstream.push(completion(f"Answer {n}."))
+        conversation_id, answer = await ask(gw, history)
+        history.append(answer)
+    path = await events(gw, conversation_id)
+    at_question = next(e["seq"] for e in path if e["payload"].get("content") == "Question 2")
+    reads = path_reads(gw, monkeypatch)
+
+    # The second question asked again: its history is the conversation as the second turn
+    # ended it, which its fingerprint finds; the branch is made without reading the path.
+    upstream.push(completion("Another answer."))
+    regenerated, _ = await ask(gw, history[:5])
+    assert reads == []
+    branch = await gw.gateway.store.get_conversation(regenerated)
+    assert branch is not None
+    assert (branch.parent_id, branch.parent_seq) == (conversation_id, at_question)
+    assert [m["content"] for m in await gw.messages(regenerated)] == [
+        "Question 0", "Answer 0.", "Question 1", "Answer 1.", "Question 2", "Another answer."
+    ]  # fmt: skip
+
+    # A continuation of the branch, and of the original, still join each.
+    upstream.push(completion("Onward."))
+    onward, _ = await ask(
+        gw, [*history[:5], {"role": "assistant", "content": "Another answer."}, history[0]]
+    )
+    assert onward == regenerated
+    upstream.push(completion("Onward."))
+    original, _ = await ask(gw, [*history, {"role": "user", "content": "Question 4"}])
     assert original == conversation_id
 
 
@@ -537,17 +586,10 @@ async def test_a_history_that_is_the_conversation_as_it_ended_is_not_read_back(
     """Continuing a conversation costs the same whatever its length: a history whose
     fingerprint is the conversation's last turn's end is that conversation, with nothing
     after it, so its messages after that history are new without the stored history read
-    back and compared. A conversation that moved on since is read back, and branches."""
+    back and compared. A conversation that moved on since branches where the request
+    departs from what followed that turn, which is all that is read."""
     seen, history = await tool_loop(gw, upstream, QUESTION)
-    store = gw.gateway.store
-    reads: list[str] = []
-    read = store.events
-
-    async def counted(conversation_id: str, up_to_seq: int | None = None) -> Any:
-        reads.append(conversation_id)
-        return await read(conversation_id, up_to_seq)
-
-    monkeypatch.setattr(store, "events", counted)
+    reads = path_reads(gw, monkeypatch)
     thanks = {"role": "user", "content": "Thanks!"}
     upstream.push(completion("Anything else?"))
     continued, _ = await ask(gw, [*history, thanks])
@@ -555,7 +597,7 @@ async def test_a_history_that_is_the_conversation_as_it_ended_is_not_read_back(
     # The same question again (a regenerate): the conversation has that answer since.
     upstream.push(completion("Something else?"))
     regenerated, _ = await ask(gw, [*history, thanks])
-    assert regenerated != seen[0] and seen[0] in reads
+    assert regenerated != seen[0] and reads == []
 
     monkeypatch.undo()
     recorded = await events(gw, seen[0])
@@ -577,14 +619,7 @@ async def test_a_stateless_responses_history_is_not_read_back_either(
     api = gw.client()
     upstream.push(completion("Paris."), completion("About 2.1 million."))
     first = await api.responses.with_raw_response.create(model="fake", input="Capital of France?")
-    reads: list[str] = []
-    read = gw.gateway.store.events
-
-    async def counted(conversation_id: str, up_to_seq: int | None = None) -> Any:
-        reads.append(conversation_id)
-        return await read(conversation_id, up_to_seq)
-
-    monkeypatch.setattr(gw.gateway.store, "events", counted)
+    reads = path_reads(gw, monkeypatch)
     second = await api.responses.with_raw_response.create(
         model="fake",
         input=[

@@ -85,6 +85,27 @@ async def test_turn_end_closes_the_turn(store: Store) -> None:
     assert await store.turn_ended("unknown") is False
 
 
+async def test_after_a_turns_end_reads_what_follows_its_last_message(store: Store) -> None:
+    store.create_conversation(Conversation("c", 1.0))
+    for n, turn in enumerate(["t1", "t2", "t3"]):
+        store.start_turn(TurnStart(turn, "c", 1.0 + n, {}))
+        store.append(event("c", turn=turn, n=f"{turn} question"))
+        store.append(event("c", "assistant/message", turn=turn, n=f"{turn} answer"))
+        end = event("c", "turn/end", turn=turn, status="completed")
+        end.fingerprint = f"after {turn}"
+        store.append(end)
+    seq, after = await store.after_end("c", "after t2", limit=3) or (0, [])
+    assert seq == 5  # t2's answer; its end, then t3's question and answer follow
+    assert [(e.seq, e.turn_id, e.type) for e in after] == [
+        (6, "t2", "turn/end"), (7, "t3", "user/message"), (8, "t3", "assistant/message")
+    ]  # fmt: skip
+    assert after[1].payload == {"n": "t3 question"}
+    last = await store.after_end("c", "after t3", limit=3)
+    assert last is not None and last[0] == 8 and [e.seq for e in last[1]] == [9]
+    assert await store.after_end("c", "after nothing", limit=3) is None
+    assert await store.after_end("other", "after t2", limit=3) is None
+
+
 async def test_a_write_applied_twice_lands_once(store: Store) -> None:
     """What makes spool replay exactly-once: every write is keyed."""
     store.create_conversation(Conversation("c", 1.0))
