@@ -105,7 +105,8 @@ class BlockAssembler:
         kept = []
         for block in self._blocks.values():
             if block.kind in (TEXT, REASONING):
-                if block.text.strip():
+                text = block.text
+                if text and not text.isspace():  # (strip() would copy a long answer)
                     kept.append(block)
             elif block.kind == TOOL_CALL:
                 if block.closed or _whole_json(block.text):

@@ -149,6 +149,7 @@ class AttemptLog:
     """The events one attempt received, in order, and the frames written from them."""
 
     __slots__ = (
+        "_chars",
         "_done",
         "_frames",
         "_full",
@@ -183,14 +184,15 @@ class AttemptLog:
         self._done: list[str] = []  # joined pieces of the text buffer
         self._full, self._full_n = "", 0  # the whole text, once read, and how many deltas
         self._lens: Items = bytearray()  # per delta: its length in code points
+        self._chars = 0  # their sum: the text buffer's length
         # Per delta: whole ms since the delta before (the first: since `started`), a byte;
         # a gap that does not fit is a 0 there, and its number and the gap are kept aside.
         self._gaps = bytearray()
         self._late_at: array[int] = array("q")
         self._late_gap: array[int] = array("q")
         self._last_t = 0  # the last delta's time
-        # Per run, three items: the event position of its first delta, that delta's number,
-        # its block index.
+        # Per run, four items: the event position of its first delta, that delta's number,
+        # its block index, where its text starts in the buffer.
         self._runs: array[int] = array("q")
         self._open: int | None = None  # the block index of the run deltas extend, if any
         self._others: list[Other] = []
@@ -260,8 +262,9 @@ class AttemptLog:
             self._cut_kind()
         self._left = left
         if index != self._open:
-            self._runs.extend((self.count, len(self._lens), index))
+            self._runs.extend((self.count, len(self._lens), index, self._chars))
             self._open = index
+        self._chars += n
         self.count += 1
         pending = self._pending
         pending.append(text)
@@ -287,7 +290,8 @@ class AttemptLog:
         if index != self._open:
             self._switch(index)
         lens = list(map(len, texts))
-        left = self._left - sum(lens)
+        size = sum(lens)
+        left = self._left - size
         first = len(self._lens)
         try:
             if left < 0:  # past the cap: `delta` keeps what fits
@@ -303,8 +307,9 @@ class AttemptLog:
         if self.first_ms is None:
             self.first_ms = t_ms
         if index != self._open:
-            self._runs.extend((count, first, index))
+            self._runs.extend((count, first, index, self._chars))
             self._open = index
+        self._chars += size
         self.count = count + n
         gaps = self._gaps
         try:
@@ -410,12 +415,11 @@ class AttemptLog:
 
     def segments(self, end: int) -> Iterator[Run | Other]:
         """The first `end` events, in order: each run of deltas as one Run, others as they are."""
-        text_at = 0
         others, o = self._others, 0
         runs, lens = self._runs, memoryview(self._lens)
-        total = len(lens)
-        for r in range(0, len(runs), 3):
-            position, first, index = runs[r], runs[r + 1], runs[r + 2]
+        total, items = len(lens), len(runs)
+        for r in range(0, items, 4):
+            position, first, index, start = runs[r], runs[r + 1], runs[r + 2], runs[r + 3]
             while o < len(others) and others[o].position < position:
                 if others[o].position >= end:
                     return
@@ -423,11 +427,17 @@ class AttemptLog:
                 o += 1
             if position >= end:
                 return
-            after = runs[r + 4] if r + 3 < len(runs) else total
+            if r + 4 < items:
+                after, run_end = runs[r + 5], runs[r + 7]
+            else:
+                after, run_end = total, self._chars
             stop = min(after, first + end - position)
-            size = sum(lens[first:stop])
-            yield Run(index, first, stop, text_at, text_at + size)
-            text_at += size + (sum(lens[stop:after]) if stop < after else 0)
+            # Where the run's first `stop` deltas end, summed over the shorter side: a look at
+            # what a long stream delivered so far cuts it near its end.
+            if after - stop < stop - first:
+                yield Run(index, first, stop, start, run_end - sum(lens[stop:after]))
+            else:
+                yield Run(index, first, stop, start, start + sum(lens[first:stop]))
         while o < len(others) and others[o].position < end:
             yield others[o]
             o += 1
