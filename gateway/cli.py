@@ -25,6 +25,11 @@ _SHUTDOWN_CUT_S = 0.3
 _LAST_CUT_S = 0.05
 _SHUTDOWN_POLL_S = 0.02
 
+# New connections the kernel holds for the gateway to accept (capped by net.core.somaxconn):
+# past aiohttp's default of 128, a burst of new clients has the rest dropped, each client then
+# trying again a second later, then two, then four.
+_BACKLOG = 1024
+
 
 def settle_collector() -> None:
     """The cyclic garbage collector, once the process has started and before it serves."""
@@ -130,7 +135,7 @@ async def _serve(loaded: LoadedConfig, host: str, port: int, reuse_port: bool = 
     loop.add_signal_handler(signal.SIGHUP, reloader.request)
     try:
         await runner.setup()  # the store, its schema and the upstream pool start here
-        site = web.TCPSite(runner, host, port, reuse_port=reuse_port or None)
+        site = web.TCPSite(runner, host, port, reuse_port=reuse_port or None, backlog=_BACKLOG)
         await site.start()
     except Exception as exc:
         log.debug("start failed", exc_info=True)  # the whole story, for a bug report

@@ -138,3 +138,33 @@ async def test_kill_9_leaves_a_turn_that_the_next_start_closes(tmp_path: Path) -
     finally:
         again.send_signal(signal.SIGTERM)
         assert await asyncio.wait_for(again.wait(), 30) == 0
+
+
+async def test_a_burst_of_new_connections_waits_for_a_busy_gateway(tmp_path: Path) -> None:
+    """Clients that connect while the gateway is too busy to accept them are held by the
+    kernel until it does (up to 1,024 of them), not dropped: a dropped connection's client
+    tries again only a second later, then two, then four."""
+    process = await start(write_config(tmp_path), port := free_port())
+    burst = 400  # past aiohttp's own default of 128
+    try:
+        process.send_signal(signal.SIGSTOP)
+        try:
+            # A connection the kernel did not queue is retried after a second: not within 0.9.
+            opened = await asyncio.gather(
+                *(
+                    asyncio.wait_for(asyncio.open_connection("127.0.0.1", port), 0.9)
+                    for _ in range(burst)
+                ),
+                return_exceptions=True,
+            )
+        finally:
+            process.send_signal(signal.SIGCONT)
+        connected = [pair for pair in opened if isinstance(pair, tuple)]
+        assert len(connected) == burst
+        for _, writer in connected:
+            writer.write(b"GET /health/live HTTP/1.1\r\nHost: gw\r\nConnection: close\r\n\r\n")
+        answers = await asyncio.gather(*(reader.read() for reader, _ in connected))
+        assert all(answer.startswith(b"HTTP/1.1 200") for answer in answers)
+    finally:
+        process.send_signal(signal.SIGTERM)
+        assert await asyncio.wait_for(process.wait(), 30) == 0
