@@ -7,8 +7,11 @@ a fake upstream sending a 40-byte chunk every 20 ms for 6 s, read by as many cli
 checkpoint tick is timed in its two parts: taking the checkpoints (synchronous work on the event
 loop: each moved stream's delivered blocks assembled and serialised) and saving them (one
 transaction). Prints, per count: the ticks that saved something and the streams each took
-(median), the median and worst take and save, the take per stream, the kilobytes a save wrote
-(median), the event loop's share spent taking checkpoints, and two ages:
+(median), the median and worst take and save (a save from the loop's call to its answer; and
+`save_sql_median_ms`, its transaction alone, on the store's thread), the take per stream, the
+kilobytes a save wrote (median), the event loop's share spent taking checkpoints, the CPU the
+process used over the streams' time (`process_cpu_pct`, every thread: past 100 the store's
+thread ran beside the loop; with `--apart`, the gateway's alone), and two ages:
 
 - `worst_age_ms`, measured: the longest a stream's delivered text went unsaved, from a look at
   a stream (Relay.checkpoint) to the commit, on the store's thread, of the save that held what
@@ -26,7 +29,9 @@ the process, so only the timed parts are the checkpoints' own; at 512 streams th
 saturated (the streams take twice their 6 s and more), and a late tick or a late answer from a
 save shows in the measured age. With `--apart` they run in a process of their own (each
 process on a core of its own where there are two), and the gateway's event loop carries only
-the gateway.
+the gateway (`load_cpu_pct`: what the other process used). Both run on uvloop, as `gateway
+serve` does, and the load is written against the sockets rather than through aiohttp, so that
+it keeps its pace.
 """
 
 from __future__ import annotations
@@ -39,14 +44,16 @@ import statistics
 import sys
 import tempfile
 import time
-from collections.abc import Callable
+import urllib.parse
+from collections.abc import AsyncIterator, Callable
 from pathlib import Path
-from typing import Any
+from typing import Any, cast
 
-import aiohttp
+import orjson
+import uvloop
 from aiohttp import web
-from aiohttp.test_utils import TestServer
 
+from gateway import cli
 from gateway.app import create_app
 from gateway.config import parse_config
 from gateway.metering import tokens
@@ -61,41 +68,147 @@ CHUNK = b'data: {"choices":[{"index":0,"delta":{"content":"' + b"word " * 8 + b'
 DONE = b'data: {"choices":[{"index":0,"delta":{},"finish_reason":"stop"}]}\n\ndata: [DONE]\n\n'
 
 
-async def stream(request: web.Request) -> web.StreamResponse:
-    await request.read()
-    response = web.StreamResponse(headers={"Content-Type": "text/event-stream"})
-    await response.prepare(request)
-    for _ in range(int(STREAM_S / CHUNK_S)):
-        await response.write(CHUNK)
-        await asyncio.sleep(CHUNK_S)
-    await response.write(DONE)
-    return response
+# The load is written against the sockets, not through aiohttp, so that at 512 streams the
+# process making it keeps the pace (a chunk every 20 ms a stream) and the gateway is what is
+# measured.
+_CHUNKED = b"%x\r\n%s\r\n" % (len(CHUNK), CHUNK)
+_CHUNKED_DONE = b"%x\r\n%s\r\n0\r\n\r\n" % (len(DONE), DONE)
+_HEAD = b"HTTP/1.1 200 OK\r\nContent-Type: text/event-stream\r\nTransfer-Encoding: chunked\r\n\r\n"
+_SLOTS = 4  # the streams are written a quarter at a time, CHUNK_S / _SLOTS apart
 
 
-def upstream() -> TestServer:
-    app = web.Application()
-    app.router.add_post("/v1/chat/completions", stream)
-    return TestServer(app)
+class _Streams:
+    """Every stream the upstream is sending: each one's next chunk written on its slot's tick,
+    with no timer a stream."""
+
+    def __init__(self) -> None:
+        self.slots: list[dict[asyncio.Transport, int]] = [{} for _ in range(_SLOTS)]
+        self.started = 0
+
+    def add(self, transport: asyncio.Transport) -> None:
+        transport.write(_HEAD)
+        self.slots[self.started % _SLOTS][transport] = int(STREAM_S / CHUNK_S)
+        self.started += 1
+
+    async def run(self) -> None:
+        loop = asyncio.get_running_loop()
+        at, tick = loop.time(), 0
+        while True:
+            at += CHUNK_S / _SLOTS
+            await asyncio.sleep(max(0.0, at - loop.time()))
+            slot = self.slots[tick % _SLOTS]
+            tick += 1
+            for transport, left in list(slot.items()):
+                if transport.is_closing():
+                    del slot[transport]
+                elif left:
+                    transport.write(_CHUNKED)
+                    slot[transport] = left - 1
+                else:
+                    transport.write(_CHUNKED_DONE)
+                    del slot[transport]
 
 
-async def client(session: aiohttp.ClientSession, url: str) -> None:
-    body = {"model": "m", "stream": True, "messages": [{"role": "user", "content": "go"}]}
-    async with session.post(url, json=body) as response:
-        async for _ in response.content.iter_any():
-            pass
+class _Upstream(asyncio.Protocol):
+    """A connection to the fake upstream: each request on it answered with a stream."""
+
+    def __init__(self, streams: _Streams) -> None:
+        self.streams = streams
+        self.buffer = b""
+
+    def connection_made(self, transport: asyncio.BaseTransport) -> None:
+        self.transport = cast(asyncio.Transport, transport)
+
+    def data_received(self, data: bytes) -> None:
+        self.buffer += data
+        head, found, rest = self.buffer.partition(b"\r\n\r\n")
+        if not found:
+            return
+        length = next(
+            int(line.split(b":", 1)[1])
+            for line in head.split(b"\r\n")
+            if line.lower().startswith(b"content-length:")
+        )
+        if len(rest) >= length:
+            self.buffer = rest[length:]
+            self.streams.add(self.transport)
+
+
+@contextlib.asynccontextmanager
+async def served(app: web.Application) -> AsyncIterator[str]:
+    """The gateway, listening as `gateway serve` does (its backlog, its garbage collector's
+    settings: gateway.cli): its URL."""
+    runner = web.AppRunner(app, handler_cancellation=True, access_log=None)
+    await runner.setup()
+    try:
+        await web.TCPSite(runner, "127.0.0.1", 0, backlog=cli._BACKLOG).start()
+        cli.settle_collector()
+        host, port = runner.addresses[0][:2]
+        yield f"http://{host}:{port}"
+    finally:
+        await runner.cleanup()
+
+
+@contextlib.asynccontextmanager
+async def upstream() -> AsyncIterator[str]:
+    """The fake upstream, serving: its API base."""
+    streams = _Streams()
+    loop = asyncio.get_running_loop()
+    server = await loop.create_server(lambda: _Upstream(streams), "127.0.0.1", 0, backlog=1024)
+    ticker = asyncio.create_task(streams.run())
+    try:
+        yield f"http://127.0.0.1:{server.sockets[0].getsockname()[1]}/v1"
+    finally:
+        ticker.cancel()
+        server.close()
+
+
+class _Client(asyncio.Protocol):
+    """One streaming request to the gateway, its answer read and dropped until it ends."""
+
+    def __init__(self, request: bytes, done: asyncio.Future[None]) -> None:
+        self.request, self.done, self.tail = request, done, b""
+
+    def connection_made(self, transport: asyncio.BaseTransport) -> None:
+        self.transport = cast(asyncio.Transport, transport)
+        transport.write(self.request)
+
+    def data_received(self, data: bytes) -> None:
+        self.tail = (self.tail + data[-7:])[-7:]
+        if self.tail == b"\r\n0\r\n\r\n":  # the chunked answer's end
+            self.transport.close()
+
+    def connection_lost(self, exc: Exception | None) -> None:
+        if not self.done.done():
+            self.done.set_result(None)
 
 
 async def clients(url: str, streams: int) -> float:
     """Run the streams; how long they took."""
-    connector = aiohttp.TCPConnector(limit=0)
-    async with aiohttp.ClientSession(connector=connector) as session:
-        started = time.perf_counter()
-        await asyncio.gather(*(client(session, url) for _ in range(streams)))
-        return time.perf_counter() - started
+    parsed = urllib.parse.urlsplit(url)
+    body = orjson.dumps(
+        {"model": "m", "stream": True, "messages": [{"role": "user", "content": "go"}]}
+    )
+    request = (
+        b"POST %s HTTP/1.1\r\nHost: %s\r\nContent-Type: application/json\r\n"
+        b"Content-Length: %d\r\n\r\n%s"
+    ) % (parsed.path.encode(), parsed.netloc.encode(), len(body), body)
+    loop = asyncio.get_running_loop()
+    started = time.perf_counter()
+    done: list[asyncio.Future[None]] = []
+    for _ in range(streams):
+        done.append(loop.create_future())
+        await loop.create_connection(
+            lambda: _Client(request, done[-1]), parsed.hostname, parsed.port
+        )
+    await asyncio.gather(*done)
+    return time.perf_counter() - started
 
 
 class Apart:
     """The upstream and the clients in a process of their own (`--apart`)."""
+
+    cpu = 0.0  # the share of a core that process used while the streams ran
 
     async def __aenter__(self) -> str:
         self.process = await asyncio.create_subprocess_exec(
@@ -109,7 +222,8 @@ class Apart:
         assert self.process.stdin is not None and self.process.stdout is not None
         self.process.stdin.write(f"{url} {streams}\n".encode())
         await self.process.stdin.drain()
-        return float(await self.process.stdout.readline())
+        elapsed, self.cpu = map(float, (await self.process.stdout.readline()).split())
+        return elapsed
 
     async def __aexit__(self, *exc: object) -> None:
         if self.process.returncode is None:
@@ -121,11 +235,13 @@ async def load() -> None:
     """The `--load` process: serve the upstream, say its URL, run the streams the gateway
     named on stdin through it, say how long they took."""
     pin(0)
-    async with upstream() as up:
-        print(up.make_url("/v1"), flush=True)
+    async with upstream() as api_base:
+        print(api_base, flush=True)
         line = await asyncio.get_running_loop().run_in_executor(None, sys.stdin.readline)
         url, streams = line.split()
-        print(await clients(url, int(streams)), flush=True)
+        cpu = time.process_time()
+        elapsed = await clients(url, int(streams))
+        print(elapsed, (time.process_time() - cpu) / elapsed, flush=True)
 
 
 def pin(core: int) -> None:
@@ -194,6 +310,7 @@ async def one(streams: int, db: Path, apart: bool = False) -> dict[str, Any]:
     take, save, look = checkpoints.Checkpoints.take, Store.save_checkpoints, Relay.checkpoint
     submit = SQLiteBackend._submit
     commits: list[list[float]] = []  # where the save being submitted says when it committed
+    transactions: list[float] = []  # each save's, on the store's thread
 
     def timed_look(self: Relay) -> Any:
         out = look(self)
@@ -231,8 +348,10 @@ async def one(streams: int, db: Path, apart: bool = False) -> dict[str, Any]:
         committed = commits.pop()
 
         def timed(db: Any) -> Any:
+            started = time.perf_counter()
             value = job(db)
             committed.append(time.perf_counter())
+            transactions.append(committed[-1] - started)
             return value
 
         return submit(self, timed)
@@ -247,7 +366,7 @@ async def one(streams: int, db: Path, apart: bool = False) -> dict[str, Any]:
             if apart:
                 api_base = await stack.enter_async_context(helper)
             else:
-                api_base = str((await stack.enter_async_context(upstream())).make_url("/v1"))
+                api_base = await stack.enter_async_context(upstream())
             config = parse_config(
                 {
                     "store": {"url": f"sqlite:///{db}", "spool_path": str(db.parent / "spool")},
@@ -265,10 +384,12 @@ async def one(streams: int, db: Path, apart: bool = False) -> dict[str, Any]:
                     ],
                 }
             ).config
-            async with TestServer(create_app(config)) as gw:
-                url = str(gw.make_url("/v1/chat/completions"))
+            async with served(create_app(config)) as base:
+                url = f"{base}/v1/chat/completions"
                 probe = asyncio.create_task(lateness(late))
+                cpu = time.process_time()
                 elapsed = await (helper.run(url, streams) if apart else clients(url, streams))
+                cpu = time.process_time() - cpu
                 probe.cancel()
     finally:
         Relay.checkpoint = look  # type: ignore[method-assign]
@@ -291,8 +412,11 @@ async def one(streams: int, db: Path, apart: bool = False) -> dict[str, Any]:
         "take_per_stream_us": round(sum(busy) / max(1, sum(moved)) * 1e6, 1),
         "save_median_ms": ms(saves, statistics.median),
         "save_worst_ms": ms(saves, max),
+        "save_sql_median_ms": ms(transactions, statistics.median),
         "save_kb_median": round(statistics.median(written) / 1024, 1) if written else 0,
         "loop_share_pct": round(sum(takes) / elapsed * 100, 2),
+        "process_cpu_pct": round(cpu / elapsed * 100, 1),
+        "load_cpu_pct": round(helper.cpu * 100, 1) if apart else None,
         "age_p99_ms": round(statistics.quantiles(ages.ages, n=100)[-1] * 1000, 1),
         "worst_age_ms": round(max(ages.ages) * 1000, 1),
         "bound_ms": round(
@@ -317,4 +441,5 @@ async def main(args: list[str]) -> None:
 
 
 if __name__ == "__main__":
-    asyncio.run(main(sys.argv[1:]))
+    # The gateway's side on the event loop `gateway serve` runs on (gateway.cli).
+    uvloop.run(main(sys.argv[1:]))
