@@ -18,6 +18,9 @@ thread ran beside the loop; with `--apart`, the gateway's alone), and two ages:
   the next look found (a look that found nothing new counts as saved at once: the store holds
   it already). What a crash at the worst moment would have lost, in time; it includes a late
   tick on a busy loop. `age_p99_ms`: the 99th percentile of the same ages, one per look.
+  `worst_age_all_open_ms`: the worst of those that began and ended while every stream was open
+  (not in the bursts of turns that start and end together, whose writes the saves queue
+  behind on the store's thread).
 - `bound_ms`: the interval each stream is looked at, plus the worst take and the worst save.
 
 And how late the event loop runs a timer (`loop_late_p99_ms`, `loop_late_worst_ms`: a task
@@ -276,6 +279,7 @@ class Ages:
         self.saved_as_of: dict[int, float] = {}  # per relay: the look the store holds
         self.unsaved: list[tuple[int, float]] = []  # looks that found more, until saved
         self.ages: list[float] = []
+        self.spans: list[tuple[float, float]] = []  # each age's start and end
 
     def looked(self, relay: int, moved: bool) -> None:
         now = time.perf_counter()
@@ -296,7 +300,12 @@ class Ages:
         before = self.saved_as_of.get(relay)
         if before is not None:
             self.ages.append(now - before)
+            self.spans.append((before, now))
         self.saved_as_of[relay] = look
+
+    def within(self, start: float, stop: float) -> list[float]:
+        """The ages that began and ended between `start` and `stop`."""
+        return [b - a for a, b in self.spans if start <= a and b <= stop]
 
 
 async def one(streams: int, db: Path, apart: bool = False) -> dict[str, Any]:
@@ -311,6 +320,7 @@ async def one(streams: int, db: Path, apart: bool = False) -> dict[str, Any]:
     submit = SQLiteBackend._submit
     commits: list[list[float]] = []  # where the save being submitted says when it committed
     transactions: list[float] = []  # each save's, on the store's thread
+    all_open = [0.0, 0.0]  # when the first tick and the last found every stream open
 
     def timed_look(self: Relay) -> Any:
         out = look(self)
@@ -323,6 +333,9 @@ async def one(streams: int, db: Path, apart: bool = False) -> dict[str, Any]:
         out = take(self)
         takes.append(time.perf_counter() - started)
         looked.append(len(ages.unsaved) - moved)
+        if len(self.streams) == streams:  # all of them open: from the first time to the last
+            all_open[0] = all_open[0] or started
+            all_open[1] = time.perf_counter()
         return out
 
     async def timed_save(self: Store, *args: Any, **kwargs: Any) -> None:
@@ -419,6 +432,7 @@ async def one(streams: int, db: Path, apart: bool = False) -> dict[str, Any]:
         "load_cpu_pct": round(helper.cpu * 100, 1) if apart else None,
         "age_p99_ms": round(statistics.quantiles(ages.ages, n=100)[-1] * 1000, 1),
         "worst_age_ms": round(max(ages.ages) * 1000, 1),
+        "worst_age_all_open_ms": round(max(ages.within(*all_open), default=0) * 1000, 1),
         "bound_ms": round(
             (checkpoints.INTERVAL_S + max(busy, default=0) + max(saves, default=0)) * 1000, 1
         ),
