@@ -286,6 +286,10 @@ class AttemptLog:
         """`delta(index, text, t_ms)` then `mark()` for each of `texts`, in bulk: frames that
         each carried one more piece of block `index`, received together and written as they
         came (the relay's fast path, once a read)."""
+        if len(texts) == 1:  # a read of one frame, a slow stream's usual: fewer steps alone
+            self.delta(index, texts[0], t_ms)
+            self.mark()
+            return
         t, count, n = round(t_ms), self.count, len(texts)
         if index != self._open:
             self._switch(index)
