@@ -61,7 +61,6 @@ _THREADS_KEPT = 8192
 _CANDIDATES = 4
 # The newest turns that ended with a fingerprint, and those whose interrupted answer began at
 # one (`Store.threads_of`): each through its own index.
-_SURFACE = ", ".join(f"'{t}'" for t in sorted(SURFACE_TYPES))  # (for SQL: constant names)
 _ENDED = (
     "SELECT conversation_id, ended_at FROM turns WHERE fingerprint = ?"
     f" ORDER BY ended_at DESC LIMIT {_CANDIDATES}"
@@ -70,6 +69,8 @@ _STARTED = (
     "SELECT conversation_id, ended_at FROM turns WHERE start_fingerprint = ?"
     f" ORDER BY ended_at DESC LIMIT {_CANDIDATES}"
 )
+# The event types of a history's messages, for SQL (constant names, not input).
+_SURFACE = ", ".join(f"'{t}'" for t in sorted(SURFACE_TYPES))
 # How far the database may fall behind the journal (writes not yet committed) before a turn
 # waits for its commit instead: some batches, so that the batch being committed and the one
 # gathering meanwhile never make turns wait on a store that keeps up (at 64 streams at once

@@ -8,7 +8,7 @@ costs only:
 - its time, whole milliseconds (what the compact stream records) since the delta before, a
   byte (a gap that does not fit, such as the first delta's or a stall's, is a 0 there and the
   gap itself aside);
-and consecutive deltas of one block form a *run* (three array items per run, not per delta).
+and consecutive deltas of one block form a *run* (four array items per run, not per delta).
 Every other event (block starts and ends, usage, finish, in-stream errors) is rare and kept as
 the object it is, with its position and exact time. A frame written to the client is marked
 with how many events had been received by its end (its *mark*); as nearly every frame carries
