@@ -134,8 +134,10 @@ def main() -> int:
             keys: dict[str, str] = {PT: "sk-bench"}
             for number, target in enumerate((BASE, TREE)):
                 env = dict(bench.env)
-                if target == BASE:
-                    env["PYTHONPATH"] = str(base_tree)
+                # Each gateway's package first on the path: the tree's too, so that a copy of the
+                # tree run with another checkout's virtualenv serves its own code, not the one
+                # that virtualenv's editable install points at.
+                env["PYTHONPATH"] = str(base_tree if target == BASE else REPO)
                 config = write_gateway_config(
                     tmp / f"store-{number}", bench.ports["direct"], settings[target]
                 )
