@@ -60,9 +60,9 @@ class _Threaded:
 
     # The conversation the request's history continues, if one does.
     existing: Conversation | None = None
-    # How many of the request's history messages that conversation is, when it is exactly
-    # as the matching turn ended it (`Store.ends_at`): what follows them is new.
-    continued: int | None = None
+    # The conversation is exactly as the matching turn ended it (`Store.ends_at`): what
+    # follows the history it was found by is new.
+    at_end: bool = False
     keys: list[tuple[Any, ...]] | None = None
     # The conversations the history matches when it cannot tell which one it continues.
     ambiguous: list[str] | None = None
@@ -70,7 +70,8 @@ class _Threaded:
     # that history, which the conversation's last turn must have ended with.
     reshaped: str | None = None
     # The fingerprint the conversation was found by, when it is of a turn's end alone (not
-    # of where an interrupted turn began), and how many history messages it covers.
+    # of where an interrupted turn began); and how many of the request's history messages
+    # the history it was found by is.
     ended: str | None = None
     prior: int = 0
 
@@ -245,8 +246,8 @@ class Conversations:
                     return Joined(existing.id, None, history, prior_keys=keys, keyed=messages)
                 new = self._new(new_id("conv"), principal)
                 return Joined(*new, history, prior_keys=keys, keyed=messages)
-            if threaded.continued is not None and not restore_thinking:
-                continues = history[threaded.continued :]
+            if threaded.at_end and not restore_thinking:
+                continues = history[threaded.prior :]
                 return Joined(existing.id, None, continues, prior_keys=keys, keyed=messages)
             if threaded.ended is not None and not restore_thinking:
                 branch = await self._branch_after(existing, threaded, history, principal)
@@ -370,13 +371,11 @@ class Conversations:
         if not found:
             return _Threaded(keys=keys)
         conversation = found[0]
-        continued = None
-        if history_print is not None and self.store.ends_at(conversation.id, history_print):
-            continued = prints.prior
+        as_ended = history_print is not None and self.store.ends_at(conversation.id, history_print)
         if prints.view is not None:
-            return _Threaded(conversation, continued, keys, reshaped=history_print)
+            return _Threaded(conversation, as_ended, keys, reshaped=history_print)
         ended = history_print if start_print is None else None
-        return _Threaded(conversation, continued, keys, ended=ended, prior=prints.prior)
+        return _Threaded(conversation, as_ended, keys, ended=ended, prior=prints.prior)
 
     async def _branch_after(
         self,
@@ -410,7 +409,7 @@ class Conversations:
         starts one of its own (a step taken again, or taken twice at once)."""
         if self.store.open_turns(conversation_id):
             return False
-        if threaded.continued is not None:
+        if threaded.at_end:
             return True
         ends = await self.store.last_fingerprints([conversation_id])
         end = ends.get(conversation_id)
